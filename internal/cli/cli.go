@@ -1,0 +1,97 @@
+// Package cli is airlock's command line: subcommands, flags, output (text
+// and --json). Results go to stdout, diagnostics to stderr. `run` embeds the
+// engine (internal/daemon) so it needs no daemon. It imports client,
+// internal/daemon and internal/sandbox, nothing lower.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/daemon"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Version is set at build time with -ldflags "-X ...cli.Version=...".
+var Version = "dev"
+
+// exitError carries an exit code through cobra.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	stateDir string
+	dataDir  string
+	debug    bool
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string) int {
+	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	root := &cobra.Command{
+		Use:   "airlock",
+		Short: "Disposable, isolated, network-scoped sandboxes for AI agents",
+		Long: `airlock gives every agent run a disposable room to execute code: its own
+namespaces, a read-only image, a throwaway writable layer, no network, no host
+credentials, kernel-enforced limits, and nothing left behind afterwards.
+
+  sudo airlock run -- python3 -c 'print("hello")'
+  sudo airlock run --workspace ./repo --diff -- make test
+  sudo airlock doctor`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "/run/airlock", "runtime state (leases, locks)")
+	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "/var/lib/airlock", "persistent data (image cache)")
+	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "structured debug logs on stderr")
+	_ = root.PersistentFlags().MarkHidden("state-dir")
+	_ = root.PersistentFlags().MarkHidden("data-dir")
+	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), imageCmd(g))
+	root.SetArgs(args)
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	err := root.Execute()
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintf(g.stderr, "airlock: %v\n", err)
+		if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) {
+			return daemon.ExitCreate
+		}
+		return 1
+	}
+}
+
+func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
+	if os.Geteuid() != 0 {
+		return nil, errdefs.Unavailable("airlock needs root to create sandboxes: run it with sudo")
+	}
+	log := slog.New(slog.DiscardHandler)
+	if g.debug {
+		log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: log})
+}
+
+func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/airlock-sandbox/airlock/internal/daemon"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+)
+
+func runCmd(g *globals) *cobra.Command {
+	s := spec.Default()
+	var (
+		memory, disk, timeout string
+		asJSON                bool
+		diff                  bool
+		export                string
+	)
+	c := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run one command in a fresh sandbox, then destroy it",
+		Long: `Run creates a fresh sandbox, runs COMMAND in it with /workspace as its working
+directory, relays stdin, stdout and stderr, destroys the sandbox and exits with
+the command's exit code. No daemon and no configuration are needed.
+
+Every run gets new user, pid, mount, uts, ipc, net and cgroup namespaces, a
+read-only image, a writable /workspace, /tmp, /dev/shm and home on a private
+tmpfs capped by --disk, no network, no capabilities, no_new_privs, seccomp,
+Landlock, and kernel-enforced memory, CPU, pids and time limits.
+
+Images (--image):
+  host                    read-only view of this host's /usr, with a clean /etc (default)
+  /path/to/rootfs         a root filesystem directory
+  oci:/path/to/layout     an OCI image layout directory
+  docker-archive:/x.tar   a 'docker save' tarball
+  python:3.12-slim        a registry reference (pulled when a registry is reachable)
+
+Exit status:
+  the command's own, 128+N if it died of signal N,
+  124 timeout, 125 sandbox could not be created, 126 command not executable,
+  127 command not found, 137 memory limit exceeded (or killed).`,
+		Example: `  sudo airlock run -- echo hello
+  sudo airlock run --workspace "$PWD" --diff -- sh -c 'echo fix >> README.md'
+  sudo airlock run --repo ~/src/shop --commit HEAD~1 -- make test
+  sudo airlock run --image docker-archive:/tmp/alpine.tar --user root --writable-rootfs -- apk add curl
+  sudo airlock run --memory 256M --pids 64 --timeout 30s --json -- ./untrusted`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if s.Limits.Memory, err = spec.ParseSize(memory); err != nil {
+				return fmt.Errorf("--memory: %w", err)
+			}
+			if s.Limits.Disk, err = spec.ParseSize(disk); err != nil {
+				return fmt.Errorf("--disk: %w", err)
+			}
+			if s.Timeout, err = parseDuration(timeout); err != nil {
+				return err
+			}
+			s.Command = args
+			if s.Workspace != "" || s.Repo != "" {
+				if s.Workspace, err = absPath(s.Workspace); err != nil {
+					return err
+				}
+				if s.Repo, err = absPath(s.Repo); err != nil {
+					return err
+				}
+			}
+			if strings.HasPrefix(s.Image, ".") {
+				if s.Image, err = absPath(s.Image); err != nil {
+					return err
+				}
+			}
+			if err := s.Validate(); err != nil {
+				return err
+			}
+			return runSandbox(g, &s, asJSON, diff, export)
+		},
+	}
+	f := c.Flags()
+	f.SetInterspersed(false)
+	f.StringVar(&s.Image, "image", "host", "root filesystem: host, a directory, oci:PATH, docker-archive:PATH or a registry reference")
+	f.BoolVar(&s.WritableRootfs, "writable-rootfs", false, "give the sandbox its own writable layer over the image (for package installs)")
+	f.StringVar(&s.Workspace, "workspace", "", "show this host directory copy-on-write at /workspace (the host's files are never written)")
+	f.StringVar(&s.Repo, "repo", "", "build /workspace from this git repository at --commit (objects only: no hooks, no config)")
+	f.StringVar(&s.Commit, "commit", "", "revision of --repo to check out")
+	f.BoolVar(&diff, "diff", false, "after the command, print a unified diff of what changed in /workspace")
+	f.StringVar(&export, "export", "", "after the command, copy the resulting /workspace into this new directory")
+	f.StringVar(&s.User, "user", "user", `run as "user" (uid 1000, no capabilities) or "root" (root inside the sandbox only)`)
+	f.StringArrayVarP(&s.Env, "env", "e", nil, "set KEY=VALUE in the command's environment (repeatable)")
+	f.BoolVarP(&s.TTY, "tty", "t", false, "relay through a terminal owned by the sandbox")
+	f.StringVar(&memory, "memory", "2G", "memory limit (OOM kills the whole sandbox)")
+	f.Float64Var(&s.Limits.CPUs, "cpus", spec.DefaultCPUs, "CPU quota, in CPUs")
+	f.Int64Var(&s.Limits.Pids, "pids", spec.DefaultPids, "maximum number of processes and threads")
+	f.StringVar(&disk, "disk", "1G", "writable space (tmpfs, counted against --memory); writes past it get ENOSPC")
+	f.StringVar(&timeout, "timeout", "10m", "wall-clock limit; the whole sandbox is killed at the deadline")
+	f.StringSliceVar(&s.AllowDegraded, "allow-degraded", nil, "run without a missing control: only \"landlock\" may be named")
+	f.StringVar(&s.Hostname, "hostname", "", "hostname inside the sandbox (default airlock-<id>)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object with the result to stdout at the end")
+	return c
+}
+
+func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string) error {
+	eng, err := g.engine(g.warn)
+	if err != nil {
+		return err
+	}
+	stdio := daemon.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
+	ro := daemon.RunOptions{Export: export}
+	if diff {
+		ro.Diff = os.Stdout
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	defer signal.Stop(sigs)
+	ro.Signals = sigs
+	if s.TTY {
+		stdio.TTY = os.Stdin
+		if term.IsTerminal(int(os.Stdin.Fd())) {
+			if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
+				stdio.Cols, stdio.Rows = uint16(w), uint16(h)
+			}
+			old, err := term.MakeRaw(int(os.Stdin.Fd()))
+			if err != nil {
+				return fmt.Errorf("terminal raw mode: %w", err)
+			}
+			defer term.Restore(int(os.Stdin.Fd()), old)
+			winch := make(chan os.Signal, 1)
+			signal.Notify(winch, unix.SIGWINCH)
+			defer signal.Stop(winch)
+			resize := make(chan [2]uint16, 1)
+			go func() {
+				for range winch {
+					if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
+						resize <- [2]uint16{uint16(h), uint16(w)}
+					}
+				}
+			}()
+			ro.Resize = resize
+		}
+	}
+	res, err := eng.Run(context.Background(), s, stdio, ro)
+	if res == nil {
+		return err
+	}
+	if err != nil {
+		g.warn(err.Error())
+	}
+	if res.Message != "" {
+		g.warn(res.Message)
+	}
+	if asJSON {
+		if err := printJSON(g.stdout, res); err != nil {
+			return err
+		}
+	}
+	if res.ExitCode != 0 {
+		return exitError{res.ExitCode}
+	}
+	return nil
+}

@@ -1,0 +1,480 @@
+// Package daemon is airlock's composition root: it builds every subsystem
+// and wires them together. Engine is the embedded form used by `airlock
+// run`: create one sandbox, run one command, destroy it, in this process.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/workspace"
+	"golang.org/x/sys/unix"
+)
+
+// Config is the engine's host configuration.
+type Config struct {
+	StateDir string // default /run/airlock
+	DataDir  string // default /var/lib/airlock
+	Log      *slog.Logger
+	// Warn receives one-line warnings meant for the user (stderr).
+	Warn func(string)
+}
+
+// Engine runs sandboxes in this process.
+type Engine struct {
+	cfg    Config
+	rt     *runtime.Runtime
+	images *image.Store
+}
+
+// NewEngine checks the host and prepares state directories.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.StateDir == "" {
+		cfg.StateDir = "/run/airlock"
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "/var/lib/airlock"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Warn == nil {
+		cfg.Warn = func(string) {}
+	}
+	rt, err := runtime.New(cfg.StateDir, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	images, err := image.NewStore(cfg.DataDir+"/images", cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, rt: rt, images: images}
+	// Reap what earlier runs killed with SIGKILL left behind.
+	if removed, err := e.GC(); err != nil {
+		cfg.Log.Warn("gc", "err", err)
+	} else if len(removed) > 0 {
+		cfg.Log.Info("gc removed dead sandboxes", "ids", removed)
+	}
+	return e, nil
+}
+
+// Images is the engine's image store.
+func (e *Engine) Images() *image.Store { return e.images }
+
+// GC removes what dead sandboxes left behind.
+func (e *Engine) GC() ([]string, error) {
+	ids, err := e.rt.GC()
+	if err2 := workspace.GCRepos(e.cfg.DataDir+"/tmp", e.rt.Live); err2 != nil {
+		err = errors.Join(err, err2)
+	}
+	return ids, err
+}
+
+// Stdio is what the command's standard streams are connected to.
+type Stdio struct {
+	In       io.Reader
+	Out, Err io.Writer
+	// TTY is the host terminal for -t, already in raw mode; nil otherwise.
+	TTY *os.File
+	// Rows and Cols are the terminal's initial size.
+	Rows, Cols uint16
+}
+
+// RunOptions are the host-side extras of `airlock run`.
+type RunOptions struct {
+	Diff   io.Writer // unified diff of /workspace, when set
+	Export string    // copy the resulting workspace here, when set
+	// Signals forwards the user's signals to the command; a second SIGINT
+	// (or SIGTERM) destroys the sandbox.
+	Signals <-chan os.Signal
+	// Resize carries terminal size changes for -t.
+	Resize <-chan [2]uint16
+}
+
+// Limit names a resource cap that ended or constrained the run.
+type Limit string
+
+const (
+	LimitTimeout Limit = "timeout"
+	LimitMemory  Limit = "memory"
+	LimitPids    Limit = "pids"
+	LimitDisk    Limit = "disk"
+)
+
+// Result is the outcome of one run; it is what --json prints.
+type Result struct {
+	SandboxID  string        `json:"sandbox_id"`
+	ExitCode   int           `json:"exit_code"`
+	Signal     int           `json:"signal,omitempty"`
+	Limit      Limit         `json:"limit,omitempty"`
+	Limits     []Limit       `json:"limits_hit,omitempty"`
+	Message    string        `json:"message,omitempty"`
+	Wall       time.Duration `json:"-"`
+	CPU        time.Duration `json:"-"`
+	WallMS     float64       `json:"wall_ms"`
+	CPUMS      float64       `json:"cpu_ms"`
+	PeakMemory int64         `json:"peak_memory_bytes"`
+	Image      string        `json:"image"`
+	Degraded   []string      `json:"degraded,omitempty"`
+}
+
+// Exit codes of `airlock run` besides the command's own.
+const (
+	ExitTimeout  = 124
+	ExitCreate   = 125
+	ExitNoExec   = 126
+	ExitNotFound = 127
+	ExitOOM      = 137
+)
+
+// Run creates a sandbox for s, runs its command and destroys it. The error
+// is non-nil only when the sandbox could not be created (exit 125).
+func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptions) (*Result, error) {
+	start := time.Now()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{SandboxID: runtime.NewID(), Image: s.Image}
+	landlockOn := true
+	if abi := landlock.ABI(); abi < landlock.MinABI {
+		if !s.Degraded("landlock") {
+			return nil, errdefs.Unavailable(fmt.Sprintf("Landlock is unavailable (kernel ABI %d, need %d); pass --allow-degraded landlock to run without it", abi, landlock.MinABI))
+		}
+		landlockOn = false
+		res.Degraded = append(res.Degraded, "landlock")
+		e.cfg.Warn(fmt.Sprintf("running WITHOUT Landlock (kernel ABI %d): writes are confined by the read-only mounts only", abi))
+	}
+
+	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
+	if err != nil {
+		return nil, err
+	}
+	reservation, err := e.rt.Reserve(res.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	defer reservation.Release()
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+	wsDir := s.Workspace
+	if s.Repo != "" {
+		dir, cleanup, err := workspace.FromRepo(s.Repo, s.Commit, e.cfg.DataDir+"/tmp", res.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		cleanups = append(cleanups, cleanup)
+		wsDir = dir
+	}
+
+	o := e.options(s, layout, res.SandboxID)
+	o.Workspace = wsDir
+	o.Landlock = landlockOn
+	o.TTY, o.Rows, o.Cols = stdio.TTY != nil, stdio.Rows, stdio.Cols
+
+	var relay sync.WaitGroup
+	var hostEnds []*os.File
+	if !o.TTY {
+		var childEnds [3]*os.File
+		for i := 0; i < 3; i++ {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				childEnds[i], hostEnds = r, append(hostEnds, w)
+			} else {
+				childEnds[i], hostEnds = w, append(hostEnds, r)
+			}
+		}
+		o.Stdio = childEnds
+		defer func() {
+			for _, f := range childEnds {
+				f.Close()
+			}
+		}()
+	}
+
+	sb, err := e.rt.Create(reservation, o)
+	for _, f := range o.Stdio {
+		if f != nil {
+			f.Close() // the sandbox holds its own copies now
+		}
+	}
+	if err != nil {
+		for _, f := range hostEnds {
+			f.Close()
+		}
+		return nil, err
+	}
+	defer sb.CloseFiles()
+	destroyed := false
+	destroy := func() {
+		if !destroyed {
+			destroyed = true
+			if err := sb.Close(); err != nil {
+				e.cfg.Warn("destroy: " + err.Error())
+			}
+		}
+	}
+	defer destroy()
+
+	// Relay the standard streams.
+	if o.TTY {
+		relay.Add(1)
+		go func() { defer relay.Done(); _, _ = io.Copy(stdio.Out, sb.PTY) }()
+		go func() { _, _ = io.Copy(sb.PTY, stdio.In) }()
+		if ro.Resize != nil {
+			go func() {
+				for sz := range ro.Resize {
+					_ = unix.IoctlSetWinsize(int(sb.PTY.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: sz[0], Col: sz[1]})
+				}
+			}()
+		}
+	} else {
+		stdinW := hostEnds[0]
+		go func() {
+			if stdio.In != nil {
+				_, _ = io.Copy(stdinW, stdio.In)
+			}
+			stdinW.Close()
+		}()
+		relay.Add(2)
+		go func() { defer relay.Done(); _, _ = io.Copy(stdio.Out, hostEnds[1]); hostEnds[1].Close() }()
+		go func() { defer relay.Done(); _, _ = io.Copy(stdio.Err, hostEnds[2]); hostEnds[2].Close() }()
+	}
+
+	// The deadline and the user's signals.
+	var timedOut, interrupted bool
+	var mu sync.Mutex
+	timer := time.AfterFunc(s.Timeout, func() {
+		mu.Lock()
+		timedOut = true
+		mu.Unlock()
+		sb.Kill()
+	})
+	defer timer.Stop()
+	stopSignals := make(chan struct{})
+	defer close(stopSignals)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stopSignals:
+				return
+			case <-ctx.Done():
+				sb.Kill()
+				return
+			case sig, ok := <-ro.Signals:
+				if !ok {
+					return
+				}
+				n++
+				if n > 1 {
+					mu.Lock()
+					interrupted = true
+					mu.Unlock()
+					sb.Kill()
+					continue
+				}
+				if us, ok := sig.(unix.Signal); ok {
+					_ = sb.Signal(us)
+				}
+			}
+		}
+	}()
+
+	ex := sb.Wait()
+	timer.Stop()
+	// Init is gone, or about to be: whatever the command left running dies
+	// with the pid namespace. The streams reach EOF once every writer is.
+	sb.Kill()
+	relay.Wait()
+	stats := sb.Stats()
+	diskFull := scratchFull(sb.WorkspaceUpper)
+	destroy()
+
+	res.Wall = time.Since(start)
+	res.CPU = stats.CPUTime
+	res.WallMS = float64(res.Wall.Microseconds()) / 1000
+	res.CPUMS = float64(res.CPU.Microseconds()) / 1000
+	res.PeakMemory = stats.MemoryPeak
+	res.ExitCode, res.Signal = ex.Code, ex.Signal
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case timedOut:
+		res.Limit, res.ExitCode = LimitTimeout, ExitTimeout
+		res.Message = fmt.Sprintf("timeout (%s) reached: sandbox killed", s.Timeout)
+	case ex.OOM:
+		res.Limit, res.ExitCode, res.Signal = LimitMemory, ExitOOM, int(unix.SIGKILL)
+		res.Message = fmt.Sprintf("memory limit (%s) exceeded", spec.FormatSize(s.Limits.Memory))
+	case interrupted:
+		res.Message = "interrupted: sandbox destroyed"
+	case ex.Error != "":
+		res.Message = ex.Error
+	}
+	if res.Limit != "" {
+		res.Limits = append(res.Limits, res.Limit)
+	}
+	if stats.PidsLimited > 0 {
+		res.Limits = append(res.Limits, LimitPids)
+		if res.Message == "" {
+			res.Message = fmt.Sprintf("pids limit (%d) reached: %d forks refused", s.Limits.Pids, stats.PidsLimited)
+		}
+	}
+	if diskFull {
+		res.Limits = append(res.Limits, LimitDisk)
+		if res.Message == "" {
+			res.Message = fmt.Sprintf("disk limit (%s) reached: writes got ENOSPC", spec.FormatSize(s.Limits.Disk))
+		}
+	}
+
+	if ro.Diff != nil || ro.Export != "" {
+		ch, err := workspace.Changes(wsDir, sb.WorkspaceUpper, sb.Workspace)
+		if err != nil {
+			return res, fmt.Errorf("workspace changes: %w", err)
+		}
+		if ro.Diff != nil {
+			if err := ch.WriteDiff(ro.Diff); err != nil {
+				return res, err
+			}
+		}
+		if ro.Export != "" {
+			skipped, err := ch.Export(ro.Export)
+			if err != nil {
+				return res, err
+			}
+			for _, sk := range skipped {
+				e.cfg.Warn("export: skipped " + sk)
+			}
+		}
+	}
+	return res, nil
+}
+
+// scratchFull reports whether the sandbox's writable tmpfs is (nearly) full.
+func scratchFull(anyFileOnIt *os.File) bool {
+	if anyFileOnIt == nil {
+		return false
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(anyFileOnIt.Fd()), &st); err != nil {
+		return false
+	}
+	return st.Bavail*uint64(st.Bsize) < 64<<10
+}
+
+// capability numbers `--user root` keeps (package installs need them).
+var rootCaps = []int{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID, unix.CAP_KILL,
+	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETFCAP, unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT, unix.CAP_AUDIT_WRITE,
+}
+
+const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func (e *Engine) options(s *spec.Spec, l *image.Layout, id string) *runtime.Options {
+	host := s.Hostname
+	if host == "" {
+		host = "airlock-" + id[:8]
+	}
+	home := "/home/user"
+	if s.User == "root" {
+		home = "/root"
+	}
+	term := "dumb"
+	if s.TTY {
+		term = "xterm-256color"
+	}
+	path := sandboxPath
+	for _, kv := range l.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok && v != "" {
+			path = v
+		}
+	}
+	env := []string{"PATH=" + path, "HOME=" + home, "TERM=" + term, "LANG=C.UTF-8"}
+	env = mergeEnv(env, s.Env)
+	o := &runtime.Options{
+		Writable:    s.WritableRootfs,
+		Root:        s.User == "root",
+		Home:        home,
+		Argv:        s.Command,
+		Env:         env,
+		Cwd:         "/workspace",
+		Hostname:    host,
+		MemoryBytes: s.Limits.Memory,
+		CPUs:        s.Limits.CPUs,
+		Pids:        s.Limits.Pids,
+		DiskBytes:   s.Limits.Disk,
+		NoFile:      s.Limits.NoFile,
+	}
+	if o.Root {
+		o.KeepCaps = rootCaps
+	}
+	for _, t := range l.Trees {
+		o.Trees = append(o.Trees, runtime.Tree{HostPath: t.HostPath, Target: t.Target})
+	}
+	for _, sl := range l.Symlinks {
+		o.Files = append(o.Files, nsinit.File{Path: strings.TrimPrefix(sl.Path, "/"), Link: sl.Target})
+	}
+	u := runtime.SandboxUID
+	o.Files = append(o.Files,
+		nsinit.File{Path: "etc/passwd", Mode: 0o644, Data: withLine(l.Passwd, fmt.Sprintf("user:x:%d:%d:airlock sandbox user:/home/user:/bin/sh", u, u), ":1000:")},
+		nsinit.File{Path: "etc/group", Mode: 0o644, Data: withLine(l.Group, fmt.Sprintf("user:x:%d:", u), ":1000:")},
+		nsinit.File{Path: "etc/hostname", Mode: 0o644, Data: host + "\n"},
+		nsinit.File{Path: "etc/hosts", Mode: 0o644, Data: "127.0.0.1\tlocalhost " + host + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+		nsinit.File{Path: "etc/resolv.conf", Mode: 0o644, Data: "# airlock: this sandbox has no network\n"},
+		nsinit.File{Path: "home/user", Mode: os.ModeDir | 0o755, UID: uint32(u), GID: uint32(u)},
+		nsinit.File{Path: "root", Mode: os.ModeDir | 0o700},
+	)
+	return o
+}
+
+// withLine appends line to a passwd/group database unless an entry with
+// the same id (marker, e.g. ":1000:") is already there.
+func withLine(db, line, marker string) string {
+	for _, l := range strings.Split(db, "\n") {
+		if strings.Contains(l, marker) {
+			return db
+		}
+	}
+	if db != "" && !strings.HasSuffix(db, "\n") {
+		db += "\n"
+	}
+	return db + line + "\n"
+}
+
+// mergeEnv overrides base entries with user ones, keeping order.
+func mergeEnv(base, user []string) []string {
+	out := append([]string{}, base...)
+	for _, kv := range user {
+		k, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for i, b := range out {
+			if strings.HasPrefix(b, k+"=") {
+				out[i], replaced = kv, true
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+package image
+
+import "os"
+
+// HostEtc is the part of the host's /etc a sandbox of the host image sees,
+// copied (world-readable files only, symlinks as links). It leaves out
+// everything that names users, secrets or host services: passwd, shadow,
+// group, sudoers, ssh, environment, gitconfig, machine-id, hostname.
+var HostEtc = []string{
+	"/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf",
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
+	"/etc/nsswitch.conf", "/etc/os-release", "/etc/debian_version", "/etc/lsb-release",
+	"/etc/mime.types", "/etc/protocols", "/etc/services", "/etc/ethertypes",
+	"/etc/bash.bashrc", "/etc/profile", "/etc/profile.d", "/etc/inputrc", "/etc/skel",
+	"/etc/gai.conf", "/etc/host.conf", "/etc/magic", "/etc/mke2fs.conf",
+	"/etc/python3", "/etc/python3.11", "/etc/perl", "/etc/vim", "/etc/xdg", "/etc/dpkg", "/etc/apt",
+}
+
+// hostDirs are the host's top-level system directories shown in the host
+// image; on a merged-/usr host all but /usr are symlinks into it.
+var hostDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// Host returns the layout of the host image: a read-only view of the host's
+// /usr (and /bin, /sbin, /lib* where they are real directories) and a
+// sanitized /etc, built once into a template under etcDir.
+func Host(etcDir string) (*Layout, error) {
+	tmpl, err := hostEtcTemplate(etcDir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Layout{Name: "host", Trees: []Tree{{HostPath: tmpl, Target: "/"}}}
+	for _, d := range hostDirs {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(d)
+			if err != nil {
+				return nil, err
+			}
+			l.Symlinks = append(l.Symlinks, Symlink{Path: d, Target: target})
+		case fi.IsDir():
+			l.Trees = append(l.Trees, Tree{HostPath: d, Target: d})
+		}
+	}
+	l.Passwd, l.Group = basePasswd, baseGroup
+	return l, nil
+}
+
+const (
+	basePasswd = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+	baseGroup  = "root:x:0:\ntty:x:5:\nnogroup:x:65534:\n"
+)
+
+// Tree is a host directory shown read-only at Target inside the sandbox.
+type Tree struct {
+	HostPath string
+	Target   string
+}
+
+// Symlink is a link created in the sandbox's top layer.
+type Symlink struct {
+	Path   string
+	Target string
+}
+
+// Layout is a resolved image: what to mount and what to generate.
+type Layout struct {
+	Name     string // as the user named it
+	Digest   string // content digest, for OCI images
+	Trees    []Tree
+	Symlinks []Symlink
+	// Passwd and Group are the image's own user database, to which airlock
+	// adds the sandbox user.
+	Passwd, Group string
+	// Env is the image's configured environment (OCI), PATH first.
+	Env []string
+}

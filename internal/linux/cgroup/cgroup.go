@@ -1,0 +1,502 @@
+// Package cgroup is a thin typed wrapper over Linux control groups, v2 when
+// the unified hierarchy has the controllers airlock needs, v1 otherwise. It
+// detects, never assumes, and a missing controller is an error: airlock
+// never runs a sandbox without its limits. Only x/sys is imported.
+//
+// Every sandbox gets one cgroup named airlock/<id> in each hierarchy it uses.
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Parent is the directory, under each hierarchy's root, that airlock owns.
+const Parent = "airlock"
+
+// Version is the cgroup interface in use.
+type Version int
+
+const (
+	V1 Version = 1
+	V2 Version = 2
+)
+
+// v1Controllers are the v1 hierarchies a sandbox is placed in.
+var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
+
+// v2Controllers must be available in the unified hierarchy to use v2.
+var v2Controllers = []string{"memory", "cpu", "pids"}
+
+// Host describes the cgroup layout found on this machine.
+type Host struct {
+	Version Version
+	// V2Root is the unified hierarchy's mount point (v2 only).
+	V2Root string
+	// V1Roots maps a v1 controller to its hierarchy's mount point.
+	V1Roots map[string]string
+	// Missing names controllers that neither version offers.
+	Missing []string
+}
+
+// Detect reads /proc/self/mountinfo and the unified hierarchy's controllers.
+// It returns an error naming what is missing when no version has every
+// controller airlock needs.
+func Detect() (*Host, error) {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	h := &Host{V1Roots: map[string]string{}}
+	var v2root string
+	for _, line := range strings.Split(string(mi), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, pf := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(pf) < 3 {
+			continue
+		}
+		switch pf[0] {
+		case "cgroup2":
+			if v2root == "" {
+				v2root = f[4]
+			}
+		case "cgroup":
+			for _, opt := range strings.Split(pf[2], ",") {
+				for _, c := range v1Controllers {
+					if opt == c {
+						h.V1Roots[c] = f[4]
+					}
+				}
+			}
+		}
+	}
+	if v2root != "" {
+		avail, _ := os.ReadFile(filepath.Join(v2root, "cgroup.controllers"))
+		have := strings.Fields(string(avail))
+		missing := missingFrom(v2Controllers, have)
+		if len(missing) == 0 {
+			h.Version, h.V2Root = V2, v2root
+			return h, nil
+		}
+	}
+	var missing []string
+	for _, c := range v1Controllers {
+		if h.V1Roots[c] == "" {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		h.Version = V1
+		return h, nil
+	}
+	h.Missing = missing
+	return h, fmt.Errorf("cgroup controllers %s are available neither in cgroup v2 nor v1", strings.Join(missing, ", "))
+}
+
+func missingFrom(want, have []string) []string {
+	var out []string
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			found = found || h == w
+		}
+		if !found {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// Limits are applied at creation.
+type Limits struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+}
+
+// Cgroup is one sandbox's cgroup (a directory per v1 hierarchy, or one v2
+// directory).
+type Cgroup struct {
+	host *Host
+	name string
+	dirs map[string]string // controller (or "" for v2) -> directory
+}
+
+// Create makes the cgroup airlock/<name> and applies limits. On error,
+// whatever was created is removed.
+func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
+	if strings.ContainsAny(name, "/.") || name == "" {
+		return nil, fmt.Errorf("cgroup name %q", name)
+	}
+	cg := &Cgroup{host: h, name: name, dirs: map[string]string{}}
+	defer func() {
+		if err != nil {
+			_ = cg.Remove()
+		}
+	}()
+	if h.Version == V2 {
+		parent := filepath.Join(h.V2Root, Parent)
+		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("mkdir %s: %w", parent, err)
+		}
+		// Enabling controllers for our subtree must be done in each ancestor
+		// too; the root's own subtree_control is the operator's business.
+		if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), "+memory +cpu +pids"); err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(parent, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+		cg.dirs[""] = dir
+		period := int64(100000)
+		quota := int64(l.CPUs * float64(period))
+		for file, val := range map[string]string{
+			"memory.max":       strconv.FormatInt(l.MemoryBytes, 10),
+			"memory.swap.max":  "0",
+			"memory.oom.group": "1",
+			"cpu.max":          fmt.Sprintf("%d %d", quota, period),
+			"pids.max":         strconv.FormatInt(l.Pids, 10),
+		} {
+			if err := writeFile(filepath.Join(dir, file), val); err != nil {
+				if file == "memory.swap.max" && errors.Is(err, os.ErrNotExist) {
+					continue // no swap accounting: no swap to limit
+				}
+				return nil, err
+			}
+		}
+		return cg, nil
+	}
+	seen := map[string]bool{}
+	for _, c := range v1Controllers {
+		root := h.V1Roots[c]
+		dir := filepath.Join(root, Parent, name)
+		cg.dirs[c] = dir
+		if seen[root] { // co-mounted controllers (cpu,cpuacct) share a directory
+			continue
+		}
+		seen[root] = true
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+	}
+	period := int64(100000)
+	for _, w := range []struct{ ctl, file, val string }{
+		{"memory", "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)},
+		{"memory", "memory.swappiness", "0"},
+		{"cpu", "cpu.cfs_period_us", strconv.FormatInt(period, 10)},
+		{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPUs*float64(period)), 10)},
+		{"pids", "pids.max", strconv.FormatInt(l.Pids, 10)},
+	} {
+		if err := writeFile(filepath.Join(cg.dirs[w.ctl], w.file), w.val); err != nil {
+			if w.file == "memory.swappiness" {
+				continue // best effort tuning, not a control
+			}
+			return nil, err
+		}
+	}
+	return cg, nil
+}
+
+// Open returns the cgroup airlock/<name> without creating anything (for gc).
+func (h *Host) Open(name string) *Cgroup {
+	cg := &Cgroup{host: h, name: name, dirs: map[string]string{}}
+	if h.Version == V2 {
+		cg.dirs[""] = filepath.Join(h.V2Root, Parent, name)
+	} else {
+		for _, c := range v1Controllers {
+			cg.dirs[c] = filepath.Join(h.V1Roots[c], Parent, name)
+		}
+	}
+	return cg
+}
+
+// List names the sandbox cgroups that exist under airlock/.
+func (h *Host) List() []string {
+	root := h.V2Root
+	if h.Version == V1 {
+		root = h.V1Roots["memory"]
+	}
+	ents, _ := os.ReadDir(filepath.Join(root, Parent))
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// Name is the sandbox id this cgroup belongs to.
+func (c *Cgroup) Name() string { return c.name }
+
+// Version is the interface this cgroup uses.
+func (c *Cgroup) Version() Version { return c.host.Version }
+
+// Dir returns the v2 directory, or the v1 directory of controller ctl.
+func (c *Cgroup) Dir(ctl string) string {
+	if c.host.Version == V2 {
+		return c.dirs[""]
+	}
+	return c.dirs[ctl]
+}
+
+// OpenV2 opens the v2 directory for CLONE_INTO_CGROUP.
+func (c *Cgroup) OpenV2() (*os.File, error) {
+	return os.OpenFile(c.dirs[""], unix.O_DIRECTORY|unix.O_PATH|unix.O_CLOEXEC, 0)
+}
+
+// EnterThread moves the calling OS thread (tid) into this cgroup's v1
+// hierarchies and returns a function that moves it back. The caller must
+// hold runtime.LockOSThread. A child cloned in between is born inside the
+// cgroup, so it can create its cgroup namespace at clone time.
+//
+// The thread names itself as "0" in the tasks files: a thread moving itself
+// needs no threadgroup lock, whose RCU grace period otherwise costs
+// milliseconds per sandbox.
+func (c *Cgroup) EnterThread(tid int) (restore func() error, err error) {
+	if c.host.Version != V1 {
+		return nil, errors.New("EnterThread is for cgroup v1")
+	}
+	orig, err := threadCgroups(tid)
+	if err != nil {
+		return nil, err
+	}
+	var moved []string
+	restore = func() error {
+		var first error
+		for _, ctl := range moved {
+			p := filepath.Join(c.host.V1Roots[ctl], orig[ctl], "tasks")
+			if err := writeFile(p, "0"); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	seen := map[string]bool{}
+	for _, ctl := range v1Controllers {
+		if seen[c.dirs[ctl]] {
+			continue
+		}
+		seen[c.dirs[ctl]] = true
+		if err := writeFile(filepath.Join(c.dirs[ctl], "tasks"), "0"); err != nil {
+			_ = restore()
+			return nil, err
+		}
+		moved = append(moved, ctl)
+	}
+	return restore, nil
+}
+
+// threadCgroups reads /proc/self/task/TID/cgroup: controller -> path.
+func threadCgroups(tid int) (map[string]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/cgroup", tid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, ctl := range strings.Split(parts[1], ",") {
+			out[ctl] = parts[2]
+		}
+	}
+	return out, nil
+}
+
+// Stats is what the kernel accounted for a sandbox.
+type Stats struct {
+	CPUTime     time.Duration
+	MemoryPeak  int64
+	OOMKills    int64
+	PidsLimited int64 // forks refused by pids.max
+}
+
+// Stats reads the accounting files. Missing counters are left zero.
+func (c *Cgroup) Stats() Stats {
+	var s Stats
+	if c.host.Version == V2 {
+		d := c.dirs[""]
+		kv := readKV(filepath.Join(d, "cpu.stat"))
+		s.CPUTime = time.Duration(kv["usage_usec"]) * time.Microsecond
+		s.MemoryPeak = readInt(filepath.Join(d, "memory.peak"))
+		s.OOMKills = readKV(filepath.Join(d, "memory.events"))["oom_kill"]
+		s.PidsLimited = readKV(filepath.Join(d, "pids.events"))["max"]
+		return s
+	}
+	s.CPUTime = time.Duration(readInt(filepath.Join(c.dirs["cpuacct"], "cpuacct.usage")))
+	s.MemoryPeak = readInt(filepath.Join(c.dirs["memory"], "memory.max_usage_in_bytes"))
+	s.OOMKills = readKV(filepath.Join(c.dirs["memory"], "memory.oom_control"))["oom_kill"]
+	s.PidsLimited = readKV(filepath.Join(c.dirs["pids"], "pids.events"))["max"]
+	return s
+}
+
+// WatchOOM calls fn (once) when the kernel OOM-kills a process in the
+// cgroup. v1 uses an eventfd on memory.oom_control; v2 watches
+// memory.events with inotify. stop ends the watch.
+func (c *Cgroup) WatchOOM(fn func()) (stop func(), err error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	var check func() bool
+	var src int
+	if c.host.Version == V1 {
+		ctl, err := os.Open(filepath.Join(c.dirs["memory"], "memory.oom_control"))
+		if err != nil {
+			unix.Close(efd)
+			return nil, err
+		}
+		defer ctl.Close()
+		if err := writeFile(filepath.Join(c.dirs["memory"], "cgroup.event_control"), fmt.Sprintf("%d %d", efd, ctl.Fd())); err != nil {
+			unix.Close(efd)
+			return nil, err
+		}
+		src = efd
+		check = func() bool { return c.Stats().OOMKills > 0 }
+	} else {
+		ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			unix.Close(efd)
+			return nil, fmt.Errorf("inotify_init1: %w", err)
+		}
+		if _, err := unix.InotifyAddWatch(ifd, filepath.Join(c.dirs[""], "memory.events"), unix.IN_MODIFY); err != nil {
+			unix.Close(ifd)
+			unix.Close(efd)
+			return nil, fmt.Errorf("inotify_add_watch: %w", err)
+		}
+		src = ifd
+		check = func() bool { return c.Stats().OOMKills > 0 }
+	}
+	// stopfd wakes the poll loop when stop is called.
+	stopfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(src)
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		fds := []unix.PollFd{{Fd: int32(src), Events: unix.POLLIN}, {Fd: int32(stopfd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+				return
+			}
+			if fds[1].Revents != 0 {
+				return
+			}
+			if fds[0].Revents != 0 {
+				_, _ = unix.Read(src, buf)
+				if check() {
+					fn()
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		_, _ = unix.Write(stopfd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		<-done
+		unix.Close(stopfd)
+		unix.Close(src)
+		if src != efd {
+			unix.Close(efd)
+		}
+	}, nil
+}
+
+// Procs lists the pids in the cgroup (v2: cgroup.procs; v1: the pids
+// hierarchy's cgroup.procs).
+func (c *Cgroup) Procs() []int {
+	b, _ := os.ReadFile(filepath.Join(c.Dir("pids"), "cgroup.procs"))
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Remove deletes the cgroup directories, waiting briefly for dying tasks.
+func (c *Cgroup) Remove() error {
+	var first error
+	seen := map[string]bool{}
+	for _, d := range c.dirs {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		var err error
+		for i := 0; i < 200; i++ {
+			err = unix.Rmdir(d)
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				err = nil
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("rmdir %s: %w", d, err)
+		}
+	}
+	return first
+}
+
+func writeFile(p, val string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(val); err != nil {
+		return fmt.Errorf("cgroup: write %s=%q: %w", p, val, err)
+	}
+	return nil
+}
+
+func readInt(p string) int64 {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+	return n
+}
+
+func readKV(p string) map[string]int64 {
+	out := map[string]int64{}
+	f, err := os.Open(p)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			out[k] = n
+		}
+	}
+	return out
+}

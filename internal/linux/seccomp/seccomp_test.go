@@ -1,0 +1,92 @@
+package seccomp
+
+import (
+	"testing"
+
+	bpfpolicy "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// run evaluates the compiled filter for one syscall in the BPF VM.
+func run(t *testing.T, prog []unix.SockFilter, auditArch uint32, nr uint32, args ...uint64) uint32 {
+	t.Helper()
+	raw := make([]bpf.RawInstruction, len(prog))
+	for i, f := range prog {
+		raw[i] = bpf.RawInstruction{Op: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}
+	}
+	insns, ok := bpf.Disassemble(raw)
+	if !ok {
+		t.Fatal("disassemble")
+	}
+	vm, err := bpf.NewVM(insns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// struct seccomp_data: nr, arch, instruction_pointer, args[6]; the VM
+	// loads big-endian, so build the packet so that 32-bit loads read the
+	// native little-endian words the kernel would present.
+	pkt := make([]byte, 64)
+	put32 := func(off int, v uint32) {
+		pkt[off], pkt[off+1], pkt[off+2], pkt[off+3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+	}
+	put32(0, nr)
+	put32(4, auditArch)
+	for i, a := range args {
+		put32(16+8*i, uint32(a)) // low word at the lower address (little endian)
+		put32(16+8*i+4, uint32(a>>32))
+	}
+	ret, err := vm.Run(pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint32(ret)
+}
+
+const x8664 = 0xC000003E
+
+func TestFilterDecisions(t *testing.T) {
+	prog, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow := uint32(bpfpolicy.ActionAllow)
+	eperm := uint32(bpfpolicy.ActionErrno) | uint32(unix.EPERM)
+	enosys := uint32(bpfpolicy.ActionErrno) | uint32(unix.ENOSYS)
+	kill := uint32(bpfpolicy.ActionKillProcess)
+	cases := []struct {
+		name string
+		arch uint32
+		nr   uint32
+		args []uint64
+		want uint32
+	}{
+		{"read", x8664, unix.SYS_READ, nil, allow},
+		{"execve", x8664, unix.SYS_EXECVE, nil, allow},
+		{"plain clone", x8664, unix.SYS_CLONE, []uint64{uint64(unix.SIGCHLD)}, allow},
+		{"clone NEWUSER", x8664, unix.SYS_CLONE, []uint64{unix.CLONE_NEWUSER}, eperm},
+		{"clone3", x8664, unix.SYS_CLONE3, nil, enosys},
+		{"unshare", x8664, unix.SYS_UNSHARE, []uint64{unix.CLONE_NEWUSER}, eperm},
+		{"mount", x8664, unix.SYS_MOUNT, nil, eperm},
+		{"keyctl", x8664, unix.SYS_KEYCTL, nil, eperm},
+		{"bpf", x8664, unix.SYS_BPF, nil, eperm},
+		{"perf_event_open", x8664, unix.SYS_PERF_EVENT_OPEN, nil, eperm},
+		{"userfaultfd", x8664, unix.SYS_USERFAULTFD, nil, eperm},
+		{"io_uring_setup", x8664, unix.SYS_IO_URING_SETUP, nil, eperm},
+		{"finit_module", x8664, unix.SYS_FINIT_MODULE, nil, eperm},
+		{"kexec_load", x8664, unix.SYS_KEXEC_LOAD, nil, eperm},
+		{"ptrace", x8664, unix.SYS_PTRACE, nil, eperm},
+		{"ioctl TCGETS", x8664, unix.SYS_IOCTL, []uint64{0, unix.TCGETS}, allow},
+		{"ioctl TIOCSTI", x8664, unix.SYS_IOCTL, []uint64{0, tiocsti}, eperm},
+		{"ioctl TIOCSTI high bits", x8664, unix.SYS_IOCTL, []uint64{0, 0xffffffff00000000 | tiocsti}, eperm},
+		{"ioctl TIOCLINUX", x8664, unix.SYS_IOCTL, []uint64{0, tioclinux}, eperm},
+		{"i386 abi", 0x40000003, 1, nil, kill},
+		{"x32 abi", x8664, 0x40000000 | unix.SYS_READ, nil, kill},
+		{"unknown syscall", x8664, 1000, nil, eperm},
+	}
+	for _, c := range cases {
+		if got := run(t, prog, c.arch, c.nr, c.args...); got != c.want {
+			t.Errorf("%s: action %#x, want %#x", c.name, got, c.want)
+		}
+	}
+}

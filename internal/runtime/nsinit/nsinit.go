@@ -1,0 +1,570 @@
+// Package nsinit is the child side of a sandbox: `airlock init`, PID 1 of
+// the sandbox's namespaces. It assembles the root filesystem, pivots into
+// it, drops every privilege it will not hand on, confines itself with
+// no_new_privs, Landlock and seccomp (its children inherit all of it), then
+// starts the command as its child, reaps, forwards signals and reports the
+// exit status. It trusts only the host's Config and imports only
+// internal/linux/* (no net/http, no daemon code).
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	goruntime "runtime"
+
+	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
+	"github.com/airlock-sandbox/airlock/internal/linux/mount"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// Main runs `airlock init`. It never returns.
+//
+// The main goroutine stays on one OS thread for its whole life: the
+// capability, no_new_privs and rlimit changes below are per-thread, and the
+// command is forked from this same thread, so it inherits exactly them.
+// Seccomp (TSYNC) and Landlock are applied to every thread.
+func Main() {
+	goruntime.LockOSThread()
+	// Nothing in the sandbox may ptrace or read /proc/1/{mem,exe,fd} of init.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// Descriptors from the host are for init only: none reaches the command
+	// unless handed over explicitly.
+	_ = unix.CloseRange(SyncFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+
+	var cfg Config
+	fds, err := Recv(SyncFD, &cfg)
+	if err != nil {
+		os.Exit(1) // the host went away; nothing to report to
+	}
+	step, err := run(&cfg, fds)
+	if err != nil {
+		_ = Send(SyncFD, Report{Kind: "error", Step: step, Error: err.Error()}, nil)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func run(cfg *Config, fds []int) (string, error) {
+	if cfg.Version != ProtocolVersion {
+		return "protocol", fmt.Errorf("host speaks protocol %d, init speaks %d", cfg.Version, ProtocolVersion)
+	}
+	want := len(cfg.TreeTargets)
+	if cfg.Workspace {
+		want++
+	}
+	if len(fds) != want {
+		return "protocol", fmt.Errorf("got %d descriptors, want %d", len(fds), want)
+	}
+	r := &rootfs{cfg: cfg, s: cfg.Scratch}
+	if err := r.assemble(fds); err != nil {
+		return "rootfs", err
+	}
+	var master, slave *os.File
+	if cfg.TTY {
+		var err error
+		if master, slave, err = openPTY(cfg); err != nil {
+			return "pty", err
+		}
+	}
+	if err := r.pivot(); err != nil {
+		return "pivot_root", err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return "hostname", fmt.Errorf("sethostname: %w", err)
+	}
+	if err := confine(cfg); err != nil {
+		return "confine", err
+	}
+	if err := unix.Chdir(cfg.Cwd); err != nil {
+		return "cwd", fmt.Errorf("chdir %s: %w", cfg.Cwd, err)
+	}
+	// The leaked-descriptor class (runc CVE-2024-21626): a cwd outside the
+	// root reads back as "(unreachable)/...".
+	if wd, err := unix.Getwd(); err != nil || wd != cfg.Cwd {
+		return "cwd", fmt.Errorf("working directory %q is not %q inside the root", wd, cfg.Cwd)
+	}
+	return "exec", startAndWait(cfg, r.readyFDs, master, slave)
+}
+
+// rootfs assembles the sandbox's root on one tmpfs owned by this mount
+// namespace. Everything writable lives on that tmpfs, so --disk caps all of
+// it and the kernel frees it when the sandbox's last reference goes.
+type rootfs struct {
+	cfg      *Config
+	s        string
+	readyFDs []int // workspace upper and merged, sent to the host
+}
+
+func (r *rootfs) p(parts ...string) string { return filepath.Join(append([]string{r.s}, parts...)...) }
+
+func (r *rootfs) assemble(fds []int) error {
+	cfg := r.cfg
+	if err := mount.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	if err := mount.Mount("tmpfs", r.s, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=755", cfg.DiskBytes)); err != nil {
+		return err
+	}
+	for _, d := range []string{"gen", "image", "root", "rw/upper", "rw/work", "tmp", "home", "shm", "wsempty", "ws/lower", "ws/upper", "ws/work"} {
+		if err := os.MkdirAll(r.p(d), 0o755); err != nil {
+			return err
+		}
+	}
+	user := func(p string, mode uint32) error {
+		if err := unix.Chown(p, int(cfg.UID), int(cfg.GID)); err != nil {
+			return fmt.Errorf("chown %s: %w", p, err)
+		}
+		return unix.Chmod(p, mode)
+	}
+	for p, mode := range map[string]uint32{r.p("tmp"): 0o1777, r.p("shm"): 0o1777} {
+		if err := unix.Chmod(p, mode); err != nil {
+			return err
+		}
+	}
+	for _, p := range []string{r.p("home"), r.p("wsempty"), r.p("ws/upper")} {
+		if err := user(p, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := r.generate(); err != nil {
+		return err
+	}
+
+	// The root: the generated layer over the image.
+	trees, ws := fds[:len(cfg.TreeTargets)], -1
+	if cfg.Workspace {
+		ws = fds[len(fds)-1]
+	}
+	root := r.p("root")
+	full := len(cfg.TreeTargets) > 0 && cfg.TreeTargets[0] == "/"
+	ovl := func(lower, upper, work string) string {
+		o := "lowerdir=" + lower
+		if upper != "" {
+			o += ",upperdir=" + upper + ",workdir=" + work
+		}
+		return o + ",userxattr"
+	}
+	switch {
+	case full:
+		if err := mount.MoveTo(trees[0], r.p("image")); err != nil {
+			return err
+		}
+		opts := ovl(r.p("gen")+":"+r.p("image"), "", "")
+		if cfg.Writable {
+			opts = ovl(r.p("gen")+":"+r.p("image"), r.p("rw/upper"), r.p("rw/work"))
+		}
+		if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return err
+		}
+		trees = trees[1:]
+	case cfg.Writable:
+		if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(r.p("gen"), r.p("rw/upper"), r.p("rw/work"))); err != nil {
+			return err
+		}
+	default:
+		if err := mount.Bind(r.p("gen"), root, 0); err != nil {
+			return err
+		}
+	}
+	for i, t := range cfg.TreeTargets {
+		if full && i == 0 {
+			continue
+		}
+		target := filepath.Join(root, t)
+		fd := trees[0]
+		trees = trees[1:]
+		if !cfg.Writable {
+			if err := mount.MoveTo(fd, target); err != nil {
+				return err
+			}
+			continue
+		}
+		lower, up := r.p("sub", strconv.Itoa(i)), r.p("subrw", strconv.Itoa(i))
+		for _, d := range []string{lower, up + "/upper", up + "/work"} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := mount.MoveTo(fd, lower); err != nil {
+			return err
+		}
+		if err := mount.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(lower, up+"/upper", up+"/work")); err != nil {
+			return err
+		}
+	}
+
+	// Writable places, all on the scratch tmpfs.
+	if ws >= 0 {
+		if err := mount.MoveTo(ws, r.p("ws/lower")); err != nil {
+			return err
+		}
+		if err := mount.Mount("overlay", filepath.Join(root, "workspace"), "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(r.p("ws/lower"), r.p("ws/upper"), r.p("ws/work"))); err != nil {
+			return err
+		}
+	} else if err := mount.Bind(r.p("wsempty"), filepath.Join(root, "workspace"), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return err
+	}
+	for src, dst := range map[string]string{"tmp": "tmp", "home": cfg.Home} {
+		if err := mount.Bind(r.p(src), filepath.Join(root, dst), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+			return err
+		}
+	}
+	if err := r.dev(root); err != nil {
+		return err
+	}
+	if err := r.proc(root); err != nil {
+		return err
+	}
+	if err := mount.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	for _, d := range []string{"sys/firmware", "sys/kernel/security", "sys/kernel/debug"} {
+		if err := mount.MaskDir(filepath.Join(root, d)); err != nil {
+			return err
+		}
+	}
+	// The host reads the sandbox's changes through these, after it is gone.
+	for _, p := range []string{r.p("ws/upper"), filepath.Join(root, "workspace")} {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", p, err)
+		}
+		r.readyFDs = append(r.readyFDs, fd)
+	}
+	if !cfg.Writable {
+		return mount.Remount(root, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
+	}
+	return nil
+}
+
+// generate writes the top layer: mount points, /etc files, host copies.
+func (r *rootfs) generate() error {
+	gen := r.p("gen")
+	for _, d := range []string{"proc", "sys", "dev", "tmp", "workspace", "etc", strings.TrimPrefix(r.cfg.Home, "/")} {
+		if err := os.MkdirAll(filepath.Join(gen, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, t := range r.cfg.TreeTargets {
+		if err := os.MkdirAll(filepath.Join(gen, t), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, f := range r.cfg.Files {
+		p := filepath.Join(gen, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		_ = os.Remove(p)
+		var err error
+		switch {
+		case f.Mode.IsDir():
+			err = os.MkdirAll(p, f.Mode.Perm())
+		case f.Link != "":
+			err = os.Symlink(f.Link, p)
+		default:
+			err = os.WriteFile(p, []byte(f.Data), f.Mode.Perm())
+		}
+		if err != nil {
+			return err
+		}
+		if f.Link == "" {
+			if err := unix.Chmod(p, uint32(f.Mode.Perm())); err != nil {
+				return err
+			}
+		}
+		if err := unix.Lchown(p, int(f.UID), int(f.GID)); err != nil {
+			return fmt.Errorf("lchown %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// dev builds a minimal /dev: a few safe character devices bound from the
+// host, a private devpts instance, shm; the tmpfs itself is read-only.
+func (r *rootfs) dev(root string) error {
+	dev := filepath.Join(root, "dev")
+	if err := mount.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=755"); err != nil {
+		return err
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		p := filepath.Join(dev, n)
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			return err
+		}
+		if err := mount.Bind("/dev/"+n, p, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(filepath.Join(dev, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mount.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+		return err
+	}
+	if err := mount.Bind(r.p("shm"), filepath.Join(dev, "shm"), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "core": "/proc/kcore",
+	} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return mount.Remount(dev, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC)
+}
+
+// Masked and read-only /proc entries, as container runtimes do, plus the
+// kernel symbol table and log.
+var (
+	maskedProcFiles = []string{"kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats", "kallsyms", "kmsg", "kpagecount", "kpageflags", "kpagecgroup", "vmallocinfo", "sysrq-trigger", "config.gz"}
+	maskedProcDirs  = []string{"acpi", "scsi", "asound", "driver", "tty/driver"}
+	readOnlyProc    = []string{"bus", "fs", "irq", "sys"}
+)
+
+func (r *rootfs) proc(root string) error {
+	proc := filepath.Join(root, "proc")
+	if err := mount.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	devNull := filepath.Join(root, "dev/null")
+	for _, f := range maskedProcFiles {
+		if err := mount.MaskFile(devNull, filepath.Join(proc, f)); err != nil {
+			return err
+		}
+	}
+	for _, d := range maskedProcDirs {
+		if err := mount.MaskDir(filepath.Join(proc, d)); err != nil {
+			return err
+		}
+	}
+	for _, d := range readOnlyProc {
+		if err := mount.ReadOnly(filepath.Join(proc, d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *rootfs) pivot() error {
+	root := r.p("root")
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("chdir %s: %w", root, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	// The old root is stacked under the new one: detach it.
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("umount old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+func openPTY(cfg *Config) (master, slave *os.File, err error) {
+	mfd, err := unix.Open(filepath.Join(cfg.Scratch, "root/dev/pts/ptmx"), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open ptmx: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(mfd)
+		return nil, nil, fmt.Errorf("unlockpt: %w", err)
+	}
+	// TIOCGPTPEER opens the peer through the master, never by path.
+	sfd, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if e != 0 {
+		unix.Close(mfd)
+		return nil, nil, fmt.Errorf("TIOCGPTPEER: %w", e)
+	}
+	if err := unix.Fchown(int(sfd), int(cfg.UID), 5); err != nil {
+		return nil, nil, fmt.Errorf("fchown pty: %w", err)
+	}
+	if cfg.Rows > 0 && cfg.Cols > 0 {
+		_ = unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Row: cfg.Rows, Col: cfg.Cols})
+	}
+	return os.NewFile(uintptr(mfd), "ptmx"), os.NewFile(sfd, "pts"), nil
+}
+
+// confine drops what the command must not have, in the only order that
+// works: capabilities, no_new_privs, Landlock (its syscalls are not in the
+// seccomp profile), seccomp last. It runs on init's locked main thread, the
+// one that forks the command; Landlock and seccomp cover all threads.
+func confine(cfg *Config) error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_CAP_AMBIENT_CLEAR_ALL): %w", err)
+	}
+	keep := map[int]bool{}
+	for _, c := range cfg.KeepCaps {
+		keep[c] = true
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if keep[c] {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, err)
+		}
+	}
+	// The inheritable set must not carry anything across exec either.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	// Seccomp's TSYNC carries no_new_privs to every other thread.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	nofile := &unix.Rlimit{Cur: cfg.NoFile, Max: cfg.NoFile}
+	var cur unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &cur); err == nil && cur.Max < nofile.Max {
+		nofile.Cur, nofile.Max = cur.Max, cur.Max // cannot raise the hard limit
+	}
+	if err := syscall.Setrlimit(unix.RLIMIT_NOFILE, (*syscall.Rlimit)(nofile)); err != nil {
+		return fmt.Errorf("setrlimit(NOFILE): %w", err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
+		return fmt.Errorf("setrlimit(CORE): %w", err)
+	}
+	if cfg.Landlock {
+		rw := []string{"/workspace", "/tmp", "/dev/shm", "/dev/pts", cfg.Home}
+		if cfg.Writable {
+			rw = append(rw, "/")
+		}
+		if err := landlock.Restrict(rw, []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random", "/dev/urandom"}); err != nil {
+			return err
+		}
+	}
+	return seccomp.Load(cfg.Seccomp)
+}
+
+func startAndWait(cfg *Config, readyFDs []int, master, slave *os.File) error {
+	cmd := &exec.Cmd{
+		Args: cfg.Argv,
+		Env:  cfg.Env,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	}
+	if cfg.TTY {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr.Setctty = true
+		cmd.SysProcAttr.Ctty = 0
+	} else {
+		cmd.Stdin = os.NewFile(StdinFD, "stdin")
+		cmd.Stdout = os.NewFile(StdinFD+1, "stdout")
+		cmd.Stderr = os.NewFile(StdinFD+2, "stderr")
+	}
+	path, code, err := lookPath(cfg.Argv[0], cfg.Env)
+	if err == nil {
+		cmd.Path = path
+		err = cmd.Start()
+		if err != nil {
+			code = 126
+			if errors.Is(err, unix.ENOENT) {
+				code = 127
+			}
+		}
+	}
+	ready := readyFDs
+	if master != nil {
+		ready = append(ready, int(master.Fd()))
+	}
+	if err != nil {
+		_ = Send(SyncFD, Report{Kind: "ready"}, ready)
+		return Send(SyncFD, Report{Kind: "exit", Code: code, Error: err.Error()}, nil)
+	}
+	if slave != nil {
+		slave.Close()
+	}
+	pid := cmd.Process.Pid
+	if err := Send(SyncFD, Report{Kind: "ready", Pid: pid}, ready); err != nil {
+		return err
+	}
+	for _, fd := range readyFDs {
+		unix.Close(fd)
+	}
+	if master != nil {
+		master.Close()
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	go func() {
+		for s := range sigs {
+			_ = unix.Kill(-pid, s.(syscall.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("wait4: %w", err)
+		}
+		if got != pid {
+			continue // an orphan re-parented to us: reaped
+		}
+		rep := Report{Kind: "exit", Code: ws.ExitStatus()}
+		if ws.Signaled() {
+			rep.Signal = int(ws.Signal())
+			rep.Code = 128 + rep.Signal
+		}
+		return Send(SyncFD, rep, nil)
+	}
+}
+
+// lookPath finds the command the way a shell would with the sandbox's PATH.
+func lookPath(file string, env []string) (string, int, error) {
+	if strings.Contains(file, "/") {
+		return file, 0, nil
+	}
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, 0, nil
+		}
+	}
+	return "", 127, fmt.Errorf("%s: command not found", file)
+}
+
+// HoldMain is `airlock userns-hold`: a process that exists only to own a
+// user namespace while the host builds an idmapped mount with it. It exits
+// when its stdin closes.
+func HoldMain() {
+	var b [1]byte
+	for {
+		if _, err := os.Stdin.Read(b[:]); err != nil {
+			os.Exit(0)
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// The host and `airlock init` talk over one SOCK_SEQPACKET socketpair that
+// the child inherits as fd 3. Exactly one typed struct crosses it in each
+// direction per step; descriptors ride along as SCM_RIGHTS.
+//
+//	host (internal/runtime)                 child (airlock init, PID 1)
+//	clone(NEWUSER|NEWNS|NEWPID|NEWNET|
+//	      NEWUTS|NEWIPC|NEWCGROUP) ───────► blocks in recvmsg(fd 3)
+//	writes uid/gid maps (before exec)
+//	builds idmapped trees with the
+//	child's userns
+//	Config + [image trees, workspace] ───► mounts, pivot_root, caps,
+//	                                        no_new_privs, Landlock, seccomp
+//	                              ◄─────── Report{ready} + [ws upper, ws merged, pty]
+//	                                        starts the command, reaps, forwards signals
+//	                              ◄─────── Report{exit}
+//	(or Report{error} at any step; EOF means init died)
+
+// Fixed descriptor numbers in the child.
+const (
+	SyncFD  = 3 // the socketpair
+	StdinFD = 4 // the command's stdin, stdout, stderr (absent with a TTY)
+	// Lease descriptors follow the stdio ones; init holds them open so that
+	// the leases live exactly as long as the sandbox.
+)
+
+// ProtocolVersion is bumped on any incompatible change to these types.
+const ProtocolVersion = 1
+
+// Config is everything init needs; built and validated by the host.
+type Config struct {
+	Version   int    `json:"version"`
+	Hostname  string `json:"hostname"`
+	Scratch   string `json:"scratch"` // empty host directory the scratch tmpfs is mounted on
+	DiskBytes int64  `json:"disk_bytes"`
+
+	// TreeTargets says where each image tree (the first descriptors sent
+	// with Config) goes: "/" for a whole root filesystem, or a directory
+	// such as "/usr" for the host image.
+	TreeTargets []string `json:"tree_targets"`
+	Writable    bool     `json:"writable"`
+	Workspace   bool     `json:"workspace"` // one more descriptor: the workspace tree
+	Files       []File   `json:"files"`     // generated into the top layer
+
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Home string `json:"home"`
+
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Cwd  string   `json:"cwd"`
+	TTY  bool     `json:"tty"`
+	Rows uint16   `json:"rows"`
+	Cols uint16   `json:"cols"`
+
+	NoFile   uint64            `json:"nofile"`
+	Landlock bool              `json:"landlock"`
+	Seccomp  []unix.SockFilter `json:"seccomp"`
+	KeepCaps []int             `json:"keep_caps"` // bounding set for the command; empty = none
+}
+
+// File is one generated file (or directory, or symlink) of the top layer.
+type File struct {
+	Path string      `json:"path"` // relative to the root, clean
+	Mode os.FileMode `json:"mode"`
+	UID  uint32      `json:"uid"`
+	GID  uint32      `json:"gid"`
+	Data string      `json:"data,omitempty"`
+	Link string      `json:"link,omitempty"`
+}
+
+// Report is what init tells the host.
+type Report struct {
+	Kind string `json:"kind"` // "ready", "exit", "error"
+	// ready
+	Pid int `json:"pid,omitempty"` // the command's pid inside the sandbox
+	// exit
+	Code   int `json:"code"`
+	Signal int `json:"signal,omitempty"`
+	// error, or a command that could not start (Code 126/127)
+	Error string `json:"error,omitempty"`
+	Step  string `json:"step,omitempty"`
+}
+
+// maxMsg bounds one message; a Config carries the seccomp program and
+// generated files, well under this.
+const maxMsg = 4 << 20
+
+// Send writes v and fds as one message.
+func Send(fd int, v any, fds []int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxMsg {
+		return fmt.Errorf("message of %d bytes exceeds %d", len(b), maxMsg)
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if err := unix.Sendmsg(fd, b, oob, nil, 0); err != nil {
+		return fmt.Errorf("sendmsg: %w", err)
+	}
+	return nil
+}
+
+// ErrClosed is returned by Recv when the peer closed the socket.
+var ErrClosed = errors.New("peer closed the sync socket")
+
+// Recv reads one message into v and returns the descriptors that came with
+// it (marked close-on-exec).
+func Recv(fd int, v any) ([]int, error) {
+	buf := make([]byte, maxMsg)
+	oob := make([]byte, unix.CmsgSpace(64*4))
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recvmsg: %w", err)
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return nil, fmt.Errorf("parse control message: %w", err)
+		}
+		for _, m := range msgs {
+			got, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				return nil, err
+			}
+			fds = append(fds, got...)
+		}
+	}
+	if n == 0 {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		return nil, ErrClosed
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		return nil, fmt.Errorf("decode message: %w", err)
+	}
+	return fds, nil
+}

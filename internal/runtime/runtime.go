@@ -1,0 +1,585 @@
+// Package runtime is the host side of a sandbox: it leases a uid range,
+// creates the cgroup, clones `airlock init` from a sealed copy of the binary
+// into fresh namespaces, hands it idmapped mount trees and a Config over the
+// sync socket, and tears everything down again. It makes the syscalls;
+// policy (what to run, with which limits) arrives already validated. It
+// imports internal/linux/* and nsinit (for the wire types), nothing above.
+package runtime
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/linux/mount"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"golang.org/x/sys/unix"
+)
+
+// Paths under the state directory (default /run/airlock).
+const (
+	scratchDir  = "scratch"   // empty; each sandbox mounts its tmpfs here in its own namespace
+	uidDir      = "uids"      // uid range leases
+	sandboxDir  = "sandboxes" // one lock file per live sandbox
+	initArgv0   = "airlock"
+	firstUID    = 1 << 30 // far above /etc/subuid's usual ranges
+	uidsPerSlot = 65536
+	uidSlots    = 16384
+)
+
+// SandboxUID is the unprivileged user a command runs as by default.
+const SandboxUID = 1000
+
+// Runtime creates sandboxes on this host.
+type Runtime struct {
+	stateDir string
+	log      *slog.Logger
+	cgroups  *cgroup.Host
+	leases   *uidLeases
+	exe      sealedExe
+	seccomp  []unix.SockFilter
+}
+
+// New checks the host's controls and prepares the state directory. Missing
+// cgroup controllers or seccomp are errors classed errdefs.ErrUnavailable.
+func New(stateDir string, log *slog.Logger) (*Runtime, error) {
+	cg, err := cgroup.Detect()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if !seccomp.Supported() {
+		return nil, errdefs.Unavailable("the kernel has no seccomp filter support")
+	}
+	prog, err := seccomp.Build()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []struct {
+		p    string
+		mode os.FileMode
+	}{{stateDir, 0o711}, {filepath.Join(stateDir, scratchDir), 0o755}, {filepath.Join(stateDir, uidDir), 0o700}, {filepath.Join(stateDir, sandboxDir), 0o700}} {
+		if err := os.MkdirAll(d.p, d.mode); err != nil {
+			return nil, fmt.Errorf("create state directory: %w", err)
+		}
+		if err := os.Chmod(d.p, d.mode); err != nil {
+			return nil, err
+		}
+	}
+	return &Runtime{
+		stateDir: stateDir,
+		log:      log,
+		cgroups:  cg,
+		leases:   &uidLeases{dir: filepath.Join(stateDir, uidDir), first: firstUID, size: uidsPerSlot, slots: uidSlots},
+		seccomp:  prog,
+	}, nil
+}
+
+// CgroupVersion reports the cgroup interface in use.
+func (rt *Runtime) CgroupVersion() int { return int(rt.cgroups.Version) }
+
+// Tree is a host directory shown read-only inside the sandbox at Target,
+// with its ownership shifted into the sandbox's uid range.
+type Tree struct {
+	HostPath string
+	Target   string // "/" for a whole root filesystem
+}
+
+// Options describe one sandbox to create. They are produced from a
+// validated spec.Spec by internal/sandbox.
+type Options struct {
+	Trees     []Tree
+	Files     []nsinit.File
+	Writable  bool
+	Workspace string // host directory shown copy-on-write at /workspace
+
+	Root     bool // run the command as root inside (with KeepCaps)
+	KeepCaps []int
+	Home     string
+	Argv     []string
+	Env      []string
+	Cwd      string
+	Hostname string
+
+	TTY        bool
+	Rows, Cols uint16
+	// Stdio are the command's stdin, stdout and stderr when not on a TTY.
+	Stdio [3]*os.File
+
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	DiskBytes   int64
+	NoFile      uint64
+	Landlock    bool
+}
+
+// Sandbox is one live sandbox. Close releases everything it holds.
+type Sandbox struct {
+	ID  string
+	rt  *Runtime
+	cmd *exec.Cmd
+	cg  *cgroup.Cgroup
+	uid *UIDRange
+
+	lock      *lockFile
+	sock      int
+	oomStop   func()
+	oom       chan struct{}
+	killed    sync.Once
+	closeOnce sync.Once
+
+	// WorkspaceUpper and Workspace are directory descriptors (O_PATH) on the
+	// sandbox's workspace upper layer and merged view; they stay valid after
+	// the sandbox is gone. PTY is the terminal's master side.
+	WorkspaceUpper *os.File
+	Workspace      *os.File
+	PTY            *os.File
+	// Pid is the command's pid inside the sandbox.
+	Pid int
+}
+
+// NewID returns a fresh sandbox id.
+func NewID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Reservation holds a sandbox id's lock from before anything is made for
+// it (a workspace checkout, say) until the sandbox is destroyed; gc treats
+// every locked id as alive.
+type Reservation struct {
+	ID   string
+	lock *lockFile
+	used bool
+}
+
+// Reserve takes the lock of a new sandbox id.
+func (rt *Runtime) Reserve(id string) (*Reservation, error) {
+	l, err := tryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("sandbox id %s is in use", id)
+	}
+	return &Reservation{ID: id, lock: l}, nil
+}
+
+// Release gives the id up unless a sandbox was created with it (the
+// sandbox's Close releases it then).
+func (r *Reservation) Release() {
+	if !r.used {
+		r.lock.release()
+		r.used = true
+	}
+}
+
+// Live reports whether sandbox id is held by a live process.
+func (rt *Runtime) Live(id string) bool {
+	l, err := tryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
+	if err != nil || l == nil {
+		return true
+	}
+	l.release()
+	return false
+}
+
+// Create builds and starts a sandbox. On any error every step already taken
+// is undone and the reservation released.
+func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
+	id := r.ID
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	sb := &Sandbox{ID: id, rt: rt, oom: make(chan struct{}), sock: -1}
+	t0 := time.Now()
+	lap := func(step string) { rt.log.Debug("create", "id", id, "step", step, "at", time.Since(t0)) }
+
+	exe, err := rt.exe.get()
+	if err != nil {
+		return nil, err
+	}
+	lap("sealed")
+	if r.used {
+		return nil, fmt.Errorf("reservation %s already used", id)
+	}
+	sb.lock = r.lock
+	undo = append(undo, r.Release)
+	if sb.uid, err = rt.leases.acquire(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
+	}
+	undo = append(undo, sb.uid.lock.release)
+	sb.cg, err = rt.cgroups.Create(id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	undo = append(undo, func() { _ = sb.cg.Remove() })
+	lap("cgroup")
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	sb.sock = fds[0]
+	child := os.NewFile(uintptr(fds[1]), "sync")
+	undo = append(undo, func() { unix.Close(sb.sock) })
+
+	cmd := &exec.Cmd{
+		Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()),
+		Args: []string{initArgv0, "init"},
+		Env:  []string{},
+		Dir:  "/",
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+				unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid.Base), Size: int(sb.uid.Size)}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.uid.Base), Size: int(sb.uid.Size)}},
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+			// If this process dies, so does init, and with it every process
+			// of the sandbox's pid namespace.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.lock.f, sb.lock.f}
+	if !o.TTY {
+		cmd.ExtraFiles[1], cmd.ExtraFiles[2], cmd.ExtraFiles[3] = o.Stdio[0], o.Stdio[1], o.Stdio[2]
+	}
+	if err := rt.start(cmd, sb.cg); err != nil {
+		child.Close()
+		return nil, fmt.Errorf("start init: %w", err)
+	}
+	child.Close()
+	sb.cmd = cmd
+	lap("cloned")
+	undo = append(undo, func() { sb.kill(); _ = cmd.Wait() })
+
+	if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.kill() }); err != nil {
+		return nil, err
+	}
+	undo = append(undo, sb.oomStop)
+
+	if err := rt.configure(sb, o); err != nil {
+		return nil, err
+	}
+	r.used = true
+	lap("ready")
+	return sb, nil
+}
+
+// start clones init into the sandbox's cgroup. With cgroup v2 the kernel
+// places it there atomically (CLONE_INTO_CGROUP); with v1 the calling thread
+// steps into the cgroup for the clone, so that the child is born inside it
+// and its cgroup namespace is rooted there.
+func (rt *Runtime) start(cmd *exec.Cmd, cg *cgroup.Cgroup) error {
+	if cg.Version() == cgroup.V2 {
+		dir, err := cg.OpenV2()
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(dir.Fd())
+		return cmd.Start()
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	restore, err := cg.EnterThread(unix.Gettid())
+	if err != nil {
+		return err
+	}
+	startErr := cmd.Start()
+	if err := restore(); err != nil {
+		return fmt.Errorf("leave sandbox cgroup: %w", err)
+	}
+	return startErr
+}
+
+// configure builds the idmapped trees with init's user namespace, sends the
+// Config, and waits for init to report ready.
+func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
+	pid := sb.cmd.Process.Pid
+	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		return fmt.Errorf("open init's user namespace: %w", err)
+	}
+	defer userns.Close()
+
+	var trees []int
+	defer func() {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+	}()
+	cfg := nsinit.Config{
+		Version:   nsinit.ProtocolVersion,
+		Hostname:  o.Hostname,
+		Scratch:   filepath.Join(rt.stateDir, scratchDir),
+		DiskBytes: o.DiskBytes,
+		Writable:  o.Writable,
+		Files:     o.Files,
+		Home:      o.Home,
+		Argv:      o.Argv,
+		Env:       o.Env,
+		Cwd:       o.Cwd,
+		TTY:       o.TTY,
+		Rows:      o.Rows,
+		Cols:      o.Cols,
+		NoFile:    o.NoFile,
+		Landlock:  o.Landlock,
+		Seccomp:   rt.seccomp,
+		UID:       SandboxUID,
+		GID:       SandboxUID,
+	}
+	if o.Root {
+		cfg.UID, cfg.GID, cfg.KeepCaps = 0, 0, o.KeepCaps
+	}
+	for _, t := range o.Trees {
+		fd, err := mount.IdmappedTree(t.HostPath, int(userns.Fd()), true)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		trees = append(trees, fd)
+		cfg.TreeTargets = append(cfg.TreeTargets, t.Target)
+	}
+	if o.Workspace != "" {
+		fd, err := rt.workspaceTree(o.Workspace, sb.uid.Base+SandboxUID)
+		if err != nil {
+			return err
+		}
+		trees = append(trees, fd)
+		cfg.Workspace = true
+	}
+	if err := nsinit.Send(sb.sock, cfg, trees); err != nil {
+		return fmt.Errorf("send config to init: %w", err)
+	}
+	var rep nsinit.Report
+	fds, err := nsinit.Recv(sb.sock, &rep)
+	if err != nil {
+		return fmt.Errorf("init died during setup: %w", err)
+	}
+	if rep.Kind == "error" {
+		return fmt.Errorf("%w: sandbox setup failed at %s: %s", errdefs.ErrUnavailable, rep.Step, rep.Error)
+	}
+	if rep.Kind != "ready" || len(fds) < 2 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return fmt.Errorf("%w: init sent %q with %d descriptors", errdefs.ErrInternal, rep.Kind, len(fds))
+	}
+	sb.WorkspaceUpper = os.NewFile(uintptr(fds[0]), "ws-upper")
+	sb.Workspace = os.NewFile(uintptr(fds[1]), "ws")
+	if len(fds) > 2 {
+		sb.PTY = os.NewFile(uintptr(fds[2]), "pty")
+	}
+	sb.Pid = rep.Pid
+	return nil
+}
+
+// workspaceTree returns an idmapped clone of dir in which dir's owner (uid
+// and gid) appears as hostID, the sandbox user; other owners stay unmapped.
+// The mapping needs a user namespace of its own, held by a short-lived
+// helper process.
+func (rt *Runtime) workspaceTree(dir string, hostID uint32) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return -1, fmt.Errorf("%w: --workspace %s: %v", errdefs.ErrNotFound, dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
+	}
+	exe, err := rt.exe.get()
+	if err != nil {
+		return -1, err
+	}
+	hold := &exec.Cmd{
+		Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()),
+		Args: []string{initArgv0, "userns-hold"},
+		Env:  []string{},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(hostID), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(hostID), Size: 1}},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	stdin, err := hold.StdinPipe()
+	if err != nil {
+		return -1, err
+	}
+	if err := hold.Start(); err != nil {
+		return -1, fmt.Errorf("start userns helper: %w", err)
+	}
+	defer func() { stdin.Close(); _ = hold.Wait() }()
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", hold.Process.Pid))
+	if err != nil {
+		return -1, err
+	}
+	defer ns.Close()
+	fd, err := mount.IdmappedTree(dir, int(ns.Fd()), true)
+	if err != nil {
+		return -1, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return fd, nil
+}
+
+// Exit is how a sandbox's command ended.
+type Exit struct {
+	Code   int
+	Signal int
+	// Error is set when the command could not start (Code 126 or 127).
+	Error string
+	// OOM is set when the kernel's OOM killer fired in the sandbox.
+	OOM bool
+	// InitDied is set when init vanished without reporting (killed).
+	InitDied bool
+}
+
+// Wait blocks until the command exits (or init dies) and returns how.
+func (sb *Sandbox) Wait() Exit {
+	var rep nsinit.Report
+	fds, err := nsinit.Recv(sb.sock, &rep)
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	ex := Exit{}
+	if err != nil || rep.Kind != "exit" {
+		ex.InitDied = true
+		ex.Code, ex.Signal = 128+int(unix.SIGKILL), int(unix.SIGKILL)
+	} else {
+		ex.Code, ex.Signal, ex.Error = rep.Code, rep.Signal, rep.Error
+	}
+	select {
+	case <-sb.oom:
+		ex.OOM = true
+	default:
+		if sb.cg.Stats().OOMKills > 0 {
+			ex.OOM = true
+		}
+	}
+	return ex
+}
+
+// Signal forwards sig to the command through init.
+func (sb *Sandbox) Signal(sig unix.Signal) error {
+	return unix.Kill(sb.cmd.Process.Pid, sig)
+}
+
+// Kill ends every process of the sandbox: SIGKILL to init takes its whole
+// pid namespace with it.
+func (sb *Sandbox) Kill() { sb.kill() }
+
+func (sb *Sandbox) kill() {
+	sb.killed.Do(func() {
+		if sb.cmd != nil && sb.cmd.Process != nil {
+			_ = sb.cmd.Process.Signal(unix.SIGKILL)
+		}
+	})
+}
+
+// Stats returns the kernel's accounting for the sandbox so far.
+func (sb *Sandbox) Stats() cgroup.Stats { return sb.cg.Stats() }
+
+// Close destroys the sandbox: kills what is left, waits for init, removes
+// the cgroup and releases the leases. The workspace descriptors stay valid
+// until CloseFiles.
+func (sb *Sandbox) Close() error {
+	var err error
+	sb.closeOnce.Do(func() {
+		sb.kill()
+		_ = sb.cmd.Wait()
+		if sb.oomStop != nil {
+			sb.oomStop()
+		}
+		unix.Close(sb.sock)
+		// The pid namespace is torn down asynchronously; Remove retries
+		// while the cgroup is still busy.
+		err = sb.cg.Remove()
+		sb.uid.lock.release()
+		sb.lock.release()
+	})
+	return err
+}
+
+// CloseFiles closes the descriptors the sandbox handed out.
+func (sb *Sandbox) CloseFiles() {
+	for _, f := range []*os.File{sb.WorkspaceUpper, sb.Workspace, sb.PTY} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// GC removes what dead sandboxes left behind: cgroups and lock files of
+// sandboxes whose holder is gone (an `airlock run` killed with SIGKILL). It
+// never touches a live sandbox: liveness is the flock its init holds.
+func (rt *Runtime) GC() (removed []string, err error) {
+	seen := map[string]bool{}
+	ents, _ := os.ReadDir(filepath.Join(rt.stateDir, sandboxDir))
+	for _, e := range ents {
+		if id, ok := cutSuffix(e.Name(), ".lock"); ok {
+			seen[id] = true
+		}
+	}
+	for _, id := range rt.cgroups.List() {
+		seen[id] = true
+	}
+	var errs []error
+	for id := range seen {
+		l, lerr := tryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
+		}
+		if l == nil {
+			continue // alive
+		}
+		cg := rt.cgroups.Open(id)
+		for _, p := range cg.Procs() {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		if err := cg.Remove(); err != nil {
+			errs = append(errs, err)
+		}
+		l.release()
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func cutSuffix(s, suf string) (string, bool) {
+	if len(s) > len(suf) && s[len(s)-len(suf):] == suf {
+		return s[:len(s)-len(suf)], true
+	}
+	return "", false
+}
+
+// WaitGone waits up to d for pid to disappear (for tests and gc).
+func WaitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}

@@ -1,0 +1,232 @@
+// Package spec turns an external sandbox request into one validated Spec.
+// It is pure (no I/O, no syscalls) and fuzzed: every field a caller sets is
+// checked here before any other package sees it, and unknown fields are
+// rejected by the decoders that feed it. It may import only api/ and errdefs.
+package spec
+
+import (
+	"fmt"
+	"math"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Defaults for every limit. They are documented in docs/security-model.md.
+const (
+	DefaultMemory  = 2 << 30
+	DefaultDisk    = 1 << 30
+	DefaultCPUs    = 1.0
+	DefaultPids    = 512
+	DefaultTimeout = 10 * time.Minute
+	DefaultNoFile  = 1024
+
+	// MinMemory keeps a sandbox able to start at all.
+	MinMemory = 16 << 20
+	// MinDisk is the smallest writable area (it also holds /etc and /dev).
+	MinDisk = 4 << 20
+)
+
+// Degradable controls are the only controls a caller may opt out of, and
+// only explicitly. Namespaces, cgroups, seccomp and capabilities have none.
+var Degradable = []string{"landlock"}
+
+// Spec is the validated description of one sandbox.
+type Spec struct {
+	// Image is "host", an absolute rootfs directory, "oci:PATH",
+	// "docker-archive:PATH" or a registry reference.
+	Image          string        `json:"image"`
+	WritableRootfs bool          `json:"writable_rootfs,omitempty"`
+	Workspace      string        `json:"workspace,omitempty"` // host directory, absolute
+	Repo           string        `json:"repo,omitempty"`      // host git repository, absolute
+	Commit         string        `json:"commit,omitempty"`
+	User           string        `json:"user"` // "user" (uid 1000) or "root"
+	Env            []string      `json:"env,omitempty"`
+	Command        []string      `json:"command"`
+	TTY            bool          `json:"tty,omitempty"`
+	Limits         Limits        `json:"limits"`
+	AllowDegraded  []string      `json:"allow_degraded,omitempty"`
+	Hostname       string        `json:"hostname,omitempty"`
+	Timeout        time.Duration `json:"timeout"`
+}
+
+// Limits are the resource caps; all are enforced by the kernel.
+type Limits struct {
+	Memory int64   `json:"memory"` // bytes
+	Disk   int64   `json:"disk"`   // bytes of writable space (tmpfs)
+	CPUs   float64 `json:"cpus"`   // CFS quota in CPUs
+	Pids   int64   `json:"pids"`
+	NoFile uint64  `json:"nofile"`
+}
+
+// Default returns a Spec with every default filled in.
+func Default() Spec {
+	return Spec{
+		Image: "host",
+		User:  "user",
+		Limits: Limits{
+			Memory: DefaultMemory, Disk: DefaultDisk, CPUs: DefaultCPUs,
+			Pids: DefaultPids, NoFile: DefaultNoFile,
+		},
+		Timeout: DefaultTimeout,
+	}
+}
+
+var (
+	envKey   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostname = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	commitRE = regexp.MustCompile(`^[A-Za-z0-9._/^~@{}-]{1,200}$`)
+)
+
+// Validate checks every field and returns the first problem, classed as
+// errdefs.ErrInvalidArgument, naming the flag a user would fix.
+func (s *Spec) Validate() error {
+	bad := func(format string, a ...any) error { return errdefs.Invalid(fmt.Sprintf(format, a...)) }
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		return bad("no command given: use airlock run [flags] -- COMMAND [ARG...]")
+	}
+	for _, a := range s.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			return bad("command argument contains a NUL byte")
+		}
+	}
+	if err := validateImage(s.Image); err != nil {
+		return err
+	}
+	if s.Workspace != "" && s.Repo != "" {
+		return bad("--workspace and --repo are mutually exclusive")
+	}
+	if s.Workspace != "" && !cleanAbs(s.Workspace) {
+		return bad("--workspace %q: must be an absolute, clean path", s.Workspace)
+	}
+	if (s.Repo == "") != (s.Commit == "") {
+		return bad("--repo and --commit go together")
+	}
+	if s.Repo != "" {
+		if !cleanAbs(s.Repo) {
+			return bad("--repo %q: must be an absolute, clean path", s.Repo)
+		}
+		if !commitRE.MatchString(s.Commit) || strings.HasPrefix(s.Commit, "-") {
+			return bad("--commit %q: not a revision", s.Commit)
+		}
+	}
+	switch s.User {
+	case "user", "root":
+	default:
+		return bad("--user %q: must be \"user\" or \"root\"", s.User)
+	}
+	seen := map[string]bool{}
+	for _, kv := range s.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || !envKey.MatchString(k) {
+			return bad("--env %q: must be KEY=VALUE with KEY of letters, digits and _", kv)
+		}
+		if strings.IndexByte(kv, 0) >= 0 {
+			return bad("--env %q: contains a NUL byte", k)
+		}
+		if seen[k] {
+			return bad("--env %s given twice", k)
+		}
+		seen[k] = true
+	}
+	if s.Hostname != "" && !hostname.MatchString(s.Hostname) {
+		return bad("hostname %q: must be a lower-case DNS label", s.Hostname)
+	}
+	for _, d := range s.AllowDegraded {
+		if !slices.Contains(Degradable, d) {
+			return bad("--allow-degraded %q: only %s may be degraded; namespaces, cgroups, seccomp and capabilities have no opt-out", d, strings.Join(Degradable, ", "))
+		}
+	}
+	l := s.Limits
+	switch {
+	case l.Memory < MinMemory:
+		return bad("--memory %d: at least %s", l.Memory, FormatSize(MinMemory))
+	case l.Disk < MinDisk:
+		return bad("--disk %d: at least %s", l.Disk, FormatSize(MinDisk))
+	case !(l.CPUs >= 0.01 && l.CPUs <= 1024) || math.IsNaN(l.CPUs):
+		return bad("--cpus %v: must be between 0.01 and 1024", l.CPUs)
+	case l.Pids < 8 || l.Pids > 1<<22:
+		return bad("--pids %d: must be between 8 and %d", l.Pids, 1<<22)
+	case l.NoFile < 64 || l.NoFile > 1<<20:
+		return bad("nofile %d: must be between 64 and %d", l.NoFile, 1<<20)
+	case s.Timeout <= 0 || s.Timeout > 7*24*time.Hour:
+		return bad("--timeout %v: must be between 1ns and 168h", s.Timeout)
+	}
+	return nil
+}
+
+// Degraded reports whether the caller opted out of control c.
+func (s *Spec) Degraded(c string) bool { return slices.Contains(s.AllowDegraded, c) }
+
+func cleanAbs(p string) bool {
+	return path.IsAbs(p) && path.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
+func validateImage(img string) error {
+	switch {
+	case img == "" || img == "host":
+		return nil
+	case strings.HasPrefix(img, "oci:"), strings.HasPrefix(img, "docker-archive:"):
+		_, p, _ := strings.Cut(img, ":")
+		if !cleanAbs(p) {
+			return errdefs.Invalid(fmt.Sprintf("--image %q: the path after the prefix must be absolute and clean", img))
+		}
+		return nil
+	case strings.HasPrefix(img, "/"):
+		if !cleanAbs(img) {
+			return errdefs.Invalid(fmt.Sprintf("--image %q: must be a clean absolute path", img))
+		}
+		return nil
+	case strings.ContainsAny(img, " \t\n\x00") || len(img) > 512:
+		return errdefs.Invalid(fmt.Sprintf("--image %q: not a registry reference", img))
+	}
+	return nil
+}
+
+var sizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+	"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+	"t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
+}
+
+// ParseSize parses sizes such as 512M, 2G, 1.5GiB or 1048576 (bytes).
+// Units are binary (K = 1024), case-insensitive.
+func ParseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], t[i:]
+	}
+	mult, ok := sizeUnits[unit]
+	if !ok || num == "" {
+		return 0, errdefs.Invalid(fmt.Sprintf("size %q: want a number with an optional unit K, M, G or T", s))
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || f*float64(mult) >= math.MaxInt64/2 {
+		return 0, errdefs.Invalid(fmt.Sprintf("size %q: out of range", s))
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// FormatSize prints n bytes the way airlock's messages do: 256MiB, 2GiB.
+func FormatSize(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f := float64(n)
+	u := 0
+	for f >= 1024 && u < len(units)-1 && math.Mod(f, 1024) == 0 {
+		f /= 1024
+		u++
+	}
+	if u == 0 && n >= 1024 {
+		return fmt.Sprintf("%.1fKiB", float64(n)/1024)
+	}
+	return fmt.Sprintf("%d%s", int64(f), units[u])
+}

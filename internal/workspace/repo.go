@@ -1,0 +1,132 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// FromRepo builds a workspace directory holding the tree of one commit of
+// the host repository repo, and a fresh .git with only that commit's
+// objects (a shallow clone of depth one, HEAD detached at it). It reads the
+// repository's objects in Go (go-git): no git process runs, so no hook,
+// filter, fsmonitor or other command named in the repository's config can
+// execute, and nothing of that config (remotes, credential helpers, URLs
+// with tokens) is copied. The directory is dir/<id>; cleanup removes it.
+func FromRepo(repo, rev, dir, id string) (string, func(), error) {
+	src, err := git.PlainOpenWithOptions(repo, &git.PlainOpenOptions{DetectDotGit: false, EnableDotGitCommonDir: false})
+	if err != nil {
+		return "", nil, errdefs.Invalid(fmt.Sprintf("--repo %s: not a git repository: %v", repo, err))
+	}
+	h, err := src.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return "", nil, errdefs.Invalid(fmt.Sprintf("--commit %s: %v", rev, err))
+	}
+	commit, err := src.CommitObject(*h)
+	if err != nil {
+		return "", nil, errdefs.Invalid(fmt.Sprintf("--commit %s: %v", rev, err))
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	ws := filepath.Join(dir, id)
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(ws) }
+	if err := checkout(src, commit, ws); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("--repo %s --commit %s: %w", repo, rev, err)
+	}
+	return ws, cleanup, nil
+}
+
+func checkout(src *git.Repository, commit *object.Commit, ws string) error {
+	dst, err := git.PlainInit(ws, false)
+	if err != nil {
+		return err
+	}
+	tree, err := commit.Tree()
+	if err != nil {
+		return err
+	}
+	// Copy exactly the objects of this commit: itself, its trees, its blobs.
+	copyObj := func(h plumbing.Hash) error {
+		o, err := src.Storer.EncodedObject(plumbing.AnyObject, h)
+		if err != nil {
+			return err
+		}
+		_, err = dst.Storer.SetEncodedObject(o)
+		return err
+	}
+	if err := copyObj(commit.Hash); err != nil {
+		return err
+	}
+	if err := copyObj(tree.Hash); err != nil {
+		return err
+	}
+	walker := object.NewTreeWalker(tree, true, nil)
+	defer walker.Close()
+	for {
+		_, entry, err := walker.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if entry.Mode.IsFile() || entry.Mode == filemode.Dir {
+			if err := copyObj(entry.Hash); err != nil {
+				return err
+			}
+		}
+	}
+	if err := dst.Storer.SetShallow([]plumbing.Hash{commit.Hash}); err != nil {
+		return err
+	}
+	if err := dst.Storer.SetReference(plumbing.NewHashReference(plumbing.HEAD, commit.Hash)); err != nil {
+		return err
+	}
+	wt, err := dst.Worktree()
+	if err != nil {
+		return err
+	}
+	if err := wt.Checkout(&git.CheckoutOptions{Hash: commit.Hash, Force: true}); err != nil {
+		return err
+	}
+	// Leave the sandbox a repository it can work in: a plain detached HEAD,
+	// no remotes, no config beyond go-git's defaults.
+	return os.WriteFile(filepath.Join(ws, ".git", "description"), []byte("airlock workspace at "+commit.Hash.String()+"\n"), 0o644)
+}
+
+// GCRepos removes workspace checkouts under dir whose sandbox is no longer
+// alive (live reports whether a sandbox id holds its lock).
+func GCRepos(dir string, live func(id string) bool) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() || strings.ContainsAny(e.Name(), "./") || live(e.Name()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
