@@ -31,6 +31,7 @@ type globals struct {
 	stateDir string
 	dataDir  string
 	debug    bool
+	log      *slog.Logger
 	stdout   io.Writer
 	stderr   io.Writer
 }
@@ -58,6 +59,12 @@ credentials, kernel-enforced limits, and nothing left behind afterwards.
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")
 	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), imageCmd(g))
+	root.PersistentPreRun = func(*cobra.Command, []string) {
+		g.log = slog.New(slog.DiscardHandler)
+		if g.debug {
+			g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	}
 	root.SetArgs(args)
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
@@ -81,11 +88,7 @@ func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
 	if os.Geteuid() != 0 {
 		return nil, errdefs.Unavailable("airlock needs root to create sandboxes: run it with sudo")
 	}
-	log := slog.New(slog.DiscardHandler)
-	if g.debug {
-		log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: log})
+	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log})
 }
 
 func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }

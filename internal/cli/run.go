@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -107,7 +108,9 @@ Exit status:
 }
 
 func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string) error {
+	t0 := time.Now()
 	eng, err := g.engine(g.warn)
+	g.log.Debug("engine ready", "at", time.Since(t0))
 	if err != nil {
 		return err
 	}

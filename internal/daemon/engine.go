@@ -145,6 +145,7 @@ const (
 // is non-nil only when the sandbox could not be created (exit 125).
 func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptions) (*Result, error) {
 	start := time.Now()
+	lap := func(step string) { e.cfg.Log.Debug("run", "step", step, "at", time.Since(start)) }
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -163,6 +164,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	if err != nil {
 		return nil, err
 	}
+	lap("image")
 	reservation, err := e.rt.Reserve(res.SandboxID)
 	if err != nil {
 		return nil, err
@@ -301,7 +303,9 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		}
 	}()
 
+	lap("created")
 	ex := sb.Wait()
+	lap("exited")
 	timer.Stop()
 	// Init is gone, or about to be: whatever the command left running dies
 	// with the pid namespace. The streams reach EOF once every writer is.
@@ -310,6 +314,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	stats := sb.Stats()
 	diskFull := scratchFull(sb.WorkspaceUpper)
 	destroy()
+	lap("destroyed")
 
 	res.Wall = time.Since(start)
 	res.CPU = stats.CPUTime

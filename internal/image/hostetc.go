@@ -15,13 +15,27 @@ import (
 
 // hostEtcTemplate returns a directory holding etc/ with the sanitized copy
 // of the host's /etc (HostEtc: world-readable files, directories and
-// symlinks only), built once under dir/<digest> and rebuilt when the host's
-// files change. Sandboxes mount it read-only (idmapped); nothing is copied
-// per run.
+// symlinks only), built once under dir and rebuilt when the host's entries
+// change. Sandboxes mount it read-only (idmapped); nothing is copied per
+// run. Freshness is checked against a manifest of the top-level entries and
+// every directory (package managers replace files by rename, which changes
+// the directory), so a run costs a few dozen stat calls, not a walk.
 func hostEtcTemplate(dir string) (string, error) {
-	h := sha256.New()
+	cur := filepath.Join(dir, "current")
+	if target, err := os.Readlink(cur); err == nil {
+		tmpl := filepath.Join(dir, target)
+		if m, err := os.ReadFile(filepath.Join(tmpl, ".manifest")); err == nil && manifestFresh(string(m)) {
+			return tmpl, nil
+		}
+	}
 	var entries []string
+	var manifest strings.Builder
 	for _, root := range HostEtc {
+		if fi, err := os.Lstat(root); err == nil {
+			manifest.WriteString(stamp(root, fi))
+		} else {
+			manifest.WriteString(root + "\x00absent\n")
+		}
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil
@@ -33,50 +47,75 @@ func hostEtcTemplate(dir string) (string, error) {
 				}
 				return nil
 			}
-			fmt.Fprintf(h, "%s\x00%o\x00%d\x00%d\n", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+			if d.IsDir() && p != root {
+				manifest.WriteString(stamp(p, fi))
+			}
 			entries = append(entries, p)
 			return nil
 		})
 	}
-	digest := hex.EncodeToString(h.Sum(nil))[:16]
+	sum := sha256.Sum256([]byte(manifest.String()))
+	digest := hex.EncodeToString(sum[:8])
 	final := filepath.Join(dir, digest)
-	if _, err := os.Stat(filepath.Join(final, ".complete")); err == nil {
-		return final, nil
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(dir, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", err
-	}
-	for _, p := range entries {
-		if err := copyEntry(p, filepath.Join(tmp, p)); err != nil {
-			return "", fmt.Errorf("host /etc template: %w", err)
+	if _, err := os.Stat(filepath.Join(final, ".manifest")); err != nil {
+		tmp, err := os.MkdirTemp(dir, ".build-")
+		if err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(tmp)
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			return "", err
+		}
+		for _, p := range entries {
+			if err := copyEntry(p, filepath.Join(tmp, p)); err != nil {
+				return "", fmt.Errorf("host /etc template: %w", err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(tmp, ".manifest"), []byte(manifest.String()), 0o600); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, final); err != nil {
+			if _, serr := os.Stat(filepath.Join(final, ".manifest")); serr != nil {
+				return "", err
+			}
 		}
 	}
-	if err := os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644); err != nil {
+	// Point "current" at it atomically. Older templates stay until gc: a
+	// sandbox started a moment ago may still be about to mount one.
+	link := filepath.Join(dir, ".current-"+digest)
+	_ = os.Remove(link)
+	if err := os.Symlink(digest, link); err != nil {
 		return "", err
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		if _, serr := os.Stat(filepath.Join(final, ".complete")); serr == nil {
-			return final, nil // a concurrent run built the same template
-		}
+	if err := os.Rename(link, cur); err != nil {
 		return "", err
-	}
-	// Older templates: remove, unless a running sandbox still... mounts keep
-	// their own reference, so removal only drops the directory entries.
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		if e.Name() != digest && !strings.HasPrefix(e.Name(), ".build-") {
-			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
-		}
 	}
 	return final, nil
+}
+
+func stamp(p string, fi os.FileInfo) string {
+	return fmt.Sprintf("%s\x00%o\x00%d\x00%d\n", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+}
+
+// manifestFresh re-stats every entry a template's manifest recorded.
+func manifestFresh(m string) bool {
+	for _, line := range strings.Split(strings.TrimSuffix(m, "\n"), "\n") {
+		p, _, _ := strings.Cut(line, "\x00")
+		fi, err := os.Lstat(p)
+		if err != nil {
+			if line != p+"\x00absent" {
+				return false
+			}
+			continue
+		}
+		if stamp(p, fi) != line+"\n" {
+			return false
+		}
+	}
+	return true
 }
 
 // visible reports whether the sandbox's unprivileged users could read the

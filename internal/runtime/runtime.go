@@ -49,7 +49,7 @@ type Runtime struct {
 	cgroups  *cgroup.Host
 	leases   *uidLeases
 	exe      sealedExe
-	seccomp  []unix.SockFilter
+	seccomp  []byte
 }
 
 // New checks the host's controls and prepares the state directory. Missing
@@ -77,13 +77,17 @@ func New(stateDir string, log *slog.Logger) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	return &Runtime{
+	rt := &Runtime{
 		stateDir: stateDir,
 		log:      log,
 		cgroups:  cg,
 		leases:   &uidLeases{dir: filepath.Join(stateDir, uidDir), first: firstUID, size: uidsPerSlot, slots: uidSlots},
-		seccomp:  prog,
-	}, nil
+		seccomp:  seccomp.Encode(prog),
+	}
+	// Copying the binary into its sealed memfd is the most expensive step
+	// of a cold start; begin it now, alongside the caller's other set-up.
+	go func() { _, _ = rt.exe.get() }()
+	return rt, nil
 }
 
 // CgroupVersion reports the cgroup interface in use.
@@ -260,6 +264,9 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 		},
 	}
 	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.lock.f, sb.lock.f}
+	if len(cmd.ExtraFiles)+3 > minExeFD {
+		return nil, fmt.Errorf("%w: too many descriptors for init", errdefs.ErrInternal)
+	}
 	if !o.TTY {
 		cmd.ExtraFiles[1], cmd.ExtraFiles[2], cmd.ExtraFiles[3] = o.Stdio[0], o.Stdio[1], o.Stdio[2]
 	}
@@ -391,6 +398,7 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 		sb.PTY = os.NewFile(uintptr(fds[2]), "pty")
 	}
 	sb.Pid = rep.Pid
+	rt.log.Debug("init steps", "id", sb.ID, "steps", rep.Steps)
 	return nil
 }
 

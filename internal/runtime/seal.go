@@ -24,15 +24,26 @@ func (s *sealedExe) get() (*os.File, error) {
 	return s.f, s.err
 }
 
+// minExeFD is far above the descriptors any child is given.
+const minExeFD = 100
+
 func seal() (*os.File, error) {
 	src, err := os.Open("/proc/self/exe")
 	if err != nil {
 		return nil, fmt.Errorf("open /proc/self/exe: %w", err)
 	}
 	defer src.Close()
-	fd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	mfd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	// The child execs /proc/self/fd/N after os/exec has dup2'ed ExtraFiles
+	// onto fds 3, 4, ...; N must lie above them or the child would exec
+	// whatever landed on it.
+	fd, err := unix.FcntlInt(uintptr(mfd), unix.F_DUPFD_CLOEXEC, minExeFD)
+	unix.Close(mfd)
+	if err != nil {
+		return nil, fmt.Errorf("fcntl(F_DUPFD_CLOEXEC): %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "airlock-sealed")
 	if _, err := io.Copy(f, src); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,11 +76,43 @@ func Default() Spec {
 	}
 }
 
-var (
-	envKey   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	hostname = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	commitRE = regexp.MustCompile(`^[A-Za-z0-9._/^~@{}-]{1,200}$`)
-)
+// The validators below are written out rather than compiled regexps: every
+// sandbox's init runs this binary's package initialisers, and compiling
+// regexps there cost more than half a millisecond per sandbox.
+
+func envKeyOK(k string) bool {
+	for i, c := range k {
+		letter := c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return k != ""
+}
+
+func hostnameOK(h string) bool {
+	if h == "" || len(h) > 63 || h[0] == '-' || h[len(h)-1] == '-' {
+		return false
+	}
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func revisionOK(r string) bool {
+	if r == "" || len(r) > 200 || r[0] == '-' {
+		return false
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._/^~@{}-", c)) {
+			return false
+		}
+	}
+	return true
+}
 
 // Validate checks every field and returns the first problem, classed as
 // errdefs.ErrInvalidArgument, naming the flag a user would fix.
@@ -111,7 +142,7 @@ func (s *Spec) Validate() error {
 		if !cleanAbs(s.Repo) {
 			return bad("--repo %q: must be an absolute, clean path", s.Repo)
 		}
-		if !commitRE.MatchString(s.Commit) || strings.HasPrefix(s.Commit, "-") {
+		if !revisionOK(s.Commit) {
 			return bad("--commit %q: not a revision", s.Commit)
 		}
 	}
@@ -123,7 +154,7 @@ func (s *Spec) Validate() error {
 	seen := map[string]bool{}
 	for _, kv := range s.Env {
 		k, _, ok := strings.Cut(kv, "=")
-		if !ok || !envKey.MatchString(k) {
+		if !ok || !envKeyOK(k) {
 			return bad("--env %q: must be KEY=VALUE with KEY of letters, digits and _", kv)
 		}
 		if strings.IndexByte(kv, 0) >= 0 {
@@ -134,7 +165,7 @@ func (s *Spec) Validate() error {
 		}
 		seen[k] = true
 	}
-	if s.Hostname != "" && !hostname.MatchString(s.Hostname) {
+	if s.Hostname != "" && !hostnameOK(s.Hostname) {
 		return bad("hostname %q: must be a lower-case DNS label", s.Hostname)
 	}
 	for _, d := range s.AllowDegraded {

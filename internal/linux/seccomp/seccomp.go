@@ -7,6 +7,7 @@
 package seccomp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -252,6 +253,31 @@ func kernelRelease() (moby.KernelVersion, error) {
 	var k moby.KernelVersion
 	_, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &k.Kernel, &k.Major)
 	return k, err
+}
+
+// Encode serialises a program as the kernel lays out struct sock_filter,
+// for the trip to the sandbox's init.
+func Encode(prog []unix.SockFilter) []byte {
+	b := make([]byte, 0, 8*len(prog))
+	for _, f := range prog {
+		b = binary.LittleEndian.AppendUint16(b, f.Code)
+		b = append(b, f.Jt, f.Jf)
+		b = binary.LittleEndian.AppendUint32(b, f.K)
+	}
+	return b
+}
+
+// Decode is Encode's inverse.
+func Decode(b []byte) ([]unix.SockFilter, error) {
+	if len(b) == 0 || len(b)%8 != 0 || len(b)/8 > 4096 {
+		return nil, fmt.Errorf("seccomp: program of %d bytes is malformed", len(b))
+	}
+	prog := make([]unix.SockFilter, len(b)/8)
+	for i := range prog {
+		r := b[8*i:]
+		prog[i] = unix.SockFilter{Code: binary.LittleEndian.Uint16(r), Jt: r[2], Jf: r[3], K: binary.LittleEndian.Uint32(r[4:])}
+	}
+	return prog, nil
 }
 
 // Supported reports whether this kernel offers seccomp filters.

@@ -90,3 +90,24 @@ func TestFilterDecisions(t *testing.T) {
 		}
 	}
 }
+
+func TestEncodeDecode(t *testing.T) {
+	prog, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(Encode(prog))
+	if err != nil || len(got) != len(prog) {
+		t.Fatalf("Decode: %v, %d instructions, want %d", err, len(got), len(prog))
+	}
+	for i := range prog {
+		if got[i] != prog[i] {
+			t.Fatalf("instruction %d: %+v, want %+v", i, got[i], prog[i])
+		}
+	}
+	for _, bad := range [][]byte{nil, make([]byte, 7), make([]byte, 8*5000)} {
+		if _, err := Decode(bad); err == nil {
+			t.Errorf("Decode(%d bytes) succeeded", len(bad))
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	goruntime "runtime"
 
@@ -40,8 +41,10 @@ func Main() {
 	// unless handed over explicitly.
 	_ = unix.CloseRange(SyncFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 
+	started = time.Now()
 	var cfg Config
 	fds, err := Recv(SyncFD, &cfg)
+	lap("config")
 	if err != nil {
 		os.Exit(1) // the host went away; nothing to report to
 	}
@@ -51,6 +54,15 @@ func Main() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+var (
+	started time.Time
+	steps   []Step
+)
+
+func lap(name string) {
+	steps = append(steps, Step{Name: name, US: time.Since(started).Microseconds()})
 }
 
 func run(cfg *Config, fds []int) (string, error) {
@@ -68,6 +80,7 @@ func run(cfg *Config, fds []int) (string, error) {
 	if err := r.assemble(fds); err != nil {
 		return "rootfs", err
 	}
+	lap("rootfs")
 	var master, slave *os.File
 	if cfg.TTY {
 		var err error
@@ -81,9 +94,11 @@ func run(cfg *Config, fds []int) (string, error) {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return "hostname", fmt.Errorf("sethostname: %w", err)
 	}
+	lap("pivot")
 	if err := confine(cfg); err != nil {
 		return "confine", err
 	}
+	lap("confine")
 	if err := unix.Chdir(cfg.Cwd); err != nil {
 		return "cwd", fmt.Errorf("chdir %s: %w", cfg.Cwd, err)
 	}
@@ -452,7 +467,11 @@ func confine(cfg *Config) error {
 			return err
 		}
 	}
-	return seccomp.Load(cfg.Seccomp)
+	prog, err := seccomp.Decode(cfg.Seccomp)
+	if err != nil {
+		return err
+	}
+	return seccomp.Load(prog)
 }
 
 func startAndWait(cfg *Config, readyFDs []int, master, slave *os.File) error {
@@ -497,7 +516,8 @@ func startAndWait(cfg *Config, readyFDs []int, master, slave *os.File) error {
 		slave.Close()
 	}
 	pid := cmd.Process.Pid
-	if err := Send(SyncFD, Report{Kind: "ready", Pid: pid}, ready); err != nil {
+	lap("started")
+	if err := Send(SyncFD, Report{Kind: "ready", Pid: pid, Steps: steps}, ready); err != nil {
 		return err
 	}
 	for _, fd := range readyFDs {

@@ -63,10 +63,10 @@ type Config struct {
 	Rows uint16   `json:"rows"`
 	Cols uint16   `json:"cols"`
 
-	NoFile   uint64            `json:"nofile"`
-	Landlock bool              `json:"landlock"`
-	Seccomp  []unix.SockFilter `json:"seccomp"`
-	KeepCaps []int             `json:"keep_caps"` // bounding set for the command; empty = none
+	NoFile   uint64 `json:"nofile"`
+	Landlock bool   `json:"landlock"`
+	Seccomp  []byte `json:"seccomp"`   // struct sock_filter array, native layout
+	KeepCaps []int  `json:"keep_caps"` // bounding set for the command; empty = none
 }
 
 // File is one generated file (or directory, or symlink) of the top layer.
@@ -84,12 +84,21 @@ type Report struct {
 	Kind string `json:"kind"` // "ready", "exit", "error"
 	// ready
 	Pid int `json:"pid,omitempty"` // the command's pid inside the sandbox
+	// Steps times init's setup, in microseconds since it started (for
+	// --debug profiling; reported by the sandbox, so only informative).
+	Steps []Step `json:"steps,omitempty"`
 	// exit
 	Code   int `json:"code"`
 	Signal int `json:"signal,omitempty"`
 	// error, or a command that could not start (Code 126/127)
 	Error string `json:"error,omitempty"`
 	Step  string `json:"step,omitempty"`
+}
+
+// Step is one timed setup step.
+type Step struct {
+	Name string `json:"name"`
+	US   int64  `json:"us"`
 }
 
 // maxMsg bounds one message; a Config carries the seccomp program and
@@ -121,10 +130,25 @@ var ErrClosed = errors.New("peer closed the sync socket")
 // Recv reads one message into v and returns the descriptors that came with
 // it (marked close-on-exec).
 func Recv(fd int, v any) ([]int, error) {
-	buf := make([]byte, maxMsg)
+	// Learn the message's size first (SEQPACKET keeps boundaries), so a
+	// small report does not cost a large buffer's page faults.
+	var size int
+	var err error
+	for {
+		size, _, _, _, err = unix.Recvmsg(fd, nil, nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recvmsg: %w", err)
+	}
+	if size > maxMsg {
+		return nil, fmt.Errorf("message of %d bytes exceeds %d", size, maxMsg)
+	}
+	buf := make([]byte, max(size, 1))
 	oob := make([]byte, unix.CmsgSpace(64*4))
 	var n, oobn int
-	var err error
 	for {
 		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != unix.EINTR {
