@@ -164,6 +164,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	if err != nil {
 		return nil, err
 	}
+	defer layout.Done()
 	lap("image")
 	reservation, err := e.rt.Reserve(res.SandboxID)
 	if err != nil {

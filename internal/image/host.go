@@ -76,4 +76,13 @@ type Layout struct {
 	Passwd, Group string
 	// Env is the image's configured environment (OCI), PATH first.
 	Env []string
+	// Release drops the image's use lock (OCI images); nil otherwise.
+	Release func()
+}
+
+// Done releases what the layout holds.
+func (l *Layout) Done() {
+	if l.Release != nil {
+		l.Release()
+	}
 }

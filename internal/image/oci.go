@@ -2,9 +2,361 @@ package image
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
-func (s *Store) resolveOCI(ctx context.Context, name string, progress func(string)) (*Layout, error) {
-	return nil, fmt.Errorf("OCI images: not yet")
+// Cache layout: <dir>/<config digest hex>/{rootfs/, meta.json, use.lock}.
+// An image is identified by its config digest (the image ID), so the same
+// content pulled from a registry, an OCI layout or a docker-archive is
+// unpacked once. Sandboxes hold use.lock shared while they run; eviction
+// and `image rm` take it exclusively and skip images in use.
+
+// Meta describes a cached image.
+type Meta struct {
+	ID       string    `json:"id"`
+	Names    []string  `json:"names"`
+	Size     int64     `json:"size"`
+	Created  time.Time `json:"created"`
+	LastUsed time.Time `json:"last_used"`
+	Env      []string  `json:"env,omitempty"`
+	WorkDir  string    `json:"workdir,omitempty"`
+}
+
+var platform = v1.Platform{OS: "linux", Architecture: "amd64"}
+
+func (s *Store) open(ctx context.Context, ref string) (v1.Image, error) {
+	switch {
+	case strings.HasPrefix(ref, "oci:"):
+		return openLayout(strings.TrimPrefix(ref, "oci:"))
+	case strings.HasPrefix(ref, "docker-archive:"):
+		p := strings.TrimPrefix(ref, "docker-archive:")
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: --image %s: %v", errdefs.ErrNotFound, ref, err)
+		}
+		img, err := tarball.ImageFromPath(p, nil)
+		if err != nil {
+			return nil, hostile("docker-archive %s: %v", p, err)
+		}
+		return img, nil
+	default:
+		r, err := name.ParseReference(ref)
+		if err != nil {
+			return nil, errdefs.Invalid(fmt.Sprintf("--image %q: %v", ref, err))
+		}
+		img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(platform))
+		if err != nil {
+			return nil, fmt.Errorf("%w: pull %s: %v", errdefs.ErrNotFound, ref, err)
+		}
+		return img, nil
+	}
+}
+
+func openLayout(p string) (v1.Image, error) {
+	lp, err := layout.FromPath(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --image oci:%s: %v", errdefs.ErrNotFound, p, err)
+	}
+	idx, err := lp.ImageIndex()
+	if err != nil {
+		return nil, hostile("OCI layout %s: %v", p, err)
+	}
+	for depth := 0; depth < 4; depth++ {
+		m, err := idx.IndexManifest()
+		if err != nil {
+			return nil, hostile("OCI layout %s: %v", p, err)
+		}
+		var pick *v1.Descriptor
+		for i := range m.Manifests {
+			d := &m.Manifests[i]
+			if len(m.Manifests) == 1 || d.Platform != nil && d.Platform.OS == platform.OS && d.Platform.Architecture == platform.Architecture {
+				pick = d
+				break
+			}
+		}
+		if pick == nil {
+			return nil, errdefs.Invalid(fmt.Sprintf("OCI layout %s holds %d images and none is linux/amd64", p, len(m.Manifests)))
+		}
+		if pick.MediaType.IsIndex() {
+			if idx, err = idx.ImageIndex(pick.Digest); err != nil {
+				return nil, hostile("OCI layout %s: %v", p, err)
+			}
+			continue
+		}
+		img, err := idx.Image(pick.Digest)
+		if err != nil {
+			return nil, hostile("OCI layout %s: %v", p, err)
+		}
+		return img, nil
+	}
+	return nil, hostile("OCI layout %s: indexes nested too deep", p)
+}
+
+func (s *Store) resolveOCI(ctx context.Context, ref string, progress func(string)) (*Layout, error) {
+	img, err := s.open(ctx, ref)
+	if err != nil {
+		// Offline: a registry reference already in the cache still works.
+		if m, ok := s.byName(ref); ok && !strings.HasPrefix(ref, "oci:") && !strings.HasPrefix(ref, "docker-archive:") {
+			if progress != nil {
+				progress(fmt.Sprintf("%v; using the cached %s", err, ref))
+			}
+			return s.use(m, ref)
+		}
+		return nil, err
+	}
+	id, err := img.ConfigName()
+	if err != nil {
+		return nil, hostile("%s: no config digest: %v", ref, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, hostile("%s: config: %v", ref, err)
+	}
+	if cf.OS != "" && cf.OS != "linux" || cf.Architecture != "" && cf.Architecture != "amd64" {
+		return nil, errdefs.Invalid(fmt.Sprintf("--image %s is %s/%s; this host runs linux/amd64", ref, cf.OS, cf.Architecture))
+	}
+	dir := filepath.Join(s.dir, id.Hex)
+	if m, err := readMeta(dir); err == nil {
+		return s.use(m, ref)
+	}
+	unlock, err := lockPath(filepath.Join(s.dir, ".unpack.lock"), unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if m, err := readMeta(dir); err == nil { // another run unpacked it meanwhile
+		return s.use(m, ref)
+	}
+	m, err := s.unpack(img, id.Hex, ref, cf, progress)
+	if err != nil {
+		return nil, err
+	}
+	s.evict(id.Hex)
+	return s.use(m, ref)
+}
+
+func (s *Store) unpack(img v1.Image, id, ref string, cf *v1.ConfigFile, progress func(string)) (*Meta, error) {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(s.dir, ".tmp-"+hex.EncodeToString(rnd[:]))
+	if err := os.MkdirAll(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, hostile("%s: layers: %v", ref, err)
+	}
+	rep := &reporter{what: ref, out: progress, start: time.Now()}
+	u, err := newUnpacker(filepath.Join(tmp, "rootfs"), s.MaxBytes, rep.add)
+	if err != nil {
+		return nil, err
+	}
+	defer u.close()
+	for i, l := range layers {
+		rep.layer = fmt.Sprintf("layer %d/%d", i+1, len(layers))
+		rc, err := l.Uncompressed()
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
+		}
+		err = u.applyLayer(rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
+		}
+	}
+	if progress != nil && time.Since(rep.start) > time.Second {
+		progress(fmt.Sprintf("unpacked %s (%d MiB) in %s", ref, u.written>>20, time.Since(rep.start).Round(time.Millisecond)))
+	}
+	// The root directory itself is the sandbox's /: root-owned, 0755.
+	if err := os.Chmod(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	m := &Meta{ID: id, Names: []string{ref}, Size: u.written, Created: now, LastUsed: now, Env: cf.Config.Env, WorkDir: cf.Config.WorkingDir}
+	if err := writeMeta(tmp, m); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "use.lock"), nil, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, id)); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// use records ref as a name of m, marks it used, and returns its layout,
+// holding its use lock until Release.
+func (s *Store) use(m *Meta, ref string) (*Layout, error) {
+	dir := filepath.Join(s.dir, m.ID)
+	release, err := lockPath(filepath.Join(dir, "use.lock"), unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(m.Names, ref) {
+		m.Names = append(m.Names, ref)
+	}
+	m.LastUsed = time.Now().UTC()
+	_ = writeMeta(dir, m)
+	root := filepath.Join(dir, "rootfs")
+	return &Layout{
+		Name: ref, Digest: "sha256:" + m.ID,
+		Trees:   []Tree{{HostPath: root, Target: "/"}},
+		Passwd:  readSmall(root, "etc/passwd"),
+		Group:   readSmall(root, "etc/group"),
+		Env:     m.Env,
+		Release: release,
+	}, nil
+}
+
+func readMeta(dir string) (*Meta, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return nil, err
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func writeMeta(dir string, m *Meta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".meta.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "meta.json"))
+}
+
+// lockPath takes an flock (LOCK_SH or LOCK_EX) on path, blocking.
+func lockPath(p string, how int) (func(), error) {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("flock %s: %w", p, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// List returns the cached images, most recently used first.
+func (s *Store) List() ([]Meta, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Meta
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if m, err := readMeta(filepath.Join(s.dir, e.Name())); err == nil {
+			out = append(out, *m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].LastUsed.After(out[j].LastUsed) })
+	return out, nil
+}
+
+func (s *Store) byName(ref string) (*Meta, bool) {
+	all, _ := s.List()
+	for i := range all {
+		if slices.Contains(all[i].Names, ref) {
+			return &all[i], true
+		}
+	}
+	return nil, false
+}
+
+// ErrInUse is returned when removing an image a sandbox is using.
+var ErrInUse = errors.New("image is in use by a running sandbox")
+
+// Remove deletes a cached image named by name, ID or ID prefix (at least
+// 12 hex digits). It refuses an image in use.
+func (s *Store) Remove(ref string) (*Meta, error) {
+	all, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	var hit []Meta
+	for _, m := range all {
+		id := strings.TrimPrefix(ref, "sha256:")
+		if slices.Contains(m.Names, ref) || len(id) >= 12 && strings.HasPrefix(m.ID, id) {
+			hit = append(hit, m)
+		}
+	}
+	switch len(hit) {
+	case 0:
+		return nil, fmt.Errorf("%w: no cached image %q", errdefs.ErrNotFound, ref)
+	case 1:
+	default:
+		return nil, errdefs.Invalid(fmt.Sprintf("%q matches %d images; give more of the ID", ref, len(hit)))
+	}
+	return &hit[0], s.removeID(hit[0].ID)
+}
+
+func (s *Store) removeID(id string) error {
+	dir := filepath.Join(s.dir, id)
+	f, err := os.OpenFile(filepath.Join(dir, "use.lock"), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("%s: %w", id[:12], ErrInUse)
+	}
+	// Move aside first so no new sandbox finds it half-deleted.
+	gone := filepath.Join(s.dir, ".rm-"+id)
+	if err := os.Rename(dir, gone); err != nil {
+		return err
+	}
+	return os.RemoveAll(gone)
+}
+
+// evict removes least recently used images until the cache fits MaxBytes,
+// keeping keep and any image in use.
+func (s *Store) evict(keep string) {
+	all, err := s.List()
+	if err != nil {
+		return
+	}
+	var total int64
+	for _, m := range all {
+		total += m.Size
+	}
+	for i := len(all) - 1; i >= 0 && total > s.MaxBytes; i-- {
+		if all[i].ID == keep {
+			continue
+		}
+		if err := s.removeID(all[i].ID); err == nil {
+			total -= all[i].Size
+			s.log.Info("image evicted", "id", all[i].ID, "names", all[i].Names, "size", all[i].Size)
+		}
+	}
 }

@@ -591,3 +591,15 @@ func WaitGone(pid int, d time.Duration) bool {
 	}
 	return false
 }
+
+// ProbeIdmap checks that an idmapped mount of dir can be made here, with a
+// throwaway user namespace (for `airlock doctor`).
+func ProbeIdmap(dir string) error {
+	rt := &Runtime{}
+	fd, err := rt.workspaceTree(dir, firstUID)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	return nil
+}

@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/daemon"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+)
+
+func doctorCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check this host for every control airlock needs",
+		Long: `Doctor checks, on this host and for real where it can, every kernel feature
+airlock's controls rely on, and says what airlock refuses to do without each.
+It exits 1 when a required control is missing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			checks := daemon.Doctor(g.stateDir)
+			failed := false
+			for _, c := range checks {
+				failed = failed || !c.OK && c.Required
+			}
+			if asJSON {
+				if err := printJSON(g.stdout, map[string]any{"ok": !failed, "checks": checks}); err != nil {
+					return err
+				}
+			} else {
+				w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+				for _, c := range checks {
+					mark := "ok"
+					if !c.OK {
+						mark = "MISSING"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\n", c.Name, mark, c.Detail)
+					if !c.OK && c.Without != "" {
+						fmt.Fprintf(w, "\t\t-> %s\n", c.Without)
+					}
+				}
+				w.Flush()
+				if failed {
+					fmt.Fprintln(g.stdout, "\nairlock cannot create sandboxes on this host until the MISSING controls above are available.")
+				} else {
+					fmt.Fprintln(g.stdout, "\nall controls airlock needs are available.")
+				}
+			}
+			if failed {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print the checks as JSON")
+	return c
+}
+
+func gcCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what dead sandboxes left behind",
+		Long: `Gc removes the cgroups, locks and workspace checkouts of sandboxes whose
+airlock process is gone (killed with SIGKILL, say). Their processes died with
+them; gc never touches a live sandbox. Every airlock run does this too.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, err := g.engine(g.warn)
+			if err != nil {
+				return err
+			}
+			ids, err := eng.GC()
+			if asJSON {
+				if perr := printJSON(g.stdout, map[string]any{"removed": nonNil(ids)}); perr != nil {
+					return perr
+				}
+			} else {
+				for _, id := range ids {
+					fmt.Fprintf(g.stdout, "removed %s\n", id)
+				}
+			}
+			return err
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print the removed sandbox ids as JSON")
+	return c
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func imageCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "image",
+		Short: "Manage the image cache",
+		Long: `OCI images (oci:PATH, docker-archive:PATH, registry references) are unpacked
+once into a content-addressed cache under /var/lib/airlock/images and shared
+read-only by every sandbox that uses them. The cache is capped; the least
+recently used images are evicted first, never one in use.`,
+	}
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List cached images",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, err := g.engine(func(string) {})
+			if err != nil {
+				return err
+			}
+			list, err := eng.Images().List()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(g.stdout, list)
+			}
+			w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tSIZE\tLAST USED\tNAMES")
+			for _, m := range list {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.ID[:12], spec.FormatSize(m.Size), m.LastUsed.Local().Format(time.DateTime), strings.Join(m.Names, ", "))
+			}
+			return w.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	rm := &cobra.Command{
+		Use:   "rm NAME|ID...",
+		Short: "Remove cached images (not those in use)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, err := g.engine(func(string) {})
+			if err != nil {
+				return err
+			}
+			var failed error
+			for _, a := range args {
+				m, err := eng.Images().Remove(a)
+				if err != nil {
+					g.warn(err.Error())
+					failed = errdefs.ErrNotFound
+					continue
+				}
+				fmt.Fprintf(g.stdout, "removed %s (%s)\n", m.ID[:12], strings.Join(m.Names, ", "))
+			}
+			if failed != nil {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	pull := &cobra.Command{
+		Use:   "pull IMAGE",
+		Short: "Fetch and unpack an image into the cache without running anything",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			eng, err := g.engine(g.warn)
+			if err != nil {
+				return err
+			}
+			l, err := eng.Images().Resolve(context.Background(), args[0], g.warn)
+			if err != nil {
+				return err
+			}
+			defer l.Done()
+			fmt.Fprintf(g.stdout, "%s %s\n", l.Digest, args[0])
+			return nil
+		},
+	}
+	c.AddCommand(ls, rm, pull)
+	return c
+}

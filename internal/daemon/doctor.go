@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+)
+
+// Check is one host prerequisite as `airlock doctor` reports it.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	// Required checks block sandbox creation when they fail.
+	Required bool `json:"required"`
+	// Without says what airlock does when the check fails.
+	Without string `json:"without"`
+}
+
+const refuse = "airlock run refuses to create sandboxes"
+
+// Doctor checks every control airlock relies on, on this host, for real
+// where it can (it creates a user namespace and an idmapped mount).
+func Doctor(stateDir string) []Check {
+	var out []Check
+	add := func(name string, ok bool, detail, without string) {
+		out = append(out, Check{Name: name, OK: ok, Detail: detail, Without: without, Required: strings.HasPrefix(without, refuse) || name == "root"})
+	}
+	var u unix.Utsname
+	_ = unix.Uname(&u)
+	add("kernel", true, unix.ByteSliceToString(u.Release[:])+" "+unix.ByteSliceToString(u.Machine[:]), "")
+	if m := unix.ByteSliceToString(u.Machine[:]); m != "x86_64" {
+		add("architecture", false, m, refuse+" (the seccomp filter is built for x86_64)")
+	}
+	add("root", os.Geteuid() == 0, fmt.Sprintf("euid %d", os.Geteuid()), "airlock needs root (sudo) to create namespaces, cgroups and mounts")
+
+	var missing []string
+	for _, ns := range []string{"user", "pid", "mnt", "uts", "ipc", "net", "cgroup"} {
+		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
+			missing = append(missing, ns)
+		}
+	}
+	maxUserNS := strings.TrimSpace(readFile("/proc/sys/user/max_user_namespaces"))
+	nsOK := len(missing) == 0 && maxUserNS != "0"
+	detail := "user, pid, mount, uts, ipc, net, cgroup; max_user_namespaces=" + maxUserNS
+	if len(missing) > 0 {
+		detail = "missing: " + strings.Join(missing, ", ")
+	}
+	add("namespaces", nsOK, detail, refuse)
+
+	idOK, idDetail := true, "open_tree + mount_setattr(MOUNT_ATTR_IDMAP) on the host's /usr"
+	if os.Geteuid() == 0 {
+		if err := runtime.ProbeIdmap("/usr"); err != nil {
+			idOK, idDetail = false, err.Error()
+		}
+	} else {
+		idOK, idDetail = false, "not checked: needs root"
+	}
+	add("idmapped mounts", idOK, idDetail, refuse+" (image ownership is shifted with them, never by chown)")
+
+	fs := readFile("/proc/filesystems")
+	add("overlayfs", strings.Contains(fs, "\toverlay\n"), "copy-on-write workspace and --writable-rootfs", refuse+" with --workspace, --repo or --writable-rootfs")
+
+	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT}
+	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &how)
+	if err == nil {
+		unix.Close(fd)
+	}
+	add("openat2", err == nil, "RESOLVE_IN_ROOT for reading what sandboxes wrote", refuse+" (no safe way to read a sandbox's files)")
+
+	if h, err := cgroup.Detect(); err != nil {
+		add("cgroups", false, err.Error(), refuse+" (no memory, CPU or pids limits without them)")
+	} else if h.Version == cgroup.V2 {
+		add("cgroups", true, "v2 at "+h.V2Root+" with memory, cpu, pids", refuse)
+	} else {
+		add("cgroups", true, "v1 hierarchies memory, cpu, cpuacct, pids, freezer (v2 has no controllers here); airlock kills the whole sandbox on OOM itself", refuse)
+	}
+
+	add("seccomp", seccomp.Supported(), "Docker's default profile plus airlock's denials, x86_64 only", refuse)
+	abi := landlock.ABI()
+	add("landlock", abi >= landlock.MinABI, fmt.Sprintf("ABI %d (need %d)", abi, landlock.MinABI), refuse+" unless --allow-degraded landlock (then writes are confined by read-only mounts only, and it is said)")
+
+	nftOK, nftDetail := true, "nf_tables answers over netlink (for network policies; sandboxes have no network today)"
+	if conn, err := nftables.New(); err != nil {
+		nftOK, nftDetail = false, err.Error()
+	} else if _, err := conn.ListTables(); err != nil {
+		nftOK, nftDetail = false, "list tables: "+err.Error()
+	}
+	add("nftables", nftOK, nftDetail, "network policies (--allow) will be refused")
+
+	mfd, err := unix.MemfdCreate("probe", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err == nil {
+		unix.Close(mfd)
+	}
+	add("memfd", err == nil, "sealed in-memory copy of airlock for the sandbox's init", refuse)
+	return out
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
