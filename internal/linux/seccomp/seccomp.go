@@ -3,7 +3,8 @@
 // capabilities a sandbox may hold, plus the Denied table below, plus a
 // prologue that kills any syscall made through another architecture's ABI
 // (i386, x32) and refuses the TIOCSTI/TIOCLINUX ioctls. It is compiled to
-// classic BPF on the host and loaded inside the sandbox by nsinit.
+// classic BPF on the host (compile.go; syscall numbers from go-seccomp-bpf's
+// tables) and loaded inside the sandbox by nsinit.
 package seccomp
 
 import (
@@ -51,7 +52,7 @@ var ProfileCaps = []string{
 }
 
 // defaultAction answers every syscall the profile does not list.
-const defaultAction = bpfpolicy.ActionErrno | bpfpolicy.Action(unix.EPERM)
+const defaultAction = uint32(bpfpolicy.ActionErrno) | uint32(unix.EPERM)
 
 const (
 	tiocsti   = 0x5412
@@ -63,23 +64,18 @@ func Build() ([]unix.SockFilter, error) {
 	if runtime.GOARCH != "amd64" {
 		return nil, fmt.Errorf("seccomp: architecture %s is not supported", runtime.GOARCH)
 	}
-	policy, err := Policy()
+	rules, err := Rules()
 	if err != nil {
 		return nil, err
 	}
-	body, err := policy.Assemble()
+	body, err := compile(rules, defaultAction)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp: assemble: %w", err)
+		return nil, err
 	}
-	// go-seccomp-bpf only accepts a bare action as the default; the profile's
-	// default is "errno EPERM", so the sentinel placed by Policy in the final
-	// return is replaced here.
-	last, ok := body[len(body)-1].(bpf.RetConstant)
-	if !ok || last.Val != uint32(bpfpolicy.ActionTrap) {
-		return nil, errors.New("seccomp: assembled program does not end in the default action")
-	}
-	body[len(body)-1] = bpf.RetConstant{Val: uint32(defaultAction)}
 	prog := append(prologue(), body...)
+	if len(prog) > 4096 {
+		return nil, fmt.Errorf("seccomp: program of %d instructions exceeds the kernel's 4096", len(prog))
+	}
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: bpf: %w", err)
@@ -101,39 +97,43 @@ func prologue() []bpf.Instruction {
 		/* 0 */ bpf.LoadAbsolute{Off: 4, Size: 4}, // arch
 		/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(arch.X86_64.ID), SkipTrue: 1},
 		/* 2 */ kill,
-		/* 3 */ bpf.LoadAbsolute{Off: 0, Size: 4}, // nr
+		/* 3 */ loadNR(),
 		/* 4 */ bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: uint32(arch.X32.SeccompMask), SkipFalse: 1},
 		/* 5 */ kill,
-		/* 6 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_IOCTL, SkipFalse: 4},
-		/* 7 */ bpf.LoadAbsolute{Off: 16 + 8*1, Size: 4}, // args[1], low word (little endian)
-		/* 8 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: tiocsti, SkipTrue: 1},
-		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: tioclinux, SkipFalse: 1},
-		/* 10 */ eperm,
+		/* 6 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_IOCTL, SkipFalse: 6}, // to 13
+		/* 7 */ loadLo(1),
+		/* 8 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: tiocsti, SkipTrue: 3}, // to 12
+		/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: tioclinux, SkipTrue: 2}, // to 12
+		/* 10 */ loadNR(), // the rules expect the syscall number
+		/* 11 */ bpf.Jump{Skip: 1},
+		/* 12 */ eperm,
+		// 13: the rules
 	}
 }
 
-// Policy resolves Docker's default profile for ProfileCaps on this kernel
-// and this architecture, with Denied and ENOSYS placed first.
-func Policy() (*bpfpolicy.Policy, error) {
+// Rules resolves Docker's default profile for ProfileCaps on this kernel
+// and this architecture, in order: Denied and ENOSYS first, then the
+// profile's rules as it lists them.
+func Rules() ([]rule, error) {
 	names := arch.X86_64.SyscallNames
-	known := func(ns []string) []string {
-		var out []string
-		for _, n := range ns {
-			if _, ok := names[n]; ok {
-				out = append(out, n)
-			}
+	var rules []rule
+	add := func(n string, conds []cond, action uint32) {
+		if nr, ok := names[n]; ok {
+			rules = append(rules, rule{nr: uint32(nr), conds: conds, action: action})
 		}
-		return out
 	}
-	p := &bpfpolicy.Policy{DefaultAction: bpfpolicy.ActionTrap} // sentinel, see Build
-	var denied []string
+	errno := func(e unix.Errno) uint32 { return uint32(bpfpolicy.ActionErrno) | uint32(e) }
+	var skip []string
 	for _, d := range Denied {
-		denied = append(denied, known(d.Names)...)
+		for _, n := range d.Names {
+			add(n, nil, errno(unix.EPERM))
+			skip = append(skip, n)
+		}
 	}
-	p.Syscalls = append(p.Syscalls,
-		bpfpolicy.SyscallGroup{Names: denied, Action: bpfpolicy.ActionErrno | bpfpolicy.Action(unix.EPERM)},
-		bpfpolicy.SyscallGroup{Names: known(ENOSYS), Action: bpfpolicy.ActionErrno | bpfpolicy.Action(unix.ENOSYS)},
-	)
+	for _, n := range ENOSYS {
+		add(n, nil, errno(unix.ENOSYS))
+		skip = append(skip, n)
+	}
 	prof := moby.DefaultProfile()
 	if prof.DefaultAction != specs.ActErrno || prof.DefaultErrnoRet != nil && *prof.DefaultErrnoRet != uint(unix.EPERM) {
 		return nil, fmt.Errorf("seccomp: unexpected profile default %s", prof.DefaultAction)
@@ -142,48 +142,34 @@ func Policy() (*bpfpolicy.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	skip := append(slices.Clone(denied), ENOSYS...)
 	for _, sc := range prof.Syscalls {
 		if !applies(sc, release) {
 			continue
 		}
-		var action bpfpolicy.Action
+		var action uint32
 		switch sc.Action {
 		case specs.ActAllow:
-			action = bpfpolicy.ActionAllow
+			action = uint32(bpfpolicy.ActionAllow)
 		case specs.ActErrno:
-			errno := uint(unix.EPERM)
+			e := uint(unix.EPERM)
 			if sc.ErrnoRet != nil {
-				errno = *sc.ErrnoRet
+				e = *sc.ErrnoRet
 			}
-			action = bpfpolicy.ActionErrno | bpfpolicy.Action(errno)
+			action = errno(unix.Errno(e))
 		default:
 			return nil, fmt.Errorf("seccomp: profile action %s not supported", sc.Action)
 		}
-		var ns []string
-		for _, n := range known(sc.Names) {
+		conds, err := conditions(sc.Args)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range sc.Names {
 			if !slices.Contains(skip, n) {
-				ns = append(ns, n)
+				add(n, conds, action)
 			}
 		}
-		if len(ns) == 0 {
-			continue
-		}
-		g := bpfpolicy.SyscallGroup{Action: action}
-		if len(sc.Args) == 0 {
-			g.Names = ns
-		} else {
-			conds, err := conditions(sc.Args)
-			if err != nil {
-				return nil, err
-			}
-			for _, n := range ns {
-				g.NamesWithCondtions = append(g.NamesWithCondtions, bpfpolicy.NameWithConditions{Name: n, Conditions: conds})
-			}
-		}
-		p.Syscalls = append(p.Syscalls, g)
 	}
-	return p, nil
+	return rules, nil
 }
 
 func applies(sc *moby.Syscall, release moby.KernelVersion) bool {
@@ -213,30 +199,33 @@ func applies(sc *moby.Syscall, release moby.KernelVersion) bool {
 	return true
 }
 
-func conditions(args []specs.LinuxSeccompArg) (bpfpolicy.ArgumentConditions, error) {
-	var out bpfpolicy.ArgumentConditions
+func conditions(args []specs.LinuxSeccompArg) ([]cond, error) {
+	var out []cond
 	for _, a := range args {
-		c := bpfpolicy.Condition{Argument: uint32(a.Index), Value: a.Value}
+		c := cond{arg: uint32(a.Index), value: a.Value}
+		if a.Index > 5 {
+			return nil, fmt.Errorf("seccomp: argument index %d", a.Index)
+		}
 		switch a.Op {
 		case specs.OpEqualTo:
-			c.Operation = bpfpolicy.Equal
+			c.op = "eq"
 		case specs.OpNotEqual:
-			c.Operation = bpfpolicy.NotEqual
+			c.op = "ne"
 		case specs.OpLessThan:
-			c.Operation = bpfpolicy.LessThan
+			c.op = "lt"
 		case specs.OpLessEqual:
-			c.Operation = bpfpolicy.LessOrEqual
+			c.op = "le"
 		case specs.OpGreaterThan:
-			c.Operation = bpfpolicy.GreaterThan
+			c.op = "gt"
 		case specs.OpGreaterEqual:
-			c.Operation = bpfpolicy.GreaterOrEqual
+			c.op = "ge"
 		case specs.OpMaskedEqual:
 			// (arg & Value) == ValueTwo; Docker uses it only with ValueTwo 0
 			// ("none of these flag bits").
 			if a.ValueTwo != 0 {
 				return nil, fmt.Errorf("seccomp: masked compare with non-zero value %d not supported", a.ValueTwo)
 			}
-			c.Operation = bpfpolicy.BitsNotSet
+			c.op = "maskednone"
 		default:
 			return nil, fmt.Errorf("seccomp: operator %s not supported", a.Op)
 		}

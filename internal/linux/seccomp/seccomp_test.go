@@ -83,6 +83,18 @@ func TestFilterDecisions(t *testing.T) {
 		{"i386 abi", 0x40000003, 1, nil, kill},
 		{"x32 abi", x8664, 0x40000000 | unix.SYS_READ, nil, kill},
 		{"unknown syscall", x8664, 1000, nil, eperm},
+		{"socket AF_UNIX", x8664, unix.SYS_SOCKET, []uint64{unix.AF_UNIX}, allow},
+		{"socket AF_INET6", x8664, unix.SYS_SOCKET, []uint64{unix.AF_INET6}, allow},
+		{"socket AF_NETLINK", x8664, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK}, allow},
+		{"socket AF_NETLINK high bits", x8664, unix.SYS_SOCKET, []uint64{1<<32 | unix.AF_NETLINK}, eperm},
+		{"personality(0)", x8664, unix.SYS_PERSONALITY, []uint64{0}, allow},
+		{"personality(0xffffffff)", x8664, unix.SYS_PERSONALITY, []uint64{0xffffffff}, allow},
+		// Regression: go-seccomp-bpf's assembler left the argument in the
+		// accumulator after a failed condition, so personality(2) was
+		// compared with later rules as if it were syscall 2 (open), allowed.
+		{"personality(2) is not open", x8664, unix.SYS_PERSONALITY, []uint64{unix.SYS_OPEN}, eperm},
+		{"personality(READ_IMPLIES_EXEC)", x8664, unix.SYS_PERSONALITY, []uint64{0x0400000}, eperm},
+		{"clone NEWUSER high word", x8664, unix.SYS_CLONE, []uint64{1<<40 | uint64(unix.SIGCHLD)}, allow},
 	}
 	for _, c := range cases {
 		if got := run(t, prog, c.arch, c.nr, c.args...); got != c.want {
@@ -110,4 +122,64 @@ func TestEncodeDecode(t *testing.T) {
 			t.Errorf("Decode(%d bytes) succeeded", len(bad))
 		}
 	}
+}
+
+// reference decides a syscall straight from the rule table: the first rule
+// whose number and conditions match wins.
+func reference(rules []rule, nr uint32, args []uint64) uint32 {
+	if nr == unix.SYS_IOCTL && len(args) > 1 && (uint32(args[1]) == tiocsti || uint32(args[1]) == tioclinux) {
+		return uint32(bpfpolicy.ActionErrno) | uint32(unix.EPERM)
+	}
+	for _, r := range rules {
+		if r.nr != nr {
+			continue
+		}
+		ok := true
+		for _, c := range r.conds {
+			v := args[c.arg]
+			switch c.op {
+			case "eq":
+				ok = ok && v == c.value
+			case "ne":
+				ok = ok && v != c.value
+			case "lt":
+				ok = ok && v < c.value
+			case "le":
+				ok = ok && v <= c.value
+			case "gt":
+				ok = ok && v > c.value
+			case "ge":
+				ok = ok && v >= c.value
+			case "maskednone":
+				ok = ok && v&c.value == 0
+			}
+		}
+		if ok {
+			return r.action
+		}
+	}
+	return defaultAction
+}
+
+// FuzzFilterMatchesRules checks the compiled program against the rule table
+// for arbitrary syscalls and arguments.
+func FuzzFilterMatchesRules(f *testing.F) {
+	for _, nr := range []uint32{unix.SYS_PERSONALITY, unix.SYS_SOCKET, unix.SYS_CLONE, unix.SYS_IOCTL, unix.SYS_OPEN} {
+		f.Add(nr, uint64(2), uint64(0x5412), uint64(0))
+	}
+	prog, err := Build()
+	if err != nil {
+		f.Fatal(err)
+	}
+	rules, err := Rules()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, nr uint32, a0, a1, a2 uint64) {
+		nr %= 600
+		args := []uint64{a0, a1, a2, 0, 0, 0}
+		if got, want := run(t, prog, x8664, nr, args...), reference(rules, nr, args); got != want {
+			t.Fatalf("syscall %d args %#x %#x %#x: filter %#x, rules %#x", nr, a0, a1, a2, got, want)
+		}
+	})
 }

@@ -94,6 +94,9 @@ func run(cfg *Config, fds []int) (string, error) {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return "hostname", fmt.Errorf("sethostname: %w", err)
 	}
+	if err := loopbackUp(); err != nil {
+		return "network", err
+	}
 	lap("pivot")
 	if err := confine(cfg); err != nil {
 		return "confine", err
@@ -370,6 +373,28 @@ func (r *rootfs) proc(root string) error {
 		if err := mount.ReadOnly(filepath.Join(proc, d)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// loopbackUp brings up lo, the sandbox's only interface, so that servers
+// the command starts on 127.0.0.1 are reachable from inside.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCGIFFLAGS lo: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,304 @@
+// Command attack runs one attack from inside a sandbox and reports whether
+// it was stopped. It exits 0 and prints "blocked: ..." when the sandbox held,
+// and exits 1 printing "VULNERABLE: ..." when the attack worked. The e2e
+// tests copy it (built static) into a sandbox's workspace.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+var failed bool
+
+func blocked(format string, a ...any) { fmt.Printf("blocked: "+format+"\n", a...) }
+func vulnerable(format string, a ...any) {
+	failed = true
+	fmt.Printf("VULNERABLE: "+format+"\n", a...)
+}
+
+// expectErr reports err == nil as a vulnerability.
+func expectErr(what string, err error) {
+	if err == nil {
+		vulnerable("%s succeeded", what)
+		return
+	}
+	blocked("%s: %v", what, err)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: attack CASE [ARGS]")
+		os.Exit(2)
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "read-host":
+		// args: host paths that must not be visible
+		for _, p := range args {
+			_, err := os.ReadFile(p)
+			expectErr("read "+p, err)
+		}
+	case "write-outside":
+		for _, p := range []string{"/usr/airlock-pwned", "/etc/airlock-pwned", "/airlock-pwned", "/bin/sh", "/proc/sys/kernel/hostname", "/sys/kernel/airlock", "/dev/airlock-pwned"} {
+			err := os.WriteFile(p, []byte("x"), 0o644)
+			expectErr("write "+p, err)
+		}
+	case "landlock":
+		// Writable by the mounts, refused by Landlock alone.
+		err := os.WriteFile("/proc/self/comm", []byte("pwned"), 0)
+		expectErr("write /proc/self/comm", err)
+	case "host-procs":
+		ents, _ := os.ReadDir("/proc")
+		var pids []string
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err == nil {
+				pids = append(pids, e.Name())
+			}
+		}
+		if len(pids) > 6 {
+			vulnerable("sees %d processes: %v", len(pids), pids)
+		} else {
+			blocked("sees only %v", pids)
+		}
+		for _, a := range args { // host pids
+			pid, _ := strconv.Atoi(a)
+			expectErr("kill host pid "+a, unix.Kill(pid, 0))
+		}
+	case "ptrace":
+		_, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_ATTACH, 1, 0, 0, 0, 0)
+		expectErr("ptrace attach pid 1", errnoErr(e))
+		_, _, e = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_TRACEME, 0, 0, 0, 0, 0)
+		expectErr("ptrace traceme", errnoErr(e))
+		_, err := os.ReadFile("/proc/1/environ")
+		expectErr("read /proc/1/environ", err)
+		_, err = os.Readlink("/proc/1/exe")
+		expectErr("readlink /proc/1/exe", err)
+		// Even where the fd numbers can be listed (root inside), none of
+		// init's descriptors (its sync socket, its leases) may be opened.
+		for fd := 0; fd < 16; fd++ {
+			p := "/proc/1/fd/" + strconv.Itoa(fd)
+			f, err := os.Open(p)
+			if f != nil {
+				f.Close()
+			}
+			if err == nil {
+				vulnerable("opened %s", p)
+			}
+		}
+		blocked("init's descriptors cannot be opened")
+	case "exe":
+		for _, p := range []string{"/proc/1/exe", "/proc/self/exe"} {
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if f != nil {
+				f.Close()
+			}
+			expectErr("open "+p+" for writing", err)
+		}
+	case "fds":
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			vulnerable("cannot list fds: %v", err)
+			break
+		}
+		var extra []string
+		for _, e := range ents {
+			n, _ := strconv.Atoi(e.Name())
+			if n > 2 {
+				// os.ReadDir's own descriptor is closed by now: a
+				// descriptor that still resolves was inherited.
+				if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+					extra = append(extra, e.Name()+"->"+target)
+				}
+			}
+		}
+		if len(extra) > 0 {
+			vulnerable("inherited descriptors %v", extra)
+		} else {
+			blocked("only stdin, stdout, stderr are open")
+		}
+		wd, _ := os.Getwd()
+		if wd != "/workspace" {
+			vulnerable("cwd is %q", wd)
+		}
+	case "mount":
+		expectErr("mount tmpfs", unix.Mount("tmpfs", "/tmp", "tmpfs", 0, ""))
+		expectErr("mount proc", unix.Mount("proc", "/tmp", "proc", 0, ""))
+		expectErr("umount /proc", unix.Unmount("/proc", unix.MNT_DETACH))
+		expectErr("bind mount /", unix.Mount("/", "/tmp", "", unix.MS_BIND, ""))
+	case "mknod":
+		expectErr("mknod char 1:1 (/dev/mem)", unix.Mknod("/tmp/mem", unix.S_IFCHR|0o600, int(unix.Mkdev(1, 1))))
+		expectErr("mknod block 8:0", unix.Mknod("/tmp/sda", unix.S_IFBLK|0o600, int(unix.Mkdev(8, 0))))
+	case "setuid":
+		// A setuid-root copy of this program must not raise privileges.
+		self, _ := os.ReadFile("/proc/self/exe")
+		if err := os.WriteFile("/tmp/suid", self, 0o755); err != nil {
+			vulnerable("setup: %v", err)
+			break
+		}
+		_ = os.Chown("/tmp/suid", 0, 0)
+		_ = os.Chmod("/tmp/suid", 0o4755|os.ModeSetuid)
+		out, err := exec.Command("/tmp/suid", "whoami").CombinedOutput()
+		got := strings.TrimSpace(string(out))
+		if err == nil && got == "0" {
+			vulnerable("setuid binary ran with euid 0")
+		} else {
+			blocked("setuid binary ran with euid %s (%v)", got, err)
+		}
+		for _, p := range []string{"/usr/bin/su", "/usr/bin/passwd", "/usr/bin/newgrp"} {
+			if _, err := os.Stat(p); err == nil {
+				out, _ := exec.Command(p, "--help").CombinedOutput()
+				_ = out
+			}
+		}
+	case "whoami":
+		fmt.Println(os.Geteuid())
+		return
+	case "raw-socket":
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
+		if err == nil {
+			unix.Close(fd)
+		}
+		expectErr("raw socket", err)
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		expectErr("packet socket", err)
+	case "network":
+		ifs, _ := net.Interfaces()
+		var names []string
+		for _, i := range ifs {
+			names = append(names, i.Name)
+		}
+		if len(ifs) != 1 || ifs[0].Name != "lo" {
+			vulnerable("interfaces %v", names)
+		} else {
+			blocked("only interface is lo")
+		}
+		// TEST-NET-1: no route exists, so nothing is sent.
+		c, err := net.DialTimeout("tcp", "192.0.2.1:80", 500*time.Millisecond)
+		if c != nil {
+			c.Close()
+		}
+		expectErr("connect 192.0.2.1:80", err)
+	case "userns":
+		expectErr("unshare(CLONE_NEWUSER)", unix.Unshare(unix.CLONE_NEWUSER))
+		expectErr("unshare(CLONE_NEWNS)", unix.Unshare(unix.CLONE_NEWNS))
+		_, _, e := unix.RawSyscall6(unix.SYS_CLONE, unix.CLONE_NEWUSER|uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
+		expectErr("clone(CLONE_NEWUSER)", errnoErr(e))
+		_, _, e = unix.RawSyscall(unix.SYS_CLONE3, 0, 0, 0)
+		if e != unix.ENOSYS {
+			vulnerable("clone3 answered %v, want ENOSYS", e)
+		} else {
+			blocked("clone3: ENOSYS")
+		}
+		expectErr("setns", unix.Setns(0, 0))
+	case "keyctl":
+		_, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, uintptr(0xfffffffd), 0, 0, 0, 0)
+		expectErr("keyctl", errnoErr(e))
+		_, _, e = unix.Syscall(unix.SYS_ADD_KEY, 0, 0, 0)
+		expectErr("add_key", errnoErr(e))
+		_, _, e = unix.Syscall(unix.SYS_BPF, 0, 0, 0)
+		expectErr("bpf", errnoErr(e))
+		_, _, e = unix.Syscall6(unix.SYS_PERF_EVENT_OPEN, 0, 0, 0, 0, 0, 0)
+		expectErr("perf_event_open", errnoErr(e))
+		_, _, e = unix.Syscall(unix.SYS_USERFAULTFD, 0, 0, 0)
+		expectErr("userfaultfd", errnoErr(e))
+		_, _, e = unix.Syscall(unix.SYS_IO_URING_SETUP, 1, 0, 0)
+		expectErr("io_uring_setup", errnoErr(e))
+		_, _, e = unix.Syscall(unix.SYS_FINIT_MODULE, 0, 0, 0)
+		expectErr("finit_module", errnoErr(e))
+	case "tiocsti":
+		c := byte('x')
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, 0, unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+		expectErr("ioctl(TIOCSTI)", errnoErr(e))
+		_, _, e = unix.Syscall(unix.SYS_IOCTL, 0, 0xdead00000000|unix.TIOCSTI, uintptr(unsafe.Pointer(&c)))
+		expectErr("ioctl(TIOCSTI with high bits)", errnoErr(e))
+		if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err != nil {
+			vulnerable("stdin is not the sandbox's terminal: %v", err)
+		}
+	case "int80":
+		// getpid through the i386 ABI: the filter kills the process.
+		int80()
+		vulnerable("i386 syscall returned")
+	case "caps":
+		b, _ := os.ReadFile("/proc/self/status")
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Cap") || strings.HasPrefix(l, "NoNewPrivs") || strings.HasPrefix(l, "Seccomp:") {
+				fmt.Println(l)
+			}
+		}
+		return
+	case "membomb":
+		var hold [][]byte
+		for {
+			b := make([]byte, 64<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			hold = append(hold, b)
+		}
+	case "forkbomb":
+		var n int
+		for i := 0; i < 5000; i++ {
+			cmd := exec.Command("/workspace/attack", "sleep")
+			if err := cmd.Start(); err != nil {
+				break
+			}
+			n++
+		}
+		fmt.Printf("started %d children\n", n)
+		if n >= 5000 {
+			vulnerable("no pids limit")
+		} else {
+			blocked("pids limit stopped the fork bomb after %d", n)
+		}
+	case "sleep":
+		time.Sleep(time.Hour)
+	case "fill":
+		// args: path
+		f, err := os.Create(args[0])
+		if err != nil {
+			vulnerable("create: %v", err)
+			break
+		}
+		buf := make([]byte, 1<<20)
+		var n int64
+		for {
+			w, err := f.Write(buf)
+			n += int64(w)
+			if err != nil {
+				if errors.Is(err, syscall.ENOSPC) {
+					blocked("ENOSPC after %d MiB", n>>20)
+				} else {
+					vulnerable("write failed with %v after %d MiB", err, n>>20)
+				}
+				break
+			}
+		}
+	default:
+		fmt.Fprintln(os.Stderr, "unknown case", os.Args[1])
+		os.Exit(2)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func errnoErr(e unix.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
