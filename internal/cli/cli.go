@@ -59,6 +59,9 @@ credentials, kernel-enforced limits, and nothing left behind afterwards.
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")
 	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), imageCmd(g))
+	// Bad flags and arguments are invalid requests: for `run` that is exit
+	// 125, "the sandbox could not be created", like any other refusal.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Invalid(err.Error()) })
 	root.PersistentPreRun = func(*cobra.Command, []string) {
 		g.log = slog.New(slog.DiscardHandler)
 		if g.debug {
@@ -77,7 +80,8 @@ credentials, kernel-enforced limits, and nothing left behind afterwards.
 		return ee.code
 	default:
 		fmt.Fprintf(g.stderr, "airlock: %v\n", err)
-		if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) {
+		if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) ||
+			errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) {
 			return daemon.ExitCreate
 		}
 		return 1

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/airlock-sandbox/airlock/internal/daemon"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
@@ -52,7 +53,12 @@ Exit status:
   sudo airlock run --repo ~/src/shop --commit HEAD~1 -- make test
   sudo airlock run --image docker-archive:/tmp/alpine.tar --user root --writable-rootfs -- apk add curl
   sudo airlock run --memory 256M --pids 64 --timeout 30s --json -- ./untrusted`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errdefs.Invalid("no command given: use airlock run [flags] -- COMMAND [ARG...]")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if s.Limits.Memory, err = spec.ParseSize(memory); err != nil {

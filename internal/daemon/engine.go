@@ -38,6 +38,7 @@ type Engine struct {
 	cfg    Config
 	rt     *runtime.Runtime
 	images *image.Store
+	reaped []string // removed by the gc at start
 }
 
 // NewEngine checks the host and prepares state directories.
@@ -64,16 +65,21 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, rt: rt, images: images}
 	// Reap what earlier runs killed with SIGKILL left behind.
-	if removed, err := e.GC(); err != nil {
+	removed, err := e.GC()
+	if err != nil {
 		cfg.Log.Warn("gc", "err", err)
 	} else if len(removed) > 0 {
 		cfg.Log.Info("gc removed dead sandboxes", "ids", removed)
 	}
+	e.reaped = removed
 	return e, nil
 }
 
 // Images is the engine's image store.
 func (e *Engine) Images() *image.Store { return e.images }
+
+// Reaped lists the sandboxes whose remains the engine removed at start.
+func (e *Engine) Reaped() []string { return e.reaped }
 
 // GC removes what dead sandboxes left behind.
 func (e *Engine) GC() ([]string, error) {

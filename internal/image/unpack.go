@@ -15,8 +15,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
-// ErrHostile classes archives refused for what they contain.
-var ErrHostile = errors.New("refused image archive")
+// ErrHostile classes archives refused for what they contain; it is an
+// invalid argument as far as callers are concerned.
+var ErrHostile = fmt.Errorf("refused image archive (%w)", errdefs.ErrInvalidArgument)
 
 func hostile(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrHostile, fmt.Sprintf(format, a...))

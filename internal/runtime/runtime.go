@@ -551,6 +551,14 @@ func (rt *Runtime) GC() (removed []string, err error) {
 		seen[id] = true
 	}
 	var errs []error
+	// uid leases of dead holders: their files stay behind (nobody unlinked
+	// them); a lease nobody holds is free and its file can go.
+	leases, _ := os.ReadDir(rt.leases.dir)
+	for _, e := range leases {
+		if l, err := tryLock(filepath.Join(rt.leases.dir, e.Name())); err == nil && l != nil {
+			l.release()
+		}
+	}
 	for id := range seen {
 		l, lerr := tryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 		if lerr != nil {

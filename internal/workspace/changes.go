@@ -18,7 +18,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/pmezard/go-difflib/difflib"
+	udiff "github.com/aymanbagabas/go-udiff"
 	"golang.org/x/sys/unix"
 )
 
@@ -294,17 +294,13 @@ func (s *Set) fileDiff(w io.Writer, c *Change) error {
 		_, err := fmt.Fprintf(w, "Binary files %s and %s differ\n", side("a", c.Path, c.Kind != Added), side("b", c.Path, c.Kind != Deleted))
 		return err
 	}
-	ud := difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(old)), B: difflib.SplitLines(string(cur)),
-		FromFile: side("a", c.Path, c.Kind != Added), ToFile: side("b", c.Path, c.Kind != Deleted),
-		Context: 3,
-	}
-	text, err := difflib.GetUnifiedDiffString(ud)
+	text, err := udiff.ToUnified(side("a", c.Path, c.Kind != Added), side("b", c.Path, c.Kind != Deleted), string(old), udiff.Lines(string(old), string(cur)), 3)
 	if err != nil {
 		return err
 	}
-	if !strings.HasSuffix(text, "\n") && text != "" {
-		text += "\n\\ No newline at end of file\n"
+	if text == "" { // only the mode changed
+		_, err = fmt.Fprintf(w, "mode changed %s\n", c.Path)
+		return err
 	}
 	_, err = io.WriteString(w, text)
 	return err

@@ -161,6 +161,16 @@ func main() {
 				_ = out
 			}
 		}
+	case "stat":
+		for _, p := range args {
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				fmt.Printf("%s: %v\n", p, err)
+				continue
+			}
+			fmt.Printf("%s %d:%d %o\n", p, st.Uid, st.Gid, st.Mode&0o7777)
+		}
+		return
 	case "whoami":
 		fmt.Println(os.Geteuid())
 		return

@@ -75,12 +75,13 @@ func Remount(target string, flags uintptr) error {
 	return nil
 }
 
-// MaskFile hides a file by binding devNull over it, read-only.
+// MaskFile hides a file by binding devNull over it, read-only. The mask
+// must not be nodev: reading it should give nothing, not EACCES.
 func MaskFile(devNull, target string) error {
 	if _, err := os.Lstat(target); err != nil {
 		return nil // absent on this kernel: nothing to mask
 	}
-	return Bind(devNull, target, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+	return Bind(devNull, target, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC)
 }
 
 // MaskDir hides a directory under an empty read-only tmpfs.

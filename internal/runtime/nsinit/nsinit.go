@@ -250,8 +250,14 @@ func (r *rootfs) assemble(fds []int) error {
 			return err
 		}
 	}
-	// The host reads the sandbox's changes through these, after it is gone.
-	for _, p := range []string{r.p("ws/upper"), filepath.Join(root, "workspace")} {
+	// The host reads the sandbox's changes through these, after it is gone:
+	// the layer holding every change (the overlay's upper layer, or the
+	// whole directory when the workspace started empty) and the merged view.
+	changes := r.p("ws/upper")
+	if ws < 0 {
+		changes = r.p("wsempty")
+	}
+	for _, p := range []string{changes, filepath.Join(root, "workspace")} {
 		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", p, err)
@@ -551,13 +557,32 @@ func startAndWait(cfg *Config, readyFDs []int, master, slave *os.File) error {
 	if master != nil {
 		master.Close()
 	}
+	// Signals are forwarded from this goroutine, on init's locked main
+	// thread: Landlock gave each of init's threads a domain of its own, and
+	// the command shares this thread's, so only from here may it be
+	// signalled under Landlock's signal scoping. Reaping happens elsewhere.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
-	go func() {
-		for s := range sigs {
+	exited := make(chan unix.WaitStatus, 1)
+	go reap(pid, exited)
+	for {
+		select {
+		case s := <-sigs:
 			_ = unix.Kill(-pid, s.(syscall.Signal))
+		case ws := <-exited:
+			rep := Report{Kind: "exit", Code: ws.ExitStatus()}
+			if ws.Signaled() {
+				rep.Signal = int(ws.Signal())
+				rep.Code = 128 + rep.Signal
+			}
+			return Send(SyncFD, rep, nil)
 		}
-	}()
+	}
+}
+
+// reap waits for every child: the command, and the orphans re-parented to
+// init; it sends the command's status.
+func reap(pid int, exited chan<- unix.WaitStatus) {
 	for {
 		var ws unix.WaitStatus
 		got, err := unix.Wait4(-1, &ws, 0, nil)
@@ -565,17 +590,11 @@ func startAndWait(cfg *Config, readyFDs []int, master, slave *os.File) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("wait4: %w", err)
+			return
 		}
-		if got != pid {
-			continue // an orphan re-parented to us: reaped
+		if got == pid {
+			exited <- ws
 		}
-		rep := Report{Kind: "exit", Code: ws.ExitStatus()}
-		if ws.Signaled() {
-			rep.Signal = int(ws.Signal())
-			rep.Code = 128 + rep.Signal
-		}
-		return Send(SyncFD, rep, nil)
 	}
 }
 

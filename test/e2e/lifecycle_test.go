@@ -1,0 +1,293 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// residue lists what sandboxes left on the host: cgroups, locks, leases,
+// mounts, and processes running as a sandbox uid.
+func residue() error {
+	var left []string
+	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", "unified", ""} {
+		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, "airlock"))
+		for _, e := range ents {
+			if e.IsDir() {
+				left = append(left, "cgroup "+filepath.Join(ctl, "airlock", e.Name()))
+			}
+		}
+	}
+	for _, d := range []string{"sandboxes", "uids"} {
+		ents, _ := os.ReadDir(filepath.Join(stateDir, d))
+		for _, e := range ents {
+			left = append(left, "lock "+filepath.Join(d, e.Name()))
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mi), "\n") {
+		if strings.Contains(l, stateDir) || strings.Contains(l, dataDir) {
+			left = append(left, "mount "+l)
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+p.Name(), &st) == nil && st.Uid >= 1<<30 {
+			left = append(left, fmt.Sprintf("process %s (uid %d)", p.Name(), st.Uid))
+		}
+	}
+	if len(left) > 0 {
+		return errors.New(strings.Join(left, "; "))
+	}
+	return nil
+}
+
+// noResidue fails the test when anything is left (other tests may run in
+// parallel only if they are not started: tests here run one at a time).
+func noResidue(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := residue()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type runJSON struct {
+	SandboxID  string   `json:"sandbox_id"`
+	ExitCode   int      `json:"exit_code"`
+	Signal     int      `json:"signal"`
+	Limit      string   `json:"limit"`
+	Limits     []string `json:"limits_hit"`
+	Message    string   `json:"message"`
+	WallMS     float64  `json:"wall_ms"`
+	CPUMS      float64  `json:"cpu_ms"`
+	PeakMemory int64    `json:"peak_memory_bytes"`
+}
+
+func lastJSON(t *testing.T, out string) runJSON {
+	t.Helper()
+	i := strings.LastIndex(out, "{\n  \"sandbox_id\"")
+	if i < 0 {
+		t.Fatalf("no JSON result in %q", out)
+	}
+	var j runJSON
+	if err := json.Unmarshal([]byte(out[i:]), &j); err != nil {
+		t.Fatalf("JSON result: %v in %q", err, out[i:])
+	}
+	return j
+}
+
+func TestJSONResult(t *testing.T) {
+	r := airlock(t, "", "run", "--json", "--", "sh", "-c", "echo out; exit 7")
+	j := lastJSON(t, r.stdout)
+	if r.code != 7 || j.ExitCode != 7 || j.SandboxID == "" || j.WallMS <= 0 || j.PeakMemory <= 0 || !strings.HasPrefix(r.stdout, "out\n") {
+		t.Fatalf("%+v\n%s", j, r)
+	}
+	noResidue(t)
+}
+
+func TestMemoryBomb(t *testing.T) {
+	r := airlock(t, "", "run", "--memory", "256M", "--json", "--workspace", workspace(t), "--", "/workspace/attack", "membomb")
+	j := lastJSON(t, r.stdout)
+	if r.code != 137 || j.Limit != "memory" || !strings.Contains(r.stderr, "airlock: memory limit (256MiB) exceeded") {
+		t.Fatalf("%s", r)
+	}
+	noResidue(t)
+}
+
+func TestForkBomb(t *testing.T) {
+	r := attack(t, []string{"--pids", "64"}, "forkbomb")
+	if !strings.Contains(r.stderr, "pids limit (64) reached") {
+		t.Fatalf("the pids limit must be reported: %s", r)
+	}
+	noResidue(t)
+}
+
+func TestForkBombShell(t *testing.T) {
+	// A bomb that never stops trying: it hits the pids limit, the sandbox
+	// is destroyed at the deadline, and both are reported.
+	r := airlock(t, "", "run", "--pids", "32", "--timeout", "3s", "--", "sh", "-c", "while :; do (sleep 100 &) 2>/dev/null; done")
+	if r.code != 124 || !strings.Contains(r.stderr, "timeout (3s) reached") {
+		t.Fatalf("%s", r)
+	}
+	r = airlock(t, "", "run", "--json", "--pids", "32", "--timeout", "3s", "--", "sh", "-c", "while :; do (sleep 100 &) 2>/dev/null; done")
+	if j := lastJSON(t, r.stdout); !slices.Contains(j.Limits, "pids") || !slices.Contains(j.Limits, "timeout") {
+		t.Fatalf("limits hit %v, want pids and timeout: %s", j.Limits, r)
+	}
+	noResidue(t)
+}
+
+func TestDiskFill(t *testing.T) {
+	for _, p := range []string{"/tmp/fill", "/workspace/fill", "/home/user/fill", "/dev/shm/fill"} {
+		r := attack(t, []string{"--disk", "32M"}, "fill", p)
+		if !strings.Contains(r.stdout, "ENOSPC") || !strings.Contains(r.stderr, "disk limit (32MiB) reached") {
+			t.Fatalf("%s: %s", p, r)
+		}
+	}
+	noResidue(t)
+}
+
+func TestTimeout(t *testing.T) {
+	start := time.Now()
+	r := airlock(t, "", "run", "--timeout", "1s", "--", "sh", "-c", "sleep 60 & sleep 60")
+	if r.code != 124 || !strings.Contains(r.stderr, "timeout (1s) reached") {
+		t.Fatalf("%s", r)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("timeout took %s", d)
+	}
+	noResidue(t)
+}
+
+func TestBackgroundProcessesDieWithTheRun(t *testing.T) {
+	r := airlock(t, "", "run", "--", "sh", "-c", "sleep 1000 & echo started")
+	if r.code != 0 || r.stdout != "started\n" {
+		t.Fatalf("%s", r)
+	}
+	noResidue(t)
+}
+
+func TestInterruptDestroys(t *testing.T) {
+	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--", "sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitSandbox(t)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("SIGINT: %v, want exit 130 (the command's SIGINT)", err)
+	}
+	noResidue(t)
+}
+
+// waitSandbox waits until a sandbox's cgroup exists.
+func waitSandbox(t *testing.T) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ents, _ := os.ReadDir("/sys/fs/cgroup/pids/airlock")
+		for _, e := range ents {
+			if e.IsDir() {
+				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/airlock", e.Name(), "cgroup.procs"))
+				if len(strings.Fields(string(procs))) >= 2 {
+					return e.Name()
+				}
+			}
+		}
+		ents, _ = os.ReadDir("/sys/fs/cgroup/airlock")
+		for _, e := range ents {
+			if e.IsDir() {
+				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/airlock", e.Name(), "cgroup.procs"))
+				if len(strings.Fields(string(procs))) >= 2 {
+					return e.Name()
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no sandbox appeared")
+	return ""
+}
+
+func cgroupProcs(id string) []string {
+	for _, p := range []string{"/sys/fs/cgroup/pids/airlock/" + id, "/sys/fs/cgroup/airlock/" + id} {
+		if b, err := os.ReadFile(p + "/cgroup.procs"); err == nil {
+			return strings.Fields(string(b))
+		}
+	}
+	return nil
+}
+
+func TestSIGKILLThenGC(t *testing.T) {
+	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--", "sh", "-c", "sleep 1000 & sleep 1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	id := waitSandbox(t)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	deadline := time.Now().Add(time.Second)
+	for len(cgroupProcs(id)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox processes %v still alive 1s after airlock was killed", cgroupProcs(id))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := airlock(t, "", "gc")
+	if r.code != 0 || !strings.Contains(r.stdout, "removed "+id) {
+		t.Fatalf("gc: %s", r)
+	}
+	noResidue(t)
+}
+
+func TestConcurrentSandboxesAreIsolated(t *testing.T) {
+	type out struct {
+		r   result
+		err error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		ch <- out{r: airlock(t, "", "run", "--", "sh", "-c", "echo A > /tmp/mine; echo A > /workspace/mine; cat /proc/self/uid_map; sleep 2")}
+	}()
+	waitSandbox(t)
+	b := airlock(t, "", "run", "--", "sh", "-c", "ls /tmp /workspace; ps -e -o comm= | sort | tr '\\n' ' '; echo; cat /proc/self/uid_map")
+	a := (<-ch).r
+	if a.code != 0 || b.code != 0 {
+		t.Fatalf("A: %s\nB: %s", a, b)
+	}
+	if strings.Contains(b.stdout, "mine") || strings.Contains(b.stdout, "sleep") {
+		t.Fatalf("B sees A's files or processes:\n%s", b.stdout)
+	}
+	mapA := strings.Fields(strings.TrimSpace(a.stdout))
+	lines := strings.Split(strings.TrimSpace(b.stdout), "\n")
+	mapB := strings.Fields(lines[len(lines)-1])
+	if len(mapA) != 3 || len(mapB) != 3 || mapA[1] == mapB[1] {
+		t.Fatalf("uid ranges must differ: A %v, B %v", mapA, mapB)
+	}
+	noResidue(t)
+}
+
+func TestDoctor(t *testing.T) {
+	r := airlock(t, "", "doctor")
+	if r.code != 0 {
+		t.Fatalf("%s", r)
+	}
+	for _, c := range []string{"namespaces", "idmapped mounts", "cgroups", "seccomp", "landlock", "nftables"} {
+		if !strings.Contains(r.stdout, c) {
+			t.Errorf("doctor does not report %s:\n%s", c, r.stdout)
+		}
+	}
+	r = airlock(t, "", "doctor", "--json")
+	var d struct {
+		OK     bool `json:"ok"`
+		Checks []struct {
+			Name string `json:"name"`
+			OK   bool   `json:"ok"`
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || !d.OK || len(d.Checks) < 8 {
+		t.Fatalf("doctor --json: %v %s", err, r)
+	}
+}

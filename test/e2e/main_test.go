@@ -1,0 +1,117 @@
+// Package e2e drives the real airlock binary, as root, against the real
+// kernel: every control of the engine is attacked from inside a sandbox and
+// must hold. It builds airlock and the attack helper (test/attack) once.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	airlockBin string
+	attackBin  string
+	stateDir   string
+	dataDir    string
+)
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: skipped: these tests create namespaces, cgroups and mounts and need root")
+		os.Exit(0)
+	}
+	tmp, err := os.MkdirTemp("", "airlock-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	// Sandboxes' unprivileged roots traverse the state directory.
+	_ = os.Chmod(tmp, 0o711)
+	airlockBin = filepath.Join(tmp, "airlock")
+	attackBin = filepath.Join(tmp, "attack")
+	stateDir = filepath.Join(tmp, "run")
+	dataDir = filepath.Join(tmp, "lib")
+	root, _ := filepath.Abs("../..")
+	for bin, pkg := range map[string]string{airlockBin: "./cmd/airlock", attackBin: "./test/attack"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Printf("build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := residue(); err != nil {
+			fmt.Println("e2e: residue after all tests:", err)
+			code = 1
+		}
+	}
+	_ = exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "gc").Run()
+	_ = os.RemoveAll(tmp)
+	os.Exit(code)
+}
+
+// result of one airlock invocation.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// airlock runs the binary with the test's state and data directories.
+func airlock(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	full := append([]string{"--state-dir", stateDir, "--data-dir", dataDir}, args...)
+	cmd := exec.CommandContext(ctx, airlockBin, full...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Stdin = strings.NewReader(stdin)
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("airlock %v: %v", args, err)
+	}
+	return r
+}
+
+// workspace returns a fresh host directory holding the attack helper.
+func workspace(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := os.ReadFile(attackBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "attack"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// attack runs the helper's case inside a sandbox and fails the test on any
+// VULNERABLE line or unexpected exit.
+func attack(t *testing.T, extra []string, args ...string) result {
+	t.Helper()
+	full := append([]string{"run", "--workspace", workspace(t)}, extra...)
+	full = append(full, "--", "/workspace/attack")
+	r := airlock(t, "", append(full, args...)...)
+	if strings.Contains(r.stdout, "VULNERABLE") || r.code != 0 {
+		t.Errorf("attack %v (%v):\n%s", args, extra, r)
+	}
+	return r
+}
