@@ -1,0 +1,62 @@
+package archtest
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The import rules of docs/architecture.md, kept true by the build.
+var rules = []struct {
+	pkg       string
+	forbidden []string
+}{
+	{"./client/...", []string{"github.com/airlock-sandbox/airlock/internal/"}},
+	{"./internal/runtime/nsinit", []string{"net/http", "github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/cli", "github.com/airlock-sandbox/airlock/internal/image", "github.com/airlock-sandbox/airlock/internal/workspace", "github.com/spf13/cobra"}},
+	{"./internal/runtime", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/cli", "github.com/airlock-sandbox/airlock/internal/image", "net/http"}},
+	{"./internal/linux/...", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/spec"}},
+	{"./internal/spec", []string{"os/exec", "net", "golang.org/x/sys/unix", "github.com/airlock-sandbox/airlock/internal/runtime"}},
+	{"./internal/errdefs", []string{"github.com/airlock-sandbox/airlock/"}},
+	{"./internal/cli", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/image", "github.com/airlock-sandbox/airlock/internal/workspace"}},
+}
+
+func TestImportRules(t *testing.T) {
+	for _, r := range rules {
+		dir := "../../" + strings.TrimSuffix(strings.TrimPrefix(r.pkg, "./"), "/...")
+		if _, err := os.Stat(dir); err != nil {
+			continue // not written yet
+		}
+		// Direct imports only: what a package itself names.
+		out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}: {{join .Imports " "}}`, "../../"+strings.TrimPrefix(r.pkg, "./")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", r.pkg, err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			pkg, imports, _ := strings.Cut(line, ": ")
+			for _, imp := range strings.Fields(imports) {
+				for _, f := range r.forbidden {
+					if imp == f || strings.HasSuffix(f, "/") && strings.HasPrefix(imp, f) {
+						t.Errorf("%s imports %s", pkg, imp)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestEveryPackageSaysWhatItOwns(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}\t{{len .GoFiles}}\t{{.Doc}}", "../../...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.SplitN(line, "\t", 3)
+		if len(f) < 3 || f[1] == "0" {
+			continue // tests only
+		}
+		if pkg, doc := f[0], f[2]; strings.TrimSpace(doc) == "" {
+			t.Errorf("%s has no package doc", pkg)
+		}
+	}
+}
