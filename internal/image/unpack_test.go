@@ -113,7 +113,7 @@ func TestUnpackLayersAndWhiteouts(t *testing.T) {
 func TestUnpackRefusesHostileArchives(t *testing.T) {
 	outside := t.TempDir()
 	cases := map[string][]*bytes.Buffer{
-		"path traversal": {layer(t, entry{name: "../../escape", typ: tar.TypeReg, body: "x"})},
+		"path traversal":          {layer(t, entry{name: "../../escape", typ: tar.TypeReg, body: "x"})},
 		"traversal inside a path": {layer(t, entry{name: "a/../../escape", typ: tar.TypeReg, body: "x"})},
 		"write through absolute symlink": {layer(t,
 			entry{name: "evil", typ: tar.TypeSymlink, link: outside},
@@ -124,7 +124,7 @@ func TestUnpackRefusesHostileArchives(t *testing.T) {
 		"symlink planted in an earlier layer": {
 			layer(t, entry{name: "etc", typ: tar.TypeSymlink, link: outside}),
 			layer(t, entry{name: "etc/pwned", typ: tar.TypeReg, body: "x"})},
-		"hard link out": {layer(t, entry{name: "shadow", typ: tar.TypeLink, link: "../../../../etc/shadow"})},
+		"hard link out":              {layer(t, entry{name: "shadow", typ: tar.TypeLink, link: "../../../../etc/shadow"})},
 		"hard link to absolute path": {layer(t, entry{name: "shadow", typ: tar.TypeLink, link: "/etc/shadow"})},
 		"hard link through symlink": {layer(t,
 			entry{name: "etc", typ: tar.TypeSymlink, link: "/etc"},
