@@ -1,0 +1,15 @@
+#!/bin/sh
+# Build airlock and install it as /usr/local/bin/airlock, then check this
+# host with `airlock doctor`. Run as root on Debian:
+#   sudo ./scripts/install.sh
+set -eu
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then exec sudo "$0" "$@"; fi
+. scripts/go-env.sh
+version=$(git describe --always --dirty 2>/dev/null || echo dev)
+echo "airlock: building $version with $(go version | cut -d' ' -f3)" >&2
+CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+	-ldflags "-s -w -X github.com/airlock-sandbox/airlock/internal/cli.Version=$version" \
+	-o /usr/local/bin/airlock ./cmd/airlock
+echo "airlock: installed /usr/local/bin/airlock" >&2
+/usr/local/bin/airlock doctor >&2
