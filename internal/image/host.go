@@ -1,6 +1,10 @@
 package image
 
-import "os"
+import (
+	"os"
+	"strconv"
+	"strings"
+)
 
 // HostEtc is the part of the host's /etc a sandbox of the host image sees,
 // copied (world-readable files only, symlinks as links). It leaves out
@@ -14,11 +18,16 @@ var HostEtc = []string{
 	"/etc/bash.bashrc", "/etc/profile", "/etc/profile.d", "/etc/inputrc", "/etc/skel",
 	"/etc/gai.conf", "/etc/host.conf", "/etc/magic", "/etc/mke2fs.conf",
 	"/etc/python3", "/etc/python3.11", "/etc/perl", "/etc/vim", "/etc/xdg", "/etc/dpkg", "/etc/apt",
+	// account tools and PAM, for --user root (useradd, su, adduser)
+	"/etc/pam.d", "/etc/pam.conf", "/etc/security", "/etc/login.defs", "/etc/adduser.conf",
+	"/etc/deluser.conf", "/etc/default/useradd", "/etc/shells", "/etc/subuid", "/etc/subgid",
 }
 
 // hostDirs are the host's top-level system directories shown in the host
 // image; on a merged-/usr host all but /usr are symlinks into it.
-var hostDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+// /var/lib/dpkg is the package database of what /usr holds, so package
+// tools inside (with --writable-rootfs) see the same system.
+var hostDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var/lib/dpkg"}
 
 // Host returns the layout of the host image: a read-only view of the host's
 // /usr (and /bin, /sbin, /lib* where they are real directories) and a
@@ -44,8 +53,37 @@ func Host(etcDir string) (*Layout, error) {
 			l.Trees = append(l.Trees, Tree{HostPath: d, Target: d})
 		}
 	}
-	l.Passwd, l.Group = basePasswd, baseGroup
+	l.Passwd = systemAccounts(readSmall("/", "etc/passwd"), basePasswd, 2)
+	l.Group = systemAccounts(readSmall("/", "etc/group"), baseGroup, 2)
 	return l, nil
+}
+
+// systemAccounts keeps the host's system accounts (ids below 1000, and
+// 65534) from a passwd or group database, so that package tools find the
+// users and groups the host's packages reference; human accounts are left
+// out, passwords are always "x", and group member lists are dropped. The
+// id is field idField. With no host database, base is returned.
+func systemAccounts(db, base string, idField int) string {
+	var b strings.Builder
+	for _, line := range strings.Split(db, "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < idField+2 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		id, err := strconv.Atoi(f[idField])
+		if err != nil || id >= 1000 && id != 65534 {
+			continue
+		}
+		f[1] = "x"
+		if len(f) == 4 { // group: name:x:gid:members
+			f[3] = ""
+		}
+		b.WriteString(strings.Join(f, ":") + "\n")
+	}
+	if b.Len() == 0 {
+		return base
+	}
+	return b.String()
 }
 
 const (

@@ -30,6 +30,7 @@ func hostEtcTemplate(dir string) (string, error) {
 	}
 	var entries []string
 	var manifest strings.Builder
+	manifest.WriteString(allowlistLine())
 	for _, root := range HostEtc {
 		if fi, err := os.Lstat(root); err == nil {
 			manifest.WriteString(stamp(root, fi))
@@ -100,8 +101,16 @@ func stamp(p string, fi os.FileInfo) string {
 	return fmt.Sprintf("%s\x00%o\x00%d\x00%d\n", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
 }
 
+// allowlistLine heads a manifest: a template built from another HostEtc
+// list is stale whatever the stamps say.
+func allowlistLine() string { return "allow\x00" + strings.Join(HostEtc, "\x00") + "\n" }
+
 // manifestFresh re-stats every entry a template's manifest recorded.
 func manifestFresh(m string) bool {
+	head, m, _ := strings.Cut(m, "\n")
+	if head+"\n" != allowlistLine() {
+		return false
+	}
 	for _, line := range strings.Split(strings.TrimSuffix(m, "\n"), "\n") {
 		p, _, _ := strings.Cut(line, "\x00")
 		fi, err := os.Lstat(p)

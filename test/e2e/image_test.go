@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -176,5 +177,51 @@ func TestHostileImageRefused(t *testing.T) {
 	}
 	if _, err := os.Stat("/etc/airlock-pwned"); err == nil {
 		t.Fatal("a hostile layer wrote outside the cache")
+	}
+}
+
+func TestRootfsDirectoryImage(t *testing.T) {
+	root := t.TempDir()
+	helper, _ := os.ReadFile(attackBin)
+	for _, d := range []string{"bin", "etc", "srv"} {
+		_ = os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	_ = os.WriteFile(filepath.Join(root, "bin/attack"), helper, 0o755)
+	_ = os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
+	_ = os.WriteFile(filepath.Join(root, "srv/owned"), []byte("x"), 0o644)
+	_ = os.Chown(filepath.Join(root, "srv/owned"), 1234, 1234)
+	r := airlock(t, "", "run", "--image", root, "--", "/bin/attack", "stat", "/bin/attack", "/srv/owned", "/etc/passwd")
+	if r.code != 0 || !strings.Contains(r.stdout, "/bin/attack 0:0 755") || !strings.Contains(r.stdout, "/srv/owned 1234:1234") {
+		t.Fatalf("%s", r)
+	}
+	r = airlock(t, "", "run", "--image", root, "--", "/bin/attack", "write-outside")
+	if r.code != 0 || strings.Contains(r.stdout, "VULNERABLE") {
+		t.Fatalf("%s", r)
+	}
+}
+
+func TestRootPackageInstall(t *testing.T) {
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Skip("dpkg-deb is not installed: cannot build a test package")
+	}
+	ws := t.TempDir()
+	pkg := filepath.Join(t.TempDir(), "pkg")
+	writeFiles(t, pkg, map[string]string{
+		"DEBIAN/control":       "Package: airlock-test\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.com>\nDescription: test\n",
+		"usr/bin/airlock-test": "#!/bin/sh\necho installed\n",
+		"DEBIAN/postinst":      "#!/bin/sh\nset -e\nuseradd --system airlockd\nchown airlockd /usr/bin/airlock-test\n",
+	})
+	_ = os.Chmod(filepath.Join(pkg, "usr/bin/airlock-test"), 0o755)
+	_ = os.Chmod(filepath.Join(pkg, "DEBIAN/postinst"), 0o755)
+	if out, err := exec.Command("dpkg-deb", "--build", pkg, filepath.Join(ws, "test.deb")).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb: %v\n%s", err, out)
+	}
+	r := airlock(t, "", "run", "--user", "root", "--writable-rootfs", "--workspace", ws, "--", "sh", "-c",
+		"mkdir -p /var/log && dpkg -i test.deb >/dev/null && airlock-test && stat -c %U /usr/bin/airlock-test && useradd -m bob && su bob -c 'id -un'")
+	if r.code != 0 || r.stdout != "installed\nairlockd\nbob\n" {
+		t.Fatalf("%s", r)
+	}
+	if _, err := os.Stat("/usr/bin/airlock-test"); err == nil {
+		t.Fatal("the package landed on the host")
 	}
 }

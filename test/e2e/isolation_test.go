@@ -204,3 +204,19 @@ func TestMaskedProc(t *testing.T) {
 		t.Fatalf("masked /proc entries must read empty and refuse writes: %s", r)
 	}
 }
+
+// Regression: Landlock's REFER right was not granted, so every rename or
+// hard link across directories failed with EXDEV (dpkg, git and pip broke).
+func TestRenameAcrossDirectories(t *testing.T) {
+	script := `set -e; for d in /workspace /tmp $HOME; do mkdir -p $d/a $d/b; echo x > $d/a/f; python3 -c "import os,sys; os.rename(sys.argv[1]+'/a/f', sys.argv[1]+'/b/f'); os.link(sys.argv[1]+'/b/f', sys.argv[1]+'/a/g')" $d; done; echo renamed`
+	for _, extra := range [][]string{nil, {"--writable-rootfs", "--user", "root"}} {
+		r := airlock(t, "", append(append([]string{"run"}, extra...), "--", "sh", "-c", script)...)
+		if r.code != 0 || r.stdout != "renamed\n" {
+			t.Fatalf("%v: %s", extra, r)
+		}
+	}
+	r := airlock(t, "", "run", "--writable-rootfs", "--user", "root", "--", "python3", "-c", "import os; os.makedirs('/var/x/a'); os.makedirs('/var/x/b'); open('/var/x/a/f','w').close(); os.rename('/var/x/a/f','/var/x/b/f'); print('ok')")
+	if r.code != 0 || r.stdout != "ok\n" {
+		t.Fatalf("rename in the writable root: %s", r)
+	}
+}

@@ -24,29 +24,39 @@ func ABI() int {
 }
 
 // Restrict confines every thread of the calling process, and its future
-// children: read and execute under "/", write only under rwDirs and to
-// rwFiles. With ABI 6 and later it also scopes abstract unix sockets and
-// signals to the sandbox's own Landlock domain.
+// children: read and execute under "/", write only under rwDirs (where
+// renames and links across directories are allowed) and to rwFiles. With
+// ABI 6 and later it also scopes abstract unix sockets and signals to the
+// sandbox's own Landlock domain.
 func Restrict(rwDirs, rwFiles []string) error {
 	abi := ABI()
 	if abi < MinABI {
 		return fmt.Errorf("landlock: kernel ABI %d, need at least %d", abi, MinABI)
 	}
-	cfg := configFor(abi)
+	base := configFor(abi)
+	// One ruleset for the filesystem and, with ABI 6 and later, the IPC
+	// scopes. Not two: REFER is denied by every ruleset that does not grant
+	// it, so a second, scope-only ruleset would refuse every rename across
+	// directories. Network rights are left unhandled (the sandbox's network
+	// namespace is the control there).
+	args := []any{base.HandledAccessFS}
+	if abi >= 6 {
+		args = append(args, base.Scoped)
+	}
+	cfg, err := ll.NewConfig(args...)
+	if err != nil {
+		return fmt.Errorf("landlock: %w", err)
+	}
 	rules := []ll.Rule{ll.RODirs("/")}
 	if len(rwDirs) > 0 {
-		rules = append(rules, ll.RWDirs(rwDirs...).WithIoctlDev())
+		// WithRefer: renames and links across directories (dpkg, git, pip).
+		rules = append(rules, ll.RWDirs(rwDirs...).WithIoctlDev().WithRefer())
 	}
 	if len(rwFiles) > 0 {
 		rules = append(rules, ll.RWFiles(rwFiles...).WithIoctlDev().IgnoreIfMissing())
 	}
-	if err := cfg.RestrictPaths(rules...); err != nil {
-		return fmt.Errorf("landlock: restrict paths: %w", err)
-	}
-	if abi >= 6 {
-		if err := cfg.RestrictScoped(); err != nil {
-			return fmt.Errorf("landlock: restrict scopes: %w", err)
-		}
+	if err := cfg.Restrict(rules...); err != nil {
+		return fmt.Errorf("landlock: restrict: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,38 @@
+package image
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestHostEtcTemplate(t *testing.T) {
+	dir := t.TempDir()
+	first, err := hostEtcTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"etc/shadow", "etc/passwd", "etc/sudoers", "etc/ssh", "etc/hostname", "etc/environment"} {
+		if _, err := os.Lstat(filepath.Join(first, p)); err == nil {
+			t.Errorf("template holds %s", p)
+		}
+	}
+	again, err := hostEtcTemplate(dir)
+	if err != nil || again != first {
+		t.Fatalf("unchanged host: template %s, then %s (%v)", first, again, err)
+	}
+	// Regression: a template built from another allowlist is stale even
+	// though every entry it recorded is unchanged.
+	saved := HostEtc
+	t.Cleanup(func() { HostEtc = saved })
+	HostEtc = append(append([]string{}, saved...), "/etc/hostname")
+	third, err := hostEtcTemplate(dir)
+	if err != nil || third == first {
+		t.Fatalf("changed allowlist did not rebuild the template (%v)", err)
+	}
+	if _, err := os.Lstat(filepath.Join(third, "etc/hostname")); err != nil && fileExists("/etc/hostname") {
+		t.Fatalf("rebuilt template lacks the new entry: %v", err)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
