@@ -56,9 +56,18 @@ func Detect() (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
+	return detect(string(mi), func(root string) string {
+		b, _ := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+		return string(b)
+	})
+}
+
+// detect decides from mountinfo text and the unified hierarchy's
+// cgroup.controllers (read through controllers).
+func detect(mountinfo string, controllers func(v2root string) string) (*Host, error) {
 	h := &Host{V1Roots: map[string]string{}}
 	var v2root string
-	for _, line := range strings.Split(string(mi), "\n") {
+	for _, line := range strings.Split(mountinfo, "\n") {
 		pre, post, ok := strings.Cut(line, " - ")
 		if !ok {
 			continue
@@ -83,10 +92,7 @@ func Detect() (*Host, error) {
 		}
 	}
 	if v2root != "" {
-		avail, _ := os.ReadFile(filepath.Join(v2root, "cgroup.controllers"))
-		have := strings.Fields(string(avail))
-		missing := missingFrom(v2Controllers, have)
-		if len(missing) == 0 {
+		if len(missingFrom(v2Controllers, strings.Fields(controllers(v2root)))) == 0 {
 			h.Version, h.V2Root = V2, v2root
 			return h, nil
 		}
