@@ -118,6 +118,9 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string) erro
 	eng, err := g.engine(g.warn)
 	g.log.Debug("engine ready", "at", time.Since(t0))
 	if err != nil {
+		if asJSON {
+			_ = printJSON(g.stdout, map[string]any{"exit_code": daemon.ExitCreate, "error": err.Error()})
+		}
 		return err
 	}
 	stdio := daemon.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
@@ -156,6 +159,9 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string) erro
 	}
 	res, err := eng.Run(context.Background(), s, stdio, ro)
 	if res == nil {
+		if asJSON && err != nil {
+			_ = printJSON(g.stdout, map[string]any{"exit_code": daemon.ExitCreate, "error": err.Error()})
+		}
 		return err
 	}
 	if err != nil {

@@ -55,6 +55,14 @@ type Runtime struct {
 // New checks the host's controls and prepares the state directory. Missing
 // cgroup controllers or seccomp are errors classed errdefs.ErrUnavailable.
 func New(stateDir string, log *slog.Logger) (*Runtime, error) {
+	rt := &Runtime{
+		stateDir: stateDir,
+		log:      log,
+		leases:   &uidLeases{dir: filepath.Join(stateDir, uidDir), first: firstUID, size: uidsPerSlot, slots: uidSlots},
+	}
+	// Copying the binary into its sealed memfd is the most expensive step
+	// of a cold start; begin it first, alongside the rest of the set-up.
+	go func() { _, _ = rt.exe.get() }()
 	cg, err := cgroup.Detect()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
@@ -77,16 +85,8 @@ func New(stateDir string, log *slog.Logger) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	rt := &Runtime{
-		stateDir: stateDir,
-		log:      log,
-		cgroups:  cg,
-		leases:   &uidLeases{dir: filepath.Join(stateDir, uidDir), first: firstUID, size: uidsPerSlot, slots: uidSlots},
-		seccomp:  seccomp.Encode(prog),
-	}
-	// Copying the binary into its sealed memfd is the most expensive step
-	// of a cold start; begin it now, alongside the caller's other set-up.
-	go func() { _, _ = rt.exe.get() }()
+	rt.cgroups = cg
+	rt.seccomp = seccomp.Encode(prog)
 	return rt, nil
 }
 

@@ -50,7 +50,7 @@ func main() {
 			expectErr("read "+p, err)
 		}
 	case "write-outside":
-		for _, p := range []string{"/usr/airlock-pwned", "/etc/airlock-pwned", "/airlock-pwned", "/bin/sh", "/proc/sys/kernel/hostname", "/sys/kernel/airlock", "/dev/airlock-pwned"} {
+		for _, p := range []string{"/usr/airlock-pwned", "/etc/airlock-pwned", "/airlock-pwned", "/bin/sh", "/usr/local/bin/airlock", "/usr/bin/env", "/proc/sys/kernel/hostname", "/sys/kernel/airlock", "/dev/airlock-pwned", "/var/lib/dpkg/status"} {
 			err := os.WriteFile(p, []byte("x"), 0o644)
 			expectErr("write "+p, err)
 		}

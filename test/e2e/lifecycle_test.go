@@ -291,3 +291,14 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("doctor --json: %v %s", err, r)
 	}
 }
+
+func TestJSONOnCreateFailure(t *testing.T) {
+	r := airlock(t, "", "run", "--json", "--image", "/nonexistent", "--", "true")
+	var j struct {
+		ExitCode int    `json:"exit_code"`
+		Error    string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || r.code != 125 || j.ExitCode != 125 || !strings.Contains(j.Error, "/nonexistent") {
+		t.Fatalf("%v: %s", err, r)
+	}
+}
