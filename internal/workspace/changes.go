@@ -119,16 +119,11 @@ func (s *Set) lowerStat(rel string) (unix.Stat_t, bool) {
 }
 
 func (s *Set) walk(rel string) error {
-	d, err := openDir(s.upper, rel)
+	d, names, err := listDir(s.upper, rel)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return err
-	}
-	slices.Sort(names)
 	if rel != "" && isOpaque(d) {
 		s.deleteLower(rel, names)
 	}
@@ -361,16 +356,11 @@ func exportOwner() [2]int {
 }
 
 func exportDir(src, out *os.File, rel string, owner [2]int, skipped *[]string) error {
-	d, err := openDir(src, rel)
+	d, names, err := listDir(src, rel)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return err
-	}
-	slices.Sort(names)
 	for _, name := range names {
 		p := path.Join(rel, name)
 		st, err := lstatAt(d, name)

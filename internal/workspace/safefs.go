@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +40,22 @@ func openDir(root *os.File, rel string) (*os.File, error) {
 		rel = "."
 	}
 	return openIn(root, rel, unix.O_RDONLY|unix.O_DIRECTORY)
+}
+
+// listDir opens a directory below root and returns it with its entries,
+// sorted. The caller closes the directory.
+func listDir(root *os.File, rel string) (*os.File, []string, error) {
+	d, err := openDir(root, rel)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	slices.Sort(names)
+	return d, names, nil
 }
 
 // openRegular opens a regular file below root for reading.

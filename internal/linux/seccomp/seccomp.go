@@ -199,6 +199,12 @@ func applies(sc *moby.Syscall, release moby.KernelVersion) bool {
 	return true
 }
 
+// operators maps the profile's comparisons to compile.go's.
+var operators = map[specs.LinuxSeccompOperator]string{
+	specs.OpEqualTo: "eq", specs.OpNotEqual: "ne", specs.OpLessThan: "lt",
+	specs.OpLessEqual: "le", specs.OpGreaterThan: "gt", specs.OpGreaterEqual: "ge",
+}
+
 func conditions(args []specs.LinuxSeccompArg) ([]cond, error) {
 	var out []cond
 	for _, a := range args {
@@ -206,20 +212,10 @@ func conditions(args []specs.LinuxSeccompArg) ([]cond, error) {
 		if a.Index > 5 {
 			return nil, fmt.Errorf("seccomp: argument index %d", a.Index)
 		}
-		switch a.Op {
-		case specs.OpEqualTo:
-			c.op = "eq"
-		case specs.OpNotEqual:
-			c.op = "ne"
-		case specs.OpLessThan:
-			c.op = "lt"
-		case specs.OpLessEqual:
-			c.op = "le"
-		case specs.OpGreaterThan:
-			c.op = "gt"
-		case specs.OpGreaterEqual:
-			c.op = "ge"
-		case specs.OpMaskedEqual:
+		switch op, ok := operators[a.Op]; {
+		case ok:
+			c.op = op
+		case a.Op == specs.OpMaskedEqual:
 			// (arg & Value) == ValueTwo; Docker uses it only with ValueTwo 0
 			// ("none of these flag bits").
 			if a.ValueTwo != 0 {
