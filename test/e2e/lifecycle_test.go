@@ -302,3 +302,18 @@ func TestJSONOnCreateFailure(t *testing.T) {
 		t.Fatalf("%v: %s", err, r)
 	}
 }
+
+// Regression: on cgroup v1 the OOM notification comes before the kernel
+// kills its victim; the watcher waited for the kill counter, missed it, and
+// an OOM in a child left the rest of the sandbox running.
+func TestOOMInChildDestroysSandbox(t *testing.T) {
+	start := time.Now()
+	r := airlock(t, "", "run", "--memory", "128M", "--workspace", workspace(t), "--", "sh", "-c", "/workspace/attack membomb; echo survived; sleep 60")
+	if r.code != 137 || strings.Contains(r.stdout, "survived") || !strings.Contains(r.stderr, "memory limit (128MiB) exceeded") {
+		t.Fatalf("%s", r)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("the sandbox outlived its OOM by %s", d)
+	}
+	noResidue(t)
+}

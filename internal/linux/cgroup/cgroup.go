@@ -352,9 +352,10 @@ func (c *Cgroup) Stats() Stats {
 	return s
 }
 
-// WatchOOM calls fn (once) when the kernel OOM-kills a process in the
-// cgroup. v1 uses an eventfd on memory.oom_control; v2 watches
-// memory.events with inotify. stop ends the watch.
+// WatchOOM calls fn (once) when the cgroup runs out of memory and the
+// kernel's OOM killer is about to pick a victim, whichever process that is.
+// v1 uses an eventfd on memory.oom_control; v2 watches memory.events with
+// inotify. stop ends the watch.
 func (c *Cgroup) WatchOOM(fn func()) (stop func(), err error) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
@@ -374,7 +375,9 @@ func (c *Cgroup) WatchOOM(fn func()) (stop func(), err error) {
 			return nil, err
 		}
 		src = efd
-		check = func() bool { return c.Stats().OOMKills > 0 }
+		// The kernel signals before it picks and kills a victim: the event
+		// itself is the OOM (waiting for the counter would race it).
+		check = func() bool { return true }
 	} else {
 		ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 		if err != nil {
@@ -387,7 +390,12 @@ func (c *Cgroup) WatchOOM(fn func()) (stop func(), err error) {
 			return nil, fmt.Errorf("inotify_add_watch: %w", err)
 		}
 		src = ifd
-		check = func() bool { return c.Stats().OOMKills > 0 }
+		// memory.events changes for other counters too; "oom" is counted
+		// when the limit is hit, "oom_kill" once the victim is chosen.
+		check = func() bool {
+			kv := readKV(filepath.Join(c.dirs[""], "memory.events"))
+			return kv["oom"] > 0 || kv["oom_kill"] > 0
+		}
 	}
 	// stopfd wakes the poll loop when stop is called.
 	stopfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
