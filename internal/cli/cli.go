@@ -90,7 +90,7 @@ credentials, kernel-enforced limits, and nothing left behind afterwards.
 
 func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
 	if os.Geteuid() != 0 {
-		return nil, errdefs.Unavailable("airlock needs root to create sandboxes: run it with sudo")
+		return nil, errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo")
 	}
 	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log})
 }
