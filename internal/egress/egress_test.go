@@ -1,0 +1,160 @@
+package egress
+
+import (
+	"bytes"
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func policy(t *testing.T, allow, deny []string) *Policy {
+	t.Helper()
+	p := &Policy{}
+	if err := p.Add(true, allow...); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Add(false, deny...); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPolicy(t *testing.T) {
+	p := policy(t, []string{"allowed.test", "*.cdn.test", "api.test:8443", "192.0.2.10", "pypi"}, []string{"bad.cdn.test", "*.evil.test"})
+	for _, c := range []struct {
+		host string
+		port int
+		ok   bool
+	}{
+		{"allowed.test", 443, true}, {"ALLOWED.TEST.", 80, true}, {"allowed.test", 22, false},
+		{"x.allowed.test", 443, false}, {"a.cdn.test", 443, true}, {"cdn.test", 443, false},
+		{"bad.cdn.test", 443, false}, {"api.test", 8443, true}, {"api.test", 443, false},
+		{"192.0.2.10", 443, true}, {"192.0.2.11", 443, false}, {"::ffff:192.0.2.10", 443, true},
+		{"pypi.org", 443, true}, {"files.pythonhosted.org", 443, true}, {"x.evil.test", 443, false},
+		{"evil.test", 443, false}, {"", 443, false},
+	} {
+		if got := p.Check(c.host, c.port); got.Allowed != c.ok {
+			t.Errorf("Check(%q, %d) = %+v, want allowed=%v", c.host, c.port, got, c.ok)
+		}
+	}
+	if d := p.Check("evil.test", 443); d.Reason != "no allow rule matches" {
+		t.Errorf("reason %q", d.Reason)
+	}
+	if d := p.Check("bad.cdn.test", 443); !strings.Contains(d.Reason, "bad.cdn.test") || !strings.HasPrefix(d.Rule, "deny") {
+		t.Errorf("deny rule not named: %+v", d)
+	}
+	if !p.AllowsName("api.test").Allowed || p.AllowsName("x.evil.test").Allowed || p.AllowsName("nothing.test").Allowed {
+		t.Error("AllowsName")
+	}
+	for _, bad := range []string{"*", "*.", "a..b", "-a.test", "a.test:0", "a.test:99999", "a b", "*.*.test", "[::1"} {
+		if _, err := ParseRule(bad); err == nil {
+			t.Errorf("ParseRule(%q) accepted", bad)
+		}
+	}
+}
+
+func TestPolicyFile(t *testing.T) {
+	p := &Policy{}
+	if err := p.Parse("p.yaml", []byte("allow:\n  - allowed.test\n  - github\ndeny:\n  - gist.github.com\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Check("api.github.com", 443).Allowed || p.Check("gist.github.com", 443).Allowed {
+		t.Fatalf("%+v", p)
+	}
+	if err := (&Policy{}).Parse("p.json", []byte(`{"allow": ["a.test"], "deny": []}`)); err != nil {
+		t.Fatal(err)
+	}
+	for name, bad := range map[string]string{
+		"unknown yaml field": "allow: [a.test]\nallwo: [b.test]\n",
+		"unknown json field": `{"allow": ["a.test"], "alow": []}`,
+		"bad rule":           "allow: ['*']\n",
+		"json trailing":      `{"allow": []} {}`,
+	} {
+		if err := (&Policy{}).Parse("p", []byte(bad)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestGuard(t *testing.T) {
+	g := &Guard{}
+	for _, s := range []string{"127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "fe80::1", "fd00::1", "224.0.0.1", "255.255.255.255"} {
+		if err := g.Check(netip.MustParseAddr(s)); err == nil {
+			t.Errorf("%s allowed", s)
+		}
+	}
+	for _, s := range []string{"192.0.2.10", "198.51.100.7", "203.0.113.1", "1.1.1.1", "2606:4700::1111"} {
+		if err := g.Check(netip.MustParseAddr(s)); err != nil {
+			t.Errorf("%s refused: %v", s, err)
+		}
+	}
+	g.AllowNets = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/16")}
+	if err := g.Check(netip.MustParseAddr("10.99.0.5")); err != nil {
+		t.Errorf("operator exception ignored: %v", err)
+	}
+}
+
+// clientHello captures the first flight of a real TLS client.
+func clientHello(t testing.TB, cfg *tls.Config) []byte {
+	t.Helper()
+	c1, c2 := net.Pipe()
+	go func() {
+		_ = tls.Client(c1, cfg).Handshake()
+		c1.Close()
+	}()
+	_ = c2.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var buf bytes.Buffer
+	b := make([]byte, 4096)
+	for {
+		n, err := c2.Read(b)
+		buf.Write(b[:n])
+		if err != nil || buf.Len() > 5 && buf.Len() >= 5+int(buf.Bytes()[3])<<8+int(buf.Bytes()[4]) {
+			break
+		}
+	}
+	c2.Close()
+	return buf.Bytes()
+}
+
+func TestReadClientHello(t *testing.T) {
+	raw := clientHello(t, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true})
+	ch, consumed, err := ReadClientHello(bytes.NewReader(raw))
+	if err != nil || ch.SNI != "allowed.test" || ch.ECH || !bytes.Equal(consumed, raw) {
+		t.Fatalf("%+v %v (consumed %d of %d)", ch, err, len(consumed), len(raw))
+	}
+	noSNI := clientHello(t, &tls.Config{InsecureSkipVerify: true})
+	if ch, _, err := ReadClientHello(bytes.NewReader(noSNI)); err != nil || ch.SNI != "" {
+		t.Fatalf("no SNI: %+v %v", ch, err)
+	}
+	// Split into two records: still one ClientHello.
+	body := raw[5:]
+	split := append([]byte{0x16, 3, 1, 0, 10}, body[:10]...)
+	split = append(split, 0x16, 3, 1, byte((len(body)-10)>>8), byte(len(body)-10))
+	split = append(split, body[10:]...)
+	if ch, _, err := ReadClientHello(bytes.NewReader(split)); err != nil || ch.SNI != "allowed.test" {
+		t.Fatalf("fragmented: %+v %v", ch, err)
+	}
+	for name, in := range map[string][]byte{
+		"http":      []byte("GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"),
+		"truncated": raw[:len(raw)/2],
+		"empty":     nil,
+	} {
+		if _, _, err := ReadClientHello(bytes.NewReader(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func FuzzReadClientHello(f *testing.F) {
+	f.Add(clientHello(f, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true}))
+	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ch, consumed, err := ReadClientHello(bytes.NewReader(b))
+		if len(consumed) > len(b) || err == nil && ch == nil {
+			t.Fatalf("consumed %d of %d, %v %v", len(consumed), len(b), ch, err)
+		}
+	})
+}
