@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -41,6 +42,9 @@ type Guard struct {
 	AllowNets []netip.Prefix
 }
 
+// ErrBlockedAddress classes dials the guard refused.
+var ErrBlockedAddress = errors.New("blocked destination")
+
 // Check returns an error naming why addr may not be dialled.
 func (g *Guard) Check(addr netip.Addr) error {
 	a := addr.Unmap()
@@ -51,7 +55,7 @@ func (g *Guard) Check(addr netip.Addr) error {
 	}
 	for _, p := range blocked {
 		if p.Contains(a) || p.Contains(addr) {
-			return fmt.Errorf("destination %s is in %s, which is never dialled", a, p)
+			return fmt.Errorf("%w: %s is in %s, which is never dialled", ErrBlockedAddress, a, p)
 		}
 	}
 	return nil

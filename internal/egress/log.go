@@ -1,0 +1,132 @@
+package egress
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Event is one egress decision: a request, a tunnel or a DNS query.
+type Event struct {
+	Time       time.Time `json:"time"`
+	Sandbox    string    `json:"sandbox"`
+	Kind       string    `json:"kind"` // http, connect, tls, dns
+	Host       string    `json:"host"`
+	Port       int       `json:"port,omitempty"`
+	Method     string    `json:"method,omitempty"`
+	Path       string    `json:"path,omitempty"`
+	SNI        string    `json:"sni,omitempty"`
+	QType      string    `json:"qtype,omitempty"`
+	Addr       string    `json:"addr,omitempty"` // the address dialled
+	BytesOut   int64     `json:"bytes_out"`
+	BytesIn    int64     `json:"bytes_in"`
+	DurationMS float64   `json:"duration_ms"`
+	Decision   string    `json:"decision"` // allowed, denied, error
+	Rule       string    `json:"rule,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+}
+
+// Recorder writes events as JSON lines (when given a writer) and keeps the
+// counts for the end-of-run summary. It is safe for concurrent use.
+type Recorder struct {
+	mu      sync.Mutex
+	enc     *json.Encoder
+	allowed int
+	denied  map[string]int
+	limits  []string
+	sink    func(Event)
+}
+
+// NewRecorder returns a recorder writing JSON lines to w (may be nil) and
+// passing every event to sink (may be nil).
+func NewRecorder(w io.Writer, sink func(Event)) *Recorder {
+	r := &Recorder{denied: map[string]int{}, sink: sink}
+	if w != nil {
+		r.enc = json.NewEncoder(w)
+	}
+	return r
+}
+
+// Record logs one event.
+func (r *Recorder) Record(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.enc != nil {
+		_ = r.enc.Encode(e)
+	}
+	switch {
+	case e.Decision == "allowed" && e.Kind != "dns":
+		r.allowed++
+	case e.Decision == "denied":
+		r.denied[e.Host]++
+	}
+	if r.sink != nil {
+		r.sink(e)
+	}
+}
+
+// limit notes a limit that was hit (reported once).
+func (r *Recorder) limit(what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.limits {
+		if l == what {
+			return
+		}
+	}
+	r.limits = append(r.limits, what)
+}
+
+// Limits lists the egress limits that were hit.
+func (r *Recorder) Limits() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string{}, r.limits...)
+}
+
+// Summary is the one-line account printed after a run:
+// "12 requests allowed, 3 denied (evil.example x2, 169.254.169.254 x1)".
+func (r *Recorder) Summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	type hc struct {
+		host  string
+		count int
+	}
+	var hosts []hc
+	for h, c := range r.denied {
+		n += c
+		hosts = append(hosts, hc{h, c})
+	}
+	sort.Slice(hosts, func(i, j int) bool {
+		if hosts[i].count != hosts[j].count {
+			return hosts[i].count > hosts[j].count
+		}
+		return hosts[i].host < hosts[j].host
+	})
+	s := fmt.Sprintf("%d %s allowed, %d denied", r.allowed, plural(r.allowed, "request"), n)
+	if n > 0 {
+		var parts []string
+		for i, h := range hosts {
+			if i == 5 {
+				parts = append(parts, "...")
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s x%d", h.host, h.count))
+		}
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
+}
+
+func plural(n int, w string) string {
+	if n == 1 {
+		return w
+	}
+	return w + "s"
+}
