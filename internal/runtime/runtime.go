@@ -22,6 +22,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
@@ -137,7 +138,7 @@ type Sandbox struct {
 	cg  *cgroup.Cgroup
 	uid *UIDRange
 
-	lock      *lockFile
+	lock      *lockfile.Lock
 	sock      int
 	oomStop   func()
 	oom       chan struct{}
@@ -166,13 +167,13 @@ func NewID() string {
 // every locked id as alive.
 type Reservation struct {
 	ID   string
-	lock *lockFile
+	lock *lockfile.Lock
 	used bool
 }
 
 // Reserve takes the lock of a new sandbox id.
 func (rt *Runtime) Reserve(id string) (*Reservation, error) {
-	l, err := tryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
+	l, err := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -186,18 +187,18 @@ func (rt *Runtime) Reserve(id string) (*Reservation, error) {
 // sandbox's Close releases it then).
 func (r *Reservation) Release() {
 	if !r.used {
-		r.lock.release()
+		r.lock.Release()
 		r.used = true
 	}
 }
 
 // Live reports whether sandbox id is held by a live process.
 func (rt *Runtime) Live(id string) bool {
-	l, err := tryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
+	l, err := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 	if err != nil || l == nil {
 		return true
 	}
-	l.release()
+	l.Release()
 	return false
 }
 
@@ -230,7 +231,7 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 	if sb.uid, err = rt.leases.acquire(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
 	}
-	undo = append(undo, sb.uid.lock.release)
+	undo = append(undo, sb.uid.lock.Release)
 	sb.cg, err = rt.cgroups.Create(id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
@@ -263,7 +264,7 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.lock.f, sb.lock.f}
+	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.lock.File, sb.lock.File}
 	if len(cmd.ExtraFiles)+3 > minExeFD {
 		return nil, fmt.Errorf("%w: too many descriptors for init", errdefs.ErrInternal)
 	}
@@ -521,8 +522,8 @@ func (sb *Sandbox) Close() error {
 		// The pid namespace is torn down asynchronously; Remove retries
 		// while the cgroup is still busy.
 		err = sb.cg.Remove()
-		sb.uid.lock.release()
-		sb.lock.release()
+		sb.uid.lock.Release()
+		sb.lock.Release()
 	})
 	return err
 }
@@ -553,14 +554,9 @@ func (rt *Runtime) GC() (removed []string, err error) {
 	var errs []error
 	// uid leases of dead holders: their files stay behind (nobody unlinked
 	// them); a lease nobody holds is free and its file can go.
-	leases, _ := os.ReadDir(rt.leases.dir)
-	for _, e := range leases {
-		if l, err := tryLock(filepath.Join(rt.leases.dir, e.Name())); err == nil && l != nil {
-			l.release()
-		}
-	}
+	lockfile.Reap(rt.leases.dir)
 	for id := range seen {
-		l, lerr := tryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
+		l, lerr := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 		if lerr != nil {
 			errs = append(errs, lerr)
 			continue
@@ -575,7 +571,7 @@ func (rt *Runtime) GC() (removed []string, err error) {
 		if err := cg.Remove(); err != nil {
 			errs = append(errs, err)
 		}
-		l.release()
+		l.Release()
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)

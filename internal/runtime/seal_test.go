@@ -56,13 +56,13 @@ func TestLeaseLocksExclude(t *testing.T) {
 	if _, err := u.acquire(); err == nil {
 		t.Fatal("a fourth lease out of three slots")
 	}
-	got[1].lock.release()
+	got[1].lock.Release()
 	r, err := u.acquire()
 	if err != nil || r.Base != got[1].Base {
 		t.Fatalf("released range not reused: %v %v", r, err)
 	}
 	for _, g := range append(got, r) {
-		g.lock.release()
+		g.lock.Release()
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("lease files left: %v", ents)

@@ -1,0 +1,204 @@
+package netns
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is airlock's own nftables table; nothing else is touched.
+const TableName = "airlock"
+
+var table = &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+
+func baseChains() (pre, input, forward *nftables.Chain) {
+	accept := nftables.ChainPolicyAccept
+	pre = &nftables.Chain{Name: "prerouting", Table: table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
+	input = &nftables.Chain{Name: "input", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	forward = &nftables.Chain{Name: "forward", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	return
+}
+
+type firewall struct {
+	tag []byte
+}
+
+func ifname(name string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return b
+}
+
+func port16(p int) []byte {
+	b := make([]byte, 2)
+	binary.BigEndian.PutUint16(b, uint16(p))
+	return b
+}
+
+// match builders
+func fromIf(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)},
+	}
+}
+
+func toIPv4(a netip.Addr) []expr.Any {
+	b := a.As4()
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
+	}
+}
+
+func proto(p byte, port int) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: port16(port)},
+	}
+}
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// addRules adds one sandbox's rules in one batch:
+//
+//	prerouting: from the veth, TCP 80 -> hostIP:transparent-http,
+//	            TCP 443 -> hostIP:transparent-tls
+//	input:      from the veth to hostIP: the proxy ports and DNS accepted,
+//	            everything else counted and dropped
+//	forward:    from the veth: counted and dropped (no routing anywhere)
+func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	fw := &firewall{tag: []byte("airlock:" + id)}
+	pre, input, forward := baseChains()
+	c.AddTable(table)
+	c.AddChain(pre)
+	c.AddChain(input)
+	c.AddChain(forward)
+	ip := hostIP.As4()
+	dnat := func(port int) []expr.Any {
+		return []expr.Any{
+			&expr.Immediate{Register: 1, Data: ip[:]},
+			&expr.Immediate{Register: 2, Data: port16(port)},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+		}
+	}
+	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+	add := func(ch *nftables.Chain, e []expr.Any) {
+		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: e, UserData: fw.tag})
+	}
+	v4 := []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+	add(pre, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 80), dnat(ports.TransparentHTTP)))
+	add(pre, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 443), dnat(ports.TransparentTLS)))
+	for _, p := range []int{ports.Explicit, ports.TransparentHTTP, ports.TransparentTLS, ports.DNS} {
+		add(input, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_TCP, p), accept))
+	}
+	add(input, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_UDP, ports.DNS), accept))
+	add(input, cat(fromIf(hostIf), drop))
+	add(forward, cat(fromIf(hostIf), drop))
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("nftables: add rules for %s: %w", id, err)
+	}
+	return fw, nil
+}
+
+// rules lists this sandbox's rules in airlock's chains.
+func (fw *firewall) rules(c *nftables.Conn) ([]*nftables.Rule, error) {
+	pre, input, forward := baseChains()
+	var out []*nftables.Rule
+	for _, ch := range []*nftables.Chain{pre, input, forward} {
+		rs, err := c.GetRules(table, ch)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			if string(r.UserData) == string(fw.tag) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (fw *firewall) remove() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	rs, err := fw.rules(c)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range rs {
+		if err := c.DelRule(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		errs = append(errs, fmt.Errorf("nftables: remove rules: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (fw *firewall) denied() uint64 {
+	c, err := nftables.New()
+	if err != nil {
+		return 0
+	}
+	rs, _ := fw.rules(c)
+	var n uint64
+	for _, r := range rs {
+		for _, e := range r.Exprs {
+			if ctr, ok := e.(*expr.Counter); ok {
+				n += ctr.Packets
+			}
+		}
+	}
+	return n
+}
+
+// RemoveDead deletes the rules of sandboxes for which live reports false
+// (gc after a killed run).
+func RemoveDead(live func(id string) bool) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
+		return nil // no table: nothing of ours
+	}
+	pre, input, forward := baseChains()
+	for _, ch := range []*nftables.Chain{pre, input, forward} {
+		rs, err := c.GetRules(table, ch)
+		if err != nil {
+			continue
+		}
+		for _, r := range rs {
+			tag := string(r.UserData)
+			if len(tag) > 8 && tag[:8] == "airlock:" && !live(tag[8:]) {
+				_ = c.DelRule(r)
+			}
+		}
+	}
+	return c.Flush()
+}

@@ -1,0 +1,223 @@
+// Package netns gives a sandbox in proxy mode its network: a network
+// namespace created and owned by the host (no capability inside can
+// reconfigure it), one veth to the host with a small subnet leased from a
+// pool, IPv6 off, and nftables rules in airlock's own table ("inet
+// airlock") that let the sandbox reach its egress proxy and DNS forwarder on
+// the host end of its veth and nothing else, added in one atomic batch and
+// removed at destroy. Links, addresses and routes go through netlink, the
+// firewall through nftables; nothing shells out. It imports netlink,
+// netns, nftables, x/sys and internal/linux/lockfile.
+package netns
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
+)
+
+// DefaultPool is the subnet pool: one /30 per sandbox.
+var DefaultPool = netip.MustParsePrefix("10.234.0.0/16")
+
+// Net is one sandbox's network.
+type Net struct {
+	ID        string
+	NS        netns.NsHandle // hold it: the namespace lives while it is open
+	HostIP    netip.Addr     // the host end of the veth: proxy and DNS listen here
+	SandboxIP netip.Addr
+	HostIf    string
+	lease     *lockfile.Lock
+	fw        *firewall
+}
+
+// Ports the sandbox may reach on HostIP (TCP), besides DNS (UDP and TCP 53).
+type Ports struct {
+	Explicit, TransparentHTTP, TransparentTLS, DNS int
+}
+
+// Create makes the namespace, the veth and the rules. On error, whatever
+// was made is removed.
+func Create(id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net, err error) {
+	if !pool.Addr().Is4() || pool.Bits() > 28 {
+		return nil, fmt.Errorf("subnet pool %s: need an IPv4 prefix of /28 or larger", pool)
+	}
+	n := &Net{ID: id, HostIf: "alk" + id[:min(len(id), 10)] + "h", NS: -1}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	if err := os.MkdirAll(leaseDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := n.leaseSubnet(pool, leaseDir); err != nil {
+		return nil, err
+	}
+	if n.NS, err = newNamespace(); err != nil {
+		return nil, err
+	}
+	peer := "alk" + id[:min(len(id), 10)] + "s"
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.HostIf}, PeerName: peer, PeerNamespace: netlink.NsFd(n.NS)}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("add veth %s: %w", n.HostIf, err)
+	}
+	host, err := netlink.LinkByName(n.HostIf)
+	if err != nil {
+		return nil, err
+	}
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: prefixNet(n.HostIP, 30)}); err != nil {
+		return nil, fmt.Errorf("address %s: %w", n.HostIP, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return nil, err
+	}
+	in, err := netlink.NewHandleAt(n.NS)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in the sandbox namespace: %w", err)
+	}
+	defer in.Close()
+	lo, err := in.LinkByName("lo")
+	if err != nil {
+		return nil, err
+	}
+	if err := in.LinkSetUp(lo); err != nil {
+		return nil, fmt.Errorf("lo up: %w", err)
+	}
+	eth, err := in.LinkByName(peer)
+	if err != nil {
+		return nil, err
+	}
+	if err := in.LinkSetName(eth, "eth0"); err != nil {
+		return nil, err
+	}
+	if err := in.AddrAdd(eth, &netlink.Addr{IPNet: prefixNet(n.SandboxIP, 30)}); err != nil {
+		return nil, err
+	}
+	if err := in.LinkSetUp(eth); err != nil {
+		return nil, err
+	}
+	if err := in.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: n.HostIP.AsSlice(), Dst: nil}); err != nil {
+		return nil, fmt.Errorf("default route: %w", err)
+	}
+	if n.fw, err = addRules(id, n.HostIf, n.HostIP, ports); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// newNamespace creates a network namespace with IPv6 disabled, on a locked
+// thread that returns to the original namespace afterwards.
+func newNamespace() (netns.NsHandle, error) {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return -1, err
+	}
+	defer orig.Close()
+	ns, err := netns.New()
+	if err != nil {
+		return -1, fmt.Errorf("new network namespace: %w", err)
+	}
+	// /proc/sys/net is the namespace of the thread that opens it.
+	var werr error
+	for _, f := range []string{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"} {
+		if err := os.WriteFile(f, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			werr = fmt.Errorf("disable IPv6: %w", err)
+		}
+	}
+	if err := netns.Set(orig); err != nil {
+		// This thread must not go back to the pool in the wrong namespace.
+		panic(fmt.Sprintf("netns: cannot return to the host network namespace: %v", err))
+	}
+	if werr != nil {
+		ns.Close()
+		return -1, werr
+	}
+	return ns, nil
+}
+
+func (n *Net) leaseSubnet(pool netip.Prefix, dir string) error {
+	slots := 1 << (30 - pool.Bits())
+	base := binary.BigEndian.Uint32(pool.Masked().Addr().AsSlice())
+	h := 0
+	for _, c := range n.ID {
+		h = h*31 + int(c)
+	}
+	for i := 0; i < slots; i++ {
+		slot := (h + i) % slots
+		if slot < 0 {
+			slot += slots
+		}
+		l, err := lockfile.TryLock(filepath.Join(dir, strconv.Itoa(slot)+".lock"))
+		if err != nil {
+			return err
+		}
+		if l != nil {
+			n.lease = l
+			n.HostIP = addr4(base + uint32(slot)*4 + 1)
+			n.SandboxIP = addr4(base + uint32(slot)*4 + 2)
+			return nil
+		}
+	}
+	return fmt.Errorf("all %d subnets of %s are leased", slots, pool)
+}
+
+// Close removes the rules and the veth (its peer goes with it), drops the
+// namespace and the lease. Safe to call on a half-made Net.
+func (n *Net) Close() error {
+	var errs []error
+	if n.fw != nil {
+		errs = append(errs, n.fw.remove())
+		n.fw = nil
+	}
+	if l, err := netlink.LinkByName(n.HostIf); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete veth %s: %w", n.HostIf, err))
+		}
+	}
+	if n.NS >= 0 {
+		n.NS.Close()
+		n.NS = -1
+	}
+	if n.lease != nil {
+		n.lease.Release()
+		n.lease = nil
+	}
+	return errors.Join(errs...)
+}
+
+// DeniedPackets is what the sandbox's drop rules counted so far.
+func (n *Net) DeniedPackets() uint64 {
+	if n.fw == nil {
+		return 0
+	}
+	return n.fw.denied()
+}
+
+// File returns the namespace as a file, for the runtime to clone into.
+func (n *Net) File() *os.File { return os.NewFile(uintptr(n.NS), "netns-"+n.ID) }
+
+func addr4(v uint32) netip.Addr {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
+
+func prefixNet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// Reap removes subnet lease files nobody holds (their veths vanished with
+// their namespaces; the rules of a dead sandbox are removed by GC).
+func Reap(leaseDir string) { lockfile.Reap(leaseDir) }
