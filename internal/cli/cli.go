@@ -31,9 +31,11 @@ type globals struct {
 	stateDir string
 	dataDir  string
 	debug    bool
-	log      *slog.Logger
-	stdout   io.Writer
-	stderr   io.Writer
+	// dnsUpstream is an operator setting of run (hidden flag).
+	dnsUpstream string
+	log         *slog.Logger
+	stdout      io.Writer
+	stderr      io.Writer
 }
 
 // Main runs the command line and returns the process exit code.
@@ -92,7 +94,7 @@ func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
 	if os.Geteuid() != 0 {
 		return nil, errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo")
 	}
-	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log})
+	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream})
 }
 
 func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }

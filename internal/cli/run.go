@@ -24,6 +24,8 @@ func runCmd(g *globals) *cobra.Command {
 		asJSON                bool
 		diff                  bool
 		export                string
+		egressBytes           string
+		nets                  netFlags
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARG...]",
@@ -70,6 +72,12 @@ Exit status:
 			if s.Timeout, err = parseDuration(timeout); err != nil {
 				return err
 			}
+			if s.Net.EgressBytes, err = spec.ParseSize(egressBytes); err != nil {
+				return fmt.Errorf("--egress-bytes: %w", err)
+			}
+			if s.Net.PolicyFile, err = absPath(s.Net.PolicyFile); err != nil {
+				return err
+			}
 			s.Command = args
 			if s.Workspace != "" || s.Repo != "" {
 				if s.Workspace, err = absPath(s.Workspace); err != nil {
@@ -87,7 +95,7 @@ Exit status:
 			if err := s.Validate(); err != nil {
 				return err
 			}
-			return runSandbox(g, &s, asJSON, diff, export)
+			return runSandbox(g, &s, asJSON, diff, export, nets)
 		},
 	}
 	f := c.Flags()
@@ -110,11 +118,27 @@ Exit status:
 	f.StringSliceVar(&s.AllowDegraded, "allow-degraded", nil, "run without a missing control: only \"landlock\" may be named")
 	f.StringVar(&s.Hostname, "hostname", "", "hostname inside the sandbox (default airlock-<id>)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object with the result to stdout at the end")
+	f.StringVar(&s.Net.Mode, "net", "", `"none" (only loopback; the default without --allow) or "proxy" (only the egress proxy)`)
+	f.StringArrayVar(&s.Net.Allow, "allow", nil, "allow HOST, *.SUFFIX, HOST:PORT, an IP, or a preset (pypi, npm, go, github, debian); repeatable; turns on the proxy")
+	f.StringArrayVar(&s.Net.Deny, "deny", nil, "deny HOST or *.SUFFIX (wins over --allow); repeatable")
+	f.StringVar(&s.Net.PolicyFile, "policy", "", "YAML or JSON file with allow: and deny: lists; turns on the proxy")
+	f.StringVar(&nets.log, "net-log", "", "write every network decision to FILE as JSON lines")
+	f.StringVar(&egressBytes, "egress-bytes", "1G", "cap on bytes the sandbox sends out through the proxy")
+	f.IntVar(&s.Net.MaxConns, "max-conns", spec.DefaultMaxConns, "cap on concurrent proxied connections")
+	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
+	_ = f.MarkHidden("dns-upstream")
 	return c
 }
 
-func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string) error {
+// netFlags are run's host-side network options.
+type netFlags struct {
+	log         string
+	dnsUpstream string
+}
+
+func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets netFlags) error {
 	t0 := time.Now()
+	g.dnsUpstream = nets.dnsUpstream
 	eng, err := g.engine(g.warn)
 	g.log.Debug("engine ready", "at", time.Since(t0))
 	if err != nil {
@@ -125,6 +149,14 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string) erro
 	}
 	stdio := daemon.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
 	ro := daemon.RunOptions{Export: export}
+	if nets.log != "" {
+		f, err := os.OpenFile(nets.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return errdefs.Invalid("--net-log: " + err.Error())
+		}
+		defer f.Close()
+		ro.NetLog = f
+	}
 	if diff {
 		ro.Diff = os.Stdout
 	}
@@ -169,6 +201,17 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string) erro
 	}
 	if res.Message != "" {
 		g.warn(res.Message)
+	}
+	if res.Egress != nil {
+		g.warn(res.Egress.Summary)
+		for _, l := range res.Egress.LimitsHit {
+			switch l {
+			case "bytes-out":
+				g.warn(fmt.Sprintf("egress byte limit (%s) reached: connections were closed", spec.FormatSize(s.Net.EgressBytes)))
+			case "connections":
+				g.warn(fmt.Sprintf("connection limit (%d) reached: connections were refused", s.Net.MaxConns))
+			}
+		}
 	}
 	if asJSON {
 		if err := printJSON(g.stdout, res); err != nil {

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
+	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -31,6 +34,11 @@ type Config struct {
 	Log      *slog.Logger
 	// Warn receives one-line warnings meant for the user (stderr).
 	Warn func(string)
+	// DNSUpstream is the resolver the egress proxy and DNS forwarder ask
+	// (host:port); default: the first nameserver of /etc/resolv.conf.
+	DNSUpstream string
+	// SubnetPool is where sandbox veths get their /30s.
+	SubnetPool netip.Prefix
 }
 
 // Engine runs sandboxes in this process.
@@ -54,6 +62,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.Warn == nil {
 		cfg.Warn = func(string) {}
+	}
+	if !cfg.SubnetPool.IsValid() {
+		cfg.SubnetPool = netns.DefaultPool
 	}
 	rt, err := runtime.New(cfg.StateDir, cfg.Log)
 	if err != nil {
@@ -87,6 +98,10 @@ func (e *Engine) GC() ([]string, error) {
 	if err2 := workspace.GCRepos(e.cfg.DataDir+"/tmp", e.rt.Live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
+	if err2 := netns.RemoveDead(e.rt.Live); err2 != nil {
+		err = errors.Join(err, err2)
+	}
+	netns.Reap(filepath.Join(e.cfg.StateDir, "nets"))
 	return ids, err
 }
 
@@ -109,6 +124,8 @@ type RunOptions struct {
 	Signals <-chan os.Signal
 	// Resize carries terminal size changes for -t.
 	Resize <-chan [2]uint16
+	// NetLog receives one JSON line per egress decision (proxy mode).
+	NetLog io.Writer
 }
 
 // Limit names a resource cap that ended or constrained the run.
@@ -136,6 +153,15 @@ type Result struct {
 	PeakMemory int64         `json:"peak_memory_bytes"`
 	Image      string        `json:"image"`
 	Degraded   []string      `json:"degraded,omitempty"`
+	Egress     *EgressResult `json:"egress,omitempty"`
+}
+
+// EgressResult sums up a proxy-mode sandbox's network activity.
+type EgressResult struct {
+	Summary       string   `json:"summary"`
+	BytesOut      int64    `json:"bytes_out"`
+	DeniedPackets uint64   `json:"denied_packets"`
+	LimitsHit     []string `json:"limits_hit,omitempty"`
 }
 
 // Exit codes of `airlock run` besides the command's own.
@@ -195,6 +221,19 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 
 	o := e.options(s, layout, res.SandboxID)
 	o.Workspace = wsDir
+	var egressDone func() *EgressResult
+	if s.NetMode() == "proxy" {
+		done, err := e.network(s, res.SandboxID, o, ro.NetLog)
+		if err != nil {
+			return nil, err
+		}
+		egressDone = done
+		defer func() {
+			if egressDone != nil {
+				egressDone()
+			}
+		}()
+	}
 	o.Landlock = landlockOn
 	o.TTY, o.Rows, o.Cols = stdio.TTY != nil, stdio.Rows, stdio.Cols
 
@@ -322,6 +361,10 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	diskFull := scratchFull(sb.WorkspaceUpper)
 	destroy()
 	lap("destroyed")
+	if egressDone != nil {
+		res.Egress = egressDone()
+		egressDone = nil
+	}
 
 	res.Wall = time.Since(start)
 	res.CPU = stats.CPUTime

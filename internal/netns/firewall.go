@@ -2,21 +2,25 @@ package netns
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
-// TableName is airlock's own nftables table; nothing else is touched.
-const TableName = "airlock"
+// TablePrefix names airlock's nftables tables: one per sandbox,
+// "inet airlock-<id>", created in one batch and deleted in one. No other
+// table is touched, and no shared state is left behind.
+const TablePrefix = "airlock-"
 
-var table = &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+func tableFor(id string) *nftables.Table {
+	return &nftables.Table{Name: TablePrefix + id, Family: nftables.TableFamilyINet}
+}
 
-func baseChains() (pre, input, forward *nftables.Chain) {
+func baseChains(table *nftables.Table) (pre, input, forward *nftables.Chain) {
 	accept := nftables.ChainPolicyAccept
 	pre = &nftables.Chain{Name: "prerouting", Table: table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
 	input = &nftables.Chain{Name: "input", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
@@ -25,7 +29,7 @@ func baseChains() (pre, input, forward *nftables.Chain) {
 }
 
 type firewall struct {
-	tag []byte
+	table *nftables.Table
 }
 
 func ifname(name string) []byte {
@@ -87,9 +91,9 @@ func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, err
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	fw := &firewall{tag: []byte("airlock:" + id)}
-	pre, input, forward := baseChains()
-	c.AddTable(table)
+	fw := &firewall{table: tableFor(id)}
+	pre, input, forward := baseChains(fw.table)
+	c.AddTable(fw.table)
 	c.AddChain(pre)
 	c.AddChain(input)
 	c.AddChain(forward)
@@ -104,7 +108,7 @@ func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, err
 	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
 	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
 	add := func(ch *nftables.Chain, e []expr.Any) {
-		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: e, UserData: fw.tag})
+		c.AddRule(&nftables.Rule{Table: fw.table, Chain: ch, Exprs: e})
 	}
 	v4 := []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
 	add(pre, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 80), dnat(ports.TransparentHTTP)))
@@ -121,20 +125,16 @@ func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, err
 	return fw, nil
 }
 
-// rules lists this sandbox's rules in airlock's chains.
+// rules lists this sandbox's rules.
 func (fw *firewall) rules(c *nftables.Conn) ([]*nftables.Rule, error) {
-	pre, input, forward := baseChains()
+	pre, input, forward := baseChains(fw.table)
 	var out []*nftables.Rule
 	for _, ch := range []*nftables.Chain{pre, input, forward} {
-		rs, err := c.GetRules(table, ch)
+		rs, err := c.GetRules(fw.table, ch)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rs {
-			if string(r.UserData) == string(fw.tag) {
-				out = append(out, r)
-			}
-		}
+		out = append(out, rs...)
 	}
 	return out, nil
 }
@@ -144,20 +144,11 @@ func (fw *firewall) remove() error {
 	if err != nil {
 		return err
 	}
-	rs, err := fw.rules(c)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, r := range rs {
-		if err := c.DelRule(r); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	c.DelTable(fw.table)
 	if err := c.Flush(); err != nil {
-		errs = append(errs, fmt.Errorf("nftables: remove rules: %w", err))
+		return fmt.Errorf("nftables: delete table %s: %w", fw.table.Name, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (fw *firewall) denied() uint64 {
@@ -177,28 +168,26 @@ func (fw *firewall) denied() uint64 {
 	return n
 }
 
-// RemoveDead deletes the rules of sandboxes for which live reports false
+// RemoveDead deletes the tables of sandboxes for which live reports false
 // (gc after a killed run).
 func RemoveDead(live func(id string) bool) error {
 	c, err := nftables.New()
 	if err != nil {
 		return err
 	}
-	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
-		return nil // no table: nothing of ours
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil
 	}
-	pre, input, forward := baseChains()
-	for _, ch := range []*nftables.Chain{pre, input, forward} {
-		rs, err := c.GetRules(table, ch)
-		if err != nil {
-			continue
+	dead := 0
+	for _, t := range tables {
+		if id, ok := strings.CutPrefix(t.Name, TablePrefix); ok && !live(id) {
+			c.DelTable(t)
+			dead++
 		}
-		for _, r := range rs {
-			tag := string(r.UserData)
-			if len(tag) > 8 && tag[:8] == "airlock:" && !live(tag[8:]) {
-				_ = c.DelRule(r)
-			}
-		}
+	}
+	if dead == 0 {
+		return nil
 	}
 	return c.Flush()
 }

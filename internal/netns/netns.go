@@ -1,10 +1,10 @@
 // Package netns gives a sandbox in proxy mode its network: a network
 // namespace created and owned by the host (no capability inside can
 // reconfigure it), one veth to the host with a small subnet leased from a
-// pool, IPv6 off, and nftables rules in airlock's own table ("inet
-// airlock") that let the sandbox reach its egress proxy and DNS forwarder on
-// the host end of its veth and nothing else, added in one atomic batch and
-// removed at destroy. Links, addresses and routes go through netlink, the
+// pool, IPv6 off, and nftables rules in a table of its own ("inet
+// airlock-<id>") that let the sandbox reach its egress proxy and DNS
+// forwarder on the host end of its veth and nothing else, added in one
+// atomic batch and deleted at destroy. Links, addresses and routes go through netlink, the
 // firewall through nftables; nothing shells out. It imports netlink,
 // netns, nftables, x/sys and internal/linux/lockfile.
 package netns

@@ -67,7 +67,8 @@ func TestCreateAndClose(t *testing.T) {
 		}
 		in.Close()
 		c, _ := nftables.New()
-		rs, _ := c.GetRules(table, &nftables.Chain{Name: "input", Table: table})
+		tbl := tableFor(n.ID)
+		rs, _ := c.GetRules(tbl, &nftables.Chain{Name: "input", Table: tbl})
 		if len(rs) != 6 {
 			t.Fatalf("%d input rules, want 6", len(rs))
 		}
@@ -88,9 +89,11 @@ func TestCreateAndClose(t *testing.T) {
 		if _, err := netlink.LinkByName(n.HostIf); err == nil {
 			t.Fatal("veth left")
 		}
-		rs, _ = c.GetRules(table, &nftables.Chain{Name: "input", Table: table})
-		if len(rs) != 0 {
-			t.Fatalf("%d rules left", len(rs))
+		tables, _ := c.ListTables()
+		for _, tb := range tables {
+			if tb.Name == tbl.Name {
+				t.Fatalf("table %s left", tbl.Name)
+			}
 		}
 	})
 }

@@ -122,6 +122,10 @@ type Options struct {
 	// Stdio are the command's stdin, stdout and stderr when not on a TTY.
 	Stdio [3]*os.File
 
+	// NetNS, when set, is a network namespace made by the host (proxy
+	// mode); the sandbox joins it instead of getting an empty one of its own.
+	NetNS *os.File
+
 	MemoryBytes int64
 	CPUs        float64
 	Pids        int64
@@ -271,7 +275,10 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 	if !o.TTY {
 		cmd.ExtraFiles[1], cmd.ExtraFiles[2], cmd.ExtraFiles[3] = o.Stdio[0], o.Stdio[1], o.Stdio[2]
 	}
-	if err := rt.start(cmd, sb.cg); err != nil {
+	if o.NetNS != nil {
+		cmd.SysProcAttr.Cloneflags &^= unix.CLONE_NEWNET
+	}
+	if err := rt.start(cmd, sb.cg, o.NetNS); err != nil {
 		child.Close()
 		return nil, fmt.Errorf("start init: %w", err)
 	}
@@ -293,11 +300,31 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 	return sb, nil
 }
 
-// start clones init into the sandbox's cgroup. With cgroup v2 the kernel
-// places it there atomically (CLONE_INTO_CGROUP); with v1 the calling thread
-// steps into the cgroup for the clone, so that the child is born inside it
-// and its cgroup namespace is rooted there.
-func (rt *Runtime) start(cmd *exec.Cmd, cg *cgroup.Cgroup) error {
+// start clones init into the sandbox's cgroup (and network namespace, when
+// the host made one). With cgroup v2 the kernel places it in the cgroup
+// atomically (CLONE_INTO_CGROUP); with v1 the calling thread steps into the
+// cgroup for the clone, so that the child is born inside it and its cgroup
+// namespace is rooted there. Likewise the thread steps into the host-made
+// network namespace, which the child inherits, and steps back.
+func (rt *Runtime) start(cmd *exec.Cmd, cg *cgroup.Cgroup, netns *os.File) error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if netns != nil {
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(netns.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("setns(net): %w", err)
+		}
+		defer func() {
+			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+				// The thread must not return to the pool in the wrong namespace.
+				panic(fmt.Sprintf("runtime: cannot return to the host network namespace: %v", err))
+			}
+		}()
+	}
 	if cg.Version() == cgroup.V2 {
 		dir, err := cg.OpenV2()
 		if err != nil {
@@ -308,8 +335,6 @@ func (rt *Runtime) start(cmd *exec.Cmd, cg *cgroup.Cgroup) error {
 		cmd.SysProcAttr.CgroupFD = int(dir.Fd())
 		return cmd.Start()
 	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
 	restore, err := cg.EnterThread(unix.Gettid())
 	if err != nil {
 		return err
@@ -353,6 +378,7 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 		Cols:      o.Cols,
 		NoFile:    o.NoFile,
 		Landlock:  o.Landlock,
+		HostNet:   o.NetNS != nil,
 		Seccomp:   rt.seccomp,
 		UID:       SandboxUID,
 		GID:       SandboxUID,

@@ -52,7 +52,26 @@ type Spec struct {
 	AllowDegraded  []string      `json:"allow_degraded,omitempty"`
 	Hostname       string        `json:"hostname,omitempty"`
 	Timeout        time.Duration `json:"timeout"`
+	Net            Net           `json:"net"`
 }
+
+// Net is a sandbox's network: none at all, or only its egress proxy.
+type Net struct {
+	Mode       string   `json:"mode"`             // "none" or "proxy"
+	Allow      []string `json:"allow,omitempty"`  // host patterns and preset names
+	Deny       []string `json:"deny,omitempty"`   // host patterns
+	PolicyFile string   `json:"policy,omitempty"` // YAML or JSON allow/deny file (host path)
+	// EgressBytes caps what the sandbox sends out through the proxy.
+	EgressBytes int64 `json:"egress_bytes"`
+	// MaxConns caps its concurrent proxied connections.
+	MaxConns int `json:"max_conns"`
+}
+
+// Network defaults.
+const (
+	DefaultEgressBytes = 1 << 30
+	DefaultMaxConns    = 256
+)
 
 // Limits are the resource caps; all are enforced by the kernel.
 type Limits struct {
@@ -73,7 +92,20 @@ func Default() Spec {
 			Pids: DefaultPids, NoFile: DefaultNoFile,
 		},
 		Timeout: DefaultTimeout,
+		Net:     Net{EgressBytes: DefaultEgressBytes, MaxConns: DefaultMaxConns},
 	}
+}
+
+// NetMode settles Mode: proxy when any rule or policy file is given,
+// none otherwise, unless the caller named one.
+func (s *Spec) NetMode() string {
+	if s.Net.Mode != "" {
+		return s.Net.Mode
+	}
+	if len(s.Net.Allow) > 0 || s.Net.PolicyFile != "" {
+		return "proxy"
+	}
+	return "none"
 }
 
 // The validators below are written out rather than compiled regexps: every
@@ -172,6 +204,25 @@ func (s *Spec) Validate() error {
 		if !slices.Contains(Degradable, d) {
 			return bad("--allow-degraded %q: only %s may be degraded; namespaces, cgroups, seccomp and capabilities have no opt-out", d, strings.Join(Degradable, ", "))
 		}
+	}
+	switch s.Net.Mode {
+	case "", "none", "proxy":
+	default:
+		return bad("--net %q: must be none or proxy", s.Net.Mode)
+	}
+	if s.Net.Mode == "none" && (len(s.Net.Allow) > 0 || s.Net.PolicyFile != "") {
+		return bad("--net none takes no --allow or --policy")
+	}
+	if s.Net.PolicyFile != "" && !cleanAbs(s.Net.PolicyFile) {
+		return bad("--policy %q: must be an absolute, clean path", s.Net.PolicyFile)
+	}
+	for _, a := range append(append([]string{}, s.Net.Allow...), s.Net.Deny...) {
+		if a == "" || len(a) > 260 || strings.ContainsAny(a, " \t\n\x00/") {
+			return bad("--allow %q: not a host pattern", a)
+		}
+	}
+	if s.Net.EgressBytes < 0 || s.Net.MaxConns < 1 || s.Net.MaxConns > 65536 {
+		return bad("egress limits out of range")
 	}
 	l := s.Limits
 	switch {

@@ -5,9 +5,14 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -161,6 +166,61 @@ func main() {
 				_ = out
 			}
 		}
+	case "fetch":
+		// fetch URL CAFILE proxy|direct: prints "STATUS n body" or "ERROR e".
+		fetch(args[0], args[1], args[2] == "direct")
+		return
+	case "post":
+		// post URL SIZE: an upload through the proxy.
+		n, _ := strconv.Atoi(args[1])
+		resp, err := http.Post(args[0], "application/octet-stream", strings.NewReader(strings.Repeat("x", n)))
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		fmt.Println("STATUS", resp.StatusCode, strings.TrimSpace(string(b)))
+		return
+	case "dial":
+		// dial NETWORK ADDR: a direct connection, which must not succeed.
+		c, err := net.DialTimeout(args[0], args[1], 2*time.Second)
+		if err == nil && args[0] == "udp" {
+			_, _ = c.Write([]byte("x"))
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, err = c.Read(make([]byte, 16))
+		}
+		if c != nil {
+			c.Close()
+		}
+		expectErr("direct "+args[0]+" to "+args[1], err)
+	case "resolve":
+		// resolve NAME [SERVER]: prints the addresses or "ERROR".
+		r := net.DefaultResolver
+		if len(args) > 1 {
+			server := args[1]
+			r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, server)
+			}}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		defer cancel()
+		ips, err := r.LookupHost(ctx, args[0])
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return
+		}
+		fmt.Println("ADDRS", strings.Join(ips, " "))
+		return
+	case "addrs":
+		ifs, _ := net.Interfaces()
+		for _, i := range ifs {
+			as, _ := i.Addrs()
+			for _, a := range as {
+				fmt.Println(i.Name, a.String())
+			}
+		}
+		return
 	case "stat":
 		for _, p := range args {
 			var st unix.Stat_t
@@ -304,6 +364,32 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+}
+
+func fetch(u, caFile string, direct bool) {
+	tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+	if direct {
+		tr.Proxy = nil
+	}
+	if caFile != "-" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	}
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	resp, err := c.Get(u)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+	fmt.Println("STATUS", resp.StatusCode, strings.TrimSpace(string(b)))
 }
 
 func errnoErr(e unix.Errno) error {

@@ -94,8 +94,10 @@ func run(cfg *Config, fds []int) (string, error) {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return "hostname", fmt.Errorf("sethostname: %w", err)
 	}
-	if err := loopbackUp(); err != nil {
-		return "network", err
+	if !cfg.HostNet {
+		if err := loopbackUp(); err != nil {
+			return "network", err
+		}
 	}
 	lap("pivot")
 	if err := confine(cfg); err != nil {
@@ -242,7 +244,13 @@ func (r *rootfs) assemble(fds []int) error {
 	if err := r.proc(root); err != nil {
 		return err
 	}
-	if err := mount.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	// sysfs can be mounted only for a network namespace this user
+	// namespace owns; in a host-made one /sys is an empty directory.
+	if cfg.HostNet {
+		if err := mount.MaskDir(filepath.Join(root, "sys")); err != nil {
+			return err
+		}
+	} else if err := mount.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
 	for _, d := range []string{"sys/firmware", "sys/kernel/security", "sys/kernel/debug"} {

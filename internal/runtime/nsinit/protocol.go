@@ -65,6 +65,9 @@ type Config struct {
 
 	NoFile   uint64 `json:"nofile"`
 	Landlock bool   `json:"landlock"`
+	// HostNet: the network namespace was made and configured by the host;
+	// init can neither configure it nor mount sysfs for it.
+	HostNet  bool   `json:"host_net"`
 	Seccomp  []byte `json:"seccomp"`   // struct sock_filter array, native layout
 	KeepCaps []int  `json:"keep_caps"` // bounding set for the command; empty = none
 }

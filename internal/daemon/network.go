@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/netns"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+)
+
+// network sets up proxy mode for one sandbox: the policy, the host-made
+// network namespace with its veth and rules, and the proxy with its DNS
+// forwarder. It points the sandbox's resolv.conf and proxy variables at
+// them. done tears it all down (after the sandbox is gone) and sums up.
+func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.Writer) (done func() *EgressResult, err error) {
+	pol := &egress.Policy{}
+	if err := pol.Add(true, s.Net.Allow...); err != nil {
+		return nil, errdefs.Invalid("--allow: " + err.Error())
+	}
+	if err := pol.Add(false, s.Net.Deny...); err != nil {
+		return nil, errdefs.Invalid("--deny: " + err.Error())
+	}
+	if s.Net.PolicyFile != "" {
+		if err := pol.LoadFile(s.Net.PolicyFile); err != nil {
+			return nil, errdefs.Invalid(err.Error())
+		}
+	}
+	upstream := e.cfg.DNSUpstream
+	if upstream == "" {
+		if upstream, err = hostResolver(); err != nil {
+			return nil, err
+		}
+	}
+	n, err := netns.Create(id, e.cfg.SubnetPool, filepath.Join(e.cfg.StateDir, "nets"), netns.Ports{
+		Explicit: egress.PortExplicit, TransparentHTTP: egress.PortTransparentHTTP,
+		TransparentTLS: egress.PortTransparentTLS, DNS: egress.PortDNS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: sandbox network: %v", errdefs.ErrUnavailable, err)
+	}
+	rec := egress.NewRecorder(netLog, nil)
+	px, err := egress.Start(egress.Config{
+		Sandbox: id, Listen: n.HostIP, Policy: pol, Guard: &egress.Guard{},
+		Upstream: upstream, MaxConns: s.Net.MaxConns, MaxBytesOut: s.Net.EgressBytes, Recorder: rec,
+	})
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	nsFile := n.File()
+	o.NetNS = nsFile
+	proxyURL := fmt.Sprintf("http://%s:%d", n.HostIP, egress.PortExplicit)
+	var env []string
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
+		env = append(env, k+"="+proxyURL, strings.ToLower(k)+"="+proxyURL)
+	}
+	env = append(env, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1")
+	o.Env = mergeEnv(env, o.Env)
+	for i := range o.Files {
+		if o.Files[i].Path == "etc/resolv.conf" {
+			o.Files[i].Data = fmt.Sprintf("# airlock: names the egress policy allows, nothing else\nnameserver %s\noptions edns0\n", n.HostIP)
+		}
+	}
+	return func() *EgressResult {
+		px.Close()
+		res := &EgressResult{Summary: rec.Summary(), BytesOut: px.BytesOut(), DeniedPackets: n.DeniedPackets(), LimitsHit: rec.Limits()}
+		nsFile.Close() // the namespace's own descriptor; n.Close drops its handle
+		n.NS = -1
+		if err := n.Close(); err != nil {
+			e.cfg.Warn("network teardown: " + err.Error())
+		}
+		return res
+	}, nil
+}
+
+// hostResolver is the first nameserver of the host's /etc/resolv.conf.
+func hostResolver() (string, error) {
+	f, err := os.Open("/etc/resolv.conf")
+	if err != nil {
+		return "", fmt.Errorf("%w: no DNS resolver for the egress proxy: %v", errdefs.ErrUnavailable, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil {
+				return net.JoinHostPort(a.String(), "53"), nil
+			}
+		}
+	}
+	return "", errdefs.Unavailable("no nameserver in /etc/resolv.conf for the egress proxy")
+}

@@ -1,0 +1,416 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// fakeInternet is a stand-in host (where airlock runs) wired to a stand-in
+// world, both network namespaces of this test: web servers on TEST-NET
+// addresses, a DNS server, a "metadata server" at 169.254.169.254 and a
+// "private host" at 10.99.0.5. A broken policy shows up as a connection
+// that succeeded; nothing can leave the machine (the world has no uplink).
+type fakeInternet struct {
+	host, world netns.NsHandle
+	caFile      string
+	closers     []func()
+}
+
+var worldAddrs = map[string]string{
+	"allowed.test": "192.0.2.10", "evil.test": "192.0.2.11", "rebind.test": "10.99.0.5",
+	"meta.test": "169.254.169.254", "dns.test": "192.0.2.53",
+}
+
+// inNS runs f on a locked OS thread inside ns.
+func inNS(t *testing.T, ns netns.NsHandle, f func()) {
+	t.Helper()
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err)
+		}
+	}()
+	f()
+}
+
+func newFakeInternet(t *testing.T) *fakeInternet {
+	t.Helper()
+	fi := &fakeInternet{}
+	goruntime.LockOSThread()
+	orig, _ := netns.Get()
+	var err error
+	if fi.host, err = netns.New(); err == nil {
+		fi.world, err = netns.New()
+	}
+	if serr := netns.Set(orig); serr != nil {
+		panic(serr)
+	}
+	orig.Close()
+	goruntime.UnlockOSThread()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fi.close)
+
+	hh, _ := netlink.NewHandleAt(fi.host)
+	wh, _ := netlink.NewHandleAt(fi.world)
+	defer hh.Close()
+	defer wh.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(hh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "inet0"}, PeerName: "uplink0", PeerNamespace: netlink.NsFd(fi.world)}))
+	up := func(h *netlink.Handle, name, cidr string) netlink.Link {
+		l, err := h.LinkByName(name)
+		must(err)
+		if cidr != "" {
+			a, _ := netlink.ParseAddr(cidr)
+			must(h.AddrAdd(l, a))
+		}
+		must(h.LinkSetUp(l))
+		return l
+	}
+	up(hh, "lo", "")
+	inet0 := up(hh, "inet0", "198.51.100.1/24")
+	must(hh.RouteAdd(&netlink.Route{LinkIndex: inet0.Attrs().Index, Gw: net.ParseIP("198.51.100.2")}))
+	lo := up(wh, "lo", "")
+	up(wh, "uplink0", "198.51.100.2/24")
+	for _, ip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.53", "169.254.169.254", "10.99.0.5"} {
+		a, _ := netlink.ParseAddr(ip + "/32")
+		must(wh.AddrAdd(lo, a))
+	}
+	fi.serve(t)
+	return fi
+}
+
+func (fi *fakeInternet) close() {
+	for i := len(fi.closers) - 1; i >= 0; i-- {
+		fi.closers[i]()
+	}
+	fi.world.Close()
+	fi.host.Close()
+}
+
+// serve starts the world's servers: HTTP and HTTPS for allowed.test and
+// evil.test, the metadata and private hosts, a raw TCP port, and DNS.
+func (fi *fakeInternet) serve(t *testing.T) {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, _ := x509.ParseCertificate(caDER)
+	fi.caFile = filepath.Join(t.TempDir(), "ca.pem")
+	_ = os.WriteFile(fi.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test"}, DNSNames: []string{"allowed.test", "evil.test", "rebind.test", "meta.test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, _ := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &leafKey.PublicKey, caKey)
+	cert := tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
+
+	handler := func(who string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := r.Body.Read(make([]byte, 1))
+			_ = n
+			fmt.Fprintf(w, "hello from %s (Host %s)", who, r.Host)
+		})
+	}
+	listen := func(addr string, h http.Handler, useTLS bool) {
+		var ln net.Listener
+		var err error
+		inNS(t, fi.world, func() { ln, err = net.Listen("tcp", addr) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if useTLS {
+			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
+		}
+		srv := &http.Server{Handler: h}
+		go func() { _ = srv.Serve(ln) }()
+		fi.closers = append(fi.closers, func() { srv.Close() })
+	}
+	for _, a := range []struct{ ip, who string }{{"192.0.2.10", "allowed"}, {"192.0.2.11", "evil"}, {"169.254.169.254", "METADATA"}, {"10.99.0.5", "PRIVATE"}} {
+		listen(a.ip+":80", handler(a.who), false)
+		listen(a.ip+":443", handler(a.who), true)
+	}
+	listen("192.0.2.10:2222", handler("raw-port"), false)
+	listen("10.99.0.5:8080", handler("private-raw"), false)
+	listen("169.254.169.254:8080", handler("metadata-raw"), false)
+
+	dnsHandler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		name := strings.TrimSuffix(q.Name, ".")
+		ip, ok := worldAddrs[name]
+		switch {
+		case !ok:
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			rr, _ := dns.NewRR(fmt.Sprintf("%s 60 IN A %s", q.Name, ip))
+			m.Answer = append(m.Answer, rr)
+		case q.Qtype == dns.TypeTXT:
+			rr, _ := dns.NewRR(q.Name + ` 60 IN TXT "exfiltration-channel"`)
+			m.Answer = append(m.Answer, rr)
+		}
+		_ = w.WriteMsg(m)
+	})
+	var pc net.PacketConn
+	var tl net.Listener
+	var err error
+	inNS(t, fi.world, func() {
+		if pc, err = net.ListenPacket("udp", "192.0.2.53:53"); err == nil {
+			tl, err = net.Listen("tcp", "192.0.2.53:53")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: dnsHandler}, {Listener: tl, Handler: dnsHandler}} {
+		s := s
+		go func() { _ = s.ActivateAndServe() }()
+		fi.closers = append(fi.closers, func() { _ = s.Shutdown() })
+	}
+}
+
+// airlock runs the binary inside the stand-in host, resolving through the
+// world's DNS.
+func (fi *fakeInternet) airlock(t *testing.T, args ...string) result {
+	t.Helper()
+	if len(args) > 0 && args[0] == "run" {
+		args = append([]string{"run", "--dns-upstream", "192.0.2.53:53"}, args[1:]...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", dataDir}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	var err error
+	inNS(t, fi.host, func() { err = cmd.Start() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// sandbox runs the attack helper with ARGS in a proxy-mode sandbox that
+// allows allow, with the test CA in its workspace.
+func (fi *fakeInternet) sandbox(t *testing.T, allow []string, extra []string, args ...string) result {
+	t.Helper()
+	ws := workspace(t)
+	ca, _ := os.ReadFile(fi.caFile)
+	_ = os.WriteFile(filepath.Join(ws, "ca.pem"), ca, 0o644)
+	full := []string{"run", "--workspace", ws}
+	for _, a := range allow {
+		full = append(full, "--allow", a)
+	}
+	full = append(append(full, extra...), "--", "/workspace/attack")
+	return fi.airlock(t, append(full, args...)...)
+}
+
+// residueIn lists airlock's links and nftables tables left in ns.
+func residueIn(t *testing.T, ns netns.NsHandle) []string {
+	var left []string
+	h, _ := netlink.NewHandleAt(ns)
+	defer h.Close()
+	links, _ := h.LinkList()
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, "alk") {
+			left = append(left, "link "+l.Attrs().Name)
+		}
+	}
+	inNS(t, ns, func() {
+		c, err := nftables.New()
+		if err != nil {
+			return
+		}
+		tables, _ := c.ListTables()
+		for _, tb := range tables {
+			if strings.HasPrefix(tb.Name, "airlock") {
+				left = append(left, "nft table "+tb.Name)
+			}
+		}
+	})
+	return left
+}
+
+func TestEgress(t *testing.T) {
+	fi := newFakeInternet(t)
+	ca := "/workspace/ca.pem"
+	check := func(t *testing.T, r result, want string) {
+		t.Helper()
+		if !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "VULNERABLE") {
+			t.Fatalf("want %q:\n%s", want, r)
+		}
+	}
+	t.Run("allowed via explicit proxy, HTTP and HTTPS", func(t *testing.T) {
+		r := fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "http://allowed.test/x", "-", "proxy")
+		check(t, r, "STATUS 200 hello from allowed (Host allowed.test)")
+		r = fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "https://allowed.test/x", ca, "proxy")
+		check(t, r, "STATUS 200 hello from allowed (Host allowed.test)")
+		if !strings.Contains(r.stderr, "1 request allowed, 0 denied") {
+			t.Errorf("summary: %s", r.stderr)
+		}
+	})
+	t.Run("allowed transparently, HTTP and HTTPS", func(t *testing.T) {
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "http://allowed.test/", "-", "direct"), "STATUS 200 hello from allowed")
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "https://allowed.test/", ca, "direct"), "STATUS 200 hello from allowed")
+	})
+	t.Run("denied host gets 403 naming the rule", func(t *testing.T) {
+		r := fi.sandbox(t, []string{"allowed.test"}, []string{"--deny", "evil.test"}, "fetch", "http://evil.test/", "-", "proxy")
+		check(t, r, `STATUS 403 airlock egress: evil.test:80 denied by rule "evil.test"`)
+		r = fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "https://evil.test/", ca, "proxy")
+		check(t, r, "ERROR")
+		if strings.Contains(r.stdout, "hello from evil") || !strings.Contains(r.stderr, "denied (evil.test x1)") {
+			t.Fatalf("%s", r)
+		}
+	})
+	t.Run("IP literals", func(t *testing.T) {
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "http://192.0.2.11/", "-", "proxy"), "STATUS 403 airlock egress: 192.0.2.11:80 IP addresses are refused")
+		// Straight at the address, ignoring the proxy: redirected, judged by Host.
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "http://192.0.2.11/", "-", "direct"), "STATUS 403")
+		check(t, fi.sandbox(t, []string{"192.0.2.10"}, nil, "fetch", "http://192.0.2.10/", "-", "proxy"), "STATUS 200 hello from allowed")
+	})
+	t.Run("DNS answers only allowed names", func(t *testing.T) {
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "resolve", "allowed.test"), "ADDRS 192.0.2.10")
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "resolve", "evil.test"), "ERROR")
+		// Another resolver, directly: blocked like everything else.
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "resolve", "allowed.test", "192.0.2.53:53"), "ERROR")
+	})
+	t.Run("DNS rebinding and metadata", func(t *testing.T) {
+		r := fi.sandbox(t, []string{"rebind.test", "meta.test"}, nil, "fetch", "http://rebind.test/", "-", "proxy")
+		check(t, r, "STATUS 403 airlock egress: dial tcp 10.99.0.5:80: blocked destination: 10.99.0.5 is in 10.0.0.0/8")
+		check(t, fi.sandbox(t, []string{"meta.test"}, nil, "fetch", "http://meta.test/", "-", "proxy"), "blocked destination: 169.254.169.254 is in 169.254.0.0/16")
+		check(t, fi.sandbox(t, []string{"meta.test"}, nil, "fetch", "https://meta.test/", ca, "direct"), "ERROR")
+		check(t, fi.sandbox(t, []string{"allowed.test"}, nil, "fetch", "http://169.254.169.254/", "-", "direct"), "STATUS 403")
+	})
+	t.Run("direct TCP and UDP go nowhere", func(t *testing.T) {
+		// Ports 80 and 443 are redirected to the proxy (and judged there);
+		// everything else must not connect, though servers listen there.
+		for _, a := range [][]string{{"tcp", "192.0.2.10:2222"}, {"tcp", "10.99.0.5:8080"}, {"tcp", "169.254.169.254:8080"}, {"udp", "192.0.2.53:53"}, {"tcp", "198.51.100.1:22"}} {
+			r := fi.sandbox(t, []string{"allowed.test"}, nil, "dial", a[0], a[1])
+			if r.code != 0 || strings.Contains(r.stdout, "VULNERABLE") {
+				t.Fatalf("%v: %s", a, r)
+			}
+		}
+	})
+	t.Run("no IPv6", func(t *testing.T) {
+		r := fi.sandbox(t, []string{"allowed.test"}, nil, "addrs")
+		if strings.Contains(r.stdout, ":") && strings.Contains(r.stdout, "/64") || strings.Contains(r.stdout, "::1") {
+			t.Fatalf("IPv6 addresses inside:\n%s", r.stdout)
+		}
+	})
+	t.Run("the host's services are out of reach", func(t *testing.T) {
+		var ln net.Listener
+		inNS(t, fi.host, func() { ln, _ = net.Listen("tcp", "0.0.0.0:9999") })
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		// The proxy's own address on other ports, and loopback (the
+		// sandbox's own).
+		r := fi.sandbox(t, []string{"allowed.test"}, []string{"--json"}, "dial", "tcp", "127.0.0.1:9999")
+		if r.code != 0 {
+			t.Fatalf("%s", r)
+		}
+		for _, host := range []string{"10.234.0.1", "198.51.100.1"} {
+			r := fi.sandbox(t, []string{"allowed.test"}, nil, "dial", "tcp", host+":9999")
+			if r.code != 0 || strings.Contains(r.stdout, "VULNERABLE") {
+				t.Fatalf("%s: %s", host, r)
+			}
+		}
+	})
+	t.Run("bytes-out cap", func(t *testing.T) {
+		r := fi.sandbox(t, []string{"allowed.test"}, []string{"--egress-bytes", "64K"}, "post", "http://allowed.test/up", "200000")
+		if strings.Contains(r.stdout, "STATUS 200") || !strings.Contains(r.stderr, "egress byte limit (64.0KiB) reached") && !strings.Contains(r.stderr, "egress byte limit (64KiB) reached") {
+			t.Fatalf("%s", r)
+		}
+	})
+	t.Run("every attempt is logged", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "net.jsonl")
+		ws := workspace(t)
+		r := fi.airlock(t, "run", "--workspace", ws, "--allow", "allowed.test", "--net-log", log, "--json", "--", "sh", "-c",
+			"/workspace/attack fetch http://allowed.test/a - proxy; /workspace/attack fetch http://evil.test/b - proxy; /workspace/attack fetch http://169.254.169.254/ - direct")
+		if r.code != 0 {
+			t.Fatalf("%s", r)
+		}
+		b, _ := os.ReadFile(log)
+		var events []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			if e["kind"] != "dns" {
+				events = append(events, e)
+			}
+		}
+		if len(events) != 3 || events[0]["decision"] != "allowed" || events[0]["path"] != "/a" || events[1]["decision"] != "denied" || events[2]["host"] != "169.254.169.254" {
+			t.Fatalf("events: %v", events)
+		}
+		if !strings.Contains(r.stderr, "1 request allowed, 2 denied") {
+			t.Fatalf("summary: %s", r.stderr)
+		}
+		j := lastJSON(t, r.stdout)
+		_ = j
+	})
+	t.Run("policy file", func(t *testing.T) {
+		pf := filepath.Join(t.TempDir(), "policy.yaml")
+		_ = os.WriteFile(pf, []byte("allow:\n  - \"*.test\"\ndeny:\n  - evil.test\n"), 0o644)
+		check(t, fi.sandbox(t, nil, []string{"--policy", pf}, "fetch", "http://allowed.test/", "-", "proxy"), "STATUS 200")
+		check(t, fi.sandbox(t, nil, []string{"--policy", pf}, "fetch", "http://evil.test/", "-", "proxy"), "STATUS 403")
+		_ = os.WriteFile(pf, []byte("allow: [a.test]\nallwo: [b.test]\n"), 0o644)
+		if r := fi.sandbox(t, nil, []string{"--policy", pf}, "whoami"); r.code != 125 || !strings.Contains(r.stderr, "allwo") {
+			t.Fatalf("unknown field accepted: %s", r)
+		}
+	})
+	if left := residueIn(t, fi.host); len(left) > 0 {
+		t.Fatalf("left in the host namespace: %v", left)
+	}
+}
