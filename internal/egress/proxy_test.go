@@ -224,3 +224,33 @@ func TestDNSForwarder(t *testing.T) {
 		t.Errorf("TCP: %v", r)
 	}
 }
+
+func TestProxyConnectionCap(t *testing.T) {
+	px, rec, _ := startProxy(t)
+	px.cfg.MaxConns = 2
+	px.conns = make(chan struct{}, 2)
+	var held []net.Conn
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("tcp", "127.0.0.3:3128")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c, err := net.Dial("tcp", "127.0.0.3:3128")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a third connection was served")
+	}
+	c.Close()
+	for _, h := range held {
+		h.Close()
+	}
+	if l := rec.Limits(); len(l) != 1 || l[0] != "connections" {
+		t.Fatalf("limits %v", l)
+	}
+}

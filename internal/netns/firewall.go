@@ -20,6 +20,16 @@ func tableFor(id string) *nftables.Table {
 	return &nftables.Table{Name: TablePrefix + id, Family: nftables.TableFamilyINet}
 }
 
+// earlyPriority runs before destination NAT (-100), so that every packet
+// from the sandbox is judged (and a denied one counted) before routing,
+// whatever the host's forwarding settings.
+var earlyPriority = nftables.ChainPriorityRef(-200)
+
+func earlyChain(table *nftables.Table) *nftables.Chain {
+	accept := nftables.ChainPolicyAccept
+	return &nftables.Chain{Name: "early", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookPrerouting, Priority: earlyPriority, Policy: &accept}
+}
+
 func baseChains(table *nftables.Table) (pre, input, forward *nftables.Chain) {
 	accept := nftables.ChainPolicyAccept
 	pre = &nftables.Chain{Name: "prerouting", Table: table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
@@ -81,6 +91,9 @@ func cat(parts ...[]expr.Any) []expr.Any {
 
 // addRules adds one sandbox's rules in one batch:
 //
+//	early:      from the veth: to hostIP, the proxy ports and DNS accepted;
+//	            TCP 80 and 443 to anywhere accepted (redirected next);
+//	            everything else counted and dropped
 //	prerouting: from the veth, TCP 80 -> hostIP:transparent-http,
 //	            TCP 443 -> hostIP:transparent-tls
 //	input:      from the veth to hostIP: the proxy ports and DNS accepted,
@@ -93,7 +106,9 @@ func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, err
 	}
 	fw := &firewall{table: tableFor(id)}
 	pre, input, forward := baseChains(fw.table)
+	early := earlyChain(fw.table)
 	c.AddTable(fw.table)
+	c.AddChain(early)
 	c.AddChain(pre)
 	c.AddChain(input)
 	c.AddChain(forward)
@@ -111,6 +126,13 @@ func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, err
 		c.AddRule(&nftables.Rule{Table: fw.table, Chain: ch, Exprs: e})
 	}
 	v4 := []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+	for _, p := range []int{ports.Explicit, ports.TransparentHTTP, ports.TransparentTLS, ports.DNS} {
+		add(early, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_TCP, p), accept))
+	}
+	add(early, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_UDP, ports.DNS), accept))
+	add(early, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 80), accept))
+	add(early, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 443), accept))
+	add(early, cat(fromIf(hostIf), drop))
 	add(pre, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 80), dnat(ports.TransparentHTTP)))
 	add(pre, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 443), dnat(ports.TransparentTLS)))
 	for _, p := range []int{ports.Explicit, ports.TransparentHTTP, ports.TransparentTLS, ports.DNS} {
@@ -129,7 +151,7 @@ func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, err
 func (fw *firewall) rules(c *nftables.Conn) ([]*nftables.Rule, error) {
 	pre, input, forward := baseChains(fw.table)
 	var out []*nftables.Rule
-	for _, ch := range []*nftables.Chain{pre, input, forward} {
+	for _, ch := range []*nftables.Chain{earlyChain(fw.table), pre, input, forward} {
 		rs, err := c.GetRules(fw.table, ch)
 		if err != nil {
 			return nil, err

@@ -410,6 +410,49 @@ func TestEgress(t *testing.T) {
 			t.Fatalf("unknown field accepted: %s", r)
 		}
 	})
+	t.Run("other sandboxes are out of reach, and denied packets are counted", func(t *testing.T) {
+		// A listens on its own address; B is told where and must not reach it.
+		type out struct{ r result }
+		ch := make(chan out, 1)
+		go func() {
+			ch <- out{fi.airlock(t, "run", "--allow", "allowed.test", "--", "python3", "-c",
+				"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',7000)); s.listen(); s.settimeout(6)\ntry: s.accept(); print('ACCEPTED')\nexcept Exception: print('nobody came')")}
+		}()
+		var peer string
+		deadline := time.Now().Add(10 * time.Second)
+		for peer == "" && time.Now().Before(deadline) {
+			h, _ := netlink.NewHandleAt(fi.host)
+			links, _ := h.LinkList()
+			for _, l := range links {
+				if strings.HasPrefix(l.Attrs().Name, "alk") {
+					addrs, _ := h.AddrList(l, netlink.FAMILY_V4)
+					if len(addrs) == 1 {
+						ip := addrs[0].IP.To4()
+						peer = net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).String()
+					}
+				}
+			}
+			h.Close()
+			time.Sleep(20 * time.Millisecond)
+		}
+		if peer == "" {
+			t.Fatal("sandbox A did not come up")
+		}
+		b := fi.sandbox(t, []string{"allowed.test"}, []string{"--json"}, "dial", "tcp", peer+":7000")
+		a := (<-ch).r
+		if b.code != 0 || strings.Contains(b.stdout, "VULNERABLE") || strings.Contains(a.stdout, "ACCEPTED") {
+			t.Fatalf("A: %s\nB: %s", a, b)
+		}
+		var j struct {
+			Egress struct {
+				DeniedPackets int `json:"denied_packets"`
+			} `json:"egress"`
+		}
+		i := strings.LastIndex(b.stdout, "{\n  \"sandbox_id\"")
+		if err := json.Unmarshal([]byte(b.stdout[i:]), &j); err != nil || j.Egress.DeniedPackets == 0 {
+			t.Fatalf("denied packets not counted: %v %s", err, b.stdout)
+		}
+	})
 	if left := residueIn(t, fi.host); len(left) > 0 {
 		t.Fatalf("left in the host namespace: %v", left)
 	}
