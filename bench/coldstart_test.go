@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-var airlockBin string
+var airlockBin, attackBin string
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
@@ -24,11 +24,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	airlockBin = filepath.Join(dir, "airlock")
-	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", airlockBin, "../cmd/airlock")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("build: %v\n%s", err, out)
-		os.Exit(1)
+	attackBin = filepath.Join(dir, "attack")
+	for bin, pkg := range map[string]string{airlockBin: "../cmd/airlock", attackBin: "../test/attack"} {
+		build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bin, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Printf("build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -40,6 +41,8 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 			return nil, err
 		}
 	}
+	t0 := time.Now()
+	lap := func(step string) { e.cfg.Log.Debug("network", "step", step, "at", time.Since(t0)) }
 	n, err := netns.Create(id, e.cfg.SubnetPool, filepath.Join(e.cfg.StateDir, "nets"), netns.Ports{
 		Explicit: egress.PortExplicit, TransparentHTTP: egress.PortTransparentHTTP,
 		TransparentTLS: egress.PortTransparentTLS, DNS: egress.PortDNS,
@@ -47,6 +50,7 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 	if err != nil {
 		return nil, fmt.Errorf("%w: sandbox network: %v", errdefs.ErrUnavailable, err)
 	}
+	lap("netns")
 	rec := egress.NewRecorder(netLog, nil)
 	px, err := egress.Start(egress.Config{
 		Sandbox: id, Listen: n.HostIP, Policy: pol, Guard: &egress.Guard{},
@@ -56,6 +60,7 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		n.Close()
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
+	lap("proxy")
 	nsFile := n.File()
 	o.NetNS = nsFile
 	proxyURL := fmt.Sprintf("http://%s:%d", n.HostIP, egress.PortExplicit)
@@ -71,13 +76,16 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		}
 	}
 	return func() *EgressResult {
+		t0 = time.Now()
 		px.Close()
+		lap("proxy closed")
 		res := &EgressResult{Summary: rec.Summary(), BytesOut: px.BytesOut(), DeniedPackets: n.DeniedPackets(), LimitsHit: rec.Limits()}
 		nsFile.Close() // the namespace's own descriptor; n.Close drops its handle
 		n.NS = -1
 		if err := n.Close(); err != nil {
 			e.cfg.Warn("network teardown: " + err.Error())
 		}
+		lap("netns removed")
 		return res
 	}, nil
 }

@@ -75,6 +75,9 @@ func Start(cfg Config) (_ *Proxy, err error) {
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 60 * time.Second,
+		// Large buffers: the default 4 KiB ones cap a download's throughput.
+		ReadBufferSize:  256 << 10,
+		WriteBufferSize: 64 << 10,
 	}
 	defer func() {
 		if err != nil {
@@ -249,8 +252,12 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 	}
 	defer resp.Body.Close()
 	cw := &countWriter{w: c}
+	bw := bufio.NewWriterSize(cw, 256<<10)
 	resp.Close = resp.Close || req.Close
-	err = resp.Write(cw)
+	err = resp.Write(bw)
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
 	ev.BytesIn = cw.n
 	ev.Decision = "allowed"
 	ev.DurationMS = ms(time.Since(start))

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,6 +181,39 @@ func main() {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		fmt.Println("STATUS", resp.StatusCode, strings.TrimSpace(string(b)))
+		return
+	case "download":
+		// download URL: through the proxy; prints "BYTES n SECONDS s".
+		start := time.Now()
+		resp, err := http.Get(args[0])
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		fmt.Printf("BYTES %d SECONDS %.6f\n", n, time.Since(start).Seconds())
+		return
+	case "getloop":
+		// getloop URL N: N small GETs on one kept-alive connection through
+		// the proxy; prints "MEDIAN_US m RPS r".
+		n, _ := strconv.Atoi(args[1])
+		lat := make([]time.Duration, 0, n)
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			t0 := time.Now()
+			resp, err := http.Get(args[0])
+			if err != nil {
+				fmt.Println("ERROR", err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			lat = append(lat, time.Since(t0))
+		}
+		total := time.Since(start)
+		slices.Sort(lat)
+		fmt.Printf("MEDIAN_US %d RPS %.0f\n", lat[len(lat)/2].Microseconds(), float64(n)/total.Seconds())
 		return
 	case "dial":
 		// dial NETWORK ADDR: a direct connection, which must not succeed.

@@ -3,211 +3,28 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"fmt"
-	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/test/fakenet"
+
 	"github.com/google/nftables"
-	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
-// fakeInternet is a stand-in host (where airlock runs) wired to a stand-in
-// world, both network namespaces of this test: web servers on TEST-NET
-// addresses, a DNS server, a "metadata server" at 169.254.169.254 and a
-// "private host" at 10.99.0.5. A broken policy shows up as a connection
-// that succeeded; nothing can leave the machine (the world has no uplink).
-type fakeInternet struct {
-	host, world netns.NsHandle
-	caFile      string
-	closers     []func()
-}
-
-var worldAddrs = map[string]string{
-	"allowed.test": "192.0.2.10", "evil.test": "192.0.2.11", "rebind.test": "10.99.0.5",
-	"meta.test": "169.254.169.254", "dns.test": "192.0.2.53",
-}
-
-// inNS runs f on a locked OS thread inside ns.
-func inNS(t *testing.T, ns netns.NsHandle, f func()) {
-	t.Helper()
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err)
-		}
-	}()
-	f()
-}
-
-func newFakeInternet(t *testing.T) *fakeInternet {
-	t.Helper()
-	fi := &fakeInternet{}
-	goruntime.LockOSThread()
-	orig, _ := netns.Get()
-	var err error
-	if fi.host, err = netns.New(); err == nil {
-		fi.world, err = netns.New()
-	}
-	if serr := netns.Set(orig); serr != nil {
-		panic(serr)
-	}
-	orig.Close()
-	goruntime.UnlockOSThread()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fi.close)
-
-	hh, _ := netlink.NewHandleAt(fi.host)
-	wh, _ := netlink.NewHandleAt(fi.world)
-	defer hh.Close()
-	defer wh.Close()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(hh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "inet0"}, PeerName: "uplink0", PeerNamespace: netlink.NsFd(fi.world)}))
-	up := func(h *netlink.Handle, name, cidr string) netlink.Link {
-		l, err := h.LinkByName(name)
-		must(err)
-		if cidr != "" {
-			a, _ := netlink.ParseAddr(cidr)
-			must(h.AddrAdd(l, a))
-		}
-		must(h.LinkSetUp(l))
-		return l
-	}
-	up(hh, "lo", "")
-	inet0 := up(hh, "inet0", "198.51.100.1/24")
-	must(hh.RouteAdd(&netlink.Route{LinkIndex: inet0.Attrs().Index, Gw: net.ParseIP("198.51.100.2")}))
-	lo := up(wh, "lo", "")
-	up(wh, "uplink0", "198.51.100.2/24")
-	for _, ip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.53", "169.254.169.254", "10.99.0.5"} {
-		a, _ := netlink.ParseAddr(ip + "/32")
-		must(wh.AddrAdd(lo, a))
-	}
-	fi.serve(t)
-	return fi
-}
-
-func (fi *fakeInternet) close() {
-	for i := len(fi.closers) - 1; i >= 0; i-- {
-		fi.closers[i]()
-	}
-	fi.world.Close()
-	fi.host.Close()
-}
-
-// serve starts the world's servers: HTTP and HTTPS for allowed.test and
-// evil.test, the metadata and private hosts, a raw TCP port, and DNS.
-func (fi *fakeInternet) serve(t *testing.T) {
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	ca, _ := x509.ParseCertificate(caDER)
-	fi.caFile = filepath.Join(t.TempDir(), "ca.pem")
-	_ = os.WriteFile(fi.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644)
-	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test"}, DNSNames: []string{"allowed.test", "evil.test", "rebind.test", "meta.test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, _ := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &leafKey.PublicKey, caKey)
-	cert := tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
-
-	handler := func(who string) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := r.Body.Read(make([]byte, 1))
-			_ = n
-			fmt.Fprintf(w, "hello from %s (Host %s)", who, r.Host)
-		})
-	}
-	listen := func(addr string, h http.Handler, useTLS bool) {
-		var ln net.Listener
-		var err error
-		inNS(t, fi.world, func() { ln, err = net.Listen("tcp", addr) })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if useTLS {
-			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
-		}
-		srv := &http.Server{Handler: h}
-		go func() { _ = srv.Serve(ln) }()
-		fi.closers = append(fi.closers, func() { srv.Close() })
-	}
-	for _, a := range []struct{ ip, who string }{{"192.0.2.10", "allowed"}, {"192.0.2.11", "evil"}, {"169.254.169.254", "METADATA"}, {"10.99.0.5", "PRIVATE"}} {
-		listen(a.ip+":80", handler(a.who), false)
-		listen(a.ip+":443", handler(a.who), true)
-	}
-	listen("192.0.2.10:2222", handler("raw-port"), false)
-	listen("10.99.0.5:8080", handler("private-raw"), false)
-	listen("169.254.169.254:8080", handler("metadata-raw"), false)
-
-	dnsHandler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		q := r.Question[0]
-		name := strings.TrimSuffix(q.Name, ".")
-		ip, ok := worldAddrs[name]
-		switch {
-		case !ok:
-			m.Rcode = dns.RcodeNameError
-		case q.Qtype == dns.TypeA:
-			rr, _ := dns.NewRR(fmt.Sprintf("%s 60 IN A %s", q.Name, ip))
-			m.Answer = append(m.Answer, rr)
-		case q.Qtype == dns.TypeTXT:
-			rr, _ := dns.NewRR(q.Name + ` 60 IN TXT "exfiltration-channel"`)
-			m.Answer = append(m.Answer, rr)
-		}
-		_ = w.WriteMsg(m)
-	})
-	var pc net.PacketConn
-	var tl net.Listener
-	var err error
-	inNS(t, fi.world, func() {
-		if pc, err = net.ListenPacket("udp", "192.0.2.53:53"); err == nil {
-			tl, err = net.Listen("tcp", "192.0.2.53:53")
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: dnsHandler}, {Listener: tl, Handler: dnsHandler}} {
-		s := s
-		go func() { _ = s.ActivateAndServe() }()
-		fi.closers = append(fi.closers, func() { _ = s.Shutdown() })
-	}
-}
-
 // airlock runs the binary inside the stand-in host, resolving through the
 // world's DNS.
+type fakeInternet struct{ *fakenet.Internet }
+
+var inNS = fakenet.InNS
+
 func (fi *fakeInternet) airlock(t *testing.T, args ...string) result {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" {
@@ -219,7 +36,7 @@ func (fi *fakeInternet) airlock(t *testing.T, args ...string) result {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	var err error
-	inNS(t, fi.host, func() { err = cmd.Start() })
+	inNS(t, fi.Host, func() { err = cmd.Start() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +55,7 @@ func (fi *fakeInternet) airlock(t *testing.T, args ...string) result {
 func (fi *fakeInternet) sandbox(t *testing.T, allow []string, extra []string, args ...string) result {
 	t.Helper()
 	ws := workspace(t)
-	ca, _ := os.ReadFile(fi.caFile)
+	ca, _ := os.ReadFile(fi.CAFile)
 	_ = os.WriteFile(filepath.Join(ws, "ca.pem"), ca, 0o644)
 	full := []string{"run", "--workspace", ws}
 	for _, a := range allow {
@@ -275,7 +92,7 @@ func residueIn(t *testing.T, ns netns.NsHandle) []string {
 }
 
 func TestEgress(t *testing.T) {
-	fi := newFakeInternet(t)
+	fi := &fakeInternet{fakenet.New(t)}
 	ca := "/workspace/ca.pem"
 	check := func(t *testing.T, r result, want string) {
 		t.Helper()
@@ -342,7 +159,7 @@ func TestEgress(t *testing.T) {
 	})
 	t.Run("the host's services are out of reach", func(t *testing.T) {
 		var ln net.Listener
-		inNS(t, fi.host, func() { ln, _ = net.Listen("tcp", "0.0.0.0:9999") })
+		inNS(t, fi.Host, func() { ln, _ = net.Listen("tcp", "0.0.0.0:9999") })
 		defer ln.Close()
 		go func() {
 			for {
@@ -421,7 +238,7 @@ func TestEgress(t *testing.T) {
 		var peer string
 		deadline := time.Now().Add(10 * time.Second)
 		for peer == "" && time.Now().Before(deadline) {
-			h, _ := netlink.NewHandleAt(fi.host)
+			h, _ := netlink.NewHandleAt(fi.Host)
 			links, _ := h.LinkList()
 			for _, l := range links {
 				if strings.HasPrefix(l.Attrs().Name, "alk") {
@@ -453,7 +270,7 @@ func TestEgress(t *testing.T) {
 			t.Fatalf("denied packets not counted: %v %s", err, b.stdout)
 		}
 	})
-	if left := residueIn(t, fi.host); len(left) > 0 {
+	if left := residueIn(t, fi.Host); len(left) > 0 {
 		t.Fatalf("left in the host namespace: %v", left)
 	}
 }

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/test/fakenet"
+)
+
+// inHost runs airlock in the fake internet's stand-in host.
+func inHost(b *testing.B, fi *fakenet.Internet, args ...string) string {
+	b.Helper()
+	cmd := exec.Command(airlockBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	var err error
+	fakenet.InNS(b, fi.Host, func() { err = cmd.Start() })
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		b.Fatalf("airlock %v: %v\n%s%s", args, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// directClient dials from the stand-in host namespace, without airlock.
+func directClient(b *testing.B, fi *fakenet.Internet) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			fakenet.InNS(b, fi.Host, func() { c, err = (&net.Dialer{}).DialContext(ctx, network, addr) })
+			return c, err
+		},
+		MaxIdleConnsPerHost: 4,
+	}}
+}
+
+func sandboxRun(fi *fakenet.Internet, ws string, args ...string) []string {
+	full := []string{"run", "--dns-upstream", "192.0.2.53:53", "--allow", "bench.test", "--workspace", ws, "--", "/workspace/attack"}
+	return append(full, args...)
+}
+
+// BenchmarkEgress measures the proxy against a direct connection from the
+// host, in one run: a 100 MiB download, small GETs on a kept-alive
+// connection (latency and requests per second), and what proxy mode adds
+// to a cold `airlock run -- true`.
+func BenchmarkEgress(b *testing.B) {
+	fi := fakenet.New(b)
+	ws := b.TempDir()
+	helper, _ := os.ReadFile(attackBin)
+	_ = os.WriteFile(filepath.Join(ws, "attack"), helper, 0o755)
+	direct := directClient(b, fi)
+	b.ResetTimer()
+
+	// Throughput: median of 3 each.
+	var prox, dir []float64
+	for i := 0; i < 3; i++ {
+		out := inHost(b, fi, sandboxRun(fi, ws, "download", "http://bench.test/big")...)
+		var n int64
+		var secs float64
+		if _, err := fmt.Sscanf(strings.TrimSpace(out), "BYTES %d SECONDS %f", &n, &secs); err != nil || n != 100<<20 {
+			b.Fatalf("download through the proxy: %q", out)
+		}
+		prox = append(prox, float64(n)/secs/(1<<20))
+		start := time.Now()
+		resp, err := direct.Get("http://192.0.2.12/big")
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		dir = append(dir, float64(n)/time.Since(start).Seconds()/(1<<20))
+	}
+	slices.Sort(prox)
+	slices.Sort(dir)
+	b.ReportMetric(prox[1], "proxy-MiB/s")
+	b.ReportMetric(dir[1], "direct-MiB/s")
+	b.ReportMetric(prox[1]/dir[1]*100, "throughput-%")
+
+	// Small GETs.
+	const n = 2000
+	out := inHost(b, fi, sandboxRun(fi, ws, "getloop", "http://bench.test/", fmt.Sprint(n))...)
+	var proxMed, proxRPS float64
+	if _, err := fmt.Sscanf(strings.TrimSpace(out), "MEDIAN_US %f RPS %f", &proxMed, &proxRPS); err != nil {
+		b.Fatalf("getloop: %q", out)
+	}
+	lat := make([]time.Duration, 0, n)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		resp, err := direct.Get("http://192.0.2.12/")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		lat = append(lat, time.Since(t0))
+	}
+	dirRPS := float64(n) / time.Since(start).Seconds()
+	slices.Sort(lat)
+	dirMed := float64(lat[n/2].Microseconds())
+	b.ReportMetric(proxRPS, "proxy-req/s")
+	b.ReportMetric(dirRPS, "direct-req/s")
+	b.ReportMetric((proxMed-dirMed)/1000, "added-median-ms")
+
+	// Cold start with and without proxy mode (in the stand-in host).
+	var plain, proxied []float64
+	for i := 0; i < 30; i++ {
+		t0 := time.Now()
+		inHost(b, fi, "run", "--", "true")
+		plain = append(plain, float64(time.Since(t0).Microseconds())/1000)
+		t0 = time.Now()
+		inHost(b, fi, "run", "--dns-upstream", "192.0.2.53:53", "--allow", "bench.test", "--", "true")
+		proxied = append(proxied, float64(time.Since(t0).Microseconds())/1000)
+	}
+	slices.Sort(plain)
+	slices.Sort(proxied)
+	b.ReportMetric(plain[15], "run-true-ms")
+	b.ReportMetric(proxied[15], "run-true-proxy-ms")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("download: proxy %.0f MiB/s, direct %.0f MiB/s (%.0f%%); small GETs: proxy %.0f req/s median %.0fus, direct %.0f req/s median %.0fus (+%.3f ms); run -- true: %.1f ms, with proxy mode %.1f ms",
+		prox[1], dir[1], prox[1]/dir[1]*100, proxRPS, proxMed, dirRPS, dirMed, (proxMed-dirMed)/1000, plain[15], proxied[15])
+}

@@ -1,0 +1,226 @@
+// Package fakenet builds a small "internet" out of network namespaces on
+// this machine, for tests and benchmarks of egress: a stand-in host (where
+// airlock runs, with its own nftables and links) wired to a world of
+// servers on TEST-NET addresses, a DNS server, a fake metadata server at
+// 169.254.169.254 and a fake private host at 10.99.0.5. A broken policy
+// shows up as a connection that succeeded; nothing can leave the machine,
+// because the world has no uplink. Needs root.
+package fakenet
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Internet is a stand-in host (where airlock runs) wired to a stand-in
+// world, both network namespaces of this test: web servers on TEST-NET
+// addresses, a DNS server, a "metadata server" at 169.254.169.254 and a
+// "private host" at 10.99.0.5. A broken policy shows up as a connection
+// that succeeded; nothing can leave the machine (the world has no uplink).
+type Internet struct {
+	Host, World netns.NsHandle // where airlock runs; the servers
+	CAFile      string         // PEM of the CA that signed the servers' certificates
+	closers     []func()
+}
+
+// Addrs is the world's DNS: name -> address.
+var Addrs = map[string]string{
+	"allowed.test": "192.0.2.10", "evil.test": "192.0.2.11", "rebind.test": "10.99.0.5",
+	"meta.test": "169.254.169.254", "dns.test": "192.0.2.53", "bench.test": "192.0.2.12",
+}
+
+// InNS runs f on a locked OS thread inside ns.
+func InNS(t testing.TB, ns netns.NsHandle, f func()) {
+	t.Helper()
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err)
+		}
+	}()
+	f()
+}
+
+// New builds the internet; t.Cleanup tears it down.
+func New(t testing.TB) *Internet {
+	t.Helper()
+	fi := &Internet{}
+	goruntime.LockOSThread()
+	orig, _ := netns.Get()
+	var err error
+	if fi.Host, err = netns.New(); err == nil {
+		fi.World, err = netns.New()
+	}
+	if serr := netns.Set(orig); serr != nil {
+		panic(serr)
+	}
+	orig.Close()
+	goruntime.UnlockOSThread()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fi.Close)
+
+	hh, _ := netlink.NewHandleAt(fi.Host)
+	wh, _ := netlink.NewHandleAt(fi.World)
+	defer hh.Close()
+	defer wh.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(hh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "inet0"}, PeerName: "uplink0", PeerNamespace: netlink.NsFd(fi.World)}))
+	up := func(h *netlink.Handle, name, cidr string) netlink.Link {
+		l, err := h.LinkByName(name)
+		must(err)
+		if cidr != "" {
+			a, _ := netlink.ParseAddr(cidr)
+			must(h.AddrAdd(l, a))
+		}
+		must(h.LinkSetUp(l))
+		return l
+	}
+	up(hh, "lo", "")
+	inet0 := up(hh, "inet0", "198.51.100.1/24")
+	must(hh.RouteAdd(&netlink.Route{LinkIndex: inet0.Attrs().Index, Gw: net.ParseIP("198.51.100.2")}))
+	lo := up(wh, "lo", "")
+	up(wh, "uplink0", "198.51.100.2/24")
+	for _, ip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.53", "169.254.169.254", "10.99.0.5"} {
+		a, _ := netlink.ParseAddr(ip + "/32")
+		must(wh.AddrAdd(lo, a))
+	}
+	fi.serve(t)
+	return fi
+}
+
+// Close stops the servers and drops both namespaces.
+func (fi *Internet) Close() {
+	for i := len(fi.closers) - 1; i >= 0; i-- {
+		fi.closers[i]()
+	}
+	fi.World.Close()
+	fi.Host.Close()
+}
+
+// serve starts the world's servers: HTTP and HTTPS for allowed.test and
+// evil.test, the metadata and private hosts, a raw TCP port, and DNS.
+func (fi *Internet) serve(t testing.TB) {
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, _ := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, _ := x509.ParseCertificate(caDER)
+	fi.CAFile = filepath.Join(t.TempDir(), "ca.pem")
+	_ = os.WriteFile(fi.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test"}, DNSNames: []string{"allowed.test", "evil.test", "rebind.test", "meta.test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, _ := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &leafKey.PublicKey, caKey)
+	cert := tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
+
+	handler := func(who string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := r.Body.Read(make([]byte, 1))
+			_ = n
+			fmt.Fprintf(w, "hello from %s (Host %s)", who, r.Host)
+		})
+	}
+	listen := func(addr string, h http.Handler, useTLS bool) {
+		var ln net.Listener
+		var err error
+		InNS(t, fi.World, func() { ln, err = net.Listen("tcp", addr) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if useTLS {
+			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
+		}
+		srv := &http.Server{Handler: h}
+		go func() { _ = srv.Serve(ln) }()
+		fi.closers = append(fi.closers, func() { srv.Close() })
+	}
+	for _, a := range []struct{ ip, who string }{{"192.0.2.10", "allowed"}, {"192.0.2.11", "evil"}, {"169.254.169.254", "METADATA"}, {"10.99.0.5", "PRIVATE"}} {
+		listen(a.ip+":80", handler(a.who), false)
+		listen(a.ip+":443", handler(a.who), true)
+	}
+	listen("192.0.2.10:2222", handler("raw-port"), false)
+	// 100 MiB for throughput measurements.
+	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(100<<20))
+		buf := make([]byte, 1<<20)
+		for i := 0; i < 100; i++ {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/big", big)
+	mux.Handle("/", handler("allowed-bench"))
+	listen("192.0.2.12:80", mux, false)
+	listen("10.99.0.5:8080", handler("private-raw"), false)
+	listen("169.254.169.254:8080", handler("metadata-raw"), false)
+
+	dnsHandler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		name := strings.TrimSuffix(q.Name, ".")
+		ip, ok := Addrs[name]
+		switch {
+		case !ok:
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			rr, _ := dns.NewRR(fmt.Sprintf("%s 60 IN A %s", q.Name, ip))
+			m.Answer = append(m.Answer, rr)
+		case q.Qtype == dns.TypeTXT:
+			rr, _ := dns.NewRR(q.Name + ` 60 IN TXT "exfiltration-channel"`)
+			m.Answer = append(m.Answer, rr)
+		}
+		_ = w.WriteMsg(m)
+	})
+	var pc net.PacketConn
+	var tl net.Listener
+	var err error
+	InNS(t, fi.World, func() {
+		if pc, err = net.ListenPacket("udp", "192.0.2.53:53"); err == nil {
+			tl, err = net.Listen("tcp", "192.0.2.53:53")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*dns.Server{{PacketConn: pc, Handler: dnsHandler}, {Listener: tl, Handler: dnsHandler}} {
+		s := s
+		go func() { _ = s.ActivateAndServe() }()
+		fi.closers = append(fi.closers, func() { _ = s.Shutdown() })
+	}
+}
