@@ -26,7 +26,7 @@ unformatted=$(gofmt -l cmd internal test bench)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 go vet ./...
 go test -count=1 -timeout 40m ./...
-for f in "FuzzFilterMatchesRules ./internal/linux/seccomp" "FuzzCleanName ./internal/image" "FuzzValidate ./internal/spec" "FuzzParseSize ./internal/spec"; do
+for f in "FuzzFilterMatchesRules ./internal/linux/seccomp" "FuzzCleanName ./internal/image" "FuzzValidate ./internal/spec" "FuzzParseSize ./internal/spec" "FuzzReadClientHello ./internal/egress" "FuzzParseRule ./internal/egress"; do
 	set -- $f
 	go test -run '^$' -fuzz "^$1\$" -fuzztime 10s "$2"
 done

@@ -158,3 +158,23 @@ func FuzzReadClientHello(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseRule(f *testing.F) {
+	for _, s := range []string{"a.test", "*.a.test", "a.test:443", "192.0.2.1", "[2001:db8::1]:443", "*", "a..b", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRule(s)
+		if err != nil {
+			return
+		}
+		if r.Host == "" || r.Host == "*" || r.Port < 0 || r.Port > 65535 {
+			t.Fatalf("ParseRule(%q) = %+v", s, r)
+		}
+		p := &Policy{Allow: []Rule{r}}
+		// A rule never allows a name outside what it names.
+		if p.Check("airlock-unrelated.invalid", 443).Allowed && r.Host != "airlock-unrelated.invalid" && r.Host != "*.invalid" {
+			t.Fatalf("rule %q allows an unrelated host", s)
+		}
+	})
+}
