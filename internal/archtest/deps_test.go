@@ -18,7 +18,9 @@ var rules = []struct {
 	{"./internal/linux/...", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/spec"}},
 	{"./internal/spec", []string{"os/exec", "net", "golang.org/x/sys/unix", "github.com/airlock-sandbox/airlock/internal/runtime"}},
 	{"./internal/errdefs", []string{"github.com/airlock-sandbox/airlock/"}},
-	{"./internal/cli", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/image", "github.com/airlock-sandbox/airlock/internal/workspace"}},
+	{"./internal/cli", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/image", "github.com/airlock-sandbox/airlock/internal/workspace", "github.com/airlock-sandbox/airlock/internal/netns", "github.com/airlock-sandbox/airlock/internal/egress"}},
+	{"./internal/egress", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "golang.org/x/sys/unix"}},
+	{"./internal/netns", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/egress"}},
 }
 
 func TestImportRules(t *testing.T) {

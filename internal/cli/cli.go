@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -31,8 +32,9 @@ type globals struct {
 	stateDir string
 	dataDir  string
 	debug    bool
-	// dnsUpstream is an operator setting of run (hidden flag).
+	// dnsUpstream and pool are operator settings of run.
 	dnsUpstream string
+	pool        netip.Prefix
 	log         *slog.Logger
 	stdout      io.Writer
 	stderr      io.Writer
@@ -94,7 +96,7 @@ func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
 	if os.Geteuid() != 0 {
 		return nil, errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo")
 	}
-	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream})
+	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool})
 }
 
 func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -126,6 +127,7 @@ Exit status:
 	f.StringVar(&egressBytes, "egress-bytes", "1G", "cap on bytes the sandbox sends out through the proxy")
 	f.IntVar(&s.Net.MaxConns, "max-conns", spec.DefaultMaxConns, "cap on concurrent proxied connections")
 	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
+	f.StringVar(&nets.pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 prefix from which each proxy-mode sandbox gets a /30")
 	_ = f.MarkHidden("dns-upstream")
 	return c
 }
@@ -134,11 +136,16 @@ Exit status:
 type netFlags struct {
 	log         string
 	dnsUpstream string
+	pool        string
 }
 
 func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets netFlags) error {
 	t0 := time.Now()
+	var err error
 	g.dnsUpstream = nets.dnsUpstream
+	if g.pool, err = netip.ParsePrefix(nets.pool); err != nil {
+		return errdefs.Invalid(fmt.Sprintf("--subnet-pool %q: %v", nets.pool, err))
+	}
 	eng, err := g.engine(g.warn)
 	g.log.Debug("engine ready", "at", time.Since(t0))
 	if err != nil {

@@ -18,6 +18,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
+// DefaultSubnetPool is where proxy-mode sandboxes get their /30s.
+var DefaultSubnetPool = netns.DefaultPool
+
 // network sets up proxy mode for one sandbox: the policy, the host-made
 // network namespace with its veth and rules, and the proxy with its DNS
 // forwarder. It points the sandbox's resolv.conf and proxy variables at

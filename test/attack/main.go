@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -182,6 +184,25 @@ func main() {
 		b, _ := io.ReadAll(resp.Body)
 		fmt.Println("STATUS", resp.StatusCode, strings.TrimSpace(string(b)))
 		return
+	case "front":
+		// front HOST SNI: a CONNECT tunnel to HOST through the explicit
+		// proxy, then a TLS handshake naming SNI (domain fronting).
+		pu, _ := url.Parse(os.Getenv("HTTPS_PROXY"))
+		c, err := net.DialTimeout("tcp", pu.Host, 3*time.Second)
+		if err != nil {
+			vulnerable("no proxy: %v", err)
+			break
+		}
+		fmt.Fprintf(c, "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n", args[0], args[0])
+		br := bufio.NewReader(c)
+		line, _ := br.ReadString('\n')
+		for l := line; l != "\r\n" && l != ""; l, _ = br.ReadString('\n') {
+		}
+		tc := tls.Client(&bufConn{c, br}, &tls.Config{ServerName: args[1], InsecureSkipVerify: true})
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		err = tc.Handshake()
+		c.Close()
+		expectErr(fmt.Sprintf("TLS for %s through a tunnel to %s", args[1], args[0]), err)
 	case "download":
 		// download URL: through the proxy; prints "BYTES n SECONDS s".
 		start := time.Now()
@@ -425,6 +446,13 @@ func fetch(u, caFile string, direct bool) {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 	fmt.Println("STATUS", resp.StatusCode, strings.TrimSpace(string(b)))
 }
+
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 func errnoErr(e unix.Errno) error {
 	if e == 0 {

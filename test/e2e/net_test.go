@@ -151,6 +151,14 @@ func TestEgress(t *testing.T) {
 			}
 		}
 	})
+	t.Run("domain fronting and raw sockets", func(t *testing.T) {
+		for _, args := range [][]string{{"front", "allowed.test", "evil.test"}, {"raw-socket"}} {
+			r := fi.sandbox(t, []string{"allowed.test"}, nil, args...)
+			if r.code != 0 || strings.Contains(r.stdout, "VULNERABLE") {
+				t.Fatalf("%v: %s", args, r)
+			}
+		}
+	})
 	t.Run("no IPv6", func(t *testing.T) {
 		r := fi.sandbox(t, []string{"allowed.test"}, nil, "addrs")
 		if strings.Contains(r.stdout, ":") && strings.Contains(r.stdout, "/64") || strings.Contains(r.stdout, "::1") {
