@@ -238,7 +238,18 @@ func main() {
 		return
 	case "dial":
 		// dial NETWORK ADDR: a direct connection, which must not succeed.
-		c, err := net.DialTimeout(args[0], args[1], 2*time.Second)
+		// GATEWAY in ADDR stands for the sandbox's resolver (the host end
+		// of its veth).
+		addr := args[1]
+		if strings.Contains(addr, "GATEWAY") {
+			b, _ := os.ReadFile("/etc/resolv.conf")
+			for _, l := range strings.Split(string(b), "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "nameserver" {
+					addr = strings.Replace(addr, "GATEWAY", f[1], 1)
+				}
+			}
+		}
+		c, err := net.DialTimeout(args[0], addr, 2*time.Second)
 		if err == nil && args[0] == "udp" {
 			_, _ = c.Write([]byte("x"))
 			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))

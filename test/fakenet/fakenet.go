@@ -32,12 +32,14 @@ import (
 )
 
 // Internet is a stand-in host (where airlock runs) wired to a stand-in
-// world, both network namespaces of this test: web servers on TEST-NET
-// addresses, a DNS server, a "metadata server" at 169.254.169.254 and a
-// "private host" at 10.99.0.5. A broken policy shows up as a connection
-// that succeeded; nothing can leave the machine (the world has no uplink).
+// world of web servers on TEST-NET addresses and a DNS server; the world
+// routes to a "metadata server" at 169.254.169.254 and a "private host" at
+// 10.99.0.5, each in a network namespace of its own. A broken policy shows
+// up as a connection that succeeded; nothing can leave the machine (no
+// namespace has an uplink).
 type Internet struct {
 	Host, World netns.NsHandle // where airlock runs; the servers
+	Meta, Priv  netns.NsHandle // the metadata server; the private host
 	CAFile      string         // PEM of the CA that signed the servers' certificates
 	closers     []func()
 }
@@ -77,7 +79,11 @@ func New(t testing.TB) *Internet {
 	orig, _ := netns.Get()
 	var err error
 	if fi.Host, err = netns.New(); err == nil {
-		fi.World, err = netns.New()
+		if fi.World, err = netns.New(); err == nil {
+			if fi.Meta, err = netns.New(); err == nil {
+				fi.Priv, err = netns.New()
+			}
+		}
 	}
 	if serr := netns.Set(orig); serr != nil {
 		panic(serr)
@@ -115,10 +121,31 @@ func New(t testing.TB) *Internet {
 	must(hh.RouteAdd(&netlink.Route{LinkIndex: inet0.Attrs().Index, Gw: net.ParseIP("198.51.100.2")}))
 	lo := up(wh, "lo", "")
 	up(wh, "uplink0", "198.51.100.2/24")
-	for _, ip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.53", "169.254.169.254", "10.99.0.5"} {
+	for _, ip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.53"} {
 		a, _ := netlink.ParseAddr(ip + "/32")
 		must(wh.AddrAdd(lo, a))
 	}
+	// The metadata server and the private host, each behind a veth of the
+	// world, which routes to them (and they back to everyone through it).
+	for i, side := range []struct {
+		ns   netns.NsHandle
+		addr string
+	}{{fi.Meta, "169.254.169.254"}, {fi.Priv, "10.99.0.5"}} {
+		worldIf, farIf := fmt.Sprintf("side%d", i), "uplink0"
+		must(wh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: worldIf}, PeerName: farIf, PeerNamespace: netlink.NsFd(side.ns)}))
+		fh, _ := netlink.NewHandleAt(side.ns)
+		wl := up(wh, worldIf, fmt.Sprintf("203.0.113.%d/30", 1+4*i))
+		up(fh, "lo", "")
+		fl := up(fh, farIf, fmt.Sprintf("203.0.113.%d/30", 2+4*i))
+		a, _ := netlink.ParseAddr(side.addr + "/32")
+		must(fh.AddrAdd(fl, a))
+		must(fh.RouteAdd(&netlink.Route{LinkIndex: fl.Attrs().Index, Gw: net.ParseIP(fmt.Sprintf("203.0.113.%d", 1+4*i))}))
+		_, dst, _ := net.ParseCIDR(side.addr + "/32")
+		must(wh.RouteAdd(&netlink.Route{LinkIndex: wl.Attrs().Index, Dst: dst, Gw: net.ParseIP(fmt.Sprintf("203.0.113.%d", 2+4*i))}))
+		fh.Close()
+	}
+	// The world forwards between the host and the side namespaces.
+	InNS(t, fi.World, func() { must(os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0)) })
 	fi.serve(t)
 	return fi
 }
@@ -128,6 +155,8 @@ func (fi *Internet) Close() {
 	for i := len(fi.closers) - 1; i >= 0; i-- {
 		fi.closers[i]()
 	}
+	fi.Priv.Close()
+	fi.Meta.Close()
 	fi.World.Close()
 	fi.Host.Close()
 }
@@ -156,7 +185,14 @@ func (fi *Internet) serve(t testing.TB) {
 	listen := func(addr string, h http.Handler, useTLS bool) {
 		var ln net.Listener
 		var err error
-		InNS(t, fi.World, func() { ln, err = net.Listen("tcp", addr) })
+		ns := fi.World
+		switch {
+		case strings.HasPrefix(addr, "169.254.169.254:"):
+			ns = fi.Meta
+		case strings.HasPrefix(addr, "10.99.0.5:"):
+			ns = fi.Priv
+		}
+		InNS(t, ns, func() { ln, err = net.Listen("tcp", addr) })
 		if err != nil {
 			t.Fatal(err)
 		}
