@@ -11,13 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TablePrefix names airlock's nftables tables: one per sandbox,
-// "inet airlock-<id>", created in one batch and deleted in one. No other
-// table is touched, and no shared state is left behind.
-const TablePrefix = "airlock-"
-
-func tableFor(id string) *nftables.Table {
-	return &nftables.Table{Name: TablePrefix + id, Family: nftables.TableFamilyINet}
+// airlock's nftables tables are one per sandbox, "inet <scope>-<id>"
+// (scope "airlock" for the default state directory), created in one batch
+// and deleted in one. No other table is touched, and no shared state is
+// left behind.
+func tableFor(scope, id string) *nftables.Table {
+	return &nftables.Table{Name: scope + "-" + id, Family: nftables.TableFamilyINet}
 }
 
 // earlyPriority runs before destination NAT (-100), so that every packet
@@ -99,12 +98,12 @@ func cat(parts ...[]expr.Any) []expr.Any {
 //	input:      from the veth to hostIP: the proxy ports and DNS accepted,
 //	            everything else counted and dropped
 //	forward:    from the veth: counted and dropped (no routing anywhere)
-func addRules(id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, error) {
+func addRules(scope, id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, error) {
 	c, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	fw := &firewall{table: tableFor(id)}
+	fw := &firewall{table: tableFor(scope, id)}
 	pre, input, forward := baseChains(fw.table)
 	early := earlyChain(fw.table)
 	c.AddTable(fw.table)
@@ -190,9 +189,9 @@ func (fw *firewall) denied() uint64 {
 	return n
 }
 
-// RemoveDead deletes the tables of sandboxes for which live reports false
-// (gc after a killed run).
-func RemoveDead(live func(id string) bool) error {
+// RemoveDead deletes the tables of this scope's sandboxes for which live
+// reports false (gc after a killed run).
+func RemoveDead(scope string, live func(id string) bool) error {
 	c, err := nftables.New()
 	if err != nil {
 		return err
@@ -203,7 +202,8 @@ func RemoveDead(live func(id string) bool) error {
 	}
 	dead := 0
 	for _, t := range tables {
-		if id, ok := strings.CutPrefix(t.Name, TablePrefix); ok && !live(id) {
+		// A sandbox id is 12 hex digits: other scopes never match.
+		if id, ok := strings.CutPrefix(t.Name, scope+"-"); ok && len(id) == 12 && !strings.Contains(id, "-") && !live(id) {
 			c.DelTable(t)
 			dead++
 		}

@@ -47,7 +47,7 @@ type Ports struct {
 
 // Create makes the namespace, the veth and the rules. On error, whatever
 // was made is removed.
-func Create(id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net, err error) {
+func Create(scope, id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net, err error) {
 	if !pool.Addr().Is4() || pool.Bits() > 28 {
 		return nil, fmt.Errorf("subnet pool %s: need an IPv4 prefix of /28 or larger", pool)
 	}
@@ -109,7 +109,7 @@ func Create(id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net,
 	if err := in.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: n.HostIP.AsSlice(), Dst: nil}); err != nil {
 		return nil, fmt.Errorf("default route: %w", err)
 	}
-	if n.fw, err = addRules(id, n.HostIf, n.HostIP, ports); err != nil {
+	if n.fw, err = addRules(scope, id, n.HostIf, n.HostIP, ports); err != nil {
 		return nil, err
 	}
 	return n, nil

@@ -42,7 +42,7 @@ func TestCreateAndClose(t *testing.T) {
 	inThrowawayNS(t, func() {
 		ports := Ports{Explicit: 3128, TransparentHTTP: 3129, TransparentTLS: 3130, DNS: 53}
 		leases := t.TempDir()
-		n, err := Create("0123456789ab", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
+		n, err := Create("airlock-unittest", "0123456789ab", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,13 +67,13 @@ func TestCreateAndClose(t *testing.T) {
 		}
 		in.Close()
 		c, _ := nftables.New()
-		tbl := tableFor(n.ID)
+		tbl := tableFor("airlock-unittest", n.ID)
 		rs, _ := c.GetRules(tbl, &nftables.Chain{Name: "input", Table: tbl})
 		if len(rs) != 6 {
 			t.Fatalf("%d input rules, want 6", len(rs))
 		}
 		// A second sandbox gets its own subnet.
-		m, err := Create("ba9876543210", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
+		m, err := Create("airlock-unittest", "ba9876543210", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
 		if err != nil {
 			t.Fatal(err)
 		}

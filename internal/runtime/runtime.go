@@ -8,6 +8,7 @@ package runtime
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -42,6 +43,18 @@ const (
 
 // SandboxUID is the unprivileged user a command runs as by default.
 const SandboxUID = 1000
+
+// Scope names what a state directory owns outside it (its cgroup parent,
+// its nftables tables): "airlock" for the default /run/airlock, and
+// "airlock-<hash>" for any other, so that two airlocks with different state
+// directories never take each other's sandboxes for dead.
+func Scope(stateDir string) string {
+	if filepath.Clean(stateDir) == "/run/airlock" {
+		return "airlock"
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+	return "airlock-" + hex.EncodeToString(sum[:4])
+}
 
 // Runtime creates sandboxes on this host.
 type Runtime struct {
@@ -86,6 +99,7 @@ func New(stateDir string, log *slog.Logger) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	cg.Parent = Scope(stateDir)
 	rt.cgroups = cg
 	rt.seccomp = seccomp.Encode(prog)
 	return rt, nil

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
 // residue lists what sandboxes left on the host: cgroups, locks, leases,
@@ -20,10 +23,10 @@ import (
 func residue() error {
 	var left []string
 	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", "unified", ""} {
-		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, "airlock"))
+		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, scope))
 		for _, e := range ents {
 			if e.IsDir() {
-				left = append(left, "cgroup "+filepath.Join(ctl, "airlock", e.Name()))
+				left = append(left, "cgroup "+filepath.Join(ctl, scope, e.Name()))
 			}
 		}
 	}
@@ -187,19 +190,19 @@ func waitSandbox(t *testing.T) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		ents, _ := os.ReadDir("/sys/fs/cgroup/pids/airlock")
+		ents, _ := os.ReadDir("/sys/fs/cgroup/pids/" + scope)
 		for _, e := range ents {
 			if e.IsDir() {
-				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/airlock", e.Name(), "cgroup.procs"))
+				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/"+scope, e.Name(), "cgroup.procs"))
 				if len(strings.Fields(string(procs))) >= 2 {
 					return e.Name()
 				}
 			}
 		}
-		ents, _ = os.ReadDir("/sys/fs/cgroup/airlock")
+		ents, _ = os.ReadDir("/sys/fs/cgroup/" + scope)
 		for _, e := range ents {
 			if e.IsDir() {
-				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/airlock", e.Name(), "cgroup.procs"))
+				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/"+scope, e.Name(), "cgroup.procs"))
 				if len(strings.Fields(string(procs))) >= 2 {
 					return e.Name()
 				}
@@ -212,7 +215,7 @@ func waitSandbox(t *testing.T) string {
 }
 
 func cgroupProcs(id string) []string {
-	for _, p := range []string{"/sys/fs/cgroup/pids/airlock/" + id, "/sys/fs/cgroup/airlock/" + id} {
+	for _, p := range []string{"/sys/fs/cgroup/pids/" + scope + "/" + id, "/sys/fs/cgroup/" + scope + "/" + id} {
 		if b, err := os.ReadFile(p + "/cgroup.procs"); err == nil {
 			return strings.Fields(string(b))
 		}
@@ -314,6 +317,34 @@ func TestOOMInChildDestroysSandbox(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("the sandbox outlived its OOM by %s", d)
+	}
+	noResidue(t)
+}
+
+// Regression: gc took every cgroup under the shared parent whose lock was
+// not in its own state directory for dead, so two airlocks with different
+// state directories killed each other's sandboxes.
+func TestGCFromAnotherStateDirLeavesSandboxesAlone(t *testing.T) {
+	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--allow", "example.com", "--", "sleep", "3")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	id := waitSandbox(t)
+	other := t.TempDir()
+	_ = os.Chmod(other, 0o711)
+	if r, err := exec.Command(airlockBin, "--state-dir", other, "--data-dir", dataDir, "gc").CombinedOutput(); err != nil || strings.Contains(string(r), id) {
+		t.Fatalf("gc from another state directory: %v %s", err, r)
+	}
+	if len(cgroupProcs(id)) == 0 {
+		t.Fatal("the other state directory's gc killed a live sandbox")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the sandbox did not finish normally: %v\n%s", err, out.String())
+	}
+	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", ""} {
+		_ = os.Remove(filepath.Join("/sys/fs/cgroup", ctl, runtime.Scope(other)))
 	}
 	noResidue(t)
 }

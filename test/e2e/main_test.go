@@ -13,9 +13,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
 var (
+	scope      string // the test state directory's cgroup parent and nftables prefix
 	airlockBin string
 	attackBin  string
 	stateDir   string
@@ -36,6 +39,7 @@ func TestMain(m *testing.M) {
 	airlockBin = filepath.Join(tmp, "airlock")
 	attackBin = filepath.Join(tmp, "attack")
 	stateDir = filepath.Join(tmp, "run")
+	scope = runtime.Scope(stateDir)
 	dataDir = filepath.Join(tmp, "lib")
 	root, _ := filepath.Abs("../..")
 	for bin, pkg := range map[string]string{airlockBin: "./cmd/airlock", attackBin: "./test/attack"} {
@@ -55,6 +59,10 @@ func TestMain(m *testing.M) {
 		}
 	}
 	_ = exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "gc").Run()
+	// The scope's own (now empty) cgroup parents.
+	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", ""} {
+		_ = os.Remove(filepath.Join("/sys/fs/cgroup", ctl, scope))
+	}
 	_ = os.RemoveAll(tmp)
 	os.Exit(code)
 }

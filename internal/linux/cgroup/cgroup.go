@@ -3,7 +3,8 @@
 // detects, never assumes, and a missing controller is an error: airlock
 // never runs a sandbox without its limits. Only x/sys is imported.
 //
-// Every sandbox gets one cgroup named airlock/<id> in each hierarchy it uses.
+// Every sandbox gets one cgroup named <parent>/<id> in each hierarchy it
+// uses; the parent is "airlock" for the default state directory.
 package cgroup
 
 import (
@@ -20,8 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Parent is the directory, under each hierarchy's root, that airlock owns.
-const Parent = "airlock"
+// DefaultParent is the directory, under each hierarchy's root, that airlock
+// owns; Host.Parent may name another (one per airlock state directory).
+const DefaultParent = "airlock"
 
 // Version is the cgroup interface in use.
 type Version int
@@ -46,6 +48,9 @@ type Host struct {
 	V1Roots map[string]string
 	// Missing names controllers that neither version offers.
 	Missing []string
+	// Parent is airlock's directory in each hierarchy (DefaultParent
+	// unless set): sandboxes are Parent/<id>, and List sees only these.
+	Parent string
 }
 
 // Detect reads /proc/self/mountinfo and the unified hierarchy's controllers.
@@ -65,7 +70,7 @@ func Detect() (*Host, error) {
 // detect decides from mountinfo text and the unified hierarchy's
 // cgroup.controllers (read through controllers).
 func detect(mountinfo string, controllers func(v2root string) string) (*Host, error) {
-	h := &Host{V1Roots: map[string]string{}}
+	h := &Host{V1Roots: map[string]string{}, Parent: DefaultParent}
 	var v2root string
 	for _, line := range strings.Split(mountinfo, "\n") {
 		pre, post, ok := strings.Cut(line, " - ")
@@ -153,7 +158,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 		}
 	}()
 	if h.Version == V2 {
-		parent := filepath.Join(h.V2Root, Parent)
+		parent := filepath.Join(h.V2Root, h.Parent)
 		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("mkdir %s: %w", parent, err)
 		}
@@ -188,7 +193,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	seen := map[string]bool{}
 	for _, c := range v1Controllers {
 		root := h.V1Roots[c]
-		dir := filepath.Join(root, Parent, name)
+		dir := filepath.Join(root, h.Parent, name)
 		cg.dirs[c] = dir
 		if seen[root] { // co-mounted controllers (cpu,cpuacct) share a directory
 			continue
@@ -220,10 +225,10 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 func (h *Host) Open(name string) *Cgroup {
 	cg := &Cgroup{host: h, name: name, dirs: map[string]string{}}
 	if h.Version == V2 {
-		cg.dirs[""] = filepath.Join(h.V2Root, Parent, name)
+		cg.dirs[""] = filepath.Join(h.V2Root, h.Parent, name)
 	} else {
 		for _, c := range v1Controllers {
-			cg.dirs[c] = filepath.Join(h.V1Roots[c], Parent, name)
+			cg.dirs[c] = filepath.Join(h.V1Roots[c], h.Parent, name)
 		}
 	}
 	return cg
@@ -235,7 +240,7 @@ func (h *Host) List() []string {
 	if h.Version == V1 {
 		root = h.V1Roots["memory"]
 	}
-	ents, _ := os.ReadDir(filepath.Join(root, Parent))
+	ents, _ := os.ReadDir(filepath.Join(root, h.Parent))
 	var names []string
 	for _, e := range ents {
 		if e.IsDir() {

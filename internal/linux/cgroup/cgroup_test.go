@@ -3,6 +3,7 @@ package cgroup
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,6 +58,8 @@ func TestCreateLimitsAndRemove(t *testing.T) {
 	if err != nil {
 		t.Skipf("this host offers no usable cgroups: %v", err)
 	}
+	h.Parent = "airlock-unittest" // never under a live airlock's parent
+	t.Cleanup(func() { removeParents(h) })
 	cg, err := h.Create("unit-test-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Pids: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -74,5 +77,16 @@ func TestCreateLimitsAndRemove(t *testing.T) {
 	}
 	if _, err := os.Stat(cg.Dir("memory")); err == nil {
 		t.Fatal("cgroup directory left")
+	}
+}
+
+// removeParents deletes a test's (empty) parent directories.
+func removeParents(h *Host) {
+	if h.Version == V2 {
+		_ = os.Remove(filepath.Join(h.V2Root, h.Parent))
+		return
+	}
+	for _, root := range h.V1Roots {
+		_ = os.Remove(filepath.Join(root, h.Parent))
 	}
 }

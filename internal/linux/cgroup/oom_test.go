@@ -18,6 +18,8 @@ func TestWatchOOM(t *testing.T) {
 	if err != nil {
 		t.Skipf("this host offers no usable cgroups: %v", err)
 	}
+	h.Parent = "airlock-unittest" // never under a live airlock's parent
+	t.Cleanup(func() { removeParents(h) })
 	cg, err := h.Create("oom-test-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 32 << 20, CPUs: 1, Pids: 16})
 	if err != nil {
 		t.Fatal(err)
