@@ -98,9 +98,6 @@ func (e *Engine) GC() ([]string, error) {
 	if err2 := workspace.GCRepos(e.cfg.DataDir+"/tmp", e.rt.Live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
-	if err2 := netns.RemoveDead(runtime.Scope(e.cfg.StateDir), e.rt.Live); err2 != nil {
-		err = errors.Join(err, err2)
-	}
 	netns.Reap(filepath.Join(e.cfg.StateDir, "nets"))
 	return ids, err
 }

@@ -46,7 +46,7 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 	}
 	t0 := time.Now()
 	lap := func(step string) { e.cfg.Log.Debug("network", "step", step, "at", time.Since(t0)) }
-	n, err := netns.Create(runtime.Scope(e.cfg.StateDir), id, e.cfg.SubnetPool, filepath.Join(e.cfg.StateDir, "nets"), netns.Ports{
+	n, err := netns.Create(id, e.cfg.SubnetPool, filepath.Join(e.cfg.StateDir, "nets"), netns.Ports{
 		Explicit: egress.PortExplicit, TransparentHTTP: egress.PortTransparentHTTP,
 		TransparentTLS: egress.PortTransparentTLS, DNS: egress.PortDNS,
 	})

@@ -4,41 +4,36 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
-// airlock's nftables tables are one per sandbox, "inet <scope>-<id>"
-// (scope "airlock" for the default state directory), created in one batch
-// and deleted in one. No other table is touched, and no shared state is
-// left behind.
-func tableFor(scope, id string) *nftables.Table {
-	return &nftables.Table{Name: scope + "-" + id, Family: nftables.TableFamilyINet}
-}
+// The rules live in the sandbox's own network namespace (created and owned
+// by the host, so nothing inside can change them), in one table added in one
+// atomic batch. Every packet the sandbox sends is judged there, before it
+// reaches the veth; the table dies with the namespace, so nothing is left on
+// the host and nothing needs deleting.
+//
+//	nat output (priority dstnat): TCP 80 -> hostIP:transparent-http,
+//	                              TCP 443 -> hostIP:transparent-tls
+//	filter output:                loopback accepted; to hostIP, the proxy
+//	                              ports and DNS accepted; everything else
+//	                              (IPv6 included) counted and dropped
+const tableName = "airlock"
 
-// earlyPriority runs before destination NAT (-100), so that every packet
-// from the sandbox is judged (and a denied one counted) before routing,
-// whatever the host's forwarding settings.
-var earlyPriority = nftables.ChainPriorityRef(-200)
+var table = &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}
 
-func earlyChain(table *nftables.Table) *nftables.Chain {
+func chains() (nat, filter *nftables.Chain) {
 	accept := nftables.ChainPolicyAccept
-	return &nftables.Chain{Name: "early", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookPrerouting, Priority: earlyPriority, Policy: &accept}
-}
-
-func baseChains(table *nftables.Table) (pre, input, forward *nftables.Chain) {
-	accept := nftables.ChainPolicyAccept
-	pre = &nftables.Chain{Name: "prerouting", Table: table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
-	input = &nftables.Chain{Name: "input", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
-	forward = &nftables.Chain{Name: "forward", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	nat = &nftables.Chain{Name: "redirect", Table: table, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest}
+	filter = &nftables.Chain{Name: "egress", Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
 	return
 }
 
 type firewall struct {
-	table *nftables.Table
+	nsfd int
 }
 
 func ifname(name string) []byte {
@@ -53,22 +48,30 @@ func port16(p int) []byte {
 	return b
 }
 
-// match builders
-func fromIf(name string) []expr.Any {
+func toIf(name string, eq bool) []expr.Any {
+	op := expr.CmpOpEq
+	if !eq {
+		op = expr.CmpOpNeq
+	}
 	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)},
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: ifname(name)},
+	}
+}
+
+func ipv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 	}
 }
 
 func toIPv4(a netip.Addr) []expr.Any {
 	b := a.As4()
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	return append(ipv4(),
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b[:]},
-	}
+	)
 }
 
 func proto(p byte, port int) []expr.Any {
@@ -88,29 +91,19 @@ func cat(parts ...[]expr.Any) []expr.Any {
 	return out
 }
 
-// addRules adds one sandbox's rules in one batch:
-//
-//	early:      from the veth: to hostIP, the proxy ports and DNS accepted;
-//	            TCP 80 and 443 to anywhere accepted (redirected next);
-//	            everything else counted and dropped
-//	prerouting: from the veth, TCP 80 -> hostIP:transparent-http,
-//	            TCP 443 -> hostIP:transparent-tls
-//	input:      from the veth to hostIP: the proxy ports and DNS accepted,
-//	            everything else counted and dropped
-//	forward:    from the veth: counted and dropped (no routing anywhere)
-func addRules(scope, id, hostIf string, hostIP netip.Addr, ports Ports) (*firewall, error) {
-	c, err := nftables.New()
+// addRules installs the sandbox's rules in its namespace nsfd.
+func addRules(nsfd int, hostIP netip.Addr, ports Ports) (*firewall, error) {
+	c, err := nftables.New(nftables.WithNetNSFd(nsfd))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	fw := &firewall{table: tableFor(scope, id)}
-	pre, input, forward := baseChains(fw.table)
-	early := earlyChain(fw.table)
-	c.AddTable(fw.table)
-	c.AddChain(early)
-	c.AddChain(pre)
-	c.AddChain(input)
-	c.AddChain(forward)
+	nat, filter := chains()
+	c.AddTable(table)
+	c.AddChain(nat)
+	c.AddChain(filter)
+	add := func(ch *nftables.Chain, e []expr.Any) {
+		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: e})
+	}
 	ip := hostIP.As4()
 	dnat := func(port int) []expr.Any {
 		return []expr.Any{
@@ -121,63 +114,28 @@ func addRules(scope, id, hostIf string, hostIP netip.Addr, ports Ports) (*firewa
 	}
 	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
 	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
-	add := func(ch *nftables.Chain, e []expr.Any) {
-		c.AddRule(&nftables.Rule{Table: fw.table, Chain: ch, Exprs: e})
-	}
-	v4 := []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+	add(nat, cat(toIf("lo", false), ipv4(), proto(unix.IPPROTO_TCP, 80), dnat(ports.TransparentHTTP)))
+	add(nat, cat(toIf("lo", false), ipv4(), proto(unix.IPPROTO_TCP, 443), dnat(ports.TransparentTLS)))
+	add(filter, cat(toIf("lo", true), accept))
 	for _, p := range []int{ports.Explicit, ports.TransparentHTTP, ports.TransparentTLS, ports.DNS} {
-		add(early, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_TCP, p), accept))
+		add(filter, cat(toIPv4(hostIP), proto(unix.IPPROTO_TCP, p), accept))
 	}
-	add(early, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_UDP, ports.DNS), accept))
-	add(early, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 80), accept))
-	add(early, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 443), accept))
-	add(early, cat(fromIf(hostIf), drop))
-	add(pre, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 80), dnat(ports.TransparentHTTP)))
-	add(pre, cat(fromIf(hostIf), v4, proto(unix.IPPROTO_TCP, 443), dnat(ports.TransparentTLS)))
-	for _, p := range []int{ports.Explicit, ports.TransparentHTTP, ports.TransparentTLS, ports.DNS} {
-		add(input, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_TCP, p), accept))
-	}
-	add(input, cat(fromIf(hostIf), toIPv4(hostIP), proto(unix.IPPROTO_UDP, ports.DNS), accept))
-	add(input, cat(fromIf(hostIf), drop))
-	add(forward, cat(fromIf(hostIf), drop))
+	add(filter, cat(toIPv4(hostIP), proto(unix.IPPROTO_UDP, ports.DNS), accept))
+	add(filter, drop)
 	if err := c.Flush(); err != nil {
-		return nil, fmt.Errorf("nftables: add rules for %s: %w", id, err)
+		return nil, fmt.Errorf("nftables: add rules: %w", err)
 	}
-	return fw, nil
+	return &firewall{nsfd: nsfd}, nil
 }
 
-// rules lists this sandbox's rules.
-func (fw *firewall) rules(c *nftables.Conn) ([]*nftables.Rule, error) {
-	pre, input, forward := baseChains(fw.table)
-	var out []*nftables.Rule
-	for _, ch := range []*nftables.Chain{earlyChain(fw.table), pre, input, forward} {
-		rs, err := c.GetRules(fw.table, ch)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rs...)
-	}
-	return out, nil
-}
-
-func (fw *firewall) remove() error {
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	c.DelTable(fw.table)
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nftables: delete table %s: %w", fw.table.Name, err)
-	}
-	return nil
-}
-
+// denied sums the drop counters.
 func (fw *firewall) denied() uint64 {
-	c, err := nftables.New()
+	c, err := nftables.New(nftables.WithNetNSFd(fw.nsfd))
 	if err != nil {
 		return 0
 	}
-	rs, _ := fw.rules(c)
+	_, filter := chains()
+	rs, _ := c.GetRules(table, filter)
 	var n uint64
 	for _, r := range rs {
 		for _, e := range r.Exprs {
@@ -187,29 +145,4 @@ func (fw *firewall) denied() uint64 {
 		}
 	}
 	return n
-}
-
-// RemoveDead deletes the tables of this scope's sandboxes for which live
-// reports false (gc after a killed run).
-func RemoveDead(scope string, live func(id string) bool) error {
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil
-	}
-	dead := 0
-	for _, t := range tables {
-		// A sandbox id is 12 hex digits: other scopes never match.
-		if id, ok := strings.CutPrefix(t.Name, scope+"-"); ok && len(id) == 12 && !strings.Contains(id, "-") && !live(id) {
-			c.DelTable(t)
-			dead++
-		}
-	}
-	if dead == 0 {
-		return nil
-	}
-	return c.Flush()
 }

@@ -1,10 +1,10 @@
 // Package netns gives a sandbox in proxy mode its network: a network
 // namespace created and owned by the host (no capability inside can
 // reconfigure it), one veth to the host with a small subnet leased from a
-// pool, IPv6 off, and nftables rules in a table of its own ("inet
-// airlock-<id>") that let the sandbox reach its egress proxy and DNS
-// forwarder on the host end of its veth and nothing else, added in one
-// atomic batch and deleted at destroy. Links, addresses and routes go through netlink, the
+// pool, IPv6 off, and nftables rules in the namespace itself (one table,
+// added in one atomic batch, gone with the namespace) that let the sandbox
+// reach its egress proxy and DNS forwarder on the host end of its veth and
+// nothing else. Links, addresses and routes go through netlink, the
 // firewall through nftables; nothing shells out. It imports netlink,
 // netns, nftables, x/sys and internal/linux/lockfile.
 package netns
@@ -47,7 +47,7 @@ type Ports struct {
 
 // Create makes the namespace, the veth and the rules. On error, whatever
 // was made is removed.
-func Create(scope, id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net, err error) {
+func Create(id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net, err error) {
 	if !pool.Addr().Is4() || pool.Bits() > 28 {
 		return nil, fmt.Errorf("subnet pool %s: need an IPv4 prefix of /28 or larger", pool)
 	}
@@ -109,7 +109,7 @@ func Create(scope, id string, pool netip.Prefix, leaseDir string, ports Ports) (
 	if err := in.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: n.HostIP.AsSlice(), Dst: nil}); err != nil {
 		return nil, fmt.Errorf("default route: %w", err)
 	}
-	if n.fw, err = addRules(scope, id, n.HostIf, n.HostIP, ports); err != nil {
+	if n.fw, err = addRules(int(n.NS), n.HostIP, ports); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -164,8 +164,16 @@ func (n *Net) leaseSubnet(pool netip.Prefix, dir string) error {
 			return err
 		}
 		if l != nil {
+			host := addr4(base + uint32(slot)*4 + 1)
+			// The veth of the slot's last holder dies with its namespace,
+			// asynchronously: while its address is still on a link, the
+			// slot is not free.
+			if addressInUse(host) {
+				l.Release()
+				continue
+			}
 			n.lease = l
-			n.HostIP = addr4(base + uint32(slot)*4 + 1)
+			n.HostIP = host
 			n.SandboxIP = addr4(base + uint32(slot)*4 + 2)
 			return nil
 		}
@@ -173,19 +181,15 @@ func (n *Net) leaseSubnet(pool netip.Prefix, dir string) error {
 	return fmt.Errorf("all %d subnets of %s are leased", slots, pool)
 }
 
-// Close removes the rules and the veth (its peer goes with it), drops the
-// namespace and the lease. Safe to call on a half-made Net.
+// Close drops the namespace and the lease. The veth and the rules are not
+// deleted one by one: they go with the namespace, which the kernel tears
+// down once its last process and descriptor are gone (deleting them
+// synchronously costs RCU grace periods, tens of milliseconds); the slot is
+// not leased again while its address is still on a link. Safe on a
+// half-made Net.
 func (n *Net) Close() error {
 	var errs []error
-	if n.fw != nil {
-		errs = append(errs, n.fw.remove())
-		n.fw = nil
-	}
-	if l, err := netlink.LinkByName(n.HostIf); err == nil {
-		if err := netlink.LinkDel(l); err != nil {
-			errs = append(errs, fmt.Errorf("delete veth %s: %w", n.HostIf, err))
-		}
-	}
+	n.fw = nil // its table goes with the namespace
 	if n.NS >= 0 {
 		n.NS.Close()
 		n.NS = -1
@@ -208,6 +212,19 @@ func (n *Net) DeniedPackets() uint64 {
 // File returns the namespace as a file, for the runtime to clone into.
 func (n *Net) File() *os.File { return os.NewFile(uintptr(n.NS), "netns-"+n.ID) }
 
+func addressInUse(a netip.Addr) bool {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return true
+	}
+	for _, x := range addrs {
+		if x.IP.Equal(a.AsSlice()) {
+			return true
+		}
+	}
+	return false
+}
+
 func addr4(v uint32) netip.Addr {
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], v)
@@ -218,6 +235,6 @@ func prefixNet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
 }
 
-// Reap removes subnet lease files nobody holds (their veths vanished with
-// their namespaces; the rules of a dead sandbox are removed by GC).
+// Reap removes subnet lease files nobody holds (their veths and rules
+// vanished with their namespaces).
 func Reap(leaseDir string) { lockfile.Reap(leaseDir) }

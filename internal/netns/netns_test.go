@@ -5,6 +5,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -42,7 +43,7 @@ func TestCreateAndClose(t *testing.T) {
 	inThrowawayNS(t, func() {
 		ports := Ports{Explicit: 3128, TransparentHTTP: 3129, TransparentTLS: 3130, DNS: 53}
 		leases := t.TempDir()
-		n, err := Create("airlock-unittest", "0123456789ab", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
+		n, err := Create("0123456789ab", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,14 +67,19 @@ func TestCreateAndClose(t *testing.T) {
 			t.Fatalf("no default route via %s: %v", n.HostIP, routes)
 		}
 		in.Close()
-		c, _ := nftables.New()
-		tbl := tableFor("airlock-unittest", n.ID)
-		rs, _ := c.GetRules(tbl, &nftables.Chain{Name: "input", Table: tbl})
-		if len(rs) != 6 {
-			t.Fatalf("%d input rules, want 6", len(rs))
+		c, _ := nftables.New(nftables.WithNetNSFd(int(n.NS)))
+		_, filter := chains()
+		rs, _ := c.GetRules(table, filter)
+		if len(rs) != 7 {
+			t.Fatalf("%d egress rules in the sandbox namespace, want 7", len(rs))
+		}
+		if host, _ := nftables.New(); host != nil {
+			if ts, _ := host.ListTables(); len(ts) != 0 {
+				t.Fatalf("tables in the host namespace: %v", ts)
+			}
 		}
 		// A second sandbox gets its own subnet.
-		m, err := Create("airlock-unittest", "ba9876543210", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
+		m, err := Create("ba9876543210", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,14 +92,16 @@ func TestCreateAndClose(t *testing.T) {
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := netlink.LinkByName(n.HostIf); err == nil {
-			t.Fatal("veth left")
-		}
-		tables, _ := c.ListTables()
-		for _, tb := range tables {
-			if tb.Name == tbl.Name {
-				t.Fatalf("table %s left", tbl.Name)
+		// The veth goes with the namespace, asynchronously.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, err := netlink.LinkByName(n.HostIf); err != nil {
+				break
 			}
+			if time.Now().After(deadline) {
+				t.Fatal("veth left")
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 }

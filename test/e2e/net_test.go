@@ -296,7 +296,13 @@ func TestEgress(t *testing.T) {
 			t.Fatalf("denied packets not counted: %v %s", err, b.stdout)
 		}
 	})
-	if left := residueIn(t, fi.Host); len(left) > 0 {
-		t.Fatalf("left in the host namespace: %v", left)
+	// Veths go with their namespaces, which the kernel tears down
+	// asynchronously: give it a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for left := residueIn(t, fi.Host); len(left) > 0; left = residueIn(t, fi.Host) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left in the host namespace: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
