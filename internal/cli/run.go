@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -197,6 +198,10 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 		}
 	}
 	res, err := eng.Run(context.Background(), s, stdio, ro)
+	if errors.Is(err, daemon.ErrInterrupted) {
+		g.warn(err.Error())
+		return exitError{128 + int(unix.SIGINT)}
+	}
 	if res == nil {
 		if asJSON && err != nil {
 			_ = printJSON(g.stdout, map[string]any{"exit_code": daemon.ExitCreate, "error": err.Error()})

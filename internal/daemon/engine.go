@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -161,6 +162,9 @@ type EgressResult struct {
 	LimitsHit     []string `json:"limits_hit,omitempty"`
 }
 
+// ErrInterrupted: the user interrupted the run before the sandbox existed.
+var ErrInterrupted = errors.New("interrupted before the sandbox was created")
+
 // Exit codes of `airlock run` besides the command's own.
 const (
 	ExitTimeout  = 124
@@ -178,6 +182,47 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	// The user's signals: before the sandbox exists they abort its creation
+	// (an image pull, say); then the first is forwarded to the command and a
+	// second destroys the sandbox.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var live atomic.Pointer[runtime.Sandbox]
+	var interrupted atomic.Bool
+	stopSignals := make(chan struct{})
+	defer close(stopSignals)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stopSignals:
+				return
+			case <-ctx.Done():
+				if sb := live.Load(); sb != nil {
+					sb.Kill()
+				}
+				return
+			case sig, ok := <-ro.Signals:
+				if !ok {
+					return
+				}
+				n++
+				sb := live.Load()
+				switch {
+				case sb == nil:
+					interrupted.Store(true)
+					cancel()
+				case n > 1:
+					interrupted.Store(true)
+					sb.Kill()
+				default:
+					if us, ok := sig.(unix.Signal); ok {
+						_ = sb.Signal(us)
+					}
+				}
+			}
+		}
+	}()
 	res := &Result{SandboxID: runtime.NewID(), Image: s.Image}
 	landlockOn := true
 	if abi := landlock.ABI(); abi < landlock.MinABI {
@@ -191,6 +236,9 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 
 	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ErrInterrupted
+		}
 		return nil, err
 	}
 	defer layout.Done()
@@ -257,6 +305,12 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		}()
 	}
 
+	if ctx.Err() != nil {
+		for _, f := range hostEnds {
+			f.Close()
+		}
+		return nil, ErrInterrupted
+	}
 	sb, err := e.rt.Create(reservation, o)
 	for _, f := range o.Stdio {
 		if f != nil {
@@ -306,45 +360,17 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		go func() { defer relay.Done(); _, _ = io.Copy(stdio.Err, hostEnds[2]); hostEnds[2].Close() }()
 	}
 
-	// The deadline and the user's signals.
-	var timedOut, interrupted bool
-	var mu sync.Mutex
+	// The deadline.
+	var timedOut atomic.Bool
 	timer := time.AfterFunc(s.Timeout, func() {
-		mu.Lock()
-		timedOut = true
-		mu.Unlock()
+		timedOut.Store(true)
 		sb.Kill()
 	})
 	defer timer.Stop()
-	stopSignals := make(chan struct{})
-	defer close(stopSignals)
-	go func() {
-		n := 0
-		for {
-			select {
-			case <-stopSignals:
-				return
-			case <-ctx.Done():
-				sb.Kill()
-				return
-			case sig, ok := <-ro.Signals:
-				if !ok {
-					return
-				}
-				n++
-				if n > 1 {
-					mu.Lock()
-					interrupted = true
-					mu.Unlock()
-					sb.Kill()
-					continue
-				}
-				if us, ok := sig.(unix.Signal); ok {
-					_ = sb.Signal(us)
-				}
-			}
-		}
-	}()
+	live.Store(sb)
+	if ctx.Err() != nil { // interrupted while it was being created
+		sb.Kill()
+	}
 
 	lap("created")
 	ex := sb.Wait()
@@ -369,16 +395,14 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	res.CPUMS = float64(res.CPU.Microseconds()) / 1000
 	res.PeakMemory = stats.MemoryPeak
 	res.ExitCode, res.Signal = ex.Code, ex.Signal
-	mu.Lock()
-	defer mu.Unlock()
 	switch {
-	case timedOut:
+	case timedOut.Load():
 		res.Limit, res.ExitCode = LimitTimeout, ExitTimeout
 		res.Message = fmt.Sprintf("timeout (%s) reached: sandbox killed", s.Timeout)
 	case ex.OOM:
 		res.Limit, res.ExitCode, res.Signal = LimitMemory, ExitOOM, int(unix.SIGKILL)
 		res.Message = fmt.Sprintf("memory limit (%s) exceeded", spec.FormatSize(s.Limits.Memory))
-	case interrupted:
+	case interrupted.Load():
 		res.Message = "interrupted: sandbox destroyed"
 	case ex.Error != "":
 		res.Message = ex.Error

@@ -145,7 +145,7 @@ func (s *Store) resolveOCI(ctx context.Context, ref string, progress func(string
 	if m, err := readMeta(dir); err == nil { // another run unpacked it meanwhile
 		return s.use(m, ref)
 	}
-	m, err := s.unpack(img, id.Hex, ref, cf, progress)
+	m, err := s.unpack(ctx, img, id.Hex, ref, cf, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (s *Store) resolveOCI(ctx context.Context, ref string, progress func(string
 	return s.use(m, ref)
 }
 
-func (s *Store) unpack(img v1.Image, id, ref string, cf *v1.ConfigFile, progress func(string)) (*Meta, error) {
+func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1.ConfigFile, progress func(string)) (*Meta, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(s.dir, ".tmp-"+hex.EncodeToString(rnd[:]))
@@ -177,7 +177,7 @@ func (s *Store) unpack(img v1.Image, id, ref string, cf *v1.ConfigFile, progress
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
 		}
-		err = u.applyLayer(rc)
+		err = u.applyLayer(ctx, rc)
 		rc.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)

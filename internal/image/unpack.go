@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -141,10 +142,13 @@ func removeAt(dir int, name string) error {
 }
 
 // applyLayer extracts one uncompressed layer tarball.
-func (u *unpacker) applyLayer(r io.Reader) error {
+func (u *unpacker) applyLayer(ctx context.Context, r io.Reader) error {
 	u.created = map[string]bool{}
 	tr := tar.NewReader(r)
-	for {
+	for n := 0; ; n++ {
+		if n%256 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil

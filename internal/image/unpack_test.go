@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func unpackInto(t *testing.T, layers ...*bytes.Buffer) (string, error) {
 	}
 	defer u.close()
 	for _, l := range layers {
-		if err := u.applyLayer(l); err != nil {
+		if err := u.applyLayer(context.Background(), l); err != nil {
 			return root, err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -345,6 +347,36 @@ func TestGCFromAnotherStateDirLeavesSandboxesAlone(t *testing.T) {
 	}
 	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", ""} {
 		_ = os.Remove(filepath.Join("/sys/fs/cgroup", ctl, runtime.Scope(other)))
+	}
+	noResidue(t)
+}
+
+// Ctrl-C while the image is still being pulled ends the run (exit 130).
+func TestInterruptDuringImagePull(t *testing.T) {
+	stall := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-stall }))
+	defer srv.Close()
+	defer close(stall)
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/slow/image:v1"
+	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--image", ref, "--", "true")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(errb.String(), "interrupted") {
+			t.Fatalf("exit %v, stderr %q", err, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("SIGINT did not stop a stalled image pull")
 	}
 	noResidue(t)
 }
