@@ -124,7 +124,7 @@ Exit status:
 	f.StringArrayVar(&s.Net.Allow, "allow", nil, "allow HOST, *.SUFFIX, HOST:PORT, an IP, or a preset (pypi, npm, go, github, debian); repeatable; turns on the proxy")
 	f.StringArrayVar(&s.Net.Deny, "deny", nil, "deny HOST or *.SUFFIX (wins over --allow); repeatable")
 	f.StringVar(&s.Net.PolicyFile, "policy", "", "YAML or JSON file with allow: and deny: lists; turns on the proxy")
-	f.StringVar(&nets.log, "net-log", "", "write every network decision to FILE as JSON lines")
+	f.StringVar(&nets.log, "net-log", "", "write every network decision to FILE as JSON lines (- for stderr)")
 	f.StringVar(&egressBytes, "egress-bytes", "1G", "cap on bytes the sandbox sends out through the proxy")
 	f.IntVar(&s.Net.MaxConns, "max-conns", spec.DefaultMaxConns, "cap on concurrent proxied connections")
 	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
@@ -157,7 +157,9 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 	}
 	stdio := daemon.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
 	ro := daemon.RunOptions{Export: export}
-	if nets.log != "" {
+	if nets.log == "-" {
+		ro.NetLog = g.stderr
+	} else if nets.log != "" {
 		f, err := os.OpenFile(nets.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
 			return errdefs.Invalid("--net-log: " + err.Error())
