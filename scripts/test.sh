@@ -7,9 +7,11 @@ set -eu
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then exec sudo "$0" "$@"; fi
 
+# Sandboxes of the host image see the host's /usr: the tests run Debian's
+# python3, ps, git, dpkg-deb and friends there.
 missing=""
-for p in git:git ps:procps bwrap:bubblewrap; do
-	command -v "${p%%:*}" >/dev/null 2>&1 || missing="$missing ${p#*:}"
+for p in /usr/bin/git:git /usr/bin/ps:procps /usr/bin/bwrap:bubblewrap /usr/bin/python3:python3 /usr/bin/dpkg-deb:dpkg /usr/sbin/useradd:passwd /usr/bin/su:util-linux; do
+	[ -x "${p%%:*}" ] || missing="$missing ${p#*:}"
 done
 if [ -n "$missing" ]; then
 	echo "airlock: installing$missing" >&2
