@@ -16,15 +16,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/airlock-sandbox/airlock/internal/runtime"
 )
 
 // residue lists what sandboxes left on the host: cgroups, locks, leases,
 // mounts, and processes running as a sandbox uid.
-func residue() error {
+func residue() error { return residueCheck(false) }
+
+// residueCheck is residue; final also requires the cgroup parents gone
+// (only true once no sandbox of this suite can be running).
+func residueCheck(final bool) error {
 	var left []string
 	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", "unified", ""} {
+		if final {
+			// After the last sandbox, airlock's parent directory goes too.
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, scope)); err == nil {
+				left = append(left, "cgroup parent "+filepath.Join(ctl, scope))
+			}
+		}
 		ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, scope))
 		for _, e := range ents {
 			if e.IsDir() {
@@ -344,9 +352,6 @@ func TestGCFromAnotherStateDirLeavesSandboxesAlone(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the sandbox did not finish normally: %v\n%s", err, out.String())
-	}
-	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", ""} {
-		_ = os.Remove(filepath.Join("/sys/fs/cgroup", ctl, runtime.Scope(other)))
 	}
 	noResidue(t)
 }

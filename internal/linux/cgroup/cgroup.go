@@ -159,17 +159,24 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	}()
 	if h.Version == V2 {
 		parent := filepath.Join(h.V2Root, h.Parent)
-		if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("mkdir %s: %w", parent, err)
-		}
-		// Enabling controllers for our subtree must be done in each ancestor
-		// too; the root's own subtree_control is the operator's business.
-		if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), "+memory +cpu +pids"); err != nil {
-			return nil, err
-		}
 		dir := filepath.Join(parent, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("mkdir %s: %w", dir, err)
+		// The parent goes when its last sandbox does (Remove): if another
+		// airlock's destroy removes it between these steps, start again.
+		for attempt := 0; ; attempt++ {
+			err = os.Mkdir(parent, 0o755)
+			if err == nil || errors.Is(err, os.ErrExist) {
+				// Enabling controllers for our subtree must be done in each
+				// ancestor too; the root's is the operator's business.
+				if err = writeFile(filepath.Join(parent, "cgroup.subtree_control"), "+memory +cpu +pids"); err == nil {
+					err = os.Mkdir(dir, 0o755)
+				}
+			}
+			if err == nil || !errors.Is(err, os.ErrNotExist) || attempt == 2 {
+				break
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
 		}
 		cg.dirs[""] = dir
 		period := int64(100000)
@@ -199,7 +206,14 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 			continue
 		}
 		seen[root] = true
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		// As for v2: a concurrent destroy may remove the parent in between.
+		for attempt := 0; ; attempt++ {
+			err = os.MkdirAll(dir, 0o755)
+			if err == nil || !errors.Is(err, os.ErrNotExist) || attempt == 2 {
+				break
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("mkdir %s: %w", dir, err)
 		}
 	}
@@ -453,7 +467,8 @@ func (c *Cgroup) Procs() []int {
 	return out
 }
 
-// Remove deletes the cgroup directories, waiting briefly for dying tasks.
+// Remove deletes the cgroup directories, waiting briefly for dying tasks,
+// and airlock's parent directory when no sandbox is left in it.
 func (c *Cgroup) Remove() error {
 	var first error
 	seen := map[string]bool{}
@@ -477,6 +492,8 @@ func (c *Cgroup) Remove() error {
 		if err != nil && first == nil {
 			first = fmt.Errorf("rmdir %s: %w", d, err)
 		}
+		// The parent, when this was its last sandbox (busy otherwise).
+		_ = unix.Rmdir(filepath.Dir(d))
 	}
 	return first
 }

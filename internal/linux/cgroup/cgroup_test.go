@@ -51,15 +51,7 @@ func TestDetect(t *testing.T) {
 }
 
 func TestCreateLimitsAndRemove(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("creating cgroups needs root")
-	}
-	h, err := Detect()
-	if err != nil {
-		t.Skipf("this host offers no usable cgroups: %v", err)
-	}
-	h.Parent = "airlock-unittest" // never under a live airlock's parent
-	t.Cleanup(func() { removeParents(h) })
+	h := testHost(t)
 	cg, err := h.Create("unit-test-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Pids: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -78,15 +70,39 @@ func TestCreateLimitsAndRemove(t *testing.T) {
 	if _, err := os.Stat(cg.Dir("memory")); err == nil {
 		t.Fatal("cgroup directory left")
 	}
+	if !parentGone(h) {
+		t.Fatal("the parent directory of the last cgroup was left")
+	}
 }
 
-// removeParents deletes a test's (empty) parent directories.
-func removeParents(h *Host) {
-	if h.Version == V2 {
-		_ = os.Remove(filepath.Join(h.V2Root, h.Parent))
-		return
+// testHost is this host's cgroups under a parent of the tests' own (never
+// a live airlock's), or a skip where creating cgroups is impossible.
+func testHost(t *testing.T) *Host {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
 	}
-	for _, root := range h.V1Roots {
-		_ = os.Remove(filepath.Join(root, h.Parent))
+	h, err := Detect()
+	if err != nil {
+		t.Skipf("this host offers no usable cgroups: %v", err)
 	}
+	h.Parent = "airlock-unittest"
+	return h
+}
+
+// parentGone reports whether the tests' parent directories are all gone.
+func parentGone(h *Host) bool {
+	roots := []string{h.V2Root}
+	if h.Version == V1 {
+		roots = roots[:0]
+		for _, r := range h.V1Roots {
+			roots = append(roots, r)
+		}
+	}
+	for _, r := range roots {
+		if _, err := os.Stat(filepath.Join(r, h.Parent)); err == nil {
+			return false
+		}
+	}
+	return true
 }

@@ -11,15 +11,7 @@ import (
 // The OOM watch must fire when the kernel kills a process of the cgroup,
 // whichever process that is (airlock then destroys the whole sandbox).
 func TestWatchOOM(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("creating cgroups needs root")
-	}
-	h, err := Detect()
-	if err != nil {
-		t.Skipf("this host offers no usable cgroups: %v", err)
-	}
-	h.Parent = "airlock-unittest" // never under a live airlock's parent
-	t.Cleanup(func() { removeParents(h) })
+	h := testHost(t)
 	cg, err := h.Create("oom-test-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 32 << 20, CPUs: 1, Pids: 16})
 	if err != nil {
 		t.Fatal(err)
