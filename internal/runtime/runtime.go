@@ -355,6 +355,10 @@ func (rt *Runtime) start(cmd *exec.Cmd, cg *cgroup.Cgroup, netns *os.File) error
 	}
 	startErr := cmd.Start()
 	if err := restore(); err != nil {
+		if startErr == nil { // init exists but nobody will configure it
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
 		return fmt.Errorf("leave sandbox cgroup: %w", err)
 	}
 	return startErr
