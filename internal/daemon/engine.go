@@ -182,12 +182,17 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	// The user's signals: before the sandbox exists they abort its creation
-	// (an image pull, say); then the first is forwarded to the command and a
-	// second destroys the sandbox.
+	// The user's signals: before the sandbox exists they abort what can be
+	// aborted (an image pull, say) and are kept; once it exists the first is
+	// forwarded to the command and a second destroys the sandbox.
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var live atomic.Pointer[runtime.Sandbox]
+	var (
+		mu      sync.Mutex // live and pending change together
+		live    *runtime.Sandbox
+		pending os.Signal // received before the sandbox was live
+	)
 	var interrupted atomic.Bool
 	stopSignals := make(chan struct{})
 	defer close(stopSignals)
@@ -197,20 +202,27 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 			select {
 			case <-stopSignals:
 				return
-			case <-ctx.Done():
-				if sb := live.Load(); sb != nil {
-					sb.Kill()
+			case <-parent.Done():
+				mu.Lock()
+				if live != nil {
+					live.Kill()
 				}
+				mu.Unlock()
+				cancel()
 				return
 			case sig, ok := <-ro.Signals:
 				if !ok {
 					return
 				}
 				n++
-				sb := live.Load()
+				mu.Lock()
+				sb := live
+				if sb == nil && pending == nil {
+					pending = sig
+				}
+				mu.Unlock()
 				switch {
 				case sb == nil:
-					interrupted.Store(true)
 					cancel()
 				case n > 1:
 					interrupted.Store(true)
@@ -367,9 +379,12 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		sb.Kill()
 	})
 	defer timer.Stop()
-	live.Store(sb)
-	if ctx.Err() != nil { // interrupted while it was being created
-		sb.Kill()
+	mu.Lock()
+	live = sb
+	early := pending
+	mu.Unlock()
+	if sig, ok := early.(unix.Signal); ok {
+		_ = sb.Signal(sig) // arrived while the sandbox was being created
 	}
 
 	lap("created")

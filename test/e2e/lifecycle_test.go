@@ -385,3 +385,39 @@ func TestInterruptDuringImagePull(t *testing.T) {
 	}
 	noResidue(t)
 }
+
+// Regression: a SIGINT that arrived while the sandbox was being created was
+// lost or ended init (exit 137); it must reach the command (exit 130), or
+// abort the creation (exit 130 too).
+func TestInterruptWhileCreating(t *testing.T) {
+	for i := 0; i < 5; i++ {
+		cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--", "sleep", "1000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if ents, _ := os.ReadDir("/sys/fs/cgroup/pids/" + scope); len(ents) > 0 {
+				break
+			}
+			if ents, _ := os.ReadDir("/sys/fs/cgroup/" + scope); len(ents) > 0 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+				t.Fatalf("round %d: %v, want exit 130", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("round %d: the SIGINT was lost", i)
+		}
+		noResidue(t)
+	}
+}

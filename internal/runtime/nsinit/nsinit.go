@@ -35,6 +35,11 @@ import (
 // Seccomp (TSYNC) and Landlock are applied to every thread.
 func Main() {
 	goruntime.LockOSThread()
+	// Subscribe before anything else: a signal the host forwards early must
+	// be buffered for the command, not take Go's default path (which would
+	// end PID 1 and the sandbox with it).
+	signals = make(chan os.Signal, 16)
+	signal.Notify(signals, forwarded...)
 	// Nothing in the sandbox may ptrace or read /proc/1/{mem,exe,fd} of init.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	// Descriptors from the host are for init only: none reaches the command
@@ -59,7 +64,12 @@ func Main() {
 var (
 	started time.Time
 	steps   []Step
+	// signals buffers what arrives for the command (see Main).
+	signals chan os.Signal
 )
+
+// forwarded are the signals init passes on to the command's process group.
+var forwarded = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2}
 
 func lap(name string) {
 	steps = append(steps, Step{Name: name, US: time.Since(started).Microseconds()})
@@ -569,13 +579,11 @@ func startAndWait(cfg *Config, readyFDs []int, master, slave *os.File) error {
 	// thread: Landlock gave each of init's threads a domain of its own, and
 	// the command shares this thread's, so only from here may it be
 	// signalled under Landlock's signal scoping. Reaping happens elsewhere.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	exited := make(chan unix.WaitStatus, 1)
 	go reap(pid, exited)
 	for {
 		select {
-		case s := <-sigs:
+		case s := <-signals:
 			_ = unix.Kill(-pid, s.(syscall.Signal))
 		case ws := <-exited:
 			rep := Report{Kind: "exit", Code: ws.ExitStatus()}
