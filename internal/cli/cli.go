@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
 // Version is set at build time with -ldflags "-X ...cli.Version=...".
@@ -29,9 +30,10 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 // globals are the flags every subcommand shares.
 type globals struct {
-	stateDir string
-	dataDir  string
-	debug    bool
+	stateDir   string
+	dataDir    string
+	debug      bool
+	imageCache string
 	// dnsUpstream and pool are operator settings of run.
 	dnsUpstream string
 	pool        netip.Prefix
@@ -60,6 +62,7 @@ credentials, kernel-enforced limits, and nothing left behind afterwards.
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "/run/airlock", "runtime state (leases, locks)")
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "/var/lib/airlock", "persistent data (image cache)")
 	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "structured debug logs on stderr")
+	root.PersistentFlags().StringVar(&g.imageCache, "image-cache-size", "20G", "cap on the OCI image cache; least recently used images are evicted past it")
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")
 	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), imageCmd(g))
@@ -96,7 +99,11 @@ func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
 	if os.Geteuid() != 0 {
 		return nil, errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo")
 	}
-	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool})
+	cacheBytes, err := spec.ParseSize(g.imageCache)
+	if err != nil {
+		return nil, fmt.Errorf("--image-cache-size: %w", err)
+	}
+	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, ImageCacheBytes: cacheBytes})
 }
 
 func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }

@@ -40,6 +40,9 @@ type Config struct {
 	DNSUpstream string
 	// SubnetPool is where sandbox veths get their /30s.
 	SubnetPool netip.Prefix
+	// ImageCacheBytes caps the OCI image cache (least recently used images
+	// are evicted past it); 0: image.DefaultCacheBytes.
+	ImageCacheBytes int64
 }
 
 // Engine runs sandboxes in this process.
@@ -74,6 +77,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	images, err := image.NewStore(cfg.DataDir+"/images", cfg.Log)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ImageCacheBytes > 0 {
+		images.MaxBytes = cfg.ImageCacheBytes
 	}
 	e := &Engine{cfg: cfg, rt: rt, images: images}
 	// Reap what earlier runs killed with SIGKILL left behind.
