@@ -13,8 +13,6 @@ var (
 	// ErrUnavailable: the host lacks a control airlock requires (a kernel
 	// feature, a cgroup controller). Create fails closed with this class.
 	ErrUnavailable = errors.New("unavailable on this host")
-	// ErrPermissionDenied: the caller may not do this.
-	ErrPermissionDenied = errors.New("permission denied")
 	// ErrResourceExhausted: a limit or quota was reached.
 	ErrResourceExhausted = errors.New("resource exhausted")
 	// ErrInternal: a bug or an unexpected kernel answer.

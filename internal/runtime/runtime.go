@@ -105,9 +105,6 @@ func New(stateDir string, log *slog.Logger) (*Runtime, error) {
 	return rt, nil
 }
 
-// CgroupVersion reports the cgroup interface in use.
-func (rt *Runtime) CgroupVersion() int { return int(rt.cgroups.Version) }
-
 // Tree is a host directory shown read-only inside the sandbox at Target,
 // with its ownership shifted into the sandbox's uid range.
 type Tree struct {
@@ -626,18 +623,6 @@ func cutSuffix(s, suf string) (string, bool) {
 		return s[:len(s)-len(suf)], true
 	}
 	return "", false
-}
-
-// WaitGone waits up to d for pid to disappear (for tests and gc).
-func WaitGone(pid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return false
 }
 
 // ProbeIdmap checks that an idmapped mount of dir can be made here, with a

@@ -40,13 +40,11 @@ const (
 
 // Change is one path that differs from the original workspace.
 type Change struct {
-	Path     string `json:"path"`
-	Kind     Kind   `json:"kind"`
-	Type     string `json:"type"` // file, dir, symlink, fifo, socket, device
-	Size     int64  `json:"size"`
-	Binary   bool   `json:"binary,omitempty"`
-	TooLarge bool   `json:"too_large,omitempty"`
-	Link     string `json:"link,omitempty"`
+	Path string `json:"path"`
+	Kind Kind   `json:"kind"`
+	Type string `json:"type"` // file, dir, symlink, fifo, socket, device
+	Size int64  `json:"size"`
+	Link string `json:"link,omitempty"`
 }
 
 // Set is the changes of one sandbox's workspace.
@@ -285,7 +283,6 @@ func (s *Set) fileDiff(w io.Writer, c *Change) error {
 		}
 	}
 	if !isText(old) || !isText(cur) {
-		c.Binary = true
 		_, err := fmt.Fprintf(w, "Binary files %s and %s differ\n", side("a", c.Path, c.Kind != Added), side("b", c.Path, c.Kind != Deleted))
 		return err
 	}
@@ -304,7 +301,6 @@ func (s *Set) fileDiff(w io.Writer, c *Change) error {
 func (s *Set) named(w io.Writer, c *Change, err error) error {
 	switch {
 	case errors.Is(err, ErrTooLarge):
-		c.TooLarge = true
 		_, err = fmt.Fprintf(w, "%s file %s (%d bytes, too large to diff)\n", c.Kind, c.Path, c.Size)
 	case errors.Is(err, ErrNotRegular):
 		_, err = fmt.Fprintf(w, "%s %s (not a regular file, not shown)\n", c.Kind, c.Path)

@@ -141,7 +141,6 @@ type Limits struct {
 // directory).
 type Cgroup struct {
 	host *Host
-	name string
 	dirs map[string]string // controller (or "" for v2) -> directory
 }
 
@@ -151,7 +150,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	if strings.ContainsAny(name, "/.") || name == "" {
 		return nil, fmt.Errorf("cgroup name %q", name)
 	}
-	cg := &Cgroup{host: h, name: name, dirs: map[string]string{}}
+	cg := &Cgroup{host: h, dirs: map[string]string{}}
 	defer func() {
 		if err != nil {
 			_ = cg.Remove()
@@ -237,7 +236,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 
 // Open returns the cgroup airlock/<name> without creating anything (for gc).
 func (h *Host) Open(name string) *Cgroup {
-	cg := &Cgroup{host: h, name: name, dirs: map[string]string{}}
+	cg := &Cgroup{host: h, dirs: map[string]string{}}
 	if h.Version == V2 {
 		cg.dirs[""] = filepath.Join(h.V2Root, h.Parent, name)
 	} else {
@@ -263,9 +262,6 @@ func (h *Host) List() []string {
 	}
 	return names
 }
-
-// Name is the sandbox id this cgroup belongs to.
-func (c *Cgroup) Name() string { return c.name }
 
 // Version is the interface this cgroup uses.
 func (c *Cgroup) Version() Version { return c.host.Version }
