@@ -64,7 +64,12 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	lap("proxy")
-	nsFile := n.File()
+	nsFile, err := n.File()
+	if err != nil {
+		px.Close()
+		n.Close()
+		return nil, err
+	}
 	o.NetNS = nsFile
 	proxyURL := fmt.Sprintf("http://%s:%d", n.HostIP, egress.PortExplicit)
 	var env []string
@@ -83,8 +88,7 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		px.Close()
 		lap("proxy closed")
 		res := &EgressResult{Summary: rec.Summary(), BytesOut: px.BytesOut(), DeniedPackets: n.DeniedPackets(), LimitsHit: rec.Limits()}
-		nsFile.Close() // the namespace's own descriptor; n.Close drops its handle
-		n.NS = -1
+		nsFile.Close()
 		if err := n.Close(); err != nil {
 			e.cfg.Warn("network teardown: " + err.Error())
 		}

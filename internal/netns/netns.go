@@ -22,6 +22,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 )
@@ -220,8 +221,15 @@ func (n *Net) DeniedPackets() uint64 {
 	return n.fw.denied()
 }
 
-// File returns the namespace as a file, for the runtime to clone into.
-func (n *Net) File() *os.File { return os.NewFile(uintptr(n.NS), "netns-"+n.ID) }
+// File returns a descriptor of the namespace of the caller's own (to close),
+// for the runtime to clone into.
+func (n *Net) File() (*os.File, error) {
+	fd, err := unix.FcntlInt(uintptr(n.NS), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup network namespace: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "netns-"+n.ID), nil
+}
 
 func addressInUse(a netip.Addr) bool {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
