@@ -77,7 +77,6 @@ them; gc never touches a live sandbox. Every airlock run does this too.`,
 				return err
 			}
 			ids, err := eng.GC()
-			ids = append(eng.Reaped(), ids...)
 			if asJSON {
 				if perr := printJSON(g.stdout, map[string]any{"removed": nonNil(ids)}); perr != nil {
 					return perr

@@ -50,7 +50,6 @@ type Engine struct {
 	cfg    Config
 	rt     *runtime.Runtime
 	images *image.Store
-	reaped []string // removed by the gc at start
 }
 
 // NewEngine checks the host and prepares state directories.
@@ -81,23 +80,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.ImageCacheBytes > 0 {
 		images.MaxBytes = cfg.ImageCacheBytes
 	}
-	e := &Engine{cfg: cfg, rt: rt, images: images}
-	// Reap what earlier runs killed with SIGKILL left behind.
-	removed, err := e.GC()
-	if err != nil {
-		cfg.Log.Warn("gc", "err", err)
-	} else if len(removed) > 0 {
-		cfg.Log.Info("gc removed dead sandboxes", "ids", removed)
-	}
-	e.reaped = removed
-	return e, nil
+	return &Engine{cfg: cfg, rt: rt, images: images}, nil
 }
 
 // Images is the engine's image store.
 func (e *Engine) Images() *image.Store { return e.images }
-
-// Reaped lists the sandboxes whose remains the engine removed at start.
-func (e *Engine) Reaped() []string { return e.reaped }
 
 // GC removes what dead sandboxes left behind.
 func (e *Engine) GC() ([]string, error) {
@@ -241,6 +228,12 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 			}
 		}
 	}()
+	// Reap what earlier runs killed with SIGKILL left behind.
+	if removed, err := e.GC(); err != nil {
+		e.cfg.Log.Warn("gc", "err", err)
+	} else if len(removed) > 0 {
+		e.cfg.Log.Info("gc removed dead sandboxes", "ids", removed)
+	}
 	res := &Result{SandboxID: runtime.NewID(), Image: s.Image}
 	landlockOn := true
 	if abi := landlock.ABI(); abi < landlock.MinABI {
