@@ -187,12 +187,25 @@ func TestInterruptDestroys(t *testing.T) {
 	}
 	waitSandbox(t)
 	_ = cmd.Process.Signal(syscall.SIGINT)
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Fatalf("SIGINT: %v, want exit 130 (the command's SIGINT)", err)
-	}
+	waitExit(t, cmd, 130, "the command's SIGINT")
 	noResidue(t)
+}
+
+// waitExit waits up to 10 s for cmd to exit with code want (what says why).
+func waitExit(t *testing.T, cmd *exec.Cmd, want int, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != want {
+			t.Fatalf("%s: %v, want exit %d", what, err, want)
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("%s: no exit within 10s", what)
+	}
 }
 
 // waitSandbox waits until a sandbox's cgroup exists.
@@ -371,17 +384,9 @@ func TestInterruptDuringImagePull(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	_ = cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(errb.String(), "interrupted") {
-			t.Fatalf("exit %v, stderr %q", err, errb.String())
-		}
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("SIGINT did not stop a stalled image pull")
+	waitExit(t, cmd, 130, "SIGINT during a stalled image pull")
+	if !strings.Contains(errb.String(), "interrupted") {
+		t.Fatalf("stderr %q", errb.String())
 	}
 	noResidue(t)
 }
@@ -406,18 +411,7 @@ func TestInterruptWhileCreating(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		_ = cmd.Process.Signal(syscall.SIGINT)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-				t.Fatalf("round %d: %v, want exit 130", i, err)
-			}
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("round %d: the SIGINT was lost", i)
-		}
+		waitExit(t, cmd, 130, fmt.Sprintf("round %d: SIGINT while creating", i))
 		noResidue(t)
 	}
 }
