@@ -31,16 +31,19 @@ const refuse = "airlock run refuses to create sandboxes"
 // where it can (it creates a user namespace and an idmapped mount).
 func Doctor(stateDir string) []Check {
 	var out []Check
-	add := func(name string, ok bool, detail, without string) {
-		out = append(out, Check{Name: name, OK: ok, Detail: detail, Without: without, Required: strings.HasPrefix(without, refuse) || name == "root"})
+	// need is a control airlock refuses to run without; note is not.
+	add := func(required bool, name string, ok bool, detail, without string) {
+		out = append(out, Check{Name: name, OK: ok, Detail: detail, Without: without, Required: required})
 	}
+	need := func(name string, ok bool, detail, without string) { add(true, name, ok, detail, without) }
+	note := func(name string, ok bool, detail, without string) { add(false, name, ok, detail, without) }
 	var u unix.Utsname
 	_ = unix.Uname(&u)
-	add("kernel", true, unix.ByteSliceToString(u.Release[:])+" "+unix.ByteSliceToString(u.Machine[:]), "")
+	note("kernel", true, unix.ByteSliceToString(u.Release[:])+" "+unix.ByteSliceToString(u.Machine[:]), "")
 	if m := unix.ByteSliceToString(u.Machine[:]); m != "x86_64" {
-		add("architecture", false, m, refuse+" (the seccomp filter is built for x86_64)")
+		need("architecture", false, m, refuse+" (the seccomp filter is built for x86_64)")
 	}
-	add("root", os.Geteuid() == 0, fmt.Sprintf("euid %d", os.Geteuid()), "airlock needs root (sudo) to create namespaces, cgroups and mounts")
+	need("root", os.Geteuid() == 0, fmt.Sprintf("euid %d", os.Geteuid()), "airlock needs root (sudo) to create namespaces, cgroups and mounts")
 
 	var missing []string
 	for _, ns := range []string{"user", "pid", "mnt", "uts", "ipc", "net", "cgroup"} {
@@ -54,7 +57,7 @@ func Doctor(stateDir string) []Check {
 	if len(missing) > 0 {
 		detail = "missing: " + strings.Join(missing, ", ")
 	}
-	add("namespaces", nsOK, detail, refuse)
+	need("namespaces", nsOK, detail, refuse)
 
 	idOK, idDetail := true, "open_tree + mount_setattr(MOUNT_ATTR_IDMAP) on the host's /usr"
 	if os.Geteuid() == 0 {
@@ -64,29 +67,29 @@ func Doctor(stateDir string) []Check {
 	} else {
 		idOK, idDetail = false, "not checked: needs root"
 	}
-	add("idmapped mounts", idOK, idDetail, refuse+" (image ownership is shifted with them, never by chown)")
+	need("idmapped mounts", idOK, idDetail, refuse+" (image ownership is shifted with them, never by chown)")
 
 	fs := readFile("/proc/filesystems")
-	add("overlayfs", strings.Contains(fs, "\toverlay\n"), "copy-on-write workspace and --writable-rootfs", refuse+" with --workspace, --repo or --writable-rootfs")
+	need("overlayfs", strings.Contains(fs, "\toverlay\n"), "copy-on-write workspace and --writable-rootfs", refuse+" with --workspace, --repo or --writable-rootfs")
 
 	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT}
 	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &how)
 	if err == nil {
 		unix.Close(fd)
 	}
-	add("openat2", err == nil, "RESOLVE_IN_ROOT for reading what sandboxes wrote", refuse+" (no safe way to read a sandbox's files)")
+	need("openat2", err == nil, "RESOLVE_IN_ROOT for reading what sandboxes wrote", refuse+" (no safe way to read a sandbox's files)")
 
 	if h, err := cgroup.Detect(); err != nil {
-		add("cgroups", false, err.Error(), refuse+" (no memory, CPU or pids limits without them)")
+		need("cgroups", false, err.Error(), refuse+" (no memory, CPU or pids limits without them)")
 	} else if h.Version == cgroup.V2 {
-		add("cgroups", true, "v2 at "+h.V2Root+" with memory, cpu, pids", refuse)
+		need("cgroups", true, "v2 at "+h.V2Root+" with memory, cpu, pids", refuse)
 	} else {
-		add("cgroups", true, "v1 hierarchies memory, cpu, cpuacct, pids, freezer (v2 has no controllers here); airlock kills the whole sandbox on OOM itself", refuse)
+		need("cgroups", true, "v1 hierarchies memory, cpu, cpuacct, pids, freezer (v2 has no controllers here); airlock kills the whole sandbox on OOM itself", refuse)
 	}
 
-	add("seccomp", seccomp.Supported(), "Docker's default profile plus airlock's denials, x86_64 only", refuse)
+	need("seccomp", seccomp.Supported(), "Docker's default profile plus airlock's denials, x86_64 only", refuse)
 	abi := landlock.ABI()
-	add("landlock", abi >= landlock.MinABI, fmt.Sprintf("ABI %d (need %d)", abi, landlock.MinABI), refuse+" unless --allow-degraded landlock (then writes are confined by read-only mounts only, and it is said)")
+	need("landlock", abi >= landlock.MinABI, fmt.Sprintf("ABI %d (need %d)", abi, landlock.MinABI), refuse+" unless --allow-degraded landlock (then writes are confined by read-only mounts only, and it is said)")
 
 	nftOK, nftDetail := true, "nf_tables answers over netlink (for network policies; sandboxes have no network today)"
 	if conn, err := nftables.New(); err != nil {
@@ -94,13 +97,13 @@ func Doctor(stateDir string) []Check {
 	} else if _, err := conn.ListTables(); err != nil {
 		nftOK, nftDetail = false, "list tables: "+err.Error()
 	}
-	add("nftables", nftOK, nftDetail, "network policies (--allow) will be refused")
+	note("nftables", nftOK, nftDetail, "network policies (--allow) will be refused")
 
 	mfd, err := unix.MemfdCreate("probe", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err == nil {
 		unix.Close(mfd)
 	}
-	add("memfd", err == nil, "sealed in-memory copy of airlock for the sandbox's init", refuse)
+	need("memfd", err == nil, "sealed in-memory copy of airlock for the sandbox's init", refuse)
 	return out
 }
 

@@ -153,6 +153,8 @@ type EgressResult struct {
 	BytesOut      int64    `json:"bytes_out"`
 	DeniedPackets uint64   `json:"denied_packets"`
 	LimitsHit     []string `json:"limits_hit,omitempty"`
+	// LogLost counts decisions --net-log could not record.
+	LogLost int `json:"log_lost,omitempty"`
 }
 
 // ErrInterrupted: the user interrupted the run before the sandbox existed.

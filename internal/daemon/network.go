@@ -88,6 +88,10 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		px.Close()
 		lap("proxy closed")
 		res := &EgressResult{Summary: rec.Summary(), BytesOut: px.BytesOut(), DeniedPackets: n.DeniedPackets(), LimitsHit: rec.Limits()}
+		if lost, err := rec.Lost(); lost > 0 {
+			res.LogLost = lost
+			e.cfg.Warn(fmt.Sprintf("network log incomplete: %d decisions not written (%v)", lost, err))
+		}
 		nsFile.Close()
 		if err := n.Close(); err != nil {
 			e.cfg.Warn("network teardown: " + err.Error())

@@ -3,6 +3,7 @@ package egress
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -177,4 +178,20 @@ func FuzzParseRule(f *testing.F) {
 			t.Fatalf("rule %q allows an unrelated host", s)
 		}
 	})
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+func TestRecorderCountsLostEvents(t *testing.T) {
+	r := NewRecorder(failingWriter{}, nil)
+	r.Record(Event{Kind: "http", Host: "a.test", Decision: "allowed"})
+	r.Record(Event{Kind: "http", Host: "b.test", Decision: "denied"})
+	if n, err := r.Lost(); n != 2 || err == nil {
+		t.Fatalf("lost %d, %v", n, err)
+	}
+	if s := r.Summary(); s != "1 request allowed, 1 denied (b.test x1)" {
+		t.Fatalf("summary %q", s)
+	}
 }

@@ -39,6 +39,11 @@ type Recorder struct {
 	denied  map[string]int
 	limits  []string
 	sink    func(Event)
+	// lost counts events the log writer refused (a full disk, say), and
+	// writeErr is its first error: the run says so instead of going on
+	// as if the record were whole.
+	lost     int
+	writeErr error
 }
 
 // NewRecorder returns a recorder writing JSON lines to w (may be nil) and
@@ -56,7 +61,12 @@ func (r *Recorder) Record(e Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.enc != nil {
-		_ = r.enc.Encode(e)
+		if err := r.enc.Encode(e); err != nil {
+			r.lost++
+			if r.writeErr == nil {
+				r.writeErr = err
+			}
+		}
 	}
 	switch {
 	case e.Decision == "allowed" && e.Kind != "dns":
@@ -79,6 +89,13 @@ func (r *Recorder) limit(what string) {
 		}
 	}
 	r.limits = append(r.limits, what)
+}
+
+// Lost reports how many events the log could not write, and why.
+func (r *Recorder) Lost() (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost, r.writeErr
 }
 
 // Limits lists the egress limits that were hit.
