@@ -219,14 +219,18 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	period := int64(100000)
 	for _, w := range []struct{ ctl, file, val string }{
 		{"memory", "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)},
+		// Memory and swap together, so that swap is no way past the limit
+		// (absent when the kernel does not account swap: then none is used
+		// beyond what swappiness 0 allows, and v1 offers nothing more).
+		{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)},
 		{"memory", "memory.swappiness", "0"},
 		{"cpu", "cpu.cfs_period_us", strconv.FormatInt(period, 10)},
 		{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPUs*float64(period)), 10)},
 		{"pids", "pids.max", strconv.FormatInt(l.Pids, 10)},
 	} {
 		if err := writeFile(filepath.Join(cg.dirs[w.ctl], w.file), w.val); err != nil {
-			if w.file == "memory.swappiness" {
-				continue // best effort tuning, not a control
+			if w.file == "memory.swappiness" || w.file == "memory.memsw.limit_in_bytes" && errors.Is(err, os.ErrNotExist) {
+				continue // tuning, or no swap accounting in this kernel
 			}
 			return nil, err
 		}

@@ -64,6 +64,11 @@ func TestCreateLimitsAndRemove(t *testing.T) {
 	if err != nil || string(b) != "67108864\n" {
 		t.Errorf("%s = %q, %v", mem, b, err)
 	}
+	if h.Version == V1 {
+		if b, err := os.ReadFile(cg.Dir("memory") + "/memory.memsw.limit_in_bytes"); err == nil && string(b) != "67108864\n" {
+			t.Errorf("memory+swap limit %q: swap would be a way past --memory", b)
+		}
+	}
 	if err := cg.Remove(); err != nil {
 		t.Fatal(err)
 	}
