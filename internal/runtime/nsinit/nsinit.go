@@ -41,10 +41,13 @@ func Main() {
 	signals = make(chan os.Signal, 16)
 	signal.Notify(signals, forwarded...)
 	// Nothing in the sandbox may ptrace or read /proc/1/{mem,exe,fd} of init.
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	// Descriptors from the host are for init only: none reaches the command
-	// unless handed over explicitly.
-	_ = unix.CloseRange(SyncFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	// unless handed over explicitly. Either failing ends init before any
+	// set-up, and with it the sandbox's creation (fail closed).
+	if unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) != nil ||
+		unix.CloseRange(SyncFD, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) != nil {
+		os.Exit(1)
+	}
 
 	started = time.Now()
 	var cfg Config
