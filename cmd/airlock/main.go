@@ -4,8 +4,10 @@
 package main
 
 import (
+	"net"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
 )
@@ -14,10 +16,23 @@ func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "init":
-			nsinit.Main()
+			nsinit.Main(serveAgent)
 		case "userns-hold":
 			nsinit.HoldMain()
 		}
 	}
 	os.Exit(cli.Main(os.Args[1:]))
+}
+
+// serveAgent runs the in-sandbox agent on what init hands over.
+func serveAgent(a nsinit.Agent) error {
+	ln, err := net.FileListener(a.Listener)
+	if err != nil {
+		return err
+	}
+	a.Listener.Close()
+	return agent.Serve(agent.Options{
+		Listener: ln, Launcher: a.Launcher, UID: a.UID, GID: a.GID,
+		Home: a.Home, Env: a.Env, Cwd: a.Cwd, Version: cli.Version,
+	})
 }

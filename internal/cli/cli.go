@@ -66,6 +66,7 @@ credentials, kernel-enforced limits, and nothing left behind afterwards.
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")
 	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), imageCmd(g))
+	root.AddCommand(remoteCmds(g)...)
 	// Bad flags and arguments are invalid requests: for `run` that is exit
 	// 125, "the sandbox could not be created", like any other refusal.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Invalid(err.Error()) })

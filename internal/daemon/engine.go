@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
@@ -43,6 +44,8 @@ type Config struct {
 	// ImageCacheBytes caps the OCI image cache (least recently used images
 	// are evicted past it); 0: image.DefaultCacheBytes.
 	ImageCacheBytes int64
+	// OnEgress, when set, sees every egress decision (metrics).
+	OnEgress func(egress.Event)
 }
 
 // Engine runs sandboxes in this process.

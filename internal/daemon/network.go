@@ -54,7 +54,7 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		return nil, fmt.Errorf("%w: sandbox network: %v", errdefs.ErrUnavailable, err)
 	}
 	lap("netns")
-	rec := egress.NewRecorder(netLog, nil)
+	rec := egress.NewRecorder(netLog, e.cfg.OnEgress)
 	px, err := egress.Start(egress.Config{
 		Sandbox: id, Listen: n.HostIP, Policy: pol, Guard: &egress.Guard{},
 		Upstream: upstream, MaxConns: s.Net.MaxConns, MaxBytesOut: s.Net.EgressBytes, Recorder: rec,

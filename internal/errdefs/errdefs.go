@@ -17,7 +17,23 @@ var (
 	ErrResourceExhausted = errors.New("resource exhausted")
 	// ErrInternal: a bug or an unexpected kernel answer.
 	ErrInternal = errors.New("internal error")
+	// ErrAlreadyExists: an object of that name exists.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrFailedPrecondition: the object's state does not allow this now
+	// (a paused sandbox asked to run a command, say).
+	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrUnauthenticated: no credentials, or unknown ones.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied: the caller is known but may not do this.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrTooLarge: a body, file or listing over its cap.
+	ErrTooLarge = errors.New("too large")
+	// ErrTimeout: the operation ran out of time.
+	ErrTimeout = errors.New("timeout")
 )
+
+// New wraps msg in class.
+func New(class error, msg string) error { return &classed{msg: msg, class: class} }
 
 // Invalid wraps msg as an ErrInvalidArgument.
 func Invalid(msg string) error { return &classed{msg: msg, class: ErrInvalidArgument} }

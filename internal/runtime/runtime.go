@@ -137,6 +137,13 @@ type Options struct {
 	// mode); the sandbox joins it instead of getting an empty one of its own.
 	NetNS *os.File
 
+	// AgentSocket, when set, makes a long-lived sandbox: no command runs;
+	// init serves the agent on a unix socket bound at this host path, and
+	// the sandbox outlives the process that created it.
+	AgentSocket string
+	// NProc caps each user's processes inside (RLIMIT_NPROC).
+	NProc uint64
+
 	MemoryBytes int64
 	CPUs        float64
 	Pids        int64
@@ -168,6 +175,12 @@ type Sandbox struct {
 	PTY            *os.File
 	// Pid is the command's pid inside the sandbox.
 	Pid int
+	// InitPid is init's pid on the host.
+	InitPid int
+
+	pidfd  int           // init's pidfd
+	exited chan struct{} // closed when init has exited
+	agent  bool
 }
 
 // NewID returns a fresh sandbox id.
@@ -229,7 +242,7 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 			}
 		}
 	}()
-	sb := &Sandbox{ID: id, rt: rt, oom: make(chan struct{}), sock: -1}
+	sb := &Sandbox{ID: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: -1, exited: make(chan struct{}), agent: o.AgentSocket != ""}
 	t0 := time.Now()
 	lap := func(step string) { rt.log.Debug("create", "id", id, "step", step, "at", time.Since(t0)) }
 
@@ -279,6 +292,10 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
+	if sb.agent {
+		// A long-lived sandbox outlives its creator (a daemon restart).
+		cmd.SysProcAttr.Pdeathsig = 0
+	}
 	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.lock.File, sb.lock.File}
 	if len(cmd.ExtraFiles)+3 > minExeFD {
 		return nil, fmt.Errorf("%w: too many descriptors for init", errdefs.ErrInternal)
@@ -295,8 +312,13 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 	}
 	child.Close()
 	sb.cmd = cmd
+	sb.InitPid = cmd.Process.Pid
 	lap("cloned")
 	undo = append(undo, func() { sb.kill(); _ = cmd.Wait() })
+	if sb.pidfd, err = unix.PidfdOpen(sb.InitPid, 0); err != nil {
+		return nil, fmt.Errorf("pidfd_open: %w", err)
+	}
+	undo = append(undo, func() { unix.Close(sb.pidfd) })
 
 	if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.kill() }); err != nil {
 		return nil, err
@@ -305,6 +327,12 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 
 	if err := rt.configure(sb, o); err != nil {
 		return nil, err
+	}
+	if sb.agent {
+		// init is done with the sync socket; reap it when it ends.
+		unix.Close(sb.sock)
+		sb.sock = -1
+		go func() { _ = cmd.Wait(); close(sb.exited) }()
 	}
 	r.used = true
 	lap("ready")
@@ -393,13 +421,16 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 		Cols:      o.Cols,
 		NoFile:    o.NoFile,
 		Landlock:  o.Landlock,
+		NProc:     o.NProc,
+		Agent:     o.AgentSocket != "",
 		HostNet:   o.NetNS != nil,
 		Seccomp:   rt.seccomp,
 		UID:       SandboxUID,
 		GID:       SandboxUID,
 	}
+	cfg.KeepCaps = o.KeepCaps
 	if o.Root {
-		cfg.UID, cfg.GID, cfg.KeepCaps = 0, 0, o.KeepCaps
+		cfg.UID, cfg.GID = 0, 0
 	}
 	for _, t := range o.Trees {
 		fd, err := mount.IdmappedTree(t.HostPath, int(userns.Fd()), true)
@@ -416,6 +447,13 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 		}
 		trees = append(trees, fd)
 		cfg.Workspace = true
+	}
+	if o.AgentSocket != "" {
+		fd, err := listenUnix(o.AgentSocket)
+		if err != nil {
+			return err
+		}
+		trees = append(trees, fd)
 	}
 	if err := nsinit.Send(sb.sock, cfg, trees); err != nil {
 		return fmt.Errorf("send config to init: %w", err)
@@ -539,6 +577,10 @@ func (sb *Sandbox) Kill() { sb.kill() }
 
 func (sb *Sandbox) kill() {
 	sb.killed.Do(func() {
+		if sb.pidfd >= 0 {
+			_ = unix.PidfdSendSignal(sb.pidfd, unix.SIGKILL, nil, 0)
+			return
+		}
 		if sb.cmd != nil && sb.cmd.Process != nil {
 			_ = sb.cmd.Process.Signal(unix.SIGKILL)
 		}
@@ -555,16 +597,28 @@ func (sb *Sandbox) Close() error {
 	var err error
 	sb.closeOnce.Do(func() {
 		sb.kill()
-		_ = sb.cmd.Wait()
+		if sb.agent {
+			// Frozen tasks do not die until thawed.
+			if sb.cg.Frozen() {
+				_ = sb.cg.Thaw()
+			}
+			<-sb.exited
+		} else {
+			_ = sb.cmd.Wait()
+		}
 		if sb.oomStop != nil {
 			sb.oomStop()
 		}
-		unix.Close(sb.sock)
+		if sb.sock >= 0 {
+			unix.Close(sb.sock)
+		}
+		if sb.pidfd >= 0 {
+			unix.Close(sb.pidfd)
+		}
 		// The pid namespace is torn down asynchronously; Remove retries
 		// while the cgroup is still busy.
 		err = sb.cg.Remove()
-		sb.uid.lock.Release()
-		sb.lock.Release()
+		sb.releaseLocks()
 	})
 	return err
 }

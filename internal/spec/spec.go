@@ -149,10 +149,26 @@ func revisionOK(r string) bool {
 // Validate checks every field and returns the first problem, classed as
 // errdefs.ErrInvalidArgument, naming the flag a user would fix.
 func (s *Spec) Validate() error {
-	bad := func(format string, a ...any) error { return errdefs.Invalid(fmt.Sprintf(format, a...)) }
 	if len(s.Command) == 0 || s.Command[0] == "" {
-		return bad("no command given: use airlock run [flags] -- COMMAND [ARG...]")
+		return errdefs.Invalid("no command given: use airlock run [flags] -- COMMAND [ARG...]")
 	}
+	return s.validate()
+}
+
+// ValidateLongLived checks the spec of a long-lived sandbox (airlock
+// serve): no command (commands are executed later), Timeout is its TTL.
+func (s *Spec) ValidateLongLived() error {
+	if len(s.Command) > 0 {
+		return errdefs.Invalid("a long-lived sandbox takes no command: execute commands in it once created")
+	}
+	if s.TTY {
+		return errdefs.Invalid("a long-lived sandbox has no terminal of its own: ask for one per command")
+	}
+	return s.validate()
+}
+
+func (s *Spec) validate() error {
+	bad := func(format string, a ...any) error { return errdefs.Invalid(fmt.Sprintf(format, a...)) }
 	for _, a := range s.Command {
 		if strings.IndexByte(a, 0) >= 0 {
 			return bad("command argument contains a NUL byte")

@@ -454,6 +454,59 @@ func (c *Cgroup) WatchOOM(fn func()) (stop func(), err error) {
 	}, nil
 }
 
+// Freeze stops every task of the cgroup (v1 freezer.state, v2
+// cgroup.freeze) and waits until the kernel says they are all frozen.
+func (c *Cgroup) Freeze() error { return c.setFrozen(true) }
+
+// Thaw lets the cgroup's tasks run again.
+func (c *Cgroup) Thaw() error { return c.setFrozen(false) }
+
+func (c *Cgroup) setFrozen(on bool) error {
+	var file, val, want string
+	if c.host.Version == V2 {
+		file, val = filepath.Join(c.dirs[""], "cgroup.freeze"), "0"
+		if on {
+			val = "1"
+		}
+	} else {
+		file, val, want = filepath.Join(c.dirs["freezer"], "freezer.state"), "THAWED", "THAWED"
+		if on {
+			val, want = "FROZEN", "FROZEN"
+		}
+	}
+	if err := writeFile(file, val); err != nil {
+		return err
+	}
+	for i := 0; i < 1000; i++ {
+		if c.host.Version == V2 {
+			if (readKV(filepath.Join(c.dirs[""], "cgroup.events"))["frozen"] == 1) == on {
+				return nil
+			}
+		} else if b, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(b)) == want {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("cgroup: %s did not become %s", file, val)
+}
+
+// Frozen reports whether the cgroup is frozen.
+func (c *Cgroup) Frozen() bool {
+	if c.host.Version == V2 {
+		return readKV(filepath.Join(c.dirs[""], "cgroup.events"))["frozen"] == 1
+	}
+	b, _ := os.ReadFile(filepath.Join(c.dirs["freezer"], "freezer.state"))
+	return strings.TrimSpace(string(b)) == "FROZEN"
+}
+
+// MemoryCurrent is the memory the cgroup uses now, in bytes.
+func (c *Cgroup) MemoryCurrent() int64 {
+	if c.host.Version == V2 {
+		return readInt(filepath.Join(c.dirs[""], "memory.current"))
+	}
+	return readInt(filepath.Join(c.dirs["memory"], "memory.usage_in_bytes"))
+}
+
 // Procs lists the pids in the cgroup (v2: cgroup.procs; v1: the pids
 // hierarchy's cgroup.procs).
 func (c *Cgroup) Procs() []int {

@@ -27,13 +27,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main runs `airlock init`. It never returns.
+// Main runs `airlock init`. It never returns. serve runs the in-sandbox
+// agent when the host asks for one (Config.Agent); init itself knows
+// nothing of its protocol.
 //
 // The main goroutine stays on one OS thread for its whole life: the
 // capability, no_new_privs and rlimit changes below are per-thread, and the
 // command is forked from this same thread, so it inherits exactly them.
 // Seccomp (TSYNC) and Landlock are applied to every thread.
-func Main() {
+func Main(serve func(Agent) error) {
 	goruntime.LockOSThread()
 	// Subscribe before anything else: a signal the host forwards early must
 	// be buffered for the command, not take Go's default path (which would
@@ -56,7 +58,7 @@ func Main() {
 	if err != nil {
 		os.Exit(1) // the host went away; nothing to report to
 	}
-	step, err := run(&cfg, fds)
+	step, err := run(&cfg, fds, serve)
 	if err != nil {
 		_ = Send(SyncFD, Report{Kind: "error", Step: step, Error: err.Error()}, nil)
 		os.Exit(1)
@@ -78,7 +80,7 @@ func lap(name string) {
 	steps = append(steps, Step{Name: name, US: time.Since(started).Microseconds()})
 }
 
-func run(cfg *Config, fds []int) (string, error) {
+func run(cfg *Config, fds []int, serve func(Agent) error) (string, error) {
 	if cfg.Version != ProtocolVersion {
 		return "protocol", fmt.Errorf("host speaks protocol %d, init speaks %d", cfg.Version, ProtocolVersion)
 	}
@@ -86,8 +88,15 @@ func run(cfg *Config, fds []int) (string, error) {
 	if cfg.Workspace {
 		want++
 	}
+	if cfg.Agent {
+		want++
+	}
 	if len(fds) != want {
 		return "protocol", fmt.Errorf("got %d descriptors, want %d", len(fds), want)
+	}
+	listener := -1
+	if cfg.Agent {
+		listener, fds = fds[len(fds)-1], fds[:len(fds)-1]
 	}
 	r := &rootfs{cfg: cfg, s: cfg.Scratch}
 	if err := r.assemble(fds); err != nil {
@@ -124,6 +133,9 @@ func run(cfg *Config, fds []int) (string, error) {
 	// root reads back as "(unreachable)/...".
 	if wd, err := unix.Getwd(); err != nil || wd != cfg.Cwd {
 		return "cwd", fmt.Errorf("working directory %q is not %q inside the root", wd, cfg.Cwd)
+	}
+	if cfg.Agent {
+		return "agent", serveAgent(cfg, listener, r.readyFDs, serve)
 	}
 	return "exec", startAndWait(cfg, r.readyFDs, master, slave)
 }
@@ -509,6 +521,11 @@ func confine(cfg *Config) error {
 	}
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
 		return fmt.Errorf("setrlimit(CORE): %w", err)
+	}
+	if cfg.NProc > 0 {
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: cfg.NProc, Max: cfg.NProc}); err != nil {
+			return fmt.Errorf("setrlimit(NPROC): %w", err)
+		}
 	}
 	if cfg.Landlock {
 		rw := []string{"/workspace", "/tmp", "/dev/shm", "/dev/pts", cfg.Home}

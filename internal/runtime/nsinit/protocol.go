@@ -25,6 +25,12 @@ import (
 //	                                        starts the command, reaps, forwards signals
 //	                              ◄─────── Report{exit}
 //	(or Report{error} at any step; EOF means init died)
+//
+// With Config.Agent there is no command: one more descriptor comes with
+// the Config, a listening unix socket in a host directory no sandbox can
+// see. After Report{ready} init closes the sync socket and serves the agent
+// (internal/agent) on that socket for the rest of the sandbox's life; the
+// host may go away and come back (a daemon restart) without init noticing.
 
 // Fixed descriptor numbers in the child.
 const (
@@ -35,7 +41,7 @@ const (
 )
 
 // ProtocolVersion is bumped on any incompatible change to these types.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // Config is everything init needs; built and validated by the host.
 type Config struct {
@@ -50,6 +56,9 @@ type Config struct {
 	TreeTargets []string `json:"tree_targets"`
 	Writable    bool     `json:"writable"`
 	Workspace   bool     `json:"workspace"` // one more descriptor: the workspace tree
+	// Agent: serve the agent on one more descriptor (a listening socket,
+	// sent last) instead of running Argv.
+	Agent bool `json:"agent"`
 	Files       []File   `json:"files"`     // generated into the top layer
 
 	UID  uint32 `json:"uid"`
@@ -63,7 +72,11 @@ type Config struct {
 	Rows uint16   `json:"rows"`
 	Cols uint16   `json:"cols"`
 
-	NoFile   uint64 `json:"nofile"`
+	NoFile uint64 `json:"nofile"`
+	// NProc caps the processes of each user inside (RLIMIT_NPROC), below
+	// the sandbox's pids limit, so that a fork bomb of the sandbox user
+	// leaves init room for its own threads.
+	NProc    uint64 `json:"nproc,omitempty"`
 	Landlock bool   `json:"landlock"`
 	// HostNet: the network namespace was made and configured by the host;
 	// init can neither configure it nor mount sysfs for it.

@@ -1,0 +1,309 @@
+// Package api is airlock's wire contract: the JSON types of the daemon's
+// HTTP API (docs/api.md), its error codes, and the generated code of the
+// in-sandbox agent's Connect services (process, filesystem, agentpb). It
+// imports only the standard library, protobuf and connect; the Go SDK
+// (client/) imports nothing else of airlock.
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Version is the HTTP API's path prefix.
+const Version = "v1"
+
+// DefaultSocket is where `airlock serve` listens by default.
+const DefaultSocket = "/run/airlock/airlock.sock"
+
+// Code is a stable, machine-readable error code.
+type Code string
+
+// Error codes. Each has one HTTP status (Status).
+const (
+	CodeInvalidArgument    Code = "invalid_argument"    // 400: the request is malformed or fails validation
+	CodeUnauthenticated    Code = "unauthenticated"     // 401: no key, or an unknown one
+	CodePermissionDenied   Code = "permission_denied"   // 403: the key may not do this (a tenant key on an admin call)
+	CodeNotFound           Code = "not_found"           // 404: no such object, or not this tenant's
+	CodeAlreadyExists      Code = "already_exists"      // 409
+	CodeFailedPrecondition Code = "failed_precondition" // 409: the object is not in a state that allows this
+	CodeTooLarge           Code = "too_large"           // 413: a body or file over its cap
+	CodeQuotaExceeded      Code = "quota_exceeded"      // 429: a tenant quota or a host limit
+	CodeInternal           Code = "internal"            // 500
+	CodeUnavailable        Code = "unavailable"         // 503: the host lacks a control airlock requires
+	CodeTimeout            Code = "timeout"             // 504
+)
+
+var statuses = map[Code]int{
+	CodeInvalidArgument:    http.StatusBadRequest,
+	CodeUnauthenticated:    http.StatusUnauthorized,
+	CodePermissionDenied:   http.StatusForbidden,
+	CodeNotFound:           http.StatusNotFound,
+	CodeAlreadyExists:      http.StatusConflict,
+	CodeFailedPrecondition: http.StatusConflict,
+	CodeTooLarge:           http.StatusRequestEntityTooLarge,
+	CodeQuotaExceeded:      http.StatusTooManyRequests,
+	CodeInternal:           http.StatusInternalServerError,
+	CodeUnavailable:        http.StatusServiceUnavailable,
+	CodeTimeout:            http.StatusGatewayTimeout,
+}
+
+// Status is the HTTP status of code.
+func (c Code) Status() int {
+	if s, ok := statuses[c]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Codes lists every error code (for documentation tests).
+func Codes() []Code {
+	out := make([]Code, 0, len(statuses))
+	for c := range statuses {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Error is every API error's body.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Limits are a sandbox's resource caps; zero means the default.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
+	Pids        int64   `json:"pids,omitempty"`
+}
+
+// Network is a sandbox's network: "none" (default) or "proxy" with an
+// allow-list.
+type Network struct {
+	Mode        string   `json:"mode,omitempty"`
+	Allow       []string `json:"allow,omitempty"`
+	Deny        []string `json:"deny,omitempty"`
+	EgressBytes int64    `json:"egress_bytes,omitempty"`
+	MaxConns    int      `json:"max_conns,omitempty"`
+}
+
+// Trigger records why a sandbox exists; every audit record of the sandbox
+// links to it.
+type Trigger struct {
+	TaskID       string            `json:"task_id,omitempty"`
+	PromptDigest string            `json:"prompt_digest,omitempty"`
+	Inputs       map[string]string `json:"inputs,omitempty"`
+}
+
+// CreateSandbox asks for a new long-lived sandbox.
+type CreateSandbox struct {
+	Image          string            `json:"image,omitempty"` // "host" (default), a rootfs directory, oci:, docker-archive: or a registry reference
+	WritableRootfs bool              `json:"writable_rootfs,omitempty"`
+	Workspace      string            `json:"workspace,omitempty"` // host directory, shown copy-on-write at /workspace
+	Repo           string            `json:"repo,omitempty"`      // host git repository, checked out at Commit
+	Commit         string            `json:"commit,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Hostname       string            `json:"hostname,omitempty"`
+	Limits         Limits            `json:"limits,omitzero"`
+	Network        Network           `json:"network,omitzero"`
+	AllowDegraded  []string          `json:"allow_degraded,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	Trigger        Trigger           `json:"trigger,omitzero"`
+	// TTL ends the sandbox this long after creation (Go duration, "30m");
+	// default 1h, at most 7 days. IdleTimeout ends it after this long
+	// without an API call on it; "" or "0": never.
+	TTL         string `json:"ttl,omitempty"`
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+}
+
+// Sandbox states.
+const (
+	StateRunning = "running"
+	StatePaused  = "paused"
+	StateEnded   = "ended"
+)
+
+// Usage is the kernel's accounting for a sandbox.
+type Usage struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryBytes     int64   `json:"memory_bytes"`
+	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
+	OOMKills        int64   `json:"oom_kills,omitempty"`
+	PidsLimited     int64   `json:"pids_limited,omitempty"`
+}
+
+// Sandbox describes one sandbox.
+type Sandbox struct {
+	ID          string            `json:"id"`
+	Tenant      string            `json:"tenant"`
+	State       string            `json:"state"`
+	Image       string            `json:"image"`
+	Created     time.Time         `json:"created"`
+	Expires     time.Time         `json:"expires"`
+	IdleTimeout string            `json:"idle_timeout,omitempty"`
+	LastActive  time.Time         `json:"last_active"`
+	Limits      Limits            `json:"limits"`
+	Network     Network           `json:"network"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Trigger     Trigger           `json:"trigger,omitzero"`
+	Usage       *Usage            `json:"usage,omitempty"`
+	Ended       *time.Time        `json:"ended,omitempty"`
+	EndReason   string            `json:"end_reason,omitempty"`
+}
+
+// Extend moves a sandbox's expiry to TTL from now.
+type Extend struct {
+	TTL string `json:"ttl"`
+}
+
+// TTY asks for a terminal of this size.
+type TTY struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// Exec runs one command in a sandbox.
+type Exec struct {
+	Cmd  []string          `json:"cmd"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`  // default /workspace
+	User string            `json:"user,omitempty"` // "user" (default) or "root"
+	// Timeout kills the command after this long (Go duration); default none
+	// beyond the sandbox's own TTL.
+	Timeout string `json:"timeout,omitempty"`
+	// Stdin is written to the command's stdin, which is then closed, unless
+	// KeepStdin leaves it open for Input calls.
+	Stdin     []byte `json:"stdin,omitempty"`
+	KeepStdin bool   `json:"keep_stdin,omitempty"`
+	// Background returns once the command has started; its output is
+	// read later with the process stream.
+	Background bool   `json:"background,omitempty"`
+	Tag        string `json:"tag,omitempty"`
+	TTY        *TTY   `json:"tty,omitempty"`
+}
+
+// ExecEvent is one line of an exec or process stream (NDJSON).
+type ExecEvent struct {
+	PID    uint32   `json:"pid,omitempty"` // first event: the command started
+	Stdout []byte   `json:"stdout,omitempty"`
+	Stderr []byte   `json:"stderr,omitempty"`
+	PTY    []byte   `json:"pty,omitempty"`
+	End    *ExecEnd `json:"end,omitempty"` // last event
+}
+
+// ExecEnd is how a command ended. Its fields are reported by the sandbox's
+// agent (inside the sandbox), except TimedOut and SandboxEnded.
+type ExecEnd struct {
+	ExitCode int    `json:"exit_code"`
+	Status   string `json:"status"`
+	Error    string `json:"error,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	// SandboxEnded says the sandbox itself ended (a limit, its TTL, a
+	// kill) while the command ran; EndReason says why.
+	SandboxEnded bool   `json:"sandbox_ended,omitempty"`
+	EndReason    string `json:"end_reason,omitempty"`
+}
+
+// Process is one running command of a sandbox.
+type Process struct {
+	PID uint32   `json:"pid"`
+	Tag string   `json:"tag,omitempty"`
+	Cmd []string `json:"cmd"`
+	Cwd string   `json:"cwd,omitempty"`
+}
+
+// Input is written to a process's stdin (or terminal); EOF closes stdin.
+type Input struct {
+	Data []byte `json:"data,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// Signal sends a signal to a process's group: "TERM" or "KILL".
+type Signal struct {
+	Signal string `json:"signal"`
+}
+
+// FileEntry describes one file of a sandbox. Reported by the sandbox.
+type FileEntry struct {
+	Name     string    `json:"name"`
+	Path     string    `json:"path"`
+	Type     string    `json:"type"` // file, dir, symlink
+	Size     int64     `json:"size"`
+	Mode     string    `json:"mode"` // e.g. -rw-r--r--
+	Owner    string    `json:"owner,omitempty"`
+	Group    string    `json:"group,omitempty"`
+	Modified time.Time `json:"modified"`
+	Target   string    `json:"target,omitempty"` // a symlink's target
+}
+
+// MakeDir creates a directory (and its parents).
+type MakeDir struct {
+	Path string `json:"path"`
+	User string `json:"user,omitempty"`
+}
+
+// Move renames a file or directory.
+type Move struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	User string `json:"user,omitempty"`
+}
+
+// Edit replaces one exact, unique occurrence of Old by New in a file.
+type Edit struct {
+	Path string `json:"path"`
+	Old  string `json:"old"`
+	New  string `json:"new"`
+	User string `json:"user,omitempty"`
+}
+
+// WatchEvent is one line of a directory watch stream (NDJSON).
+type WatchEvent struct {
+	Path string `json:"path"`
+	Op   string `json:"op"` // create, write, remove, rename, chmod
+}
+
+// Quotas bound what one tenant may use at once; zero means unlimited.
+type Quotas struct {
+	MaxSandboxes int     `json:"max_sandboxes,omitempty"`
+	MaxMemory    int64   `json:"max_memory_bytes,omitempty"` // sum of the sandboxes' memory limits
+	MaxCPUs      float64 `json:"max_cpus,omitempty"`         // sum of their CPU limits
+	// CPUSeconds is the CPU time the tenant's sandboxes may use per
+	// CPUPeriod (Go duration, default "1h"); past it they are stopped and
+	// creates refused until the period ends.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	CPUPeriod  string  `json:"cpu_period,omitempty"`
+}
+
+// CreateTenant adds a tenant.
+type CreateTenant struct {
+	Name   string `json:"name"`
+	Quotas Quotas `json:"quotas,omitzero"`
+}
+
+// Tenant describes a tenant. Key is set only in the answer to its
+// creation: it is stored hashed and cannot be shown again.
+type Tenant struct {
+	Name       string    `json:"name"`
+	Quotas     Quotas    `json:"quotas"`
+	Created    time.Time `json:"created"`
+	Key        string    `json:"key,omitempty"`
+	Sandboxes  int       `json:"sandboxes"`
+	CPUSeconds float64   `json:"cpu_seconds_used"`
+}
+
+// KillAll destroys every sandbox of Tenant, or of every tenant when empty
+// (admin only). It answers when they are gone.
+type KillAll struct {
+	Tenant string `json:"tenant,omitempty"`
+}
+
+// Killed lists what a kill switch destroyed.
+type Killed struct {
+	Destroyed []string `json:"destroyed"`
+}

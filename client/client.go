@@ -1,0 +1,465 @@
+// Package client is airlock's Go SDK: every call of the daemon's HTTP API
+// (docs/api.md), over its unix socket or over TCP with TLS. Errors from
+// the daemon are *api.Error values with a stable Code. It imports only
+// api/ and the standard library.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/api"
+)
+
+// Client talks to one airlock daemon.
+type Client struct {
+	base string
+	key  string
+	hc   *http.Client
+}
+
+// Config says where the daemon is and who is calling.
+type Config struct {
+	// Address is a unix socket path (default api.DefaultSocket) or an
+	// https:// URL.
+	Address string
+	// Key is an API key: a tenant's, or the admin key.
+	Key string
+	// TLS configures https:// addresses (nil: the system's roots).
+	TLS *tls.Config
+}
+
+// New returns a client. It does not connect until the first call.
+func New(c Config) (*Client, error) {
+	addr := c.Address
+	if addr == "" {
+		addr = api.DefaultSocket
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, TLSClientConfig: c.TLS}
+	cl := &Client{key: c.Key, hc: &http.Client{Transport: tr}}
+	switch {
+	case strings.HasPrefix(addr, "https://"):
+		u, err := url.Parse(addr)
+		if err != nil {
+			return nil, fmt.Errorf("address %q: %w", addr, err)
+		}
+		cl.base = strings.TrimSuffix(u.String(), "/")
+	case strings.HasPrefix(addr, "http://"):
+		return nil, errors.New("refusing plain http: use the unix socket or https://")
+	default:
+		sock := strings.TrimPrefix(addr, "unix://")
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
+		cl.base = "http://airlock"
+	}
+	return cl, nil
+}
+
+func (c *Client) request(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string) (*http.Response, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode >= 300 {
+		defer res.Body.Close()
+		var e api.Error
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		if json.Unmarshal(b, &e) != nil || e.Code == "" {
+			return nil, &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", res.StatusCode, bytes.TrimSpace(b))}
+		}
+		return nil, &e
+	}
+	return res, nil
+}
+
+// call sends in as JSON (when not nil) and decodes the answer into out
+// (when not nil).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, ct = bytes.NewReader(b), "application/json"
+	}
+	res, err := c.request(ctx, method, path, q, body, ct)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, res.Body)
+		return nil
+	}
+	return json.NewDecoder(res.Body).Decode(out)
+}
+
+func sb(id string, parts ...string) string {
+	return "/v1/sandboxes/" + url.PathEscape(id) + strings.Join(parts, "")
+}
+
+// Health checks that the daemon answers.
+func (c *Client) Health(ctx context.Context) error {
+	return c.call(ctx, "GET", "/v1/health", nil, nil, nil)
+}
+
+// CreateSandbox makes a sandbox (tenant key).
+func (c *Client) CreateSandbox(ctx context.Context, req *api.CreateSandbox) (*api.Sandbox, error) {
+	var out api.Sandbox
+	return &out, c.call(ctx, "POST", "/v1/sandboxes", nil, req, &out)
+}
+
+// Sandboxes lists the caller's live sandboxes.
+func (c *Client) Sandboxes(ctx context.Context) ([]*api.Sandbox, error) {
+	var out []*api.Sandbox
+	return out, c.call(ctx, "GET", "/v1/sandboxes", nil, nil, &out)
+}
+
+// Sandbox describes one sandbox.
+func (c *Client) Sandbox(ctx context.Context, id string) (*api.Sandbox, error) {
+	var out api.Sandbox
+	return &out, c.call(ctx, "GET", sb(id), nil, nil, &out)
+}
+
+// Destroy ends a sandbox; it returns when the sandbox is gone.
+func (c *Client) Destroy(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", sb(id), nil, nil, nil)
+}
+
+// Pause freezes a sandbox.
+func (c *Client) Pause(ctx context.Context, id string) (*api.Sandbox, error) {
+	var out api.Sandbox
+	return &out, c.call(ctx, "POST", sb(id, "/pause"), nil, nil, &out)
+}
+
+// Resume thaws a paused sandbox.
+func (c *Client) Resume(ctx context.Context, id string) (*api.Sandbox, error) {
+	var out api.Sandbox
+	return &out, c.call(ctx, "POST", sb(id, "/resume"), nil, nil, &out)
+}
+
+// Extend sets a sandbox's expiry to ttl (a Go duration) from now.
+func (c *Client) Extend(ctx context.Context, id, ttl string) (*api.Sandbox, error) {
+	var out api.Sandbox
+	return &out, c.call(ctx, "POST", sb(id, "/extend"), nil, &api.Extend{TTL: ttl}, &out)
+}
+
+// Stream reads the events of a command.
+type Stream struct {
+	body io.ReadCloser
+	sc   *bufio.Scanner
+}
+
+func newStream(body io.ReadCloser) *Stream {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	return &Stream{body: body, sc: sc}
+}
+
+// Next returns the next event; io.EOF after the end event. A stream that
+// stops before its end event returns io.ErrUnexpectedEOF.
+func (s *Stream) Next() (*api.ExecEvent, error) {
+	if !s.sc.Scan() {
+		if err := s.sc.Err(); err != nil {
+			return nil, err
+		}
+		return nil, io.EOF
+	}
+	var ev api.ExecEvent
+	if err := json.Unmarshal(s.sc.Bytes(), &ev); err != nil {
+		return nil, fmt.Errorf("bad event from the daemon: %w", err)
+	}
+	return &ev, nil
+}
+
+// Close ends the stream (a foreground command whose stream is closed
+// before it ends is killed).
+func (s *Stream) Close() error { return s.body.Close() }
+
+// ExecStream starts a command and returns its event stream; the first
+// event carries its pid.
+func (c *Client) ExecStream(ctx context.Context, id string, req *api.Exec) (*Stream, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.request(ctx, "POST", sb(id, "/exec"), nil, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	return newStream(res.Body), nil
+}
+
+// Exec runs a command to its end, copying its output to stdout and stderr
+// (either may be nil), and returns how it ended.
+func (c *Client) Exec(ctx context.Context, id string, req *api.Exec, stdout, stderr io.Writer) (*api.ExecEnd, error) {
+	s, err := c.ExecStream(ctx, id, req)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return Drain(s, stdout, stderr)
+}
+
+// Drain copies a stream's output to stdout and stderr (terminal output
+// goes to stdout) and returns its end.
+func Drain(s *Stream, stdout, stderr io.Writer) (*api.ExecEnd, error) {
+	for {
+		ev, err := s.Next()
+		if err == io.EOF {
+			return nil, io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, err
+		}
+		if stdout != nil {
+			if _, err := stdout.Write(ev.Stdout); err != nil {
+				return nil, err
+			}
+			if _, err := stdout.Write(ev.PTY); err != nil {
+				return nil, err
+			}
+		}
+		if stderr != nil {
+			if _, err := stderr.Write(ev.Stderr); err != nil {
+				return nil, err
+			}
+		}
+		if ev.End != nil {
+			return ev.End, nil
+		}
+	}
+}
+
+// Processes lists a sandbox's running commands.
+func (c *Client) Processes(ctx context.Context, id string) ([]api.Process, error) {
+	var out []api.Process
+	return out, c.call(ctx, "GET", sb(id, "/processes"), nil, nil, &out)
+}
+
+func proc(id string, pid uint32, what string) string {
+	return sb(id, "/processes/", strconv.FormatUint(uint64(pid), 10), what)
+}
+
+// Attach streams a running command's events from now on.
+func (c *Client) Attach(ctx context.Context, id string, pid uint32) (*Stream, error) {
+	res, err := c.request(ctx, "GET", proc(id, pid, "/stream"), nil, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return newStream(res.Body), nil
+}
+
+// Input writes to a command's stdin or terminal; eof closes its stdin.
+func (c *Client) Input(ctx context.Context, id string, pid uint32, data []byte, eof bool) error {
+	return c.call(ctx, "POST", proc(id, pid, "/input"), nil, &api.Input{Data: data, EOF: eof}, nil)
+}
+
+// Signal sends "TERM" or "KILL" to a command's process group.
+func (c *Client) Signal(ctx context.Context, id string, pid uint32, sig string) error {
+	return c.call(ctx, "POST", proc(id, pid, "/signal"), nil, &api.Signal{Signal: sig}, nil)
+}
+
+// Resize changes a command's terminal size.
+func (c *Client) Resize(ctx context.Context, id string, pid uint32, rows, cols uint16) error {
+	return c.call(ctx, "POST", proc(id, pid, "/resize"), nil, &api.TTY{Rows: rows, Cols: cols}, nil)
+}
+
+func pathQuery(p, user string) url.Values {
+	q := url.Values{"path": {p}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	return q
+}
+
+// ReadFile reads a file of the sandbox (at most 64 MiB).
+func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+	res, err := c.request(ctx, "GET", sb(id, "/files"), pathQuery(path, ""), nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	return io.ReadAll(res.Body)
+}
+
+// WriteFile replaces or creates a file of the sandbox (owned by the
+// sandbox user), making missing parent directories.
+func (c *Client) WriteFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) error {
+	q := pathQuery(path, "")
+	q.Set("mode", strconv.FormatUint(uint64(mode.Perm()), 8))
+	q.Set("parents", "true")
+	res, err := c.request(ctx, "PUT", sb(id, "/files"), q, bytes.NewReader(data), "application/octet-stream")
+	if err != nil {
+		return err
+	}
+	return res.Body.Close()
+}
+
+// Remove deletes a file or directory tree of the sandbox.
+func (c *Client) Remove(ctx context.Context, id, path string) error {
+	return c.call(ctx, "DELETE", sb(id, "/files"), pathQuery(path, ""), nil, nil)
+}
+
+// Stat describes a file of the sandbox.
+func (c *Client) Stat(ctx context.Context, id, path string) (*api.FileEntry, error) {
+	var out api.FileEntry
+	return &out, c.call(ctx, "GET", sb(id, "/stat"), pathQuery(path, ""), nil, &out)
+}
+
+// ListDir lists a directory, depth levels deep (1: its entries only).
+func (c *Client) ListDir(ctx context.Context, id, path string, depth int) ([]api.FileEntry, error) {
+	q := pathQuery(path, "")
+	q.Set("depth", strconv.Itoa(depth))
+	var out []api.FileEntry
+	return out, c.call(ctx, "GET", sb(id, "/dir"), q, nil, &out)
+}
+
+// MakeDir creates a directory and its parents.
+func (c *Client) MakeDir(ctx context.Context, id, path string) (*api.FileEntry, error) {
+	var out api.FileEntry
+	return &out, c.call(ctx, "POST", sb(id, "/mkdir"), nil, &api.MakeDir{Path: path}, &out)
+}
+
+// Move renames a file or directory.
+func (c *Client) Move(ctx context.Context, id, from, to string) (*api.FileEntry, error) {
+	var out api.FileEntry
+	return &out, c.call(ctx, "POST", sb(id, "/move"), nil, &api.Move{From: from, To: to}, &out)
+}
+
+// Edit replaces one exact, unique occurrence of old by new in a file.
+func (c *Client) Edit(ctx context.Context, id, path, old, new string) error {
+	return c.call(ctx, "POST", sb(id, "/edit"), nil, &api.Edit{Path: path, Old: old, New: new}, nil)
+}
+
+// WatchStream reads directory change events.
+type WatchStream struct {
+	body io.ReadCloser
+	sc   *bufio.Scanner
+}
+
+// Next returns the next event (the first has Op "start").
+func (w *WatchStream) Next() (*api.WatchEvent, error) {
+	if !w.sc.Scan() {
+		if err := w.sc.Err(); err != nil {
+			return nil, err
+		}
+		return nil, io.EOF
+	}
+	var ev api.WatchEvent
+	return &ev, json.Unmarshal(w.sc.Bytes(), &ev)
+}
+
+// Close stops watching.
+func (w *WatchStream) Close() error { return w.body.Close() }
+
+// Watch streams changes under a directory of the sandbox.
+func (c *Client) Watch(ctx context.Context, id, path string, recursive bool) (*WatchStream, error) {
+	q := pathQuery(path, "")
+	q.Set("recursive", strconv.FormatBool(recursive))
+	res, err := c.request(ctx, "GET", sb(id, "/watch"), q, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return &WatchStream{body: res.Body, sc: bufio.NewScanner(res.Body)}, nil
+}
+
+// Upload unpacks a tar stream into directory dir of the sandbox and
+// returns the entries it skipped (anything but files and directories).
+func (c *Client) Upload(ctx context.Context, id, dir string, tarball io.Reader) ([]string, error) {
+	res, err := c.request(ctx, "PUT", sb(id, "/archive"), pathQuery(dir, ""), tarball, "application/x-tar")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	var out struct {
+		Skipped []string `json:"skipped"`
+	}
+	return out.Skipped, json.NewDecoder(res.Body).Decode(&out)
+}
+
+// Download returns a tar stream of /workspace or a path under it, read
+// from the host side, and the names it skipped (special files).
+func (c *Client) Download(ctx context.Context, id, path string) (io.ReadCloser, []string, error) {
+	res, err := c.request(ctx, "GET", sb(id, "/archive"), pathQuery(path, ""), nil, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	var skipped []string
+	if h := res.Header.Get("X-Airlock-Skipped"); h != "" {
+		_ = json.Unmarshal([]byte(h), &skipped)
+	}
+	return res.Body, skipped, nil
+}
+
+// Diff returns the unified diff of the sandbox's /workspace since
+// creation.
+func (c *Client) Diff(ctx context.Context, id string) (string, error) {
+	res, err := c.request(ctx, "GET", sb(id, "/diff"), nil, nil, "")
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
+}
+
+// CreateTenant adds a tenant (admin key); the answer holds its key, shown
+// this once.
+func (c *Client) CreateTenant(ctx context.Context, req *api.CreateTenant) (*api.Tenant, error) {
+	var out api.Tenant
+	return &out, c.call(ctx, "POST", "/v1/tenants", nil, req, &out)
+}
+
+// Tenants lists tenants (admin key) or the caller's own.
+func (c *Client) Tenants(ctx context.Context) ([]*api.Tenant, error) {
+	var out []*api.Tenant
+	return out, c.call(ctx, "GET", "/v1/tenants", nil, nil, &out)
+}
+
+// DeleteTenant destroys a tenant's sandboxes and removes it (admin key).
+func (c *Client) DeleteTenant(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/v1/tenants/"+url.PathEscape(name), nil, nil, nil)
+}
+
+// KillAll destroys every sandbox of tenant; with the admin key and an
+// empty tenant, every sandbox of every tenant. It returns when they are
+// gone.
+func (c *Client) KillAll(ctx context.Context, tenant string) ([]string, error) {
+	var q url.Values
+	if tenant == "" {
+		q = url.Values{"all": {"true"}}
+	}
+	var out api.Killed
+	return out.Destroyed, c.call(ctx, "POST", "/v1/kill-all", q, &api.KillAll{Tenant: tenant}, &out)
+}

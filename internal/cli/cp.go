@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+func cpCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy files into or out of a sandbox (SANDBOX:PATH on one side)",
+		Long: `cp copies a local file or directory into a directory of a sandbox, or a
+file or directory under a sandbox's /workspace out into a local directory;
+either way it keeps its base name.
+
+  airlock cp ./src ID:/workspace          # -> /workspace/src
+  airlock cp ID:/workspace/out ./results  # -> ./results/out
+
+Out of a sandbox the files are read from the host side on the frozen
+sandbox (no symlink followed, regular files and directories only), and
+written here without following any symlink, so a hostile sandbox cannot
+make cp write outside the local directory.`,
+		Args: cobra.ExactArgs(2),
+	}
+	k := addConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		src, dst := args[0], args[1]
+		sid, spath, sremote := strings.Cut(src, ":")
+		did, dpath, dremote := strings.Cut(dst, ":")
+		if strings.HasPrefix(src, "/") || strings.HasPrefix(src, ".") {
+			sremote = false
+		}
+		if strings.HasPrefix(dst, "/") || strings.HasPrefix(dst, ".") {
+			dremote = false
+		}
+		cl, err := k.client(false)
+		if err != nil {
+			return err
+		}
+		switch {
+		case sremote == dremote:
+			return errdefs.Invalid("cp needs SANDBOX:PATH on exactly one side")
+		case dremote:
+			pr, pw := io.Pipe()
+			var skipped []string
+			go func() {
+				var terr error
+				skipped, terr = tarLocal(src, pw)
+				pw.CloseWithError(terr)
+			}()
+			remoteSkipped, uerr := cl.Upload(cmd.Context(), did, dpath, pr)
+			pr.Close()
+			for _, s := range append(skipped, remoteSkipped...) {
+				g.warn("cp: skipped " + s + " (not a regular file or directory)")
+			}
+			return apiErr(uerr)
+		default:
+			body, skipped, err := cl.Download(cmd.Context(), sid, spath)
+			if err != nil {
+				return apiErr(err)
+			}
+			defer body.Close()
+			for _, s := range skipped {
+				g.warn("cp: skipped " + s + " (not a regular file, directory or symlink)")
+			}
+			return extractTar(dst, body)
+		}
+	}
+	return c
+}
+
+// tarLocal writes src (a file or directory, under its base name) as tar.
+func tarLocal(src string, w io.Writer) (skipped []string, err error) {
+	src = filepath.Clean(src)
+	base := filepath.Dir(src)
+	tw := tar.NewWriter(w)
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(base, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() && !fi.IsDir() {
+			skipped = append(skipped, p)
+			return nil
+		}
+		h, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.CopyN(tw, f, fi.Size())
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return skipped, err
+	}
+	return skipped, tw.Close()
+}
+
+// extractTar unpacks r into the existing directory dst. Every path is
+// resolved inside dst by the kernel (openat2 RESOLVE_IN_ROOT) without
+// following any symlink, so no entry, and no symlink an earlier entry
+// made, can put a file outside dst.
+func extractTar(dst string, r io.Reader) error {
+	root, err := os.Open(dst)
+	if err != nil {
+		return errdefs.Invalid("cp: " + err.Error())
+	}
+	defer root.Close()
+	if fi, err := root.Stat(); err != nil || !fi.IsDir() {
+		return errdefs.Invalid("cp: " + dst + " is not a directory")
+	}
+	how := func(flags uint64) *unix.OpenHow {
+		return &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Mode: 0, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	}
+	openParent := func(rel string) (int, string, error) {
+		dir, name := path.Split(rel)
+		dir = strings.TrimSuffix(dir, "/")
+		if dir == "" {
+			dir = "."
+		}
+		fd, err := unix.Openat2(int(root.Fd()), dir, how(unix.O_RDONLY|unix.O_DIRECTORY))
+		return fd, name, err
+	}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("cp: bad archive: %w", err)
+		}
+		rel := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		if rel == "" {
+			continue
+		}
+		pfd, name, err := openParent(rel)
+		if err != nil {
+			return fmt.Errorf("cp: %s: %w", rel, err)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = unix.Mkdirat(pfd, name, uint32(h.Mode&0o777)|0o700)
+			if errors.Is(err, unix.EEXIST) {
+				var st unix.Stat_t
+				if unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+					err = nil
+				}
+			}
+		case tar.TypeReg:
+			o := how(unix.O_WRONLY | unix.O_CREAT | unix.O_TRUNC)
+			o.Mode = uint64(h.Mode&0o777) | 0o600
+			var fd int
+			if fd, err = unix.Openat2(pfd, name, o); err == nil {
+				f := os.NewFile(uintptr(fd), rel)
+				_, err = io.CopyN(f, tr, h.Size)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+		case tar.TypeSymlink:
+			err = unix.Symlinkat(h.Linkname, pfd, name)
+		}
+		unix.Close(pfd)
+		if err != nil {
+			return fmt.Errorf("cp: %s: %w", rel, err)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/daemon"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+)
+
+// serveFile is `airlock serve --config FILE` (YAML or JSON; unknown keys
+// are errors). Flags given on the command line win.
+type serveFile struct {
+	Socket         string `yaml:"socket"`
+	TCP            string `yaml:"tcp"`
+	TLSCert        string `yaml:"tls_cert"`
+	TLSKey         string `yaml:"tls_key"`
+	AdminKeyFile   string `yaml:"admin_key_file"`
+	LogLevel       string `yaml:"log_level"`
+	SubnetPool     string `yaml:"subnet_pool"`
+	ImageCacheSize string `yaml:"image_cache_size"`
+}
+
+func loadServeFile(path string) (*serveFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errdefs.Invalid("--config: " + err.Error())
+	}
+	var f serveFile
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, errdefs.Invalid(fmt.Sprintf("--config %s: %v", path, err))
+	}
+	return &f, nil
+}
+
+func serveCmd(g *globals) *cobra.Command {
+	var (
+		config, socket, tcp, cert, key, adminKey, logLevel, pool string
+	)
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the daemon: long-lived sandboxes for many tenants behind an HTTP API",
+		Long: `serve runs airlock's daemon. It listens on a root-only unix socket (and, with
+--tcp, on TCP with TLS), keeps its state in SQLite under the data directory,
+and adopts the sandboxes a previous daemon left running. On first start it
+writes an admin key to a root-only file and says where; the admin key
+creates tenants, whose keys create and use sandboxes:
+
+  sudo airlock serve &
+  sudo airlock tenant create alice          # prints alice's key once
+  export AIRLOCK_API_KEY=airlock_tenant_...
+  sudo -E airlock create --workspace ./repo # prints the sandbox id
+  sudo -E airlock exec ID -- make test
+
+Stopping the daemon (SIGTERM) leaves every sandbox running; the next
+daemon adopts them. The API is documented in docs/api.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if os.Geteuid() != 0 {
+				return errdefs.Unavailable("root is needed to run the daemon")
+			}
+			fc := &serveFile{}
+			if config != "" {
+				var err error
+				if fc, err = loadServeFile(config); err != nil {
+					return err
+				}
+			}
+			pick := func(flag, file string) string {
+				if cmd.Flags().Changed(flag) || file == "" {
+					return cmd.Flag(flag).Value.String()
+				}
+				return file
+			}
+			socket, tcp, cert, key = pick("socket", fc.Socket), pick("tcp", fc.TCP), pick("tls-cert", fc.TLSCert), pick("tls-key", fc.TLSKey)
+			adminKey, logLevel, pool = pick("admin-key-file", fc.AdminKeyFile), pick("log-level", fc.LogLevel), pick("subnet-pool", fc.SubnetPool)
+			if fc.ImageCacheSize != "" && !cmd.Flags().Changed("image-cache-size") {
+				g.imageCache = fc.ImageCacheSize
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return errdefs.Invalid("--log-level: " + err.Error())
+			}
+			if g.debug {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewJSONHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+			prefix, err := netip.ParsePrefix(pool)
+			if err != nil {
+				return errdefs.Invalid("--subnet-pool: " + err.Error())
+			}
+			cacheBytes, err := spec.ParseSize(g.imageCache)
+			if err != nil {
+				return errdefs.Invalid("--image-cache-size: " + err.Error())
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
+			defer stop()
+			return daemon.Serve(ctx, daemon.ServeConfig{
+				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
+					SubnetPool: prefix, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
+				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey,
+				Ready: func(file string, created bool) {
+					if created {
+						fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
+					}
+					fmt.Fprintf(g.stderr, "airlock: serving on %s\n", socket)
+				},
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, image_cache_size")
+	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only)")
+	f.StringVar(&tcp, "tcp", "", "also serve on this TCP address, with TLS (needs --tls-cert and --tls-key)")
+	f.StringVar(&cert, "tls-cert", "", "TLS certificate (PEM) for --tcp")
+	f.StringVar(&key, "tls-key", "", "TLS private key (PEM) for --tcp")
+	f.StringVar(&adminKey, "admin-key-file", "", "where the admin key is written (default DATA_DIR/admin.key)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
+	f.StringVar(&pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
+	f.StringVar(&g.dnsUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
+	_ = f.MarkHidden("dns-upstream")
+	return c
+}
+
+// adminKeyPath is where serve writes the admin key by default.
+func (g *globals) adminKeyPath() string { return filepath.Join(g.dataDir, "admin.key") }

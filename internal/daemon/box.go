@@ -1,0 +1,225 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
+	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/workspace"
+)
+
+// Box is one long-lived sandbox (airlock serve): init serves the agent on
+// a socket under the state directory instead of running one command.
+type Box struct {
+	e       *Engine
+	sb      *runtime.Sandbox
+	layout  *image.Layout
+	wsDir   string
+	socket  string
+	net     func() *EgressResult
+	cleanup func()
+
+	mu        sync.Mutex // serialises freezes
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ sandbox.Instance = (*Box)(nil)
+
+// agentSocket is where sandbox id's agent listens on the host.
+func (e *Engine) agentSocket(id string) string {
+	return filepath.Join(e.cfg.StateDir, "agents", id+".sock")
+}
+
+// boxNProc leaves init room for its own threads below the pids limit.
+func boxNProc(pids int64) uint64 {
+	if pids > 64 {
+		return uint64(pids - 32)
+	}
+	return 0
+}
+
+// Start creates long-lived sandbox id from s (validated with
+// ValidateLongLived). It implements sandbox.Backend.
+func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.Instance, err error) {
+	if err := s.ValidateLongLived(); err != nil {
+		return nil, err
+	}
+	landlockOn := true
+	if abi := landlock.ABI(); abi < landlock.MinABI {
+		if !s.Degraded("landlock") {
+			return nil, errdefs.Unavailable(fmt.Sprintf("Landlock is unavailable (kernel ABI %d, need %d); allow_degraded [\"landlock\"] runs without it", abi, landlock.MinABI))
+		}
+		landlockOn = false
+	}
+	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
+	if err != nil {
+		return nil, err
+	}
+	b := &Box{e: e, layout: layout, socket: e.agentSocket(id)}
+	defer func() {
+		if err != nil {
+			b.release()
+		}
+	}()
+	reservation, err := e.rt.Reserve(id)
+	if err != nil {
+		return nil, err
+	}
+	defer reservation.Release()
+	b.wsDir = s.Workspace
+	if s.Repo != "" {
+		dir, cleanup, err := workspace.FromRepo(s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
+		if err != nil {
+			return nil, err
+		}
+		b.wsDir, b.cleanup = dir, cleanup
+	}
+	o := e.options(s, layout, id)
+	o.Workspace = b.wsDir
+	o.Landlock = landlockOn
+	o.AgentSocket = b.socket
+	o.NProc = boxNProc(s.Limits.Pids)
+	// Each command chooses its user; root inside gets the small set.
+	o.KeepCaps = rootCaps
+	if s.NetMode() == "proxy" {
+		if b.net, err = e.network(s, id, o, io.Discard); err != nil {
+			return nil, err
+		}
+	}
+	if b.sb, err = e.rt.Create(reservation, o); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Adopt takes over long-lived sandbox id, made by an earlier daemon, whose
+// init has host pid pid. A sandbox that cannot be adopted is destroyed
+// (whatever of it is left) and an error says why.
+func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (sandbox.Instance, error) {
+	sb, err := e.rt.Adopt(id, pid)
+	if err != nil {
+		return nil, err
+	}
+	if s.NetMode() == "proxy" {
+		// The proxy lived in the old daemon; its namespace dies with init.
+		_ = sb.Close()
+		sb.CloseFiles()
+		return nil, fmt.Errorf("%w: sandbox %s: a proxy-mode sandbox cannot be adopted yet (its egress proxy ended with the old daemon); destroyed", errdefs.ErrUnavailable, id)
+	}
+	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
+	if err != nil {
+		_ = sb.Close()
+		sb.CloseFiles()
+		return nil, fmt.Errorf("sandbox %s: its image: %w; destroyed", id, err)
+	}
+	wsDir := s.Workspace
+	if s.Repo != "" {
+		wsDir = filepath.Join(e.cfg.DataDir, "tmp", id)
+	}
+	b := &Box{e: e, sb: sb, layout: layout, wsDir: wsDir, socket: e.agentSocket(id)}
+	if s.Repo != "" {
+		b.cleanup = func() { _ = os.RemoveAll(wsDir) }
+	}
+	return b, nil
+}
+
+// Socket is the host path of the sandbox's agent socket.
+func (b *Box) Socket() string { return b.socket }
+
+// InitPid is init's host pid.
+func (b *Box) InitPid() int { return b.sb.InitPid }
+
+// Done is closed when the sandbox's init has exited.
+func (b *Box) Done() <-chan struct{} { return b.sb.Done() }
+
+// OOM is closed when the OOM killer fired in the sandbox.
+func (b *Box) OOM() <-chan struct{} { return b.sb.OOM() }
+
+// Pause freezes every process of the sandbox.
+func (b *Box) Pause() error { b.mu.Lock(); defer b.mu.Unlock(); return b.sb.Freeze() }
+
+// Resume thaws it.
+func (b *Box) Resume() error { b.mu.Lock(); defer b.mu.Unlock(); return b.sb.Thaw() }
+
+// Usage is the kernel's accounting for the sandbox.
+func (b *Box) Usage() sandbox.Usage {
+	st := b.sb.Stats()
+	return sandbox.Usage{CPU: st.CPUTime, MemoryPeak: st.MemoryPeak, Memory: b.sb.MemoryCurrent(), OOMKills: st.OOMKills, PidsLimited: st.PidsLimited}
+}
+
+// frozen runs fn with the sandbox frozen (as it was, if paused already), so
+// that what the host reads is one consistent state no process changes.
+func (b *Box) frozen(fn func() error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	was := b.sb.Frozen()
+	if !was {
+		if err := b.sb.Freeze(); err != nil {
+			return err
+		}
+		defer func() { _ = b.sb.Thaw() }()
+	}
+	return fn()
+}
+
+// Diff writes the unified diff of /workspace since creation.
+func (b *Box) Diff(w io.Writer) error {
+	return b.frozen(func() error {
+		ch, err := workspace.Changes(b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
+		if err != nil {
+			return fmt.Errorf("workspace changes: %w", err)
+		}
+		return ch.WriteDiff(w)
+	})
+}
+
+// Archive writes a tar of /workspace/rel, read from the host by the
+// safe-access rules.
+func (b *Box) Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error) {
+	err = b.frozen(func() error {
+		var terr error
+		skipped, terr = workspace.Tar(b.sb.Workspace, rel, w, maxBytes)
+		return terr
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		err = fmt.Errorf("%w: /workspace/%s", errdefs.ErrNotFound, rel)
+	}
+	return skipped, err
+}
+
+// Destroy kills every process of the sandbox and removes all it held.
+func (b *Box) Destroy() error {
+	b.closeOnce.Do(func() {
+		b.closeErr = b.sb.Close()
+		b.release()
+	})
+	return b.closeErr
+}
+
+// release gives back what the box holds beside the runtime sandbox.
+func (b *Box) release() {
+	if b.sb != nil {
+		b.sb.CloseFiles()
+	}
+	if b.net != nil {
+		b.net()
+	}
+	if b.layout != nil {
+		b.layout.Done()
+	}
+	if b.cleanup != nil {
+		b.cleanup()
+	}
+	_ = os.Remove(b.socket)
+}

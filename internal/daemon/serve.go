@@ -1,0 +1,178 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+)
+
+// ServeConfig configures `airlock serve`.
+type ServeConfig struct {
+	Engine Config
+	// Socket is the unix socket the API listens on (root only).
+	Socket string
+	// TCP, when set, is an address to serve the API on with TLS too.
+	TCP             string
+	TLSCert, TLSKey string
+	AdminKeyFile    string // default DataDir/admin.key
+	Database        string // default DataDir/airlock.db
+	ShutdownTimeout time.Duration
+	// Ready is called once the API is listening, with the admin key file
+	// and whether it was just written.
+	Ready func(adminKeyFile string, created bool)
+}
+
+// Serve runs the daemon until ctx ends: it adopts the sandboxes a previous
+// daemon left, serves the API, and on shutdown leaves every sandbox
+// running for the next daemon to adopt.
+func Serve(ctx context.Context, c ServeConfig) error {
+	e := &c.Engine
+	if e.StateDir == "" {
+		e.StateDir = "/run/airlock"
+	}
+	if e.DataDir == "" {
+		e.DataDir = "/var/lib/airlock"
+	}
+	if c.Socket == "" {
+		c.Socket = api.DefaultSocket
+	}
+	if c.AdminKeyFile == "" {
+		c.AdminKeyFile = filepath.Join(e.DataDir, "admin.key")
+	}
+	if c.Database == "" {
+		c.Database = filepath.Join(e.DataDir, "airlock.db")
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") || (c.TCP != "" && c.TLSCert == "") {
+		return errdefs.Invalid("a TCP listener needs both a TLS certificate and key")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := sandbox.NewMetrics(reg)
+	e.OnEgress = func(ev egress.Event) { metrics.Egress.WithLabelValues(ev.Decision).Inc() }
+
+	engine, err := NewEngine(*e)
+	if err != nil {
+		return err
+	}
+	log := engine.cfg.Log
+	// One daemon per state directory.
+	lock, err := lockfile.TryLock(filepath.Join(e.StateDir, "daemon.lock"))
+	if err != nil {
+		return err
+	}
+	if lock == nil {
+		return fmt.Errorf("%w: another airlock serve runs on %s", errdefs.ErrFailedPrecondition, e.StateDir)
+	}
+	defer lock.Release()
+	db, err := store.Open(c.Database)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	svc := sandbox.New(sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics})
+	created, err := svc.EnsureAdminKey(ctx, c.AdminKeyFile)
+	if err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	// Adopt what the last daemon left, then clear what nobody holds.
+	if err := svc.Recover(ctx); err != nil {
+		return fmt.Errorf("recover sandboxes: %w", err)
+	}
+	if removed, err := engine.GC(); err != nil {
+		log.Warn("gc", "err", err)
+	} else if len(removed) > 0 {
+		log.Info("gc removed dead sandboxes", "ids", removed)
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	go svc.Run(runCtx)
+
+	h := httpapi.New(svc, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := listenSocket(c.Socket)
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{httpapi.Server(h)}
+	errc := make(chan error, 2)
+	go func() { errc <- servers[0].Serve(ln) }()
+	if c.TCP != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return errdefs.Invalid("TLS certificate: " + err.Error())
+		}
+		tln, err := net.Listen("tcp", c.TCP)
+		if err != nil {
+			return err
+		}
+		srv := httpapi.Server(h)
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		servers = append(servers, srv)
+		go func() { errc <- srv.ServeTLS(tln, "", "") }()
+		log.Info("listening", "tcp", tln.Addr().String())
+	}
+	log.Info("listening", "socket", c.Socket)
+	if c.Ready != nil {
+		c.Ready(c.AdminKeyFile, created)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	log.Info("shutting down; sandboxes keep running for the next daemon")
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(sctx)
+	}
+	stopRun()
+	_ = os.Remove(c.Socket)
+	return nil
+}
+
+// listenSocket listens on a root-only unix socket at path, replacing a
+// stale one but never a live daemon's.
+func listenSocket(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: a daemon already listens on %s", errdefs.ErrFailedPrecondition, path)
+	}
+	_ = os.Remove(path)
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}

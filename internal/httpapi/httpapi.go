@@ -1,0 +1,618 @@
+// Package httpapi is the daemon's HTTP API (docs/api.md) over
+// sandbox.Service: routing, API-key authentication, strict JSON decoding,
+// body caps, NDJSON streams, and the one mapping from error classes
+// (errdefs) to API codes and HTTP statuses.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+)
+
+// Body caps.
+const (
+	maxJSON = 1 << 20
+)
+
+// Handler serves the API.
+type Handler struct {
+	svc     *sandbox.Service
+	log     *slog.Logger
+	metrics http.Handler
+	mux     *http.ServeMux
+}
+
+type route struct {
+	pattern string
+	auth    bool
+	h       func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error
+}
+
+// New builds the handler; metrics serves /metrics (admin key required).
+func New(svc *sandbox.Service, log *slog.Logger, metrics http.Handler) *Handler {
+	h := &Handler{svc: svc, log: log, metrics: metrics, mux: http.NewServeMux()}
+	for _, rt := range h.routes() {
+		rt := rt
+		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			var p *sandbox.Principal
+			if rt.auth {
+				var err error
+				key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				if p, err = svc.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
+					writeError(w, err)
+					return
+				}
+			}
+			tw := &trackWriter{ResponseWriter: w}
+			if err := rt.h(tw, r, p); err != nil {
+				if tw.wrote {
+					return // mid-stream: the client sees the stream cut short
+				}
+				if !errors.Is(err, context.Canceled) {
+					h.log.Debug("request failed", "route", rt.pattern, "err", err)
+				}
+				writeError(tw, err)
+			}
+		})
+	}
+	return h
+}
+
+// Routes lists every route pattern ("METHOD /path"), for documentation
+// checks.
+func (h *Handler) Routes() []string {
+	var out []string
+	for _, rt := range h.routes() {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pat := h.mux.Handler(r); pat == "" {
+		// Not a route, or not this method: JSON errors too.
+		rec := &statusRecorder{header: http.Header{}}
+		h.mux.ServeHTTP(rec, r)
+		if rec.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+			writeJSON(w, http.StatusMethodNotAllowed, &api.Error{Code: api.CodeInvalidArgument, Message: r.Method + " is not allowed on " + r.URL.Path})
+			return
+		}
+		writeJSON(w, http.StatusNotFound, &api.Error{Code: api.CodeNotFound, Message: "no such route: " + r.Method + " " + r.URL.Path})
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// trackWriter remembers whether the reply has started.
+type trackWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackWriter) WriteHeader(code int) { t.wrote = true; t.ResponseWriter.WriteHeader(code) }
+func (t *trackWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+func (t *trackWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header         { return s.header }
+func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
+
+// classes maps error classes to API codes: the one place it is done.
+var classes = []struct {
+	class error
+	code  api.Code
+}{
+	{errdefs.ErrInvalidArgument, api.CodeInvalidArgument},
+	{errdefs.ErrUnauthenticated, api.CodeUnauthenticated},
+	{errdefs.ErrPermissionDenied, api.CodePermissionDenied},
+	{errdefs.ErrNotFound, api.CodeNotFound},
+	{errdefs.ErrAlreadyExists, api.CodeAlreadyExists},
+	{errdefs.ErrFailedPrecondition, api.CodeFailedPrecondition},
+	{errdefs.ErrTooLarge, api.CodeTooLarge},
+	{errdefs.ErrResourceExhausted, api.CodeQuotaExceeded},
+	{errdefs.ErrUnavailable, api.CodeUnavailable},
+	{errdefs.ErrTimeout, api.CodeTimeout},
+	{errdefs.ErrInternal, api.CodeInternal},
+}
+
+// codeOf is the API code of err.
+func codeOf(err error) api.Code {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return api.CodeTooLarge
+	}
+	for _, c := range classes {
+		if errors.Is(err, c.class) {
+			return c.code
+		}
+	}
+	return api.CodeInternal
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code := codeOf(err)
+	msg := err.Error()
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		msg = fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
+	}
+	writeJSON(w, code.Status(), &api.Error{Code: code, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads one JSON object, refusing unknown fields, trailing data
+// and bodies over maxJSON.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return errdefs.Invalid("Content-Type must be application/json")
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSON))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if err == io.EOF {
+			return errdefs.Invalid("request body is empty: send a JSON object")
+		}
+		return errdefs.Invalid("bad JSON: " + err.Error())
+	}
+	if dec.More() {
+		return errdefs.Invalid("bad JSON: data after the object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errdefs.Invalid("bad JSON: data after the object")
+	}
+	return nil
+}
+
+// streamWriter writes NDJSON events, flushing each; the status line goes
+// out with the first event, so an error before it is a normal error reply.
+type streamWriter struct {
+	http.ResponseWriter
+	started bool
+}
+
+func (s *streamWriter) emit(v any) error {
+	if !s.started {
+		s.started = true
+		s.Header().Set("Content-Type", "application/x-ndjson")
+		s.WriteHeader(http.StatusOK)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := s.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// lazyWriter sends the status line and headers with the first byte, so an
+// error before any data is a normal error reply.
+type lazyWriter struct {
+	w           http.ResponseWriter
+	contentType string
+	started     bool
+}
+
+func (l *lazyWriter) Write(b []byte) (int, error) {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", l.contentType)
+		l.w.WriteHeader(http.StatusOK)
+	}
+	return l.w.Write(b)
+}
+
+func (l *lazyWriter) finish() {
+	if !l.started {
+		l.started = true
+		l.w.Header().Set("Content-Type", l.contentType)
+		l.w.WriteHeader(http.StatusOK)
+	}
+}
+
+func query(r *http.Request, name string) string { return r.URL.Query().Get(name) }
+
+func queryInt(r *http.Request, name string, def int) (int, error) {
+	v := query(r, name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, errdefs.Invalid(fmt.Sprintf("%s=%q: not a number", name, v))
+	}
+	return n, nil
+}
+
+func queryBool(r *http.Request, name string) (bool, error) {
+	v := query(r, name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errdefs.Invalid(fmt.Sprintf("%s=%q: want true or false", name, v))
+	}
+	return b, nil
+}
+
+func pid(r *http.Request) (uint32, error) {
+	n, err := strconv.ParseUint(r.PathValue("pid"), 10, 32)
+	if err != nil || n == 0 {
+		return 0, errdefs.Invalid(fmt.Sprintf("pid %q: not a process id", r.PathValue("pid")))
+	}
+	return uint32(n), nil
+}
+
+func (h *Handler) routes() []route {
+	s := h.svc
+	id := func(r *http.Request) string { return r.PathValue("id") }
+	return []route{
+		{"GET /v1/health", false, func(w http.ResponseWriter, r *http.Request, _ *sandbox.Principal) error {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			return nil
+		}},
+		{"GET /metrics", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			if !p.Admin {
+				return errdefs.New(errdefs.ErrPermissionDenied, "metrics need the admin key")
+			}
+			h.metrics.ServeHTTP(w, r)
+			return nil
+		}},
+		{"POST /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.CreateTenant
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			t, err := s.CreateTenant(r.Context(), p, &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, t)
+			return nil
+		}},
+		{"GET /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			ts, err := s.Tenants(r.Context(), p)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, ts)
+			return nil
+		}},
+		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			if err := s.DeleteTenant(r.Context(), p, r.PathValue("name")); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"POST /v1/kill-all", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.KillAll
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			if p.Admin && req.Tenant == "" && query(r, "all") != "true" {
+				return errdefs.Invalid(`the admin's kill switch needs a tenant, or ?all=true to destroy every sandbox of every tenant`)
+			}
+			ids, err := s.KillAll(r.Context(), p, req.Tenant)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, &api.Killed{Destroyed: ids})
+			return nil
+		}},
+		{"POST /v1/sandboxes", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.CreateSandbox
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			sb, err := s.Create(r.Context(), p, &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, sb)
+			return nil
+		}},
+		{"GET /v1/sandboxes", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			writeJSON(w, http.StatusOK, s.List(r.Context(), p))
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			sb, err := s.Get(r.Context(), p, id(r))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, sb)
+			return nil
+		}},
+		{"DELETE /v1/sandboxes/{id}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			if err := s.Destroy(r.Context(), p, id(r)); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/pause", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			sb, err := s.Pause(r.Context(), p, id(r))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, sb)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/resume", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			sb, err := s.Resume(r.Context(), p, id(r))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, sb)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/extend", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.Extend
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			sb, err := s.Extend(r.Context(), p, id(r), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, sb)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/exec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.Exec
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			sw := &streamWriter{ResponseWriter: w}
+			return s.Exec(r.Context(), p, id(r), &req, func(ev *api.ExecEvent) error { return sw.emit(ev) })
+		}},
+		{"GET /v1/sandboxes/{id}/processes", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			ps, err := s.Processes(r.Context(), p, id(r))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, ps)
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}/processes/{pid}/stream", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			n, err := pid(r)
+			if err != nil {
+				return err
+			}
+			sw := &streamWriter{ResponseWriter: w}
+			return s.Attach(r.Context(), p, id(r), n, func(ev *api.ExecEvent) error { return sw.emit(ev) })
+		}},
+		{"POST /v1/sandboxes/{id}/processes/{pid}/input", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			n, err := pid(r)
+			if err != nil {
+				return err
+			}
+			var req api.Input
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			if err := s.Input(r.Context(), p, id(r), n, &req); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/processes/{pid}/signal", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			n, err := pid(r)
+			if err != nil {
+				return err
+			}
+			var req api.Signal
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			if err := s.Signal(r.Context(), p, id(r), n, req.Signal); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/processes/{pid}/resize", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			n, err := pid(r)
+			if err != nil {
+				return err
+			}
+			var req api.TTY
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			if err := s.Resize(r.Context(), p, id(r), n, &req); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			max, err := queryInt(r, "max_bytes", sandbox.MaxFileBytes)
+			if err != nil {
+				return err
+			}
+			lw := &lazyWriter{w: w, contentType: "application/octet-stream"}
+			if err := s.ReadFile(r.Context(), p, id(r), query(r, "path"), query(r, "user"), lw, int64(max)); err != nil {
+				return err
+			}
+			lw.finish()
+			return nil
+		}},
+		{"PUT /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			mode := fs.FileMode(0o644)
+			if m := query(r, "mode"); m != "" {
+				n, err := strconv.ParseUint(m, 8, 32)
+				if err != nil || n > 0o777 {
+					return errdefs.Invalid(fmt.Sprintf("mode=%q: want octal permissions such as 644", m))
+				}
+				mode = fs.FileMode(n)
+			}
+			parents, err := queryBool(r, "parents")
+			if err != nil {
+				return err
+			}
+			data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, sandbox.MaxFileBytes))
+			if err != nil {
+				return err
+			}
+			if err := s.WriteFile(r.Context(), p, id(r), query(r, "path"), query(r, "user"), mode, data, parents); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"DELETE /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			if err := s.Remove(r.Context(), p, id(r), query(r, "path"), query(r, "user")); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}/stat", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			e, err := s.Stat(r.Context(), p, id(r), query(r, "path"), query(r, "user"))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, e)
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}/dir", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			depth, err := queryInt(r, "depth", 1)
+			if err != nil {
+				return err
+			}
+			es, err := s.ListDir(r.Context(), p, id(r), query(r, "path"), query(r, "user"), depth)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, es)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/mkdir", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.MakeDir
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			e, err := s.MakeDir(r.Context(), p, id(r), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, e)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/move", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.Move
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			e, err := s.Move(r.Context(), p, id(r), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, e)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/edit", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.Edit
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			if err := s.Edit(r.Context(), p, id(r), &req); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}/watch", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			rec, err := queryBool(r, "recursive")
+			if err != nil {
+				return err
+			}
+			sw := &streamWriter{ResponseWriter: w}
+			return s.Watch(r.Context(), p, id(r), query(r, "path"), query(r, "user"), rec, func(ev *api.WatchEvent) error { return sw.emit(ev) })
+		}},
+		{"PUT /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			skipped, err := s.Upload(r.Context(), p, id(r), query(r, "path"), query(r, "user"), http.MaxBytesReader(w, r.Body, sandbox.MaxArchiveBytes+10<<20))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, map[string][]string{"skipped": nonNil(skipped)})
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			// The tar is built whole first (on the frozen sandbox, capped),
+			// so that a failure is an error reply, not a cut archive.
+			var buf bytes.Buffer
+			skipped, err := s.Download(r.Context(), p, id(r), query(r, "path"), &buf)
+			if err != nil {
+				return err
+			}
+			w.Header().Set("Content-Type", "application/x-tar")
+			if len(skipped) > 0 {
+				b, _ := json.Marshal(skipped)
+				w.Header().Set("X-Airlock-Skipped", string(b))
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+			_, err = buf.WriteTo(w)
+			return err
+		}},
+		{"GET /v1/sandboxes/{id}/diff", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var buf bytes.Buffer
+			if err := s.Diff(r.Context(), p, id(r), &buf); err != nil {
+				return err
+			}
+			w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
+			_, err := buf.WriteTo(w)
+			return err
+		}},
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Server returns an http.Server for h with sane timeouts.
+func Server(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: 5 * time.Minute}
+}

@@ -1,0 +1,188 @@
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// In agent mode init keeps the workspace's upper layer and merged view
+// open at these descriptor numbers for the sandbox's whole life.
+const (
+	AgentWorkspaceUpperFD = 90
+	AgentWorkspaceFD      = 91
+)
+
+// Agent is what init hands the in-sandbox agent when it serves one
+// (Config.Agent) instead of running a single command.
+type Agent struct {
+	// Listener is a listening unix socket bound in a host directory that
+	// no sandbox can see: only the host connects to it.
+	Listener *os.File
+	// Launcher starts commands with init's confinement.
+	Launcher *Launcher
+	UID, GID uint32 // the sandbox user
+	Home     string
+	Env      []string // the sandbox's base environment
+	Cwd      string   // the default working directory
+}
+
+// Launcher starts, signals and reaps the sandbox's commands. Commands are
+// forked from init's locked main thread: it alone carries the dropped
+// capabilities, the Landlock domain and the rlimits the commands must
+// inherit, and under Landlock's signal scoping only a thread of that domain
+// may signal them. Every other thread of init (the agent's) only queues work
+// for it.
+type Launcher struct {
+	work    chan func()
+	started chan struct{}
+
+	mu      sync.Mutex
+	waiters map[int]chan syscall.WaitStatus
+}
+
+func newLauncher() *Launcher {
+	return &Launcher{work: make(chan func()), started: make(chan struct{}, 1), waiters: map[int]chan syscall.WaitStatus{}}
+}
+
+// ErrNotFound means the command's program was not found (exit code 127);
+// it matches os.ErrNotExist.
+var ErrNotFound error = notFound{}
+
+type notFound struct{}
+
+func (notFound) Error() string        { return "command not found" }
+func (notFound) Is(target error) bool { return target == os.ErrNotExist }
+
+// Start forks and execs argv[0], looked up in attr.Env's PATH, from init's
+// main thread. attr.Sys must name the credentials: nothing runs as init.
+func (l *Launcher) Start(argv []string, attr *syscall.ProcAttr) (int, error) {
+	if len(argv) == 0 || attr == nil || attr.Sys == nil || attr.Sys.Credential == nil {
+		return 0, errors.New("launcher: argv and credentials are required")
+	}
+	path, _, err := lookPath(argv[0], attr.Env)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s", ErrNotFound, argv[0])
+	}
+	type result struct {
+		pid int
+		err error
+	}
+	done := make(chan result, 1)
+	l.work <- func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		pid, err := syscall.ForkExec(path, argv, attr)
+		if err == nil {
+			l.waiters[pid] = make(chan syscall.WaitStatus, 1)
+			select {
+			case l.started <- struct{}{}:
+			default:
+			}
+		}
+		done <- result{pid, err}
+	}
+	r := <-done
+	if errors.Is(r.err, unix.ENOENT) {
+		return 0, fmt.Errorf("%w: %s", ErrNotFound, argv[0])
+	}
+	return r.pid, r.err
+}
+
+// Signal sends sig to the process group of pid (every command leads one).
+func (l *Launcher) Signal(pid int, sig syscall.Signal) error {
+	done := make(chan error, 1)
+	l.work <- func() { done <- unix.Kill(-pid, sig) }
+	return <-done
+}
+
+// Wait blocks until pid, started by Start, has exited. Each pid is waited
+// for once.
+func (l *Launcher) Wait(pid int) (syscall.WaitStatus, error) {
+	l.mu.Lock()
+	ch, ok := l.waiters[pid]
+	l.mu.Unlock()
+	if !ok {
+		return 0, fmt.Errorf("pid %d was not started by the launcher", pid)
+	}
+	ws := <-ch
+	l.mu.Lock()
+	delete(l.waiters, pid)
+	l.mu.Unlock()
+	return ws, nil
+}
+
+// reap waits for every child of init: the commands, and the orphans
+// re-parented to it (dropped).
+func (l *Launcher) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.ECHILD:
+			<-l.started
+			continue
+		case err != nil:
+			continue
+		}
+		l.mu.Lock()
+		if ch, ok := l.waiters[pid]; ok {
+			ch <- syscall.WaitStatus(ws) // buffered; Wait removes the entry
+		}
+		l.mu.Unlock()
+	}
+}
+
+// serveAgent reports ready, lets the host go, and runs the agent until it
+// fails; init's main thread launches commands for it meanwhile.
+func serveAgent(cfg *Config, listener int, readyFDs []int, serve func(Agent) error) error {
+	if serve == nil {
+		return errors.New("this init has no agent")
+	}
+	lap("agent")
+	if err := Send(SyncFD, Report{Kind: "ready", Steps: steps}, readyFDs); err != nil {
+		return err
+	}
+	// The host may restart and need the workspace layers again: init keeps
+	// them at fixed numbers, where the host reopens them through /proc.
+	for i, fd := range readyFDs {
+		if err := unix.Dup3(fd, AgentWorkspaceUpperFD+i, unix.O_CLOEXEC); err != nil {
+			return err
+		}
+		unix.Close(fd)
+	}
+	// From here on the host may come and go; init does not depend on it.
+	unix.Close(SyncFD)
+	l := newLauncher()
+	go l.reap()
+	failed := make(chan error, 1)
+	go func() {
+		failed <- serve(Agent{
+			Listener: os.NewFile(uintptr(listener), "agent"),
+			Launcher: l, UID: cfg.UID, GID: cfg.GID, Home: cfg.Home, Env: cfg.Env, Cwd: cfg.Cwd,
+		})
+	}()
+	for {
+		select {
+		case f := <-l.work:
+			f()
+		case <-signals:
+			// The sandbox ends by SIGKILL from the host; nothing to forward.
+		case err := <-failed:
+			os.Exit(agentFailed(err))
+		}
+	}
+}
+
+// agentFailed is init's exit code when the agent stops; the host sees the
+// sandbox die and records it.
+func agentFailed(err error) int {
+	fmt.Fprintf(os.Stderr, "airlock init: agent stopped: %v\n", err)
+	return 1
+}

@@ -1,0 +1,159 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/airlock-sandbox/airlock/api/agentpb"
+	"github.com/airlock-sandbox/airlock/api/agentpb/agentpbconnect"
+	"github.com/airlock-sandbox/airlock/api/filesystem/filesystemconnect"
+	"github.com/airlock-sandbox/airlock/api/process/processconnect"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// AgentProtocol is the agent protocol version this daemon speaks
+// (internal/agent.Protocol). An agent answering another is not adopted.
+const AgentProtocol = 1
+
+// Caps on what the daemon accepts from an agent (it is inside the sandbox,
+// so untrusted): one message, and the rate of calls per sandbox.
+const (
+	maxAgentMessage = 64 << 20
+	agentRate       = 2000 // calls per second per sandbox
+)
+
+// agentClient talks to one sandbox's agent over its host-side socket,
+// with HTTP/2 without TLS (the socket is root-only and reaches only init).
+type agentClient struct {
+	proc  processconnect.ProcessClient
+	fs    filesystemconnect.FilesystemClient
+	files agentpbconnect.AgentClient
+	tr    *http.Transport
+	rate  *limiter
+}
+
+func newAgentClient(socket string) *agentClient {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxResponseHeaderBytes: 64 << 10,
+		IdleConnTimeout:        5 * time.Minute,
+	}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: tr}
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAgentMessage), connect.WithSendMaxBytes(maxAgentMessage)}
+	const base = "http://agent"
+	return &agentClient{
+		proc:  processconnect.NewProcessClient(hc, base, opts...),
+		fs:    filesystemconnect.NewFilesystemClient(hc, base, opts...),
+		files: agentpbconnect.NewAgentClient(hc, base, opts...),
+		tr:    tr,
+		rate:  newLimiter(agentRate),
+	}
+}
+
+func (a *agentClient) close() { a.tr.CloseIdleConnections() }
+
+// hello checks the agent's protocol version.
+func (a *agentClient) hello(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := a.files.Hello(ctx, connect.NewRequest(&agentpb.HelloRequest{}))
+	if err != nil {
+		return fmt.Errorf("%w: the sandbox's agent does not answer: %v", errdefs.ErrUnavailable, err)
+	}
+	if res.Msg.GetProtocol() != AgentProtocol {
+		return fmt.Errorf("%w: the sandbox's agent speaks protocol %d, this daemon %d", errdefs.ErrUnavailable, res.Msg.GetProtocol(), AgentProtocol)
+	}
+	return nil
+}
+
+// asUser sets the user an agent call acts as (envd's convention: the user
+// name of HTTP basic authorization).
+func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
+	if user == "" {
+		user = "user"
+	}
+	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	return req
+}
+
+// agentError classes an agent's answer. Its message came from inside the
+// sandbox and says so.
+func agentError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	msg := ce.Message()
+	if len(msg) > 1024 {
+		msg = msg[:1024] + "…"
+	}
+	class := errdefs.ErrInternal
+	switch ce.Code() {
+	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
+		class = errdefs.ErrInvalidArgument
+	case connect.CodeNotFound:
+		class = errdefs.ErrNotFound
+	case connect.CodeAlreadyExists:
+		class = errdefs.ErrAlreadyExists
+	case connect.CodePermissionDenied:
+		class = errdefs.ErrPermissionDenied
+	case connect.CodeFailedPrecondition:
+		class = errdefs.ErrFailedPrecondition
+	case connect.CodeResourceExhausted:
+		class = errdefs.ErrResourceExhausted
+	case connect.CodeDeadlineExceeded:
+		class = errdefs.ErrTimeout
+	case connect.CodeUnavailable, connect.CodeCanceled:
+		class = errdefs.ErrUnavailable
+	case connect.CodeDataLoss:
+		class = errdefs.ErrFailedPrecondition
+	}
+	return errdefs.New(class, msg+" (reported by the sandbox)")
+}
+
+// limiter is a token bucket: at most rate calls per second, bursts of rate.
+type limiter struct {
+	tokens chan struct{}
+}
+
+func newLimiter(rate int) *limiter {
+	l := &limiter{tokens: make(chan struct{}, rate)}
+	for i := 0; i < rate; i++ {
+		l.tokens <- struct{}{}
+	}
+	return l
+}
+
+// refill runs once per second for every live limiter (see Service.tick).
+func (l *limiter) refill() {
+	for {
+		select {
+		case l.tokens <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+func (l *limiter) take() error {
+	select {
+	case <-l.tokens:
+		return nil
+	default:
+		return errdefs.New(errdefs.ErrResourceExhausted, "too many calls on this sandbox: slow down")
+	}
+}

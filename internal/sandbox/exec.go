@@ -1,0 +1,300 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/api/process"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+func validUser(u string) error {
+	switch u {
+	case "", "user", "root":
+		return nil
+	}
+	return errdefs.Invalid(fmt.Sprintf("user %q: want \"user\" or \"root\"", u))
+}
+
+// Exec runs a command in sandbox id and streams its events to emit: the
+// start (pid), output, and the end. A background command returns after
+// its start. A foreground command whose caller goes away is killed.
+func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return errdefs.Invalid("cmd is empty")
+	}
+	if err := validUser(req.User); err != nil {
+		return err
+	}
+	timeout, err := parseDuration("timeout", req.Timeout, 0, MaxTTL)
+	if err != nil {
+		return err
+	}
+	if req.TTY != nil && (req.TTY.Rows == 0 || req.TTY.Cols == 0) {
+		return errdefs.Invalid("tty: rows and cols must be positive")
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	start := &process.StartRequest{Process: &process.ProcessConfig{Cmd: req.Cmd[0], Args: req.Cmd[1:], Envs: req.Env}}
+	if req.Cwd != "" {
+		start.Process.Cwd = &req.Cwd
+	}
+	if req.Tag != "" {
+		start.Tag = &req.Tag
+	}
+	stdin := req.KeepStdin || len(req.Stdin) > 0
+	start.Stdin = &stdin
+	if req.TTY != nil {
+		start.Pty = &process.PTY{Size: &process.PTY_Size{Rows: uint32(req.TTY.Rows), Cols: uint32(req.TTY.Cols)}}
+	}
+	// The stream lives until the command ends (or, for a background
+	// command, until it has started); the caller's ctx decides a kill.
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := b.agent.proc.Start(sctx, asUser(connect.NewRequest(start), req.User))
+	if err != nil {
+		return agentError(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		// A command that cannot start ends the way a shell reports it:
+		// 127 not found, 126 not executable.
+		var ce *connect.Error
+		if errors.As(stream.Err(), &ce) && (ce.Code() == connect.CodeNotFound || ce.Code() == connect.CodeFailedPrecondition) {
+			code := 126
+			if ce.Code() == connect.CodeNotFound {
+				code = 127
+			}
+			return emit(&api.ExecEvent{End: &api.ExecEnd{ExitCode: code, Status: "not started", Error: agentError(ce).Error()}})
+		}
+		return s.streamEnded(b, stream.Err())
+	}
+	st := stream.Msg().GetEvent().GetStart()
+	if st == nil {
+		return errdefs.New(errdefs.ErrInternal, "the sandbox's agent did not report the start (reported by the sandbox)")
+	}
+	pid := st.GetPid()
+	s.cfg.Metrics.execs.Inc()
+	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
+	kill := func() {
+		kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer kcancel()
+		_, _ = b.agent.proc.SendSignal(kctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL}))
+	}
+	if err := emit(&api.ExecEvent{PID: pid}); err != nil {
+		if !req.Background {
+			kill()
+		}
+		return err
+	}
+	if len(req.Stdin) > 0 {
+		if _, err := b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: req.Stdin}}})); err != nil {
+			return agentError(err)
+		}
+	}
+	if len(req.Stdin) > 0 && !req.KeepStdin {
+		if _, err := b.agent.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel})); err != nil {
+			return agentError(err)
+		}
+	}
+	if req.Background {
+		return nil
+	}
+	var timedOut atomic.Bool
+	var timer *time.Timer
+	if timeout > 0 {
+		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); kill() })
+		defer timer.Stop()
+	}
+	stop := context.AfterFunc(ctx, kill) // the caller went away
+	defer stop()
+	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
+		if ev.End != nil {
+			if timer != nil {
+				timer.Stop()
+			}
+			if timedOut.Load() {
+				ev.End.TimedOut = true
+				ev.End.ExitCode = 124
+				ev.End.Status = fmt.Sprintf("timeout (%v) reached: killed", timeout)
+				s.cfg.Metrics.limitKills.WithLabelValues("timeout").Inc()
+			}
+			s.cfg.Metrics.execSeconds.Observe(time.Since(t0).Seconds())
+		}
+		return emit(ev)
+	})
+	if errors.Is(err, errStreamEnded) {
+		return s.reportSandboxEnd(b, stream.Err(), emit)
+	}
+	return err
+}
+
+var errStreamEnded = errors.New("stream ended without an end event")
+
+// relay turns agent process events into API events until the end.
+func relay(receive func() bool, msg func() *process.ProcessEvent, emit func(*api.ExecEvent) error) error {
+	for receive() {
+		ev := msg()
+		var out api.ExecEvent
+		switch e := ev.GetEvent().(type) {
+		case *process.ProcessEvent_Data:
+			out.Stdout, out.Stderr, out.PTY = e.Data.GetStdout(), e.Data.GetStderr(), e.Data.GetPty()
+		case *process.ProcessEvent_End:
+			out.End = &api.ExecEnd{ExitCode: int(e.End.GetExitCode()), Status: e.End.GetStatus(), Error: e.End.GetError()}
+			if len(out.End.Status) > 256 {
+				out.End.Status = out.End.Status[:256]
+			}
+			if len(out.End.Error) > 1024 {
+				out.End.Error = out.End.Error[:1024]
+			}
+		default:
+			continue // start (already reported), keep-alive
+		}
+		if err := emit(&out); err != nil {
+			return err
+		}
+		if out.End != nil {
+			return nil
+		}
+	}
+	return errStreamEnded
+}
+
+// reportSandboxEnd ends a command's stream whose sandbox died under it.
+func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecEvent) error) error {
+	select {
+	case <-b.inst.Done():
+	case <-time.After(2 * time.Second):
+		return s.streamEnded(b, streamErr)
+	}
+	select {
+	case <-b.ended:
+	case <-time.After(30 * time.Second):
+	}
+	b.mu.Lock()
+	reason := b.rec.EndReason
+	b.mu.Unlock()
+	return emit(&api.ExecEvent{End: &api.ExecEnd{ExitCode: 137, Status: "sandbox ended", SandboxEnded: true, EndReason: reason}})
+}
+
+func (s *Service) streamEnded(b *box, err error) error {
+	select {
+	case <-b.inst.Done():
+		return errdefs.New(errdefs.ErrNotFound, "the sandbox ended")
+	default:
+	}
+	if err == nil {
+		return errdefs.New(errdefs.ErrInternal, "the sandbox's agent closed the stream (reported by the sandbox)")
+	}
+	return agentError(err)
+}
+
+func selector(pid uint32) *process.ProcessSelector {
+	return &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
+}
+
+// Attach streams a running command's events from now on, to its end.
+func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error {
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	stream, err := b.agent.proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: selector(pid)}))
+	if err != nil {
+		return agentError(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		return s.streamEnded(b, stream.Err())
+	}
+	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, emit)
+	if errors.Is(err, errStreamEnded) {
+		return s.reportSandboxEnd(b, stream.Err(), emit)
+	}
+	return err
+}
+
+// Processes lists a sandbox's running commands.
+func (s *Service) Processes(ctx context.Context, t *Principal, id string) ([]api.Process, error) {
+	b, err := s.use(t, id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.agent.proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
+	if err != nil {
+		return nil, agentError(err)
+	}
+	out := []api.Process{}
+	for _, p := range res.Msg.GetProcesses() {
+		out = append(out, api.Process{PID: p.GetPid(), Tag: p.GetTag(), Cmd: append([]string{p.GetConfig().GetCmd()}, p.GetConfig().GetArgs()...), Cwd: p.GetConfig().GetCwd()})
+		if len(out) >= 10_000 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Input writes to a command's stdin (or terminal), or closes its stdin.
+func (s *Service) Input(ctx context.Context, t *Principal, id string, pid uint32, in *api.Input) error {
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	if len(in.Data) > 0 {
+		// Try stdin; a command on a terminal takes it there.
+		_, err := b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}}))
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodeFailedPrecondition {
+			_, err = b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: in.Data}}}))
+		}
+		if err != nil {
+			return agentError(err)
+		}
+	}
+	if in.EOF {
+		if _, err := b.agent.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: selector(pid)})); err != nil {
+			return agentError(err)
+		}
+	}
+	return nil
+}
+
+// Signal sends TERM or KILL to a command's process group.
+func (s *Service) Signal(ctx context.Context, t *Principal, id string, pid uint32, sig string) error {
+	var ps process.Signal
+	switch sig {
+	case "TERM", "SIGTERM":
+		ps = process.Signal_SIGNAL_SIGTERM
+	case "KILL", "SIGKILL":
+		ps = process.Signal_SIGNAL_SIGKILL
+	default:
+		return errdefs.Invalid(fmt.Sprintf("signal %q: want TERM or KILL", sig))
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	_, err = b.agent.proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: selector(pid), Signal: ps}))
+	return agentError(err)
+}
+
+// Resize changes a command's terminal size.
+func (s *Service) Resize(ctx context.Context, t *Principal, id string, pid uint32, tty *api.TTY) error {
+	if tty.Rows == 0 || tty.Cols == 0 {
+		return errdefs.Invalid("rows and cols must be positive")
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	_, err = b.agent.proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: selector(pid), Pty: &process.PTY{Size: &process.PTY_Size{Rows: uint32(tty.Rows), Cols: uint32(tty.Cols)}}}))
+	return agentError(err)
+}

@@ -1,0 +1,363 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/api/agentpb"
+	"github.com/airlock-sandbox/airlock/api/filesystem"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Caps on file calls.
+const (
+	MaxFileBytes    = 64 << 20 // one read or write
+	MaxArchiveBytes = 1 << 30  // an upload or download
+	maxArchiveFiles = 100_000
+)
+
+// cleanPath checks a path given for a sandbox's filesystem. Paths are
+// resolved by the agent inside the sandbox; this rejects what no file
+// there can be called.
+func cleanPath(p string) (string, error) {
+	switch {
+	case p == "":
+		return "", errdefs.Invalid("path is empty")
+	case len(p) > 4096:
+		return "", errdefs.Invalid("path is longer than 4096 bytes")
+	case strings.ContainsRune(p, 0):
+		return "", errdefs.Invalid("path contains a NUL byte")
+	}
+	if !strings.HasPrefix(p, "/") {
+		return p, nil // relative to the user's home, resolved inside
+	}
+	return path.Clean(p), nil
+}
+
+func entry(e *filesystem.EntryInfo) api.FileEntry {
+	out := api.FileEntry{Name: e.GetName(), Path: e.GetPath(), Size: e.GetSize(), Mode: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(), Modified: e.GetModifiedTime().AsTime()}
+	switch {
+	case e.SymlinkTarget != nil:
+		out.Type, out.Target = "symlink", e.GetSymlinkTarget()
+	case e.GetType() == filesystem.FileType_FILE_TYPE_DIRECTORY:
+		out.Type = "dir"
+	default:
+		out.Type = "file"
+	}
+	return out
+}
+
+// ReadFile streams a file of the sandbox to w (at most max bytes).
+func (s *Service) ReadFile(ctx context.Context, t *Principal, id, p, user string, w io.Writer, max int64) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	if err := validUser(user); err != nil {
+		return err
+	}
+	if max <= 0 || max > MaxFileBytes {
+		max = MaxFileBytes
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	stream, err := b.agent.files.ReadFile(ctx, connect.NewRequest(&agentpb.ReadFileRequest{Path: p, User: user, MaxBytes: max}))
+	if err != nil {
+		return agentError(err)
+	}
+	defer stream.Close()
+	var n int64
+	for stream.Receive() {
+		d := stream.Msg().GetData()
+		if n += int64(len(d)); n > max {
+			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("%s is larger than %d bytes", p, max))
+		}
+		if _, err := w.Write(d); err != nil {
+			return err
+		}
+	}
+	return agentError(stream.Err())
+}
+
+// WriteFile replaces (or creates) a file of the sandbox.
+func (s *Service) WriteFile(ctx context.Context, t *Principal, id, p, user string, mode fs.FileMode, data []byte, parents bool) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	if err := validUser(user); err != nil {
+		return err
+	}
+	if len(data) > MaxFileBytes {
+		return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("a file of at most %d bytes per call", MaxFileBytes))
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	_, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents}))
+	return agentError(err)
+}
+
+// Edit replaces one exact, unique occurrence of a string in a file.
+func (s *Service) Edit(ctx context.Context, t *Principal, id string, req *api.Edit) error {
+	p, err := cleanPath(req.Path)
+	if err != nil {
+		return err
+	}
+	if err := validUser(req.User); err != nil {
+		return err
+	}
+	if req.Old == "" {
+		return errdefs.Invalid("old is empty")
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	_, err = b.agent.files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
+	return agentError(err)
+}
+
+// Stat describes one file.
+func (s *Service) Stat(ctx context.Context, t *Principal, id, p, user string) (*api.FileEntry, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.agent.fs.Stat(ctx, asUser(connect.NewRequest(&filesystem.StatRequest{Path: p}), user))
+	if err != nil {
+		return nil, agentError(err)
+	}
+	e := entry(res.Msg.GetEntry())
+	return &e, nil
+}
+
+// ListDir lists a directory, depth levels deep (1: its entries only).
+func (s *Service) ListDir(ctx context.Context, t *Principal, id, p, user string, depth int) ([]api.FileEntry, error) {
+	p, err := cleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if depth < 0 || depth > 64 {
+		return nil, errdefs.Invalid("depth: 1 to 64")
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.agent.fs.ListDir(ctx, asUser(connect.NewRequest(&filesystem.ListDirRequest{Path: p, Depth: uint32(depth)}), user))
+	if err != nil {
+		return nil, agentError(err)
+	}
+	out := make([]api.FileEntry, 0, len(res.Msg.GetEntries()))
+	for _, e := range res.Msg.GetEntries() {
+		out = append(out, entry(e))
+	}
+	return out, nil
+}
+
+// MakeDir creates a directory and its parents.
+func (s *Service) MakeDir(ctx context.Context, t *Principal, id string, req *api.MakeDir) (*api.FileEntry, error) {
+	p, err := cleanPath(req.Path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.agent.fs.MakeDir(ctx, asUser(connect.NewRequest(&filesystem.MakeDirRequest{Path: p}), req.User))
+	if err != nil {
+		return nil, agentError(err)
+	}
+	e := entry(res.Msg.GetEntry())
+	return &e, nil
+}
+
+// Move renames a file or directory.
+func (s *Service) Move(ctx context.Context, t *Principal, id string, req *api.Move) (*api.FileEntry, error) {
+	from, err := cleanPath(req.From)
+	if err != nil {
+		return nil, err
+	}
+	to, err := cleanPath(req.To)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.agent.fs.Move(ctx, asUser(connect.NewRequest(&filesystem.MoveRequest{Source: from, Destination: to}), req.User))
+	if err != nil {
+		return nil, agentError(err)
+	}
+	e := entry(res.Msg.GetEntry())
+	return &e, nil
+}
+
+// Remove deletes a file or a directory tree.
+func (s *Service) Remove(ctx context.Context, t *Principal, id, p, user string) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	_, err = b.agent.fs.Remove(ctx, asUser(connect.NewRequest(&filesystem.RemoveRequest{Path: p}), user))
+	return agentError(err)
+}
+
+var opNames = map[filesystem.EventType]string{
+	filesystem.EventType_EVENT_TYPE_CREATE: "create", filesystem.EventType_EVENT_TYPE_WRITE: "write",
+	filesystem.EventType_EVENT_TYPE_REMOVE: "remove", filesystem.EventType_EVENT_TYPE_RENAME: "rename",
+	filesystem.EventType_EVENT_TYPE_CHMOD: "chmod",
+}
+
+// Watch streams changes under a directory until ctx ends.
+func (s *Service) Watch(ctx context.Context, t *Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error {
+	p, err := cleanPath(p)
+	if err != nil {
+		return err
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	stream, err := b.agent.fs.WatchDir(ctx, asUser(connect.NewRequest(&filesystem.WatchDirRequest{Path: p, Recursive: recursive}), user))
+	if err != nil {
+		return agentError(err)
+	}
+	defer stream.Close()
+	started := false
+	for stream.Receive() {
+		switch e := stream.Msg().GetEvent().(type) {
+		case *filesystem.WatchDirResponse_Start:
+			started = true
+			if err := emit(&api.WatchEvent{Op: "start", Path: p}); err != nil {
+				return err
+			}
+		case *filesystem.WatchDirResponse_Filesystem:
+			name := e.Filesystem.GetName()
+			if len(name) > 4096 {
+				continue
+			}
+			if err := emit(&api.WatchEvent{Path: name, Op: opNames[e.Filesystem.GetType()]}); err != nil {
+				return err
+			}
+		}
+	}
+	if !started {
+		return agentError(stream.Err())
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return agentError(stream.Err())
+}
+
+// Upload unpacks a tar stream into directory dir of the sandbox, through
+// its agent: regular files and directories only, every name kept under
+// dir. It returns the names it skipped.
+func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string, r io.Reader) (skipped []string, err error) {
+	dir, err = cleanPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := validUser(user); err != nil {
+		return nil, err
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return nil, err
+	}
+	tr := tar.NewReader(io.LimitReader(r, MaxArchiveBytes+1))
+	var total int64
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return skipped, nil
+		}
+		if err != nil {
+			return skipped, errdefs.Invalid("upload: not a tar stream: " + err.Error())
+		}
+		if n >= maxArchiveFiles {
+			return skipped, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("upload: more than %d entries", maxArchiveFiles))
+		}
+		rel := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		if rel == "" || strings.ContainsRune(rel, 0) {
+			continue
+		}
+		target := path.Join(dir, rel)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			_, err = b.agent.fs.MakeDir(ctx, asUser(connect.NewRequest(&filesystem.MakeDirRequest{Path: target}), user))
+			if ce := new(connect.Error); errors.As(err, &ce) && ce.Code() == connect.CodeAlreadyExists {
+				err = nil
+			}
+		case tar.TypeReg:
+			if h.Size > MaxFileBytes {
+				return skipped, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("upload: %s is larger than %d bytes", h.Name, MaxFileBytes))
+			}
+			if total += h.Size; total > MaxArchiveBytes {
+				return skipped, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("upload: more than %d bytes", int64(MaxArchiveBytes)))
+			}
+			data, rerr := io.ReadAll(io.LimitReader(tr, h.Size))
+			if rerr != nil {
+				return skipped, errdefs.Invalid("upload: " + rerr.Error())
+			}
+			_, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: target, Data: data, User: user, Mode: uint32(h.Mode & 0o777), MakeParents: true}))
+		default:
+			skipped = append(skipped, h.Name)
+			continue
+		}
+		if err != nil {
+			return skipped, agentError(err)
+		}
+	}
+}
+
+// Download writes a tar of /workspace/rel, read from the host by the
+// safe-access rules on the frozen sandbox (not through the agent).
+func (s *Service) Download(ctx context.Context, t *Principal, id, p string, w io.Writer) (skipped []string, err error) {
+	p, err = cleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	rel, ok := strings.CutPrefix(p, "/workspace")
+	if !ok || (rel != "" && rel[0] != '/') {
+		return nil, errdefs.Invalid("download reads /workspace (or a path under it) from the host; read other files with cat")
+	}
+	b, err := s.use(t, id)
+	if err != nil {
+		return nil, err
+	}
+	return b.inst.Archive(strings.TrimPrefix(rel, "/"), w, MaxArchiveBytes)
+}
+
+// Diff writes the unified diff of the sandbox's /workspace since creation
+// (names only for binary files, deletions and special files).
+func (s *Service) Diff(ctx context.Context, t *Principal, id string, w io.Writer) error {
+	b, err := s.use(t, id)
+	if err != nil {
+		return err
+	}
+	return b.inst.Diff(w)
+}

@@ -1,0 +1,671 @@
+// Package sandbox is the long-lived sandboxes' lifecycle: the registry of
+// live sandboxes per tenant, their state machine (running ⇄ paused →
+// ended), quotas, TTL and idle expiry, the kill switch, re-adoption after a
+// daemon restart, and every call on a sandbox's agent. It talks to the host
+// through the Backend interface (internal/daemon) and keeps its records in
+// internal/store; the HTTP adapter (internal/httpapi) sits on top.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// Usage is the kernel's accounting for one sandbox.
+type Usage struct {
+	CPU                  time.Duration
+	Memory, MemoryPeak   int64
+	OOMKills, PidsLimited int64
+}
+
+// Instance is one live sandbox on the host.
+type Instance interface {
+	Socket() string // the agent's host-side socket
+	InitPid() int
+	Done() <-chan struct{} // closed when the sandbox's init has exited
+	OOM() <-chan struct{}  // closed when the OOM killer fired in it
+	Pause() error
+	Resume() error
+	Usage() Usage
+	Diff(w io.Writer) error
+	Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error)
+	Destroy() error
+}
+
+// Backend makes and adopts sandboxes on the host.
+type Backend interface {
+	Start(ctx context.Context, id string, s *spec.Spec) (Instance, error)
+	Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (Instance, error)
+}
+
+// Defaults.
+const (
+	DefaultTTL      = time.Hour
+	MaxTTL          = 7 * 24 * time.Hour
+	DefaultCPUPeriod = time.Hour
+	keepEnded       = 24 * time.Hour // ended records are listed this long
+)
+
+// Config configures the service.
+type Config struct {
+	Backend Backend
+	Store   *store.Store
+	Log     *slog.Logger
+	Metrics *Metrics
+	// Now is the clock (tests move it).
+	Now func() time.Time
+}
+
+// Service holds every live sandbox of every tenant.
+type Service struct {
+	cfg     Config
+	mu      sync.Mutex
+	boxes   map[string]*box
+	pending map[string]int // creates in flight per tenant
+	keys    map[string]string // key hash → tenant (cache)
+	cpu     map[string]*cpuBudget
+}
+
+// box is one live sandbox.
+type box struct {
+	mu     sync.Mutex
+	rec    store.Sandbox
+	spec   spec.Spec
+	inst   Instance
+	agent  *agentClient
+	ending bool
+	ended  chan struct{} // closed once it is destroyed and recorded
+	// cpuSeen is the CPU time already charged to the tenant's budget.
+	cpuSeen time.Duration
+}
+
+// New makes the service. Call Recover before serving, then Run.
+func New(cfg Config) *Service {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]int{}, keys: map[string]string{}, cpu: map[string]*cpuBudget{}}
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func parseDuration(field, s string, def, max time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || (max > 0 && d > max) {
+		return 0, errdefs.Invalid(fmt.Sprintf("%s %q: want a duration such as 30m, at most %v", field, s, max))
+	}
+	return d, nil
+}
+
+// specOf turns a create request into a validated spec.
+func specOf(req *api.CreateSandbox) (spec.Spec, time.Duration, time.Duration, error) {
+	s := spec.Default()
+	if req.Image != "" {
+		s.Image = req.Image
+	}
+	s.WritableRootfs = req.WritableRootfs
+	s.Workspace, s.Repo, s.Commit = req.Workspace, req.Repo, req.Commit
+	if s.Repo != "" && s.Commit == "" {
+		s.Commit = "HEAD"
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		s.Env = append(s.Env, k+"="+req.Env[k])
+	}
+	s.Hostname = req.Hostname
+	s.AllowDegraded = req.AllowDegraded
+	l := req.Limits
+	if l.MemoryBytes != 0 {
+		s.Limits.Memory = l.MemoryBytes
+	}
+	if l.DiskBytes != 0 {
+		s.Limits.Disk = l.DiskBytes
+	}
+	if l.CPUs != 0 {
+		s.Limits.CPUs = l.CPUs
+	}
+	if l.Pids != 0 {
+		s.Limits.Pids = l.Pids
+	}
+	n := req.Network
+	s.Net.Mode, s.Net.Allow, s.Net.Deny = n.Mode, n.Allow, n.Deny
+	if n.EgressBytes != 0 {
+		s.Net.EgressBytes = n.EgressBytes
+	}
+	if n.MaxConns != 0 {
+		s.Net.MaxConns = n.MaxConns
+	}
+	ttl, err := parseDuration("ttl", req.TTL, DefaultTTL, MaxTTL)
+	if err != nil {
+		return s, 0, 0, err
+	}
+	if ttl == 0 {
+		return s, 0, 0, errdefs.Invalid("ttl must be positive")
+	}
+	idle, err := parseDuration("idle_timeout", req.IdleTimeout, 0, MaxTTL)
+	if err != nil {
+		return s, 0, 0, err
+	}
+	s.Timeout = ttl
+	if len(req.Metadata) > 64 {
+		return s, 0, 0, errdefs.Invalid("metadata: at most 64 keys")
+	}
+	for k, v := range req.Metadata {
+		if len(k) == 0 || len(k) > 128 || len(v) > 4096 {
+			return s, 0, 0, errdefs.Invalid("metadata: keys of 1–128 bytes, values up to 4096")
+		}
+	}
+	if len(req.Trigger.Inputs) > 256 || len(req.Trigger.TaskID) > 256 || len(req.Trigger.PromptDigest) > 256 {
+		return s, 0, 0, errdefs.Invalid("trigger: task_id and prompt_digest up to 256 bytes, at most 256 inputs")
+	}
+	return s, ttl, idle, s.ValidateLongLived()
+}
+
+// Create makes a sandbox for tenant t.
+func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
+	if t.Admin {
+		return nil, errdefs.New(errdefs.ErrPermissionDenied, "the admin key manages tenants; create sandboxes with a tenant's key")
+	}
+	sp, ttl, idle, err := specOf(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.admit(t, &sp); err != nil {
+		s.cfg.Metrics.createsRefused.Inc()
+		return nil, err
+	}
+	defer func() {
+		s.mu.Lock()
+		s.pending[t.Tenant]--
+		s.mu.Unlock()
+	}()
+	id := newID()
+	t0 := time.Now()
+	inst, err := s.cfg.Backend.Start(ctx, id, &sp)
+	if err != nil {
+		s.cfg.Metrics.createFailures.Inc()
+		return nil, err
+	}
+	ag := newAgentClient(inst.Socket())
+	if err := ag.hello(ctx); err != nil {
+		_ = inst.Destroy()
+		return nil, err
+	}
+	now := s.cfg.Now()
+	specJSON, _ := json.Marshal(sp)
+	meta, _ := json.Marshal(req.Metadata)
+	trig, _ := json.Marshal(req.Trigger)
+	b := &box{spec: sp, inst: inst, agent: ag, ended: make(chan struct{}), rec: store.Sandbox{
+		ID: id, Tenant: t.Tenant, State: api.StateRunning, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
+		Created: now, Expires: now.Add(ttl), IdleTimeout: idle, LastActive: now, InitPid: inst.InitPid(),
+	}}
+	if err := s.cfg.Store.PutSandbox(ctx, b.rec); err != nil {
+		_ = inst.Destroy()
+		return nil, fmt.Errorf("record sandbox: %w", err)
+	}
+	s.mu.Lock()
+	s.boxes[id] = b
+	s.mu.Unlock()
+	go s.watch(b)
+	s.cfg.Metrics.creates.Inc()
+	s.cfg.Metrics.createSeconds.Observe(time.Since(t0).Seconds())
+	s.cfg.Log.Info("sandbox created", "id", id, "tenant", t.Tenant, "image", sp.Image, "took", time.Since(t0))
+	return s.describe(b, true), nil
+}
+
+// admit checks tenant t's quotas for one more sandbox like sp and counts
+// it as pending.
+func (s *Service) admit(t *Principal, sp *spec.Spec) error {
+	q := t.Quotas
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.cpu[t.Tenant]; b != nil && b.exhausted(q, s.cfg.Now()) {
+		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s has used its CPU budget (%.0f s per %s); creates resume when the period ends", t.Tenant, q.CPUSeconds, q.CPUPeriod))
+	}
+	n, mem, cpus := s.pending[t.Tenant], int64(0), 0.0
+	for _, b := range s.boxes {
+		if b.rec.Tenant == t.Tenant {
+			n++
+			mem += b.spec.Limits.Memory
+			cpus += b.spec.Limits.CPUs
+		}
+	}
+	// Pending creates count by the new sandbox's size: a close estimate.
+	mem += int64(s.pending[t.Tenant]) * sp.Limits.Memory
+	cpus += float64(s.pending[t.Tenant]) * sp.Limits.CPUs
+	switch {
+	case q.MaxSandboxes > 0 && n+1 > q.MaxSandboxes:
+		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may have %d sandboxes at once and has %d", t.Tenant, q.MaxSandboxes, n))
+	case q.MaxMemory > 0 && mem+sp.Limits.Memory > q.MaxMemory:
+		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %s of memory in all; its sandboxes hold %s and this one asks %s", t.Tenant, spec.FormatSize(q.MaxMemory), spec.FormatSize(mem), spec.FormatSize(sp.Limits.Memory)))
+	case q.MaxCPUs > 0 && cpus+sp.Limits.CPUs > q.MaxCPUs+1e-9:
+		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %g CPUs in all; its sandboxes hold %g and this one asks %g", t.Tenant, q.MaxCPUs, cpus, sp.Limits.CPUs))
+	}
+	s.pending[t.Tenant]++
+	return nil
+}
+
+// get finds sandbox id of tenant t. Another tenant's sandbox is not found,
+// exactly as a missing one.
+func (s *Service) get(t *Principal, id string) (*box, error) {
+	s.mu.Lock()
+	b, ok := s.boxes[id]
+	s.mu.Unlock()
+	if !ok || (!t.Admin && b.rec.Tenant != t.Tenant) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+quoteID(id))
+	}
+	return b, nil
+}
+
+func quoteID(id string) string {
+	if len(id) > 64 {
+		id = id[:64] + "…"
+	}
+	return fmt.Sprintf("%q", id)
+}
+
+// use finds a running sandbox for an operation and marks it active.
+func (s *Service) use(t *Principal, id string) (*box, error) {
+	b, err := s.get(t, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.ending:
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+quoteID(id)+" (it is ending)")
+	case b.rec.State == api.StatePaused:
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "sandbox "+id+" is paused: resume it first")
+	}
+	if err := b.agent.rate.take(); err != nil {
+		return nil, err
+	}
+	b.rec.LastActive = s.cfg.Now()
+	return b, nil
+}
+
+// Get describes one sandbox (live, or ended within the last day).
+func (s *Service) Get(ctx context.Context, t *Principal, id string) (*api.Sandbox, error) {
+	if b, err := s.get(t, id); err == nil {
+		return s.describe(b, true), nil
+	}
+	recs, err := s.cfg.Store.Sandboxes(ctx, api.StateEnded)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.ID == id && (t.Admin || r.Tenant == t.Tenant) {
+			return describeRecord(r, nil), nil
+		}
+	}
+	return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+quoteID(id))
+}
+
+// List describes tenant t's live sandboxes (every tenant's for the admin).
+func (s *Service) List(_ context.Context, t *Principal) []*api.Sandbox {
+	s.mu.Lock()
+	var bs []*box
+	for _, b := range s.boxes {
+		if t.Admin || b.rec.Tenant == t.Tenant {
+			bs = append(bs, b)
+		}
+	}
+	s.mu.Unlock()
+	out := make([]*api.Sandbox, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, s.describe(b, false))
+	}
+	slices.SortFunc(out, func(a, b *api.Sandbox) int { return a.Created.Compare(b.Created) })
+	return out
+}
+
+func (s *Service) describe(b *box, usage bool) *api.Sandbox {
+	b.mu.Lock()
+	rec := b.rec
+	b.mu.Unlock()
+	var u *Usage
+	if usage {
+		x := b.inst.Usage()
+		u = &x
+	}
+	return describeRecord(rec, u)
+}
+
+func describeRecord(r store.Sandbox, u *Usage) *api.Sandbox {
+	var sp spec.Spec
+	_ = json.Unmarshal([]byte(r.Spec), &sp)
+	out := &api.Sandbox{
+		ID: r.ID, Tenant: r.Tenant, State: r.State, Image: sp.Image, Created: r.Created, Expires: r.Expires,
+		LastActive: r.LastActive, EndReason: r.EndReason,
+		Limits:  api.Limits{MemoryBytes: sp.Limits.Memory, DiskBytes: sp.Limits.Disk, CPUs: sp.Limits.CPUs, Pids: sp.Limits.Pids},
+		Network: api.Network{Mode: sp.NetMode(), Allow: sp.Net.Allow, Deny: sp.Net.Deny, EgressBytes: sp.Net.EgressBytes, MaxConns: sp.Net.MaxConns},
+	}
+	if r.IdleTimeout > 0 {
+		out.IdleTimeout = r.IdleTimeout.String()
+	}
+	_ = json.Unmarshal([]byte(r.Metadata), &out.Metadata)
+	_ = json.Unmarshal([]byte(r.Trigger), &out.Trigger)
+	if !r.Ended.IsZero() {
+		e := r.Ended
+		out.Ended = &e
+	}
+	if u != nil {
+		out.Usage = &api.Usage{CPUSeconds: u.CPU.Seconds(), MemoryBytes: u.Memory, MemoryPeakBytes: u.MemoryPeak, OOMKills: u.OOMKills, PidsLimited: u.PidsLimited}
+	}
+	return out
+}
+
+// Pause freezes every process of a sandbox; its TTL still runs.
+func (s *Service) Pause(ctx context.Context, t *Principal, id string) (*api.Sandbox, error) {
+	return s.setPaused(ctx, t, id, true)
+}
+
+// Resume thaws a paused sandbox.
+func (s *Service) Resume(ctx context.Context, t *Principal, id string) (*api.Sandbox, error) {
+	return s.setPaused(ctx, t, id, false)
+}
+
+func (s *Service) setPaused(ctx context.Context, t *Principal, id string, pause bool) (*api.Sandbox, error) {
+	b, err := s.get(t, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer func() { b.mu.Unlock() }()
+	if b.ending {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+quoteID(id)+" (it is ending)")
+	}
+	if pause == (b.rec.State == api.StatePaused) {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s is already %s", id, b.rec.State))
+	}
+	if pause {
+		err = b.inst.Pause()
+		b.rec.State = api.StatePaused
+	} else {
+		err = b.inst.Resume()
+		b.rec.State = api.StateRunning
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.rec.LastActive = s.cfg.Now()
+	rec := b.rec
+	b.mu.Unlock()
+	err = s.cfg.Store.PutSandbox(ctx, rec)
+	b.mu.Lock()
+	if err != nil {
+		return nil, err
+	}
+	return describeRecord(rec, nil), nil
+}
+
+// Extend moves a sandbox's expiry to ttl from now.
+func (s *Service) Extend(ctx context.Context, t *Principal, id string, req *api.Extend) (*api.Sandbox, error) {
+	ttl, err := parseDuration("ttl", req.TTL, 0, MaxTTL)
+	if err != nil {
+		return nil, err
+	}
+	if ttl <= 0 {
+		return nil, errdefs.Invalid("ttl must be positive")
+	}
+	b, err := s.get(t, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.rec.Expires = s.cfg.Now().Add(ttl)
+	b.rec.LastActive = s.cfg.Now()
+	rec := b.rec
+	b.mu.Unlock()
+	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
+		return nil, err
+	}
+	return describeRecord(rec, nil), nil
+}
+
+// Destroy ends a sandbox and answers when it is gone.
+func (s *Service) Destroy(_ context.Context, t *Principal, id string) error {
+	b, err := s.get(t, id)
+	if err != nil {
+		return err
+	}
+	s.end(b, "destroyed by request")
+	return nil
+}
+
+// KillAll destroys every sandbox of tenant (every tenant's when tenant is
+// "" and t is the admin) and answers when they are all gone.
+func (s *Service) KillAll(_ context.Context, t *Principal, tenant string) ([]string, error) {
+	switch {
+	case !t.Admin && tenant != "" && tenant != t.Tenant:
+		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(tenant))
+	case !t.Admin:
+		tenant = t.Tenant
+	}
+	s.mu.Lock()
+	var bs []*box
+	for _, b := range s.boxes {
+		if tenant == "" || b.rec.Tenant == tenant {
+			bs = append(bs, b)
+		}
+	}
+	s.mu.Unlock()
+	reason := "kill switch (tenant " + tenant + ")"
+	if tenant == "" {
+		reason = "kill switch (all tenants)"
+	}
+	var wg sync.WaitGroup
+	ids := make([]string, len(bs))
+	for i, b := range bs {
+		ids[i] = b.rec.ID
+		wg.Add(1)
+		go func() { defer wg.Done(); s.end(b, reason) }()
+	}
+	wg.Wait()
+	slices.Sort(ids)
+	s.cfg.Log.Warn("kill switch", "tenant", tenant, "destroyed", len(ids))
+	return ids, nil
+}
+
+// end destroys b (once) and records why; every caller returns only when
+// it is gone.
+func (s *Service) end(b *box, reason string) {
+	b.mu.Lock()
+	if b.ending {
+		b.mu.Unlock()
+		<-b.ended
+		return
+	}
+	b.ending = true
+	b.mu.Unlock()
+	s.chargeCPU(b)
+	b.agent.close()
+	err := b.inst.Destroy()
+	if err != nil {
+		s.cfg.Log.Error("destroy", "id", b.rec.ID, "err", err)
+	}
+	s.mu.Lock()
+	delete(s.boxes, b.rec.ID)
+	s.mu.Unlock()
+	b.mu.Lock()
+	b.rec.State, b.rec.Ended, b.rec.EndReason = api.StateEnded, s.cfg.Now(), reason
+	rec := b.rec
+	b.mu.Unlock()
+	if err := s.cfg.Store.PutSandbox(context.Background(), rec); err != nil {
+		s.cfg.Log.Error("record sandbox end", "id", rec.ID, "err", err)
+	}
+	s.cfg.Metrics.ends.WithLabelValues(endLabel(reason)).Inc()
+	s.cfg.Log.Info("sandbox ended", "id", rec.ID, "tenant", rec.Tenant, "reason", reason)
+	close(b.ended)
+}
+
+// watch ends a sandbox whose init died on its own (a limit, a crash).
+func (s *Service) watch(b *box) {
+	select {
+	case <-b.inst.Done():
+	case <-b.ended:
+		return
+	}
+	reason := "the sandbox's init exited (its agent stopped)"
+	select {
+	case <-b.inst.OOM():
+		reason = fmt.Sprintf("memory limit (%s) exceeded: the sandbox was destroyed", spec.FormatSize(b.spec.Limits.Memory))
+		s.cfg.Metrics.limitKills.WithLabelValues("memory").Inc()
+	default:
+		if b.inst.Usage().PidsLimited > 0 {
+			reason += fmt.Sprintf("; its pids limit (%d) had been reached", b.spec.Limits.Pids)
+			s.cfg.Metrics.limitKills.WithLabelValues("pids").Inc()
+		}
+	}
+	s.end(b, reason)
+}
+
+// Recover adopts the sandboxes an earlier daemon left running and records
+// the ones it cannot (their remains are destroyed).
+func (s *Service) Recover(ctx context.Context) error {
+	recs, err := s.cfg.Store.Sandboxes(ctx, api.StateRunning, api.StatePaused)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, r := range recs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.adopt(ctx, r)
+		}()
+	}
+	wg.Wait()
+	return s.cfg.Store.PruneEnded(ctx, s.cfg.Now().Add(-keepEnded))
+}
+
+func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
+	fail := func(err error) {
+		r.State, r.Ended, r.EndReason = api.StateEnded, s.cfg.Now(), "not adopted after a daemon restart: "+err.Error()
+		if perr := s.cfg.Store.PutSandbox(ctx, r); perr != nil {
+			s.cfg.Log.Error("record sandbox end", "id", r.ID, "err", perr)
+		}
+		s.cfg.Log.Warn("sandbox not adopted", "id", r.ID, "err", err)
+		s.cfg.Metrics.ends.WithLabelValues("lost").Inc()
+	}
+	var sp spec.Spec
+	if err := json.Unmarshal([]byte(r.Spec), &sp); err != nil {
+		fail(fmt.Errorf("its record is unreadable: %v", err))
+		return
+	}
+	inst, err := s.cfg.Backend.Adopt(ctx, r.ID, &sp, r.InitPid)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ag := newAgentClient(inst.Socket())
+	if err := ag.hello(ctx); err != nil {
+		_ = inst.Destroy()
+		fail(err)
+		return
+	}
+	r.LastActive = s.cfg.Now() // idle time restarts with the daemon
+	b := &box{rec: r, spec: sp, inst: inst, agent: ag, ended: make(chan struct{}), cpuSeen: inst.Usage().CPU}
+	s.mu.Lock()
+	s.boxes[r.ID] = b
+	s.mu.Unlock()
+	go s.watch(b)
+	s.cfg.Metrics.adopted.Inc()
+	s.cfg.Log.Info("sandbox adopted", "id", r.ID, "tenant", r.Tenant)
+}
+
+// Run expires sandboxes (TTL, idle), enforces CPU budgets and refills the
+// agents' rate limits, once a second, until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.tick(ctx)
+		}
+	}
+}
+
+func (s *Service) tick(ctx context.Context) {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	bs := slices.Collect(maps.Values(s.boxes))
+	s.mu.Unlock()
+	states := map[string]float64{}
+	var wg sync.WaitGroup
+	for _, b := range bs {
+		b.agent.rate.refill()
+		b.mu.Lock()
+		rec := b.rec
+		ending := b.ending
+		b.mu.Unlock()
+		if ending {
+			continue
+		}
+		states[rec.State]++
+		reason := ""
+		switch {
+		case !now.Before(rec.Expires):
+			reason = "TTL expired"
+			s.cfg.Metrics.limitKills.WithLabelValues("ttl").Inc()
+		case rec.IdleTimeout > 0 && now.Sub(rec.LastActive) >= rec.IdleTimeout:
+			reason = fmt.Sprintf("idle for %v", rec.IdleTimeout)
+			s.cfg.Metrics.limitKills.WithLabelValues("idle").Inc()
+		}
+		if reason != "" {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.end(b, reason) }()
+		}
+	}
+	for _, st := range []string{api.StateRunning, api.StatePaused} {
+		s.cfg.Metrics.sandboxes.WithLabelValues(st).Set(states[st])
+	}
+	s.enforceCPU(ctx, bs)
+	wg.Wait()
+}
+
+func endLabel(reason string) string {
+	switch {
+	case reason == "destroyed by request":
+		return "destroyed"
+	case reason == "TTL expired":
+		return "ttl"
+	case len(reason) > 4 && reason[:4] == "idle":
+		return "idle"
+	case len(reason) > 11 && reason[:11] == "kill switch":
+		return "kill_switch"
+	case len(reason) > 3 && reason[:3] == "cpu":
+		return "cpu_budget"
+	}
+	return "died"
+}

@@ -1,0 +1,257 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// Principal is who a request comes from: the admin, or one tenant.
+type Principal struct {
+	Admin  bool
+	Tenant string
+	Quotas api.Quotas
+}
+
+const adminKeyMeta = "admin_key_hash"
+
+// newKey returns a fresh API key: 256 random bits, with a prefix that says
+// what it is (so secret scanners can find leaked ones).
+func newKey(kind string) string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return "airlock_" + kind + "_" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// EnsureAdminKey writes a new admin key to path (root only) when the
+// database has none, and says whether it did.
+func (s *Service) EnsureAdminKey(ctx context.Context, path string) (bool, error) {
+	h, err := s.cfg.Store.Meta(ctx, adminKeyMeta)
+	if err != nil {
+		return false, err
+	}
+	if h != "" {
+		if _, err := os.Stat(path); err == nil {
+			return false, nil
+		}
+	}
+	key := newKey("admin")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return false, err
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(key+"\n"), 0o600); err != nil {
+		return false, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return false, err
+	}
+	return true, s.cfg.Store.SetMeta(ctx, adminKeyMeta, store.HashKey(key))
+}
+
+// Authenticate maps an API key to its principal.
+func (s *Service) Authenticate(ctx context.Context, key string) (*Principal, error) {
+	if key == "" {
+		return nil, errdefs.New(errdefs.ErrUnauthenticated, "no API key: send Authorization: Bearer <key>")
+	}
+	h := store.HashKey(key)
+	admin, err := s.cfg.Store.Meta(ctx, adminKeyMeta)
+	if err != nil {
+		return nil, err
+	}
+	if admin != "" && h == admin {
+		return &Principal{Admin: true}, nil
+	}
+	t, err := s.cfg.Store.TenantByKey(ctx, h)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrUnauthenticated, "unknown API key")
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := &Principal{Tenant: t.Name}
+	_ = json.Unmarshal([]byte(t.Quotas), &p.Quotas)
+	return p, nil
+}
+
+var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+func validQuotas(q api.Quotas) error {
+	if q.MaxSandboxes < 0 || q.MaxMemory < 0 || q.MaxCPUs < 0 || q.CPUSeconds < 0 {
+		return errdefs.Invalid("quotas must not be negative")
+	}
+	if _, err := parseDuration("cpu_period", q.CPUPeriod, DefaultCPUPeriod, 31*24*time.Hour); err != nil {
+		return err
+	}
+	return nil
+}
+
+func admin(p *Principal) error {
+	if !p.Admin {
+		return errdefs.New(errdefs.ErrPermissionDenied, "this needs the admin key")
+	}
+	return nil
+}
+
+// CreateTenant adds a tenant and returns its key, shown this once.
+func (s *Service) CreateTenant(ctx context.Context, p *Principal, req *api.CreateTenant) (*api.Tenant, error) {
+	if err := admin(p); err != nil {
+		return nil, err
+	}
+	if !tenantName.MatchString(req.Name) {
+		return nil, errdefs.Invalid(fmt.Sprintf("tenant name %q: 1–63 of a-z, 0-9, _ and -, starting with a letter or digit", req.Name))
+	}
+	if err := validQuotas(req.Quotas); err != nil {
+		return nil, err
+	}
+	key := newKey("tenant")
+	q, _ := json.Marshal(req.Quotas)
+	now := s.cfg.Now()
+	err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now})
+	if errors.Is(err, store.ErrExists) {
+		return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.Log.Info("tenant created", "tenant", req.Name)
+	return &api.Tenant{Name: req.Name, Quotas: req.Quotas, Created: now, Key: key}, nil
+}
+
+// Tenants lists the tenants (admin), or the caller's own tenant.
+func (s *Service) Tenants(ctx context.Context, p *Principal) ([]*api.Tenant, error) {
+	ts, err := s.cfg.Store.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	count := map[string]int{}
+	for _, b := range s.boxes {
+		count[b.rec.Tenant]++
+	}
+	s.mu.Unlock()
+	out := []*api.Tenant{}
+	for _, t := range ts {
+		if !p.Admin && t.Name != p.Tenant {
+			continue
+		}
+		at := &api.Tenant{Name: t.Name, Created: t.Created, Sandboxes: count[t.Name]}
+		_ = json.Unmarshal([]byte(t.Quotas), &at.Quotas)
+		s.mu.Lock()
+		if b := s.cpu[t.Name]; b != nil {
+			at.CPUSeconds = b.used.Seconds()
+		}
+		s.mu.Unlock()
+		out = append(out, at)
+	}
+	return out, nil
+}
+
+// DeleteTenant destroys a tenant's sandboxes and removes it; its key stops
+// working at once.
+func (s *Service) DeleteTenant(ctx context.Context, p *Principal, name string) error {
+	if err := admin(p); err != nil {
+		return err
+	}
+	if _, err := s.KillAll(ctx, p, name); err != nil {
+		return err
+	}
+	if err := s.cfg.Store.DeleteTenant(ctx, name); errors.Is(err, store.ErrNotFound) {
+		return errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
+	} else if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.cpu, name)
+	s.mu.Unlock()
+	return nil
+}
+
+// cpuBudget is one tenant's CPU use in its current period.
+type cpuBudget struct {
+	start time.Time
+	used  time.Duration
+}
+
+func (b *cpuBudget) exhausted(q api.Quotas, now time.Time) bool {
+	if q.CPUSeconds <= 0 {
+		return false
+	}
+	period, _ := parseDuration("cpu_period", q.CPUPeriod, DefaultCPUPeriod, 0)
+	if now.Sub(b.start) >= period {
+		return false // a new period starts with the next tick
+	}
+	return b.used.Seconds() >= q.CPUSeconds
+}
+
+// chargeCPU adds what b used since last charged to its tenant's budget.
+func (s *Service) chargeCPU(b *box) {
+	cpu := b.inst.Usage().CPU
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bud := s.cpu[b.rec.Tenant]
+	if bud == nil {
+		bud = &cpuBudget{start: s.cfg.Now()}
+		s.cpu[b.rec.Tenant] = bud
+	}
+	if cpu > b.cpuSeen {
+		bud.used += cpu - b.cpuSeen
+		b.cpuSeen = cpu
+	}
+}
+
+// enforceCPU charges every live sandbox's CPU time, rolls budget periods
+// over, and stops the sandboxes of tenants past their budget.
+func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
+	ts, err := s.cfg.Store.Tenants(ctx)
+	if err != nil {
+		return
+	}
+	// Budgets carry over a daemon restart: load them before charging.
+	s.mu.Lock()
+	for _, t := range ts {
+		if s.cpu[t.Name] == nil {
+			s.cpu[t.Name] = &cpuBudget{start: t.CPUPeriodStart, used: t.CPUUsed}
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range bs {
+		s.chargeCPU(b)
+	}
+	now := s.cfg.Now()
+	for _, t := range ts {
+		var q api.Quotas
+		_ = json.Unmarshal([]byte(t.Quotas), &q)
+		period, _ := parseDuration("cpu_period", q.CPUPeriod, DefaultCPUPeriod, 0)
+		s.mu.Lock()
+		bud := s.cpu[t.Name]
+		if now.Sub(bud.start) >= period {
+			bud.start, bud.used = now, 0
+		}
+		start, used := bud.start, bud.used
+		s.mu.Unlock()
+		if start != t.CPUPeriodStart || used != t.CPUUsed {
+			_ = s.cfg.Store.SetTenantCPU(ctx, t.Name, start, used)
+		}
+		if q.CPUSeconds > 0 && used.Seconds() >= q.CPUSeconds {
+			reason := fmt.Sprintf("cpu budget of tenant %s exhausted (%.1f s of %.0f s per %v)", t.Name, used.Seconds(), q.CPUSeconds, period)
+			for _, b := range bs {
+				if b.rec.Tenant == t.Name {
+					s.cfg.Metrics.limitKills.WithLabelValues("cpu_budget").Inc()
+					go s.end(b, reason)
+				}
+			}
+		}
+	}
+}

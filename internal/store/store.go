@@ -1,0 +1,263 @@
+// Package store keeps the daemon's durable state in SQLite
+// (modernc.org/sqlite, no cgo): tenants with their hashed keys and quotas,
+// and every sandbox the daemon made, so that a restarted daemon can adopt
+// the live ones and a rebooted host can clean up the rest. It imports the
+// standard library and the driver only.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite" // also registers the "sqlite" driver
+)
+
+// ErrNotFound: no such row.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists: a row with that key already exists.
+var ErrExists = errors.New("already exists")
+
+// Store is the daemon's database.
+type Store struct{ db *sql.DB }
+
+const schema = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+	name TEXT PRIMARY KEY,
+	key_hash TEXT NOT NULL UNIQUE,
+	quotas TEXT NOT NULL,
+	created INTEGER NOT NULL,
+	cpu_period_start INTEGER NOT NULL DEFAULT 0,
+	cpu_used_ns INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS sandboxes (
+	id TEXT PRIMARY KEY,
+	tenant TEXT NOT NULL,
+	state TEXT NOT NULL,
+	spec TEXT NOT NULL,
+	metadata TEXT NOT NULL,
+	trigger_record TEXT NOT NULL,
+	created INTEGER NOT NULL,
+	expires INTEGER NOT NULL,
+	idle_timeout_ms INTEGER NOT NULL,
+	last_active INTEGER NOT NULL,
+	init_pid INTEGER NOT NULL DEFAULT 0,
+	ended INTEGER NOT NULL DEFAULT 0,
+	end_reason TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes (tenant, state);
+`
+
+// Open opens (creating) the database at path, root-only.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1) // one writer; SQLite serialises anyway
+	if _, err := db.Exec(schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		_ = os.Chmod(p, 0o600)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// HashKey is how API keys are stored: SHA-256 of a 256-bit random key
+// (a slow hash adds nothing for keys of that strength).
+func HashKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:])
+}
+
+// Meta reads a daemon-wide value ("" when unset).
+func (s *Store) Meta(ctx context.Context, key string) (string, error) {
+	var v string
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, err
+}
+
+// SetMeta writes a daemon-wide value.
+func (s *Store) SetMeta(ctx context.Context, key, value string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
+}
+
+// Tenant is one customer.
+type Tenant struct {
+	Name           string
+	KeyHash        string
+	Quotas         string // JSON, owned by internal/sandbox
+	Created        time.Time
+	CPUPeriodStart time.Time
+	CPUUsed        time.Duration
+}
+
+// CreateTenant adds a tenant; ErrExists if the name is taken.
+func (s *Store) CreateTenant(ctx context.Context, t Tenant) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO tenants (name, key_hash, quotas, created, cpu_period_start, cpu_used_ns) VALUES (?, ?, ?, ?, ?, 0)`,
+		t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli())
+	if err != nil && isConstraint(err) {
+		return fmt.Errorf("tenant %s: %w", t.Name, ErrExists)
+	}
+	return err
+}
+
+func scanTenant(sc interface{ Scan(...any) error }) (Tenant, error) {
+	var t Tenant
+	var created, start, used int64
+	err := sc.Scan(&t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used)
+	t.Created, t.CPUPeriodStart, t.CPUUsed = time.UnixMilli(created), time.UnixMilli(start), time.Duration(used)
+	return t, err
+}
+
+const tenantCols = `name, key_hash, quotas, created, cpu_period_start, cpu_used_ns`
+
+// TenantByKey finds the tenant whose key hashes to keyHash.
+func (s *Store) TenantByKey(ctx context.Context, keyHash string) (Tenant, error) {
+	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE key_hash = ?`, keyHash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, ErrNotFound
+	}
+	return t, err
+}
+
+// Tenants lists every tenant by name.
+func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Tenant
+	for rows.Next() {
+		t, err := scanTenant(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// DeleteTenant removes a tenant (its sandboxes' records stay as history).
+func (s *Store) DeleteTenant(ctx context.Context, name string) error {
+	r, err := s.db.ExecContext(ctx, `DELETE FROM tenants WHERE name = ?`, name)
+	return affected(r, err)
+}
+
+// SetTenantCPU records a tenant's CPU budget period and use in it.
+func (s *Store) SetTenantCPU(ctx context.Context, name string, start time.Time, used time.Duration) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE tenants SET cpu_period_start = ?, cpu_used_ns = ? WHERE name = ?`, start.UnixMilli(), int64(used), name)
+	return err
+}
+
+// Sandbox is one sandbox's record.
+type Sandbox struct {
+	ID          string
+	Tenant      string
+	State       string
+	Spec        string // JSON spec.Spec
+	Metadata    string // JSON object
+	Trigger     string // JSON trigger record
+	Created     time.Time
+	Expires     time.Time
+	IdleTimeout time.Duration
+	LastActive  time.Time
+	InitPid     int
+	Ended       time.Time
+	EndReason   string
+}
+
+const sandboxCols = `id, tenant, state, spec, metadata, trigger_record, created, expires, idle_timeout_ms, last_active, init_pid, ended, end_reason`
+
+func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
+	var b Sandbox
+	var created, expires, idle, last, ended int64
+	err := sc.Scan(&b.ID, &b.Tenant, &b.State, &b.Spec, &b.Metadata, &b.Trigger, &created, &expires, &idle, &last, &b.InitPid, &ended, &b.EndReason)
+	b.Created, b.Expires, b.IdleTimeout, b.LastActive = time.UnixMilli(created), time.UnixMilli(expires), time.Duration(idle)*time.Millisecond, time.UnixMilli(last)
+	if ended != 0 {
+		b.Ended = time.UnixMilli(ended)
+	}
+	return b, err
+}
+
+// PutSandbox inserts or replaces a sandbox's record.
+func (s *Store) PutSandbox(ctx context.Context, b Sandbox) error {
+	var ended int64
+	if !b.Ended.IsZero() {
+		ended = b.Ended.UnixMilli()
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		b.ID, b.Tenant, b.State, b.Spec, b.Metadata, b.Trigger, b.Created.UnixMilli(), b.Expires.UnixMilli(),
+		b.IdleTimeout.Milliseconds(), b.LastActive.UnixMilli(), b.InitPid, ended, b.EndReason)
+	return err
+}
+
+// Sandboxes lists the records in the given states (all when none given).
+func (s *Store) Sandboxes(ctx context.Context, states ...string) ([]Sandbox, error) {
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes`
+	var args []any
+	if len(states) > 0 {
+		q += ` WHERE state IN (?` + strings.Repeat(",?", len(states)-1) + `)`
+		for _, st := range states {
+			args = append(args, st)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		b, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// PruneEnded deletes records of sandboxes that ended before t.
+func (s *Store) PruneEnded(ctx context.Context, t time.Time) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE ended != 0 AND ended < ?`, t.UnixMilli())
+	return err
+}
+
+func affected(r sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if n, _ := r.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// isConstraint reports a UNIQUE or PRIMARY KEY violation (SQLITE_CONSTRAINT).
+func isConstraint(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == 19
+}
