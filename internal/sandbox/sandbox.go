@@ -27,8 +27,8 @@ import (
 
 // Usage is the kernel's accounting for one sandbox.
 type Usage struct {
-	CPU                  time.Duration
-	Memory, MemoryPeak   int64
+	CPU                   time.Duration
+	Memory, MemoryPeak    int64
 	OOMKills, PidsLimited int64
 }
 
@@ -54,10 +54,10 @@ type Backend interface {
 
 // Defaults.
 const (
-	DefaultTTL      = time.Hour
-	MaxTTL          = 7 * 24 * time.Hour
+	DefaultTTL       = time.Hour
+	MaxTTL           = 7 * 24 * time.Hour
 	DefaultCPUPeriod = time.Hour
-	keepEnded       = 24 * time.Hour // ended records are listed this long
+	keepEnded        = 24 * time.Hour // ended records are listed this long
 )
 
 // Config configures the service.
@@ -75,7 +75,7 @@ type Service struct {
 	cfg     Config
 	mu      sync.Mutex
 	boxes   map[string]*box
-	pending map[string]int // creates in flight per tenant
+	pending map[string]int    // creates in flight per tenant
 	keys    map[string]string // key hash → tenant (cache)
 	cpu     map[string]*cpuBudget
 }

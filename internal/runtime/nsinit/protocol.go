@@ -58,8 +58,8 @@ type Config struct {
 	Workspace   bool     `json:"workspace"` // one more descriptor: the workspace tree
 	// Agent: serve the agent on one more descriptor (a listening socket,
 	// sent last) instead of running Argv.
-	Agent bool `json:"agent"`
-	Files       []File   `json:"files"`     // generated into the top layer
+	Agent bool   `json:"agent"`
+	Files []File `json:"files"` // generated into the top layer
 
 	UID  uint32 `json:"uid"`
 	GID  uint32 `json:"gid"`
