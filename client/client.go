@@ -271,7 +271,8 @@ func proc(id string, pid uint32, what string) string {
 	return sb(id, "/processes/", strconv.FormatUint(uint64(pid), 10), what)
 }
 
-// Attach streams a running command's events from now on.
+// Attach streams a running command's events from now on; the first event
+// carries its pid.
 func (c *Client) Attach(ctx context.Context, id string, pid uint32) (*Stream, error) {
 	res, err := c.request(ctx, "GET", proc(id, pid, "/stream"), nil, nil, "")
 	if err != nil {

@@ -1,6 +1,7 @@
 package image
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -86,12 +87,19 @@ func hostEtcTemplate(dir string) (string, error) {
 	}
 	// Point "current" at it atomically. Older templates stay until gc: a
 	// sandbox started a moment ago may still be about to mount one.
-	link := filepath.Join(dir, ".current-"+digest)
-	_ = os.Remove(link)
+	// The temporary link's name is this builder's own: concurrent creates
+	// (the daemon's) may all be refreshing the template at once.
+	if target, err := os.Readlink(cur); err == nil && target == digest {
+		return final, nil
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	link := filepath.Join(dir, ".current-"+digest+"-"+hex.EncodeToString(rnd[:]))
 	if err := os.Symlink(digest, link); err != nil {
 		return "", err
 	}
 	if err := os.Rename(link, cur); err != nil {
+		_ = os.Remove(link)
 		return "", err
 	}
 	return final, nil

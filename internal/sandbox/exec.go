@@ -215,6 +215,11 @@ func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint3
 	if !stream.Receive() {
 		return s.streamEnded(b, stream.Err())
 	}
+	// Like exec's, the stream starts with the pid: the caller knows it is
+	// attached before any output comes.
+	if err := emit(&api.ExecEvent{PID: pid}); err != nil {
+		return err
+	}
 	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, emit)
 	if errors.Is(err, errStreamEnded) {
 		return s.reportSandboxEnd(b, stream.Err(), emit)

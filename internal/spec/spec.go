@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -280,11 +281,16 @@ func validateImage(img string) error {
 			return errdefs.Invalid(fmt.Sprintf("--image %q: must be a clean absolute path", img))
 		}
 		return nil
-	case strings.ContainsAny(img, " \t\n\x00") || len(img) > 512:
-		return errdefs.Invalid(fmt.Sprintf("--image %q: not a registry reference", img))
+	case len(img) > 512 || !registryRef.MatchString(img):
+		return errdefs.Invalid(fmt.Sprintf("--image %q: not \"host\", an absolute path, oci:PATH, docker-archive:PATH or a registry reference (such as docker.io/library/alpine:3.20)", img))
 	}
 	return nil
 }
+
+// registryRef is the distribution reference grammar: [domain[:port]/]path[:tag][@digest].
+var registryRef = regexp.MustCompile(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?` +
+	`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` +
+	`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
 
 var sizeUnits = map[string]int64{
 	"": 1, "b": 1,

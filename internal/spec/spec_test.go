@@ -57,6 +57,18 @@ func TestValidate(t *testing.T) {
 		"huge timeout":        func(s *Spec) { s.Timeout = 1000 * time.Hour },
 		"relative oci":        func(s *Spec) { s.Image = "oci:rel/path" },
 		"bad hostname":        func(s *Spec) { s.Hostname = "A_B" },
+		// Regression: a relative path was taken for a registry reference
+		// and looked up in DNS.
+		"relative image path": func(s *Spec) { s.Image = "../../etc" },
+		"upper-case repo":     func(s *Spec) { s.Image = "docker.io/Library/alpine" },
+		"empty tag":           func(s *Spec) { s.Image = "alpine:" },
+	}
+	for _, ref := range []string{"alpine", "alpine:3.20", "docker.io/library/alpine:3.20", "localhost:5000/a/b-c_d:v1.2", "ghcr.io/x/y@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
+		s := ok
+		s.Command, s.Image = []string{"true"}, ref
+		if err := s.Validate(); err != nil {
+			t.Errorf("image %q: %v", ref, err)
+		}
 	}
 	for name, mutate := range cases {
 		s := ok

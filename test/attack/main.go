@@ -105,6 +105,33 @@ func main() {
 			}
 		}
 		blocked("init's descriptors cannot be opened")
+	case "agent":
+		// The agent's socket lives in a host directory (os.Args[2]): it must
+		// be unreachable by path, and no other unix socket may lead to it.
+		for _, p := range os.Args[2:] {
+			c, err := net.Dial("unix", p)
+			if c != nil {
+				c.Close()
+			}
+			expectErr("connect to "+p, err)
+		}
+		b, _ := os.ReadFile("/proc/net/unix")
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(l)
+			if len(f) < 8 {
+				continue
+			}
+			name := f[7]
+			if strings.HasPrefix(name, "@") {
+				name = "\x00" + name[1:]
+			}
+			c, err := net.Dial("unix", name)
+			if err == nil {
+				c.Close()
+				vulnerable("connected to unix socket %q", f[7])
+			}
+		}
+		blocked("no unix socket reaches the agent")
 	case "exe":
 		for _, p := range []string{"/proc/1/exe", "/proc/self/exe"} {
 			f, err := os.OpenFile(p, os.O_WRONLY, 0)

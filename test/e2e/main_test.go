@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,6 +53,11 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	owner, err := os.Create(filepath.Join(tmp, "owner.lock"))
+	if err != nil || syscall.Flock(int(owner.Fd()), syscall.LOCK_EX) != nil {
+		panic(fmt.Sprint("owner lock: ", err))
+	}
+	reapStaleRuns(tmp)
 	code := m.Run()
 	if code == 0 {
 		if err := residueCheck(true); err != nil {
@@ -118,4 +125,51 @@ func attack(t *testing.T, extra []string, args ...string) result {
 		t.Errorf("attack %v (%v):\n%s", args, extra, r)
 	}
 	return r
+}
+
+// reapStaleRuns ends what earlier runs of this suite left behind when they
+// died before cleaning up (a test timeout kills the binary outright): their
+// daemons, and the sandboxes those daemons left running by design. A run
+// is stale when nobody holds its owner lock. Only processes of those runs'
+// own state directories and cgroups are touched.
+func reapStaleRuns(self string) {
+	dirs, _ := filepath.Glob(filepath.Join(filepath.Dir(self), "airlock-e2e-*"))
+	for _, d := range dirs {
+		if d == self {
+			continue
+		}
+		if f, err := os.Open(filepath.Join(d, "owner.lock")); err == nil {
+			held := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
+			f.Close()
+			if held {
+				continue
+			}
+		}
+		procs, _ := os.ReadDir("/proc")
+		for _, p := range procs {
+			pid, err := strconv.Atoi(p.Name())
+			if err != nil {
+				continue
+			}
+			if b, _ := os.ReadFile("/proc/" + p.Name() + "/cmdline"); bytes.Contains(b, []byte(d+"/")) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		sc := runtime.Scope(filepath.Join(d, "run"))
+		for _, ctl := range []string{"pids", ""} {
+			ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, sc))
+			for _, e := range ents {
+				b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctl, sc, e.Name(), "cgroup.procs"))
+				for _, f := range strings.Fields(string(b)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		out, err := exec.Command(airlockBin, "--state-dir", filepath.Join(d, "run"), "--data-dir", filepath.Join(d, "lib"), "gc").CombinedOutput()
+		fmt.Printf("e2e: reaped a stale run %s: %s %v\n", d, bytes.TrimSpace(out), err)
+		_ = os.RemoveAll(d)
+	}
 }

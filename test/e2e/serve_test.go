@@ -1,0 +1,882 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/client"
+)
+
+// daemonProc is one `airlock serve` started by a test.
+type daemonProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	data  string
+	sock  string
+	log   *syncBuffer
+	admin *client.Client
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newDataDir makes a data directory for a daemon (its database, keys and
+// image store), beside the suite's own.
+func newDataDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp(filepath.Dir(dataDir), "serve-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(d, 0o711)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// startDaemon runs `airlock serve` on data and waits until it answers. At
+// the test's end every sandbox left is destroyed and the daemon stopped.
+func startDaemon(t *testing.T, data string, extra ...string) *daemonProc {
+	t.Helper()
+	d := &daemonProc{t: t, data: data, sock: filepath.Join(data, "airlock.sock"), log: &syncBuffer{}}
+	args := append([]string{"--state-dir", stateDir, "--data-dir", data, "serve", "--socket", d.sock}, extra...)
+	d.cmd = exec.Command(airlockBin, args...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	// A test binary that dies (a timeout) takes its daemons with it; their
+	// sandboxes are reaped by the next run (reapStaleRuns).
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+		default:
+			if d.admin != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				_, _ = d.admin.KillAll(ctx, "")
+				cancel()
+			}
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.log.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := net.Dial("unix", d.sock); err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-done:
+			t.Fatalf("daemon exited:\n%s", d.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not start:\n%s", d.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.admin = d.client(t, strings.TrimSpace(string(key)))
+	return d
+}
+
+func (d *daemonProc) client(t *testing.T, key string) *client.Client {
+	c, err := client.New(client.Config{Address: d.sock, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// kill9 ends the daemon with SIGKILL, leaving its sandboxes running.
+func (d *daemonProc) kill9() {
+	_ = d.cmd.Process.Kill()
+	for i := 0; i < 500 && d.cmd.ProcessState == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// tenant creates a tenant and returns a client with its key.
+func (d *daemonProc) tenant(t *testing.T, name string, q api.Quotas) *client.Client {
+	t.Helper()
+	tn, err := d.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: name, Quotas: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tn.Key == "" {
+		t.Fatal("no key in the answer to a tenant's creation")
+	}
+	return d.client(t, tn.Key)
+}
+
+func code(err error) api.Code {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
+	return ""
+}
+
+func wantCode(t *testing.T, what string, err error, c api.Code) {
+	t.Helper()
+	if code(err) != c {
+		t.Errorf("%s: got %v, want code %s", what, err, c)
+	}
+}
+
+func run(t *testing.T, c *client.Client, id string, req *api.Exec) (string, string, *api.ExecEnd) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	end, err := c.Exec(context.Background(), id, req, &out, &errb)
+	if err != nil {
+		t.Fatalf("exec %v: %v", req.Cmd, err)
+	}
+	return out.String(), errb.String(), end
+}
+
+func sh(script string) *api.Exec { return &api.Exec{Cmd: []string{"sh", "-c", script}} }
+
+func TestServeSandboxLifecycle(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	bob := d.tenant(t, "bob", api.Quotas{})
+	ws := workspace(t)
+	if err := os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello\nworld\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{
+		Workspace: ws, Metadata: map[string]string{"k": "v"}, TTL: "10m",
+		Trigger: api.Trigger{TaskID: "task-1", PromptDigest: "sha256:ab", Inputs: map[string]string{"a": "b"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.State != api.StateRunning || sb.Tenant != "alice" || sb.Trigger.TaskID != "task-1" || sb.Metadata["k"] != "v" {
+		t.Errorf("created: %+v", sb)
+	}
+	id := sb.ID
+
+	t.Run("exec", func(t *testing.T) {
+		out, errOut, end := run(t, alice, id, sh("echo out; echo err >&2; id -u; pwd; exit 3"))
+		if out != "out\n1000\n/workspace\n" || errOut != "err\n" || end.ExitCode != 3 {
+			t.Errorf("got %q %q %+v", out, errOut, end)
+		}
+		out, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"sh", "-c", "id -u; echo $FOO; pwd"}, User: "root", Env: map[string]string{"FOO": "bar"}, Cwd: "/tmp"})
+		if out != "0\nbar\n/tmp\n" || end.ExitCode != 0 {
+			t.Errorf("root/env/cwd: %q %+v", out, end)
+		}
+		out, _, _ = run(t, alice, id, &api.Exec{Cmd: []string{"cat"}, Stdin: []byte("piped")})
+		if out != "piped" {
+			t.Errorf("stdin: %q", out)
+		}
+		_, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"no-such-command"}})
+		if end.ExitCode != 127 {
+			t.Errorf("missing command: %+v", end)
+		}
+		_, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"sleep", "30"}, Timeout: "300ms"})
+		if !end.TimedOut || end.ExitCode != 124 {
+			t.Errorf("timeout: %+v", end)
+		}
+		out, _, _ = run(t, alice, id, &api.Exec{Cmd: []string{"sh", "-c", "stty size"}, TTY: &api.TTY{Rows: 33, Cols: 101}})
+		if !strings.Contains(out, "33 101") {
+			t.Errorf("tty: %q", out)
+		}
+	})
+
+	t.Run("background", func(t *testing.T) {
+		s, err := alice.ExecStream(ctx, id, &api.Exec{Cmd: []string{"sh", "-c", "read line; echo got $line; sleep 60"}, Background: true, KeepStdin: true, Tag: "bg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := s.Next()
+		s.Close()
+		if err != nil || first.PID == 0 {
+			t.Fatalf("start: %+v %v", first, err)
+		}
+		ps, err := alice.Processes(ctx, id)
+		if err != nil || len(ps) != 1 || ps[0].PID != first.PID || ps[0].Tag != "bg" {
+			t.Fatalf("processes: %+v %v", ps, err)
+		}
+		att, err := alice.Attach(ctx, id, first.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer att.Close()
+		if ev, err := att.Next(); err != nil || ev.PID != first.PID {
+			t.Fatalf("attach: %+v %v", ev, err)
+		}
+		if err := alice.Input(ctx, id, first.PID, []byte("ping\n"), false); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := att.Next()
+		if err != nil || string(ev.Stdout) != "got ping\n" {
+			t.Fatalf("attached output: %+v %v", ev, err)
+		}
+		if err := alice.Signal(ctx, id, first.PID, "KILL"); err != nil {
+			t.Fatal(err)
+		}
+		end, err := client.Drain(att, nil, nil)
+		if err != nil || end.ExitCode != 137 {
+			t.Errorf("after KILL: %+v %v", end, err)
+		}
+		wantCode(t, "signal a gone process", alice.Signal(ctx, id, first.PID, "TERM"), api.CodeNotFound)
+	})
+
+	t.Run("files", func(t *testing.T) {
+		if err := alice.WriteFile(ctx, id, "/workspace/new/dir/f.txt", []byte("one two three\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := alice.ReadFile(ctx, id, "/workspace/new/dir/f.txt")
+		if err != nil || string(b) != "one two three\n" {
+			t.Fatalf("read back: %q %v", b, err)
+		}
+		out, _, _ := run(t, alice, id, sh("stat -c '%u %a' /workspace/new/dir/f.txt"))
+		if out != "1000 600\n" {
+			t.Errorf("owner and mode of a written file: %q", out)
+		}
+		if err := alice.Edit(ctx, id, "/workspace/new/dir/f.txt", "two", "2"); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, "edit of a missing text", alice.Edit(ctx, id, "/workspace/new/dir/f.txt", "four", "4"), api.CodeFailedPrecondition)
+		if err := alice.WriteFile(ctx, id, "/workspace/dup.txt", []byte("x x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, "edit of a text that is not unique", alice.Edit(ctx, id, "/workspace/dup.txt", "x", "y"), api.CodeFailedPrecondition)
+		b, _ = alice.ReadFile(ctx, id, "/workspace/new/dir/f.txt")
+		if string(b) != "one 2 three\n" {
+			t.Errorf("after edit: %q", b)
+		}
+		st, err := alice.Stat(ctx, id, "/workspace/hello.txt")
+		if err != nil || st.Type != "file" || st.Size != 12 {
+			t.Errorf("stat: %+v %v", st, err)
+		}
+		es, err := alice.ListDir(ctx, id, "/workspace/new", 1)
+		if err != nil || len(es) != 1 || es[0].Path != "/workspace/new/dir" || es[0].Type != "dir" {
+			t.Errorf("list depth 1: %+v %v", es, err)
+		}
+		es, _ = alice.ListDir(ctx, id, "/workspace/new", 2)
+		if len(es) != 2 {
+			t.Errorf("list depth 2: %+v", es)
+		}
+		if _, err := alice.MakeDir(ctx, id, "/workspace/m/n"); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, "mkdir of an existing dir", func() error { _, err := alice.MakeDir(ctx, id, "/workspace/m/n"); return err }(), api.CodeAlreadyExists)
+		if _, err := alice.Move(ctx, id, "/workspace/m/n", "/workspace/m/o"); err != nil {
+			t.Fatal(err)
+		}
+		if err := alice.Remove(ctx, id, "/workspace/m"); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, "stat of a removed dir", func() error { _, err := alice.Stat(ctx, id, "/workspace/m"); return err }(), api.CodeNotFound)
+		wantCode(t, "read of a missing file", func() error { _, err := alice.ReadFile(ctx, id, "/nope"); return err }(), api.CodeNotFound)
+		wantCode(t, "write to the read-only image", alice.WriteFile(ctx, id, "/usr/evil", []byte("x"), 0o644), api.CodePermissionDenied)
+
+		// Upload a tar, download it again.
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		_ = tw.WriteHeader(&tar.Header{Name: "up/", Typeflag: tar.TypeDir, Mode: 0o755})
+		_ = tw.WriteHeader(&tar.Header{Name: "up/a.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 3})
+		_, _ = tw.Write([]byte("abc"))
+		_ = tw.WriteHeader(&tar.Header{Name: "../../escape.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+		_, _ = tw.Write([]byte("e"))
+		_ = tw.WriteHeader(&tar.Header{Name: "up/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
+		_ = tw.Close()
+		skipped, err := alice.Upload(ctx, id, "/workspace/in", &tb)
+		if err != nil || len(skipped) != 1 {
+			t.Fatalf("upload: %v %v", skipped, err)
+		}
+		if b, _ := alice.ReadFile(ctx, id, "/workspace/in/escape.txt"); string(b) != "e" {
+			t.Errorf("a ../ name must land inside the target directory, got %q", b)
+		}
+		run(t, alice, id, sh("ln -s /etc/passwd /workspace/in/up/pw"))
+		body, _, err := alice.Download(ctx, id, "/workspace/in")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]string{}
+		tr := tar.NewReader(body)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			data, _ := io.ReadAll(tr)
+			names[h.Name] = string(data) + h.Linkname
+		}
+		body.Close()
+		if names["in/up/a.txt"] != "abc" || names["in/up/pw"] != "/etc/passwd" {
+			t.Errorf("download: %v", names)
+		}
+		wantCode(t, "download outside /workspace", func() error { _, _, err := alice.Download(ctx, id, "/etc"); return err }(), api.CodeInvalidArgument)
+	})
+
+	t.Run("watch", func(t *testing.T) {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		w, err := alice.Watch(wctx, id, "/workspace", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if ev, err := w.Next(); err != nil || ev.Op != "start" {
+			t.Fatalf("watch start: %+v %v", ev, err)
+		}
+		run(t, alice, id, sh("echo x > /workspace/watched.txt"))
+		for {
+			ev, err := w.Next()
+			if err != nil {
+				t.Fatalf("no event for the new file: %v", err)
+			}
+			if ev.Path == "/workspace/watched.txt" && ev.Op == "create" {
+				break
+			}
+		}
+	})
+
+	t.Run("diff", func(t *testing.T) {
+		run(t, alice, id, sh("echo changed >> /workspace/hello.txt"))
+		d, err := alice.Diff(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(d, "+changed") || !strings.Contains(d, "new/dir/f.txt") {
+			t.Errorf("diff:\n%s", d)
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws, "hello.txt")); string(b) != "hello\nworld\n" {
+			t.Errorf("the host workspace changed: %q", b)
+		}
+	})
+
+	t.Run("isolation", func(t *testing.T) {
+		for _, c := range []string{"read-host", "write-outside", "host-procs", "ptrace", "fds", "mount", "userns", "keyctl", "tiocsti", "caps"} {
+			req := &api.Exec{Cmd: []string{"/workspace/attack", c}}
+			if c == "tiocsti" {
+				req.TTY = &api.TTY{Rows: 24, Cols: 80} // the attack needs a terminal
+			}
+			out, _, end := run(t, alice, id, req)
+			if strings.Contains(out, "VULNERABLE") || end.ExitCode != 0 {
+				t.Errorf("attack %s: %s %+v", c, out, end)
+			}
+		}
+		out, _, end := run(t, alice, id, &api.Exec{Cmd: []string{"/workspace/attack", "agent", filepath.Join(stateDir, "agents", id+".sock"), d.sock}})
+		if strings.Contains(out, "VULNERABLE") || end.ExitCode != 0 {
+			t.Errorf("agent socket: %s %+v", out, end)
+		}
+	})
+
+	t.Run("tenants", func(t *testing.T) {
+		// Another tenant's sandbox does not exist for bob: 404 everywhere.
+		wantCode(t, "get", func() error { _, err := bob.Sandbox(ctx, id); return err }(), api.CodeNotFound)
+		wantCode(t, "exec", func() error { _, err := bob.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeNotFound)
+		wantCode(t, "read", func() error { _, err := bob.ReadFile(ctx, id, "/etc/hostname"); return err }(), api.CodeNotFound)
+		wantCode(t, "destroy", bob.Destroy(ctx, id), api.CodeNotFound)
+		wantCode(t, "pause", func() error { _, err := bob.Pause(ctx, id); return err }(), api.CodeNotFound)
+		wantCode(t, "kill-all of another tenant", func() error { _, err := bob.KillAll(ctx, "alice"); return err }(), api.CodeNotFound)
+		if l, _ := bob.Sandboxes(ctx); len(l) != 0 {
+			t.Errorf("bob sees %d sandboxes", len(l))
+		}
+		wantCode(t, "tenant key on an admin call", func() error { _, err := bob.CreateTenant(ctx, &api.CreateTenant{Name: "x"}); return err }(), api.CodePermissionDenied)
+		if _, err := alice.Sandbox(ctx, id); err != nil {
+			t.Errorf("alice lost her sandbox: %v", err)
+		}
+	})
+
+	t.Run("pause", func(t *testing.T) {
+		if _, err := alice.Pause(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, "exec while paused", func() error { _, err := alice.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeFailedPrecondition)
+		if _, err := alice.Resume(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, end := run(t, alice, id, sh("true")); end.ExitCode != 0 {
+			t.Errorf("after resume: %+v", end)
+		}
+		sb, err := alice.Extend(ctx, id, "3h")
+		if err != nil || time.Until(sb.Expires) < 2*time.Hour {
+			t.Errorf("extend: %+v %v", sb, err)
+		}
+	})
+
+	if err := alice.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	got, err := alice.Sandbox(ctx, id)
+	if err != nil || got.State != api.StateEnded || got.EndReason != "destroyed by request" {
+		t.Errorf("after destroy: %+v %v", got, err)
+	}
+	wantCode(t, "exec after destroy", func() error { _, err := alice.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeNotFound)
+	noResidue(t)
+}
+
+func TestServeQuotasAndKillSwitch(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	small := d.tenant(t, "small", api.Quotas{MaxSandboxes: 2, MaxMemory: 3 << 30, MaxCPUs: 1.5})
+	a, err := small.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 1 << 30, CPUs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = small.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 1 << 30, CPUs: 1}})
+	wantCode(t, "past the CPU quota", err, api.CodeQuotaExceeded)
+	_, err = small.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 3 << 30, CPUs: 0.25}})
+	wantCode(t, "past the memory quota", err, api.CodeQuotaExceeded)
+	if _, err := small.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 256 << 20, CPUs: 0.25}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = small.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 256 << 20, CPUs: 0.25}})
+	wantCode(t, "past the sandbox count", err, api.CodeQuotaExceeded)
+	if !strings.Contains(err.Error(), "quota") {
+		t.Errorf("the refusal should say which quota: %v", err)
+	}
+
+	other := d.tenant(t, "other", api.Quotas{})
+	o, err := other.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The admin's kill switch for one tenant leaves the other alone.
+	ids, err := d.admin.KillAll(ctx, "small")
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("kill-all small: %v %v", ids, err)
+	}
+	if l, _ := small.Sandboxes(ctx); len(l) != 0 {
+		t.Errorf("small has %d sandboxes after its kill switch", len(l))
+	}
+	if got, _ := small.Sandbox(ctx, a.ID); got == nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "kill switch") {
+		t.Errorf("ended by the kill switch: %+v", got)
+	}
+	if _, _, end := run(t, other, o.ID, sh("true")); end.ExitCode != 0 {
+		t.Errorf("other's sandbox: %+v", end)
+	}
+	// Everything, for everyone: answers when all are gone.
+	if ids, err := d.admin.KillAll(ctx, ""); err != nil || len(ids) != 1 {
+		t.Fatalf("kill-all: %v %v", ids, err)
+	}
+	noResidue(t)
+}
+
+func TestServeCPUBudget(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	c := d.tenant(t, "cpu", api.Quotas{CPUSeconds: 1, CPUPeriod: "1h"})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn more than a CPU second; the sandbox is stopped within ticks.
+	_, _, end := run(t, c, sb.ID, &api.Exec{Cmd: []string{"sh", "-c", "while :; do :; done"}, Timeout: "20s"})
+	if !end.SandboxEnded || !strings.Contains(end.EndReason, "cpu budget") {
+		t.Errorf("the busy command's end: %+v", end)
+	}
+	_, err = c.CreateSandbox(ctx, &api.CreateSandbox{})
+	wantCode(t, "create past the CPU budget", err, api.CodeQuotaExceeded)
+	noResidue(t)
+}
+
+func TestServeExpiry(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	c := d.tenant(t, "exp", api.Quotas{})
+	ttl, err := c.CreateSandbox(ctx, &api.CreateSandbox{TTL: "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := c.CreateSandbox(ctx, &api.CreateSandbox{IdleTimeout: "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := c.CreateSandbox(ctx, &api.CreateSandbox{IdleTimeout: "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ { // busy is used every half second: never idle
+		run(t, c, busy.ID, sh("true"))
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, x := range []struct{ id, reason string }{{ttl.ID, "TTL expired"}, {idle.ID, "idle for 2s"}} {
+		got, err := c.Sandbox(ctx, x.id)
+		if err != nil || got.State != api.StateEnded || got.EndReason != x.reason {
+			t.Errorf("%s: %+v %v", x.reason, got, err)
+		}
+	}
+	if got, _ := c.Sandbox(ctx, busy.ID); got == nil || got.State != api.StateRunning {
+		t.Errorf("a used sandbox expired: %+v", got)
+	}
+}
+
+func TestServeLimitsKillOrSpareTheAgent(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	c := d.tenant(t, "lim", api.Quotas{})
+	ws := workspace(t)
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: ws, Limits: api.Limits{Pids: 128, MemoryBytes: 128 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fork bomb hits the sandbox user's process cap below the pids
+	// limit: the agent survives and the next command runs.
+	out, _, _ := run(t, c, sb.ID, &api.Exec{Cmd: []string{"/workspace/attack", "forkbomb"}, Timeout: "30s"})
+	if strings.Contains(out, "VULNERABLE") {
+		t.Errorf("fork bomb: %s", out)
+	}
+	if o, _, end := run(t, c, sb.ID, sh("echo alive")); o != "alive\n" || end.ExitCode != 0 {
+		t.Errorf("after the fork bomb: %q %+v", o, end)
+	}
+	// A memory bomb destroys the sandbox, and says so.
+	_, _, end := run(t, c, sb.ID, &api.Exec{Cmd: []string{"/workspace/attack", "membomb"}, Timeout: "30s"})
+	if !end.SandboxEnded || !strings.Contains(end.EndReason, "memory limit") {
+		t.Errorf("memory bomb: %+v", end)
+	}
+	got, _ := c.Sandbox(ctx, sb.ID)
+	if got == nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "memory limit") {
+		t.Errorf("recorded: %+v", got)
+	}
+	noResidue(t)
+}
+
+func TestServeRestartAdopts(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.client(t, tn.Key)
+	keep, err := c.CreateSandbox(ctx, &api.CreateSandbox{TTL: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := c.CreateSandbox(ctx, &api.CreateSandbox{TTL: "4s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, keep.ID, "/tmp/state", []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A command streams while the daemon is killed.
+	s, err := c.ExecStream(ctx, keep.ID, sh("for i in $(seq 1 300); do echo $i; sleep 0.01; done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(); err != nil {
+		t.Fatal(err)
+	}
+	d.kill9()
+	_, err = client.Drain(s, nil, nil)
+	if err == nil {
+		t.Error("the stream outlived the daemon")
+	}
+	// While no daemon runs, one sandbox's init dies (a host event).
+	_ = syscall.Kill(initPid(t, lost.ID), syscall.SIGKILL)
+
+	d2 := startDaemon(t, data)
+	c = d2.client(t, tn.Key)
+	b, err := c.ReadFile(ctx, keep.ID, "/tmp/state")
+	if err != nil || string(b) != "kept" {
+		t.Fatalf("adopted sandbox lost its state: %q %v", b, err)
+	}
+	if o, _, end := run(t, c, keep.ID, sh("echo after")); o != "after\n" || end.ExitCode != 0 {
+		t.Errorf("exec after restart: %q %+v", o, end)
+	}
+	got, err := c.Sandbox(ctx, lost.ID)
+	if err != nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "not adopted") {
+		t.Errorf("a sandbox that died meanwhile: %+v %v", got, err)
+	}
+	// The adopted short-lived sandbox's TTL still fires.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := c.Sandbox(ctx, short.ID)
+		if got != nil && got.State == api.StateEnded {
+			if got.EndReason != "TTL expired" {
+				t.Errorf("short: %+v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TTL did not fire after adoption: %+v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := c.Destroy(ctx, keep.ID); err != nil {
+		t.Fatal(err)
+	}
+	noResidue(t)
+}
+
+// initPid finds the host pid of sandbox id's init from its cgroup.
+func initPid(t *testing.T, id string) int {
+	t.Helper()
+	for _, ctl := range []string{"pids", ""} {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctl, scope, id, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscan(string(b), &pid); err == nil {
+			return pid
+		}
+	}
+	t.Fatalf("no init for %s", id)
+	return 0
+}
+
+func TestServeConcurrentSandboxes(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	c := d.tenant(t, "many", api.Quotas{})
+	const n = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 64 << 20}})
+			if err != nil {
+				errs <- fmt.Errorf("create %d: %w", i, err)
+				return
+			}
+			var out bytes.Buffer
+			end, err := c.Exec(ctx, sb.ID, sh(fmt.Sprintf("echo %d > /tmp/me; cat /tmp/me", i)), &out, nil)
+			if err != nil || end.ExitCode != 0 || out.String() != fmt.Sprintf("%d\n", i) {
+				errs <- fmt.Errorf("exec %d: %q %+v %v", i, out.String(), end, err)
+			}
+			if err := c.Destroy(ctx, sb.ID); err != nil {
+				errs <- fmt.Errorf("destroy %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	noResidue(t)
+}
+
+func TestServeMalformedRequests(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	c := d.tenant(t, "m", api.Quotas{})
+	key := func() string {
+		tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "raw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tn.Key
+	}()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
+	}}}
+	do := func(method, path, auth, body string) (int, api.Error) {
+		req, _ := http.NewRequest(method, "http://x"+path, strings.NewReader(body))
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var e api.Error
+		b, _ := io.ReadAll(res.Body)
+		_ = json.Unmarshal(b, &e)
+		return res.StatusCode, e
+	}
+	for _, tc := range []struct {
+		method, path, auth, body string
+		status                   int
+		code                     api.Code
+	}{
+		{"POST", "/v1/sandboxes", "", `{}`, 401, api.CodeUnauthenticated},
+		{"POST", "/v1/sandboxes", "wrong", `{}`, 401, api.CodeUnauthenticated},
+		{"POST", "/v1/sandboxes", key, `{"image":`, 400, api.CodeInvalidArgument},
+		{"POST", "/v1/sandboxes", key, `{"imagee":"host"}`, 400, api.CodeInvalidArgument},
+		{"POST", "/v1/sandboxes", key, `{} {}`, 400, api.CodeInvalidArgument},
+		{"POST", "/v1/sandboxes", key, ``, 400, api.CodeInvalidArgument},
+		{"POST", "/v1/sandboxes", key, `{"metadata":{"a":"` + strings.Repeat("x", 2<<20) + `"}}`, 413, api.CodeTooLarge},
+		{"POST", "/v1/sandboxes", key, `{"ttl":"forever"}`, 400, api.CodeInvalidArgument},
+		{"POST", "/v1/sandboxes", key, `{"limits":{"memory_bytes":-5}}`, 400, api.CodeInvalidArgument},
+		{"POST", "/v1/sandboxes", key, `{"image":"../../etc"}`, 400, api.CodeInvalidArgument},
+		{"POST", "/v1/sandboxes", key, `{"workspace":"relative/dir"}`, 400, api.CodeInvalidArgument},
+		{"GET", "/v1/sandboxes/does-not-exist", key, ``, 404, api.CodeNotFound},
+		{"GET", "/v1/sandboxes/" + strings.Repeat("a", 5000), key, ``, 404, api.CodeNotFound},
+		{"POST", "/v1/sandboxes/x/processes/notapid/signal", key, `{"signal":"KILL"}`, 400, api.CodeInvalidArgument},
+		{"GET", "/v1/nope", key, ``, 404, api.CodeNotFound},
+		{"PATCH", "/v1/sandboxes", key, ``, 405, api.CodeInvalidArgument},
+		{"POST", "/v1/tenants", key, `{"name":"evil"}`, 403, api.CodePermissionDenied},
+		{"POST", "/v1/kill-all", d.adminKey(t), `{}`, 400, api.CodeInvalidArgument},
+	} {
+		status, e := do(tc.method, tc.path, tc.auth, tc.body)
+		if status != tc.status || e.Code != tc.code || e.Message == "" {
+			t.Errorf("%s %s %.40q: got %d %+v, want %d %s", tc.method, tc.path, tc.body, status, e, tc.status, tc.code)
+		}
+	}
+	// Nothing was created by any of it.
+	if l, _ := c.Sandboxes(ctx); len(l) != 0 {
+		t.Errorf("malformed requests created %d sandboxes", len(l))
+	}
+	// Bad arguments to calls on a real sandbox change nothing either.
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, err := range map[string]error{
+		"empty cmd":   func() error { _, err := c.Exec(ctx, sb.ID, &api.Exec{}, nil, nil); return err }(),
+		"bad user":    func() error { _, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"true"}, User: "nobody"}, nil, nil); return err }(),
+		"bad timeout": func() error { _, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"true"}, Timeout: "soon"}, nil, nil); return err }(),
+		"NUL path":    c.WriteFile(ctx, sb.ID, "/tmp/a\x00b", []byte("x"), 0o644),
+		"empty path":  func() error { _, err := c.Stat(ctx, sb.ID, ""); return err }(),
+		"bad signal":  c.Signal(ctx, sb.ID, 1, "HUP"),
+		"bad ttl":     func() error { _, err := c.Extend(ctx, sb.ID, "-1h"); return err }(),
+	} {
+		wantCode(t, what, err, api.CodeInvalidArgument)
+	}
+	if got, err := c.Sandbox(ctx, sb.ID); err != nil || got.State != api.StateRunning {
+		t.Errorf("the sandbox after bad calls: %+v %v", got, err)
+	}
+}
+
+func (d *daemonProc) adminKey(t *testing.T) string {
+	b, err := os.ReadFile(filepath.Join(d.data, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestServeCLI(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	cli := func(stdin string, env []string, args ...string) result {
+		t.Helper()
+		cmd := exec.Command(airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", data}, args...)...)
+		cmd.Env = append(os.Environ(), append([]string{"AIRLOCK_ADDRESS=" + d.sock}, env...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errb, strings.NewReader(stdin)
+		err := cmd.Run()
+		r := result{stdout: out.String(), stderr: errb.String()}
+		if ee, ok := err.(*exec.ExitError); ok {
+			r.code = ee.ExitCode()
+		}
+		return r
+	}
+	r := cli("", nil, "tenant", "create", "clia")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "airlock_tenant_") {
+		t.Fatalf("tenant create: %s", r)
+	}
+	env := []string{"AIRLOCK_API_KEY=" + strings.TrimSpace(r.stdout)}
+	ws := t.TempDir()
+	_ = os.Chmod(ws, 0o755)
+	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("alpha\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = cli("", env, "create", "--workspace", ws, "--ttl", "5m", "--task-id", "t1")
+	if r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	if r = cli("", env, "exec", id, "--", "sh", "-c", "echo hi; exit 7"); r.code != 7 || r.stdout != "hi\n" {
+		t.Errorf("exec: %s", r)
+	}
+	if r = cli("data in", env, "exec", "-i", id, "--", "cat"); r.stdout != "data in" {
+		t.Errorf("exec -i: %s", r)
+	}
+	if r = cli("written\n", env, "write", id, "/workspace/b.txt"); r.code != 0 {
+		t.Errorf("write: %s", r)
+	}
+	if r = cli("", env, "cat", id, "/workspace/b.txt"); r.stdout != "written\n" {
+		t.Errorf("cat: %s", r)
+	}
+	if r = cli("", env, "edit", id, "/workspace/a.txt", "--old", "alpha", "--new", "beta"); r.code != 0 {
+		t.Errorf("edit: %s", r)
+	}
+	if r = cli("", env, "ls", id); !strings.Contains(r.stdout, "/workspace/b.txt") {
+		t.Errorf("ls: %s", r)
+	}
+	if r = cli("", env, "diff", id); !strings.Contains(r.stdout, "+beta") || !strings.Contains(r.stdout, "b.txt") {
+		t.Errorf("diff: %s", r)
+	}
+	if r = cli("", env, "ps"); !strings.Contains(r.stdout, id) {
+		t.Errorf("ps: %s", r)
+	}
+	local := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(local, "up"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(local, "up", "u.txt"), []byte("uploaded"), 0o644)
+	if r = cli("", env, "cp", filepath.Join(local, "up"), id+":/workspace"); r.code != 0 {
+		t.Errorf("cp in: %s", r)
+	}
+	// A hostile sandbox plants a symlink to a host path in what cp brings
+	// out; cp must not write through it.
+	victim := t.TempDir()
+	cli("", env, "exec", id, "--", "sh", "-c", "ln -s "+victim+" /workspace/up/evil; mkdir -p /workspace/up/evil2")
+	out := t.TempDir()
+	if r = cli("", env, "cp", id+":/workspace/up", out); r.code != 0 {
+		t.Errorf("cp out: %s", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "up", "u.txt")); string(b) != "uploaded" {
+		t.Errorf("cp round trip: %q", b)
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
+		t.Errorf("cp wrote through a symlink into %s", victim)
+	}
+	if r = cli("", env, "rm", id); r.code != 0 {
+		t.Errorf("rm: %s", r)
+	}
+	if r = cli("", env, "exec", id, "--", "true"); r.code != 125 || !strings.Contains(r.stderr, "no sandbox") {
+		t.Errorf("exec after rm: %s", r)
+	}
+	if r = cli("", nil, "kill-all", "--all", "--json"); r.code != 0 || !strings.Contains(r.stdout, "destroyed") {
+		t.Errorf("kill-all: %s", r)
+	}
+	noResidue(t)
+}
