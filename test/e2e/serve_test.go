@@ -769,13 +769,19 @@ func TestServeMalformedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, err := range map[string]error{
-		"empty cmd":   func() error { _, err := c.Exec(ctx, sb.ID, &api.Exec{}, nil, nil); return err }(),
-		"bad user":    func() error { _, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"true"}, User: "nobody"}, nil, nil); return err }(),
-		"bad timeout": func() error { _, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"true"}, Timeout: "soon"}, nil, nil); return err }(),
-		"NUL path":    c.WriteFile(ctx, sb.ID, "/tmp/a\x00b", []byte("x"), 0o644),
-		"empty path":  func() error { _, err := c.Stat(ctx, sb.ID, ""); return err }(),
-		"bad signal":  c.Signal(ctx, sb.ID, 1, "HUP"),
-		"bad ttl":     func() error { _, err := c.Extend(ctx, sb.ID, "-1h"); return err }(),
+		"empty cmd": func() error { _, err := c.Exec(ctx, sb.ID, &api.Exec{}, nil, nil); return err }(),
+		"bad user": func() error {
+			_, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"true"}, User: "nobody"}, nil, nil)
+			return err
+		}(),
+		"bad timeout": func() error {
+			_, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"true"}, Timeout: "soon"}, nil, nil)
+			return err
+		}(),
+		"NUL path":   c.WriteFile(ctx, sb.ID, "/tmp/a\x00b", []byte("x"), 0o644),
+		"empty path": func() error { _, err := c.Stat(ctx, sb.ID, ""); return err }(),
+		"bad signal": c.Signal(ctx, sb.ID, 1, "HUP"),
+		"bad ttl":    func() error { _, err := c.Extend(ctx, sb.ID, "-1h"); return err }(),
 	} {
 		wantCode(t, what, err, api.CodeInvalidArgument)
 	}
