@@ -12,4 +12,10 @@ CGO_ENABLED=0 go build -trimpath -buildvcs=false \
 	-ldflags "-s -w -X github.com/airlock-sandbox/airlock/internal/cli.Version=$version" \
 	-o /usr/local/bin/airlock ./cmd/airlock
 echo "airlock: installed /usr/local/bin/airlock" >&2
+# The daemon's unit (airlock serve), for hosts with systemd; not enabled.
+if [ -d /etc/systemd/system ]; then
+	install -m 0644 dist/airlock.service /etc/systemd/system/airlock.service
+	echo "airlock: installed the airlock.service unit (systemctl enable --now airlock to run the daemon)" >&2
+fi
+install -d /usr/local/share/doc/airlock && install -m 0644 docs/*.md /usr/local/share/doc/airlock/
 /usr/local/bin/airlock doctor >&2

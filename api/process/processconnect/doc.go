@@ -1,0 +1,3 @@
+// Package processconnect is the generated Connect client and handler of
+// the process service (api/proto/process).
+package processconnect

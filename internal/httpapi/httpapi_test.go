@@ -1,0 +1,54 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// docs/api.md documents every route, and only routes that exist.
+func TestDocsListEveryRoute(t *testing.T) {
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^### `((?:GET|POST|PUT|DELETE|PATCH) /\\S*)`$").FindAllStringSubmatch(string(b), -1) {
+		documented = append(documented, m[1])
+	}
+	routes := (&Handler{}).Routes()
+	slices.Sort(documented)
+	slices.Sort(routes)
+	if !slices.Equal(documented, routes) {
+		t.Errorf("docs/api.md lists\n  %s\nthe API serves\n  %s", strings.Join(documented, "\n  "), strings.Join(routes, "\n  "))
+	}
+	for _, c := range api.Codes() {
+		if !strings.Contains(string(b), "`"+string(c)+"`") {
+			t.Errorf("error code %s is not documented", c)
+		}
+	}
+}
+
+// Every error class has one code, and a wrapped class keeps it.
+func TestErrorClassesMapToCodes(t *testing.T) {
+	for _, c := range classes {
+		err := fmt.Errorf("context: %w", errdefs.New(c.class, "x"))
+		if got := codeOf(err); got != c.code {
+			t.Errorf("%v: code %s, want %s", c.class, got, c.code)
+		}
+	}
+	if got := codeOf(errors.New("unclassed")); got != api.CodeInternal {
+		t.Errorf("an unclassed error is %s", got)
+	}
+	if got := codeOf(&http.MaxBytesError{Limit: 1}); got != api.CodeTooLarge {
+		t.Errorf("an oversize body is %s", got)
+	}
+}
