@@ -6,6 +6,7 @@ package main
 import (
 	"net"
 	"os"
+	"runtime/debug"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cli"
@@ -31,6 +32,10 @@ func serveAgent(a nsinit.Agent) error {
 		return err
 	}
 	a.Listener.Close()
+	// An idle agent should cost the host little: collect often, and hand
+	// back what the start-up (every package's initialisers) left behind.
+	debug.SetGCPercent(25)
+	debug.FreeOSMemory()
 	return agent.Serve(agent.Options{
 		Listener: ln, Launcher: a.Launcher, UID: a.UID, GID: a.GID,
 		Home: a.Home, Env: a.Env, Cwd: a.Cwd, Version: cli.Version,
