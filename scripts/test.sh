@@ -24,11 +24,11 @@ fi
 if [ -x ../shared/tools/netguard ]; then ../shared/tools/netguard; fi
 
 export CGO_ENABLED=0
-unformatted=$(gofmt -l cmd internal test bench)
+unformatted=$(gofmt -l cmd internal test bench api client)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 go vet ./...
 go test -count=1 -timeout 40m ./...
-for f in "FuzzFilterMatchesRules ./internal/linux/seccomp" "FuzzCleanName ./internal/image" "FuzzValidate ./internal/spec" "FuzzParseSize ./internal/spec" "FuzzReadClientHello ./internal/egress" "FuzzParseRule ./internal/egress"; do
+for f in "FuzzFilterMatchesRules ./internal/linux/seccomp" "FuzzCleanName ./internal/image" "FuzzValidate ./internal/spec" "FuzzParseSize ./internal/spec" "FuzzReadClientHello ./internal/egress" "FuzzParseRule ./internal/egress" "FuzzSpecOf ./internal/sandbox"; do
 	set -- $f
 	go test -run '^$' -fuzz "^$1\$" -fuzztime 10s "$2"
 done
