@@ -111,23 +111,30 @@ func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (s
 	if err != nil {
 		return nil, err
 	}
+	var net func() *EgressResult
 	if s.NetMode() == "proxy" {
-		// The proxy lived in the old daemon; its namespace dies with init.
-		_ = sb.Close()
-		sb.CloseFiles()
-		return nil, fmt.Errorf("%w: sandbox %s: a proxy-mode sandbox cannot be adopted yet (its egress proxy ended with the old daemon); destroyed", errdefs.ErrUnavailable, id)
+		// The proxy lived in the old daemon: start it again on the same
+		// veth; the sandbox's connections through the old one were cut.
+		if net, err = e.adoptNetwork(s, id, pid); err != nil {
+			_ = sb.Close()
+			sb.CloseFiles()
+			return nil, fmt.Errorf("sandbox %s: its network: %w; destroyed", id, err)
+		}
 	}
 	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
 	if err != nil {
 		_ = sb.Close()
 		sb.CloseFiles()
+		if net != nil {
+			net()
+		}
 		return nil, fmt.Errorf("sandbox %s: its image: %w; destroyed", id, err)
 	}
 	wsDir := s.Workspace
 	if s.Repo != "" {
 		wsDir = filepath.Join(e.cfg.DataDir, "tmp", id)
 	}
-	b := &Box{e: e, sb: sb, layout: layout, wsDir: wsDir, socket: e.agentSocket(id)}
+	b := &Box{e: e, sb: sb, layout: layout, wsDir: wsDir, socket: e.agentSocket(id), net: net}
 	if s.Repo != "" {
 		b.cleanup = func() { _ = os.RemoveAll(wsDir) }
 	}

@@ -26,23 +26,9 @@ var DefaultSubnetPool = netns.DefaultPool
 // forwarder. It points the sandbox's resolv.conf and proxy variables at
 // them. done tears it all down (after the sandbox is gone) and sums up.
 func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.Writer) (done func() *EgressResult, err error) {
-	pol := &egress.Policy{}
-	if err := pol.Add(true, s.Net.Allow...); err != nil {
-		return nil, errdefs.Invalid("--allow: " + err.Error())
-	}
-	if err := pol.Add(false, s.Net.Deny...); err != nil {
-		return nil, errdefs.Invalid("--deny: " + err.Error())
-	}
-	if s.Net.PolicyFile != "" {
-		if err := pol.LoadFile(s.Net.PolicyFile); err != nil {
-			return nil, errdefs.Invalid(err.Error())
-		}
-	}
-	upstream := e.cfg.DNSUpstream
-	if upstream == "" {
-		if upstream, err = hostResolver(); err != nil {
-			return nil, err
-		}
+	pol, upstream, err := e.policy(s)
+	if err != nil {
+		return nil, err
 	}
 	t0 := time.Now()
 	lap := func(step string) { e.cfg.Log.Debug("network", "step", step, "at", time.Since(t0)) }
@@ -54,20 +40,14 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		return nil, fmt.Errorf("%w: sandbox network: %v", errdefs.ErrUnavailable, err)
 	}
 	lap("netns")
-	rec := egress.NewRecorder(netLog, e.cfg.OnEgress)
-	px, err := egress.Start(egress.Config{
-		Sandbox: id, Listen: n.HostIP, Policy: pol, Guard: &egress.Guard{},
-		Upstream: upstream, MaxConns: s.Net.MaxConns, MaxBytesOut: s.Net.EgressBytes, Recorder: rec,
-	})
+	done, err = e.proxy(s, id, n, pol, upstream, netLog)
 	if err != nil {
-		n.Close()
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		return nil, err
 	}
 	lap("proxy")
 	nsFile, err := n.File()
 	if err != nil {
-		px.Close()
-		n.Close()
+		done()
 		return nil, err
 	}
 	o.NetNS = nsFile
@@ -84,21 +64,78 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		}
 	}
 	return func() *EgressResult {
-		t0 = time.Now()
+		nsFile.Close()
+		return done()
+	}, nil
+}
+
+// policy builds a sandbox's egress policy and finds the upstream resolver.
+func (e *Engine) policy(s *spec.Spec) (*egress.Policy, string, error) {
+	pol := &egress.Policy{}
+	if err := pol.Add(true, s.Net.Allow...); err != nil {
+		return nil, "", errdefs.Invalid("--allow: " + err.Error())
+	}
+	if err := pol.Add(false, s.Net.Deny...); err != nil {
+		return nil, "", errdefs.Invalid("--deny: " + err.Error())
+	}
+	if s.Net.PolicyFile != "" {
+		if err := pol.LoadFile(s.Net.PolicyFile); err != nil {
+			return nil, "", errdefs.Invalid(err.Error())
+		}
+	}
+	upstream := e.cfg.DNSUpstream
+	if upstream == "" {
+		var err error
+		if upstream, err = hostResolver(); err != nil {
+			return nil, "", err
+		}
+	}
+	return pol, upstream, nil
+}
+
+// proxy starts the egress proxy and DNS forwarder of network n; done stops
+// them, drops n, and sums up. On error n is dropped.
+func (e *Engine) proxy(s *spec.Spec, id string, n *netns.Net, pol *egress.Policy, upstream string, netLog io.Writer) (done func() *EgressResult, err error) {
+	rec := egress.NewRecorder(netLog, e.cfg.OnEgress)
+	px, err := egress.Start(egress.Config{
+		Sandbox: id, Listen: n.HostIP, Policy: pol, Guard: &egress.Guard{},
+		Upstream: upstream, MaxConns: s.Net.MaxConns, MaxBytesOut: s.Net.EgressBytes, Recorder: rec,
+	})
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return func() *EgressResult {
 		px.Close()
-		lap("proxy closed")
 		res := &EgressResult{Summary: rec.Summary(), BytesOut: px.BytesOut(), DeniedPackets: n.DeniedPackets(), LimitsHit: rec.Limits()}
 		if lost, err := rec.Lost(); lost > 0 {
 			res.LogLost = lost
 			e.cfg.Warn(fmt.Sprintf("network log incomplete: %d decisions not written (%v)", lost, err))
 		}
-		nsFile.Close()
 		if err := n.Close(); err != nil {
 			e.cfg.Warn("network teardown: " + err.Error())
 		}
-		lap("netns removed")
 		return res
 	}, nil
+}
+
+// adoptNetwork takes over the network of proxy-mode sandbox id, whose
+// init (host pid) still sits in it, and starts its proxy again.
+func (e *Engine) adoptNetwork(s *spec.Spec, id string, pid int) (done func() *EgressResult, err error) {
+	pol, upstream, err := e.policy(s)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	n, err := netns.Adopt(id, ns, e.cfg.SubnetPool, filepath.Join(e.cfg.StateDir, "nets"))
+	if err != nil {
+		return nil, err
+	}
+	return e.proxy(s, id, n, pol, upstream, io.Discard)
 }
 
 // hostResolver is the first nameserver of the host's /etc/resolv.conf.

@@ -257,3 +257,49 @@ func prefixNet(a netip.Addr, bits int) *net.IPNet {
 // Reap removes subnet lease files nobody holds (their veths and rules
 // vanished with their namespaces).
 func Reap(leaseDir string) { lockfile.Reap(leaseDir) }
+
+// Adopt takes over the network of sandbox id made by an earlier process:
+// ns is the namespace (from the sandbox's init), the veth's host end still
+// carries the leased address, and the lease is taken again.
+func Adopt(id string, ns *os.File, pool netip.Prefix, leaseDir string) (_ *Net, err error) {
+	n := &Net{ID: id, HostIf: "alk" + id[:min(len(id), 10)] + "h", NS: -1}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	link, err := netlink.LinkByName(n.HostIf)
+	if err != nil {
+		return nil, fmt.Errorf("veth %s: %w", n.HostIf, err)
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_V4)
+	if err != nil || len(addrs) != 1 {
+		return nil, fmt.Errorf("veth %s: want one IPv4 address, got %v (%v)", n.HostIf, addrs, err)
+	}
+	host, ok := netip.AddrFromSlice(addrs[0].IP.To4())
+	if !ok || !pool.Contains(host) {
+		return nil, fmt.Errorf("veth %s: address %v is not in the pool %s", n.HostIf, addrs[0].IP, pool)
+	}
+	off := binary.BigEndian.Uint32(host.AsSlice()) - binary.BigEndian.Uint32(pool.Masked().Addr().AsSlice())
+	if off%4 != 1 {
+		return nil, fmt.Errorf("veth %s: %v is not a leased host address", n.HostIf, host)
+	}
+	if err := os.MkdirAll(leaseDir, 0o700); err != nil {
+		return nil, err
+	}
+	l, err := lockfile.TryLock(filepath.Join(leaseDir, strconv.Itoa(int(off/4))+".lock"))
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("subnet of %v is leased by another sandbox", host)
+	}
+	n.lease, n.HostIP, n.SandboxIP = l, host, host.Next()
+	fd, err := unix.FcntlInt(ns.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	n.NS = netns.NsHandle(fd)
+	n.fw = &firewall{nsfd: fd}
+	return n, nil
+}

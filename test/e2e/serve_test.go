@@ -4,10 +4,18 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -67,9 +75,14 @@ func newDataDir(t *testing.T) string {
 // the test's end every sandbox left is destroyed and the daemon stopped.
 func startDaemon(t *testing.T, data string, extra ...string) *daemonProc {
 	t.Helper()
+	return startDaemonWith(t, airlockBin, data, extra...)
+}
+
+func startDaemonWith(t *testing.T, bin, data string, extra ...string) *daemonProc {
+	t.Helper()
 	d := &daemonProc{t: t, data: data, sock: filepath.Join(data, "airlock.sock"), log: &syncBuffer{}}
 	args := append([]string{"--state-dir", stateDir, "--data-dir", data, "serve", "--socket", d.sock}, extra...)
-	d.cmd = exec.Command(airlockBin, args...)
+	d.cmd = exec.Command(bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	// A test binary that dies (a timeout) takes its daemons with it; their
 	// sandboxes are reaped by the next run (reapStaleRuns).
@@ -597,6 +610,17 @@ func TestServeRestartAdopts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A proxy-mode sandbox: its proxy lives in the daemon and must come
+	// back with the next one. A denied host answers 403 from the proxy
+	// (no name is resolved, nothing leaves the machine).
+	netbox, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: workspace(t), Network: api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := &api.Exec{Cmd: []string{"/workspace/attack", "fetch", "http://denied.test/", "-", "proxy"}}
+	if out, _, _ := run(t, c, netbox.ID, fetch); !strings.HasPrefix(out, "STATUS 403") {
+		t.Fatalf("before the restart: %q", out)
+	}
 	if err := c.WriteFile(ctx, keep.ID, "/tmp/state", []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -616,8 +640,23 @@ func TestServeRestartAdopts(t *testing.T) {
 	// While no daemon runs, one sandbox's init dies (a host event).
 	_ = syscall.Kill(initPid(t, lost.ID), syscall.SIGKILL)
 
-	d2 := startDaemon(t, data)
+	// The next daemon is a newer build: the agent protocol, not the
+	// binary, decides whether it can adopt.
+	newer := filepath.Join(t.TempDir(), "airlock-next")
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/airlock-sandbox/airlock/internal/cli.Version=next", "-o", newer, "./cmd/airlock")
+	build.Dir, build.Env = "../..", append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	d2 := startDaemonWith(t, newer, data)
 	c = d2.client(t, tn.Key)
+	if out, _, _ := run(t, c, netbox.ID, fetch); !strings.HasPrefix(out, "STATUS 403") {
+		t.Errorf("the adopted proxy-mode sandbox's proxy: %q", out)
+	}
+	if err := c.Destroy(ctx, netbox.ID); err != nil {
+		t.Fatal(err)
+	}
+	vethGone(t, netbox.ID)
 	b, err := c.ReadFile(ctx, keep.ID, "/tmp/state")
 	if err != nil || string(b) != "kept" {
 		t.Fatalf("adopted sandbox lost its state: %q %v", b, err)
@@ -885,4 +924,106 @@ func TestServeCLI(t *testing.T) {
 		t.Errorf("kill-all: %s", r)
 	}
 	noResidue(t)
+}
+
+// vethGone waits for sandbox id's veth to vanish with its namespace.
+func vethGone(t *testing.T, id string) {
+	t.Helper()
+	name := "alk" + id[:10] + "h"
+	for i := 0; ; i++ {
+		if _, err := net.InterfaceByName(name); err != nil {
+			return
+		}
+		if i > 200 {
+			t.Fatalf("veth %s left behind", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestServeTLSAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	d := startDaemon(t, newDataDir(t), "--tcp", addr, "--tls-cert", certFile, "--tls-key", keyFile)
+	ctx := context.Background()
+	admin, err := client.New(client.Config{Address: "https://" + addr, Key: d.adminKey(t), TLS: &tls.Config{RootCAs: pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tn *api.Tenant
+	for i := 0; ; i++ { // the TCP listener comes up just after the socket
+		if tn, err = admin.CreateTenant(ctx, &api.CreateTenant{Name: "tls"}); err == nil || i > 100 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(client.Config{Address: "https://" + addr, Key: tn.Key, TLS: &tls.Config{RootCAs: pool}})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, end := run(t, c, sb.ID, sh("echo over tls")); out != "over tls\n" || end.ExitCode != 0 {
+		t.Errorf("exec over TLS: %q %+v", out, end)
+	}
+	if _, err := client.New(client.Config{Address: "http://" + addr}); err == nil {
+		t.Error("the SDK accepted a plain http:// address")
+	}
+	metrics := func(key string) (int, string) {
+		req, _ := http.NewRequest("GET", "https://"+addr+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, _ := metrics(tn.Key); code != http.StatusForbidden {
+		t.Errorf("metrics with a tenant key: %d", code)
+	}
+	time.Sleep(1100 * time.Millisecond) // one tick of the state gauges
+	code, body := metrics(d.adminKey(t))
+	for _, want := range []string{"airlock_execs_total 1", "airlock_sandbox_creates_total 1", `airlock_sandboxes{state="running"} 1`, "airlock_exec_seconds_count 1"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q (HTTP %d)", want, code)
+		}
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
