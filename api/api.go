@@ -102,7 +102,7 @@ type Trigger struct {
 
 // CreateSandbox asks for a new long-lived sandbox.
 type CreateSandbox struct {
-	Image          string            `json:"image,omitempty"` // "host" (default), a rootfs directory, oci:, docker-archive: or a registry reference
+	Image          string            `json:"image,omitempty"` // "host" (default), a rootfs directory, oci:, docker-archive:, a registry reference, or snapshot:<id>
 	WritableRootfs bool              `json:"writable_rootfs,omitempty"`
 	Workspace      string            `json:"workspace,omitempty"` // host directory, shown copy-on-write at /workspace
 	Repo           string            `json:"repo,omitempty"`      // host git repository, checked out at Commit
@@ -278,6 +278,26 @@ type Quotas struct {
 	// creates refused until the period ends.
 	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
 	CPUPeriod  string  `json:"cpu_period,omitempty"`
+	// MaxSnapshotBytes bounds the file content of the tenant's snapshots.
+	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
+}
+
+// CreateSnapshot saves a sandbox's filesystem state as an image.
+type CreateSnapshot struct {
+	Name string `json:"name,omitempty"`
+}
+
+// Snapshot is a saved filesystem state; create sandboxes from it with
+// image "snapshot:<id>". The id is a digest of its content.
+type Snapshot struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name,omitempty"`
+	Sandbox string    `json:"sandbox"`
+	Base    string    `json:"base"`     // the image it was taken over
+	Root    bool      `json:"has_root"` // it holds a whole root filesystem
+	Bytes   int64     `json:"bytes"`
+	Created time.Time `json:"created"`
+	Skipped []string  `json:"skipped,omitempty"` // special files not saved
 }
 
 // CreateTenant adds a tenant.

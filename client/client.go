@@ -435,6 +435,24 @@ func (c *Client) Diff(ctx context.Context, id string) (string, error) {
 	return string(b), err
 }
 
+// Snapshot saves a sandbox's filesystem state as an image; create
+// sandboxes from it with Image "snapshot:<id>".
+func (c *Client) Snapshot(ctx context.Context, id, name string) (*api.Snapshot, error) {
+	var out api.Snapshot
+	return &out, c.call(ctx, "POST", sb(id, "/snapshot"), nil, &api.CreateSnapshot{Name: name}, &out)
+}
+
+// Snapshots lists the caller's snapshots.
+func (c *Client) Snapshots(ctx context.Context) ([]*api.Snapshot, error) {
+	var out []*api.Snapshot
+	return out, c.call(ctx, "GET", "/v1/snapshots", nil, nil, &out)
+}
+
+// DeleteSnapshot deletes a snapshot (refused while a sandbox runs from it).
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)
+}
+
 // CreateTenant adds a tenant (admin key); the answer holds its key, shown
 // this once.
 func (c *Client) CreateTenant(ctx context.Context, req *api.CreateTenant) (*api.Tenant, error) {

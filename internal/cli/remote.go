@@ -163,7 +163,7 @@ exec, move files with cp, cat and write, and see what changed with diff.
 		return nil
 	}
 	f := c.Flags()
-	f.StringVar(&req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH or a registry reference`)
+	f.StringVar(&req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID`)
 	f.BoolVar(&req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image")
 	f.StringVar(&req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace")
 	f.StringVar(&req.Repo, "repo", "", "host git repository to check out at /workspace")
@@ -615,7 +615,7 @@ default for root on the daemon's host) it needs --tenant NAME or --all.`,
 func tenantCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "tenant", Short: "Manage tenants (admin key)"}
 	var q api.Quotas
-	var maxMem string
+	var maxMem, maxSnap string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Add a tenant and print its API key (shown once; stored hashed)",
@@ -625,6 +625,9 @@ func tenantCmd(g *globals) *cobra.Command {
 	create.RunE = func(cmd *cobra.Command, args []string) error {
 		var err error
 		if q.MaxMemory, err = sizeFlag("max-memory", maxMem); err != nil {
+			return err
+		}
+		if q.MaxSnapshotBytes, err = sizeFlag("max-snapshot-bytes", maxSnap); err != nil {
 			return err
 		}
 		cl, err := ck.client(true)
@@ -647,6 +650,7 @@ func tenantCmd(g *globals) *cobra.Command {
 	f.StringVar(&maxMem, "max-memory", "", "sum of the sandboxes' memory limits (e.g. 16G)")
 	f.Float64Var(&q.MaxCPUs, "max-cpus", 0, "sum of the sandboxes' CPU limits")
 	f.Float64Var(&q.CPUSeconds, "cpu-seconds", 0, "CPU seconds per period; past it the tenant's sandboxes are stopped")
+	f.StringVar(&maxSnap, "max-snapshot-bytes", "", "file content of the tenant's snapshots in all (e.g. 10G)")
 	f.StringVar(&q.CPUPeriod, "cpu-period", "", "the CPU budget's period (default 1h)")
 
 	ls := &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs}
@@ -683,11 +687,84 @@ func tenantCmd(g *globals) *cobra.Command {
 	return c
 }
 
+func snapshotCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save sandboxes' filesystem state as images; list and delete them",
+		Long: `A snapshot saves a sandbox's filesystem state (on the frozen sandbox): for an
+OCI or directory image, the whole root with the sandbox's changes; and its
+/workspace. New sandboxes start from it with --image snapshot:ID.
+
+  snap=$(airlock snapshot create "$id" --name deps-installed)
+  airlock create --image "snapshot:$snap"`,
+	}
+	var name string
+	create := &cobra.Command{Use: "create SANDBOX", Short: "Save a sandbox's filesystem state and print the snapshot's id", Args: cobra.ExactArgs(1)}
+	ck := addConn(create, g, true)
+	create.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := ck.client(false)
+		if err != nil {
+			return err
+		}
+		sn, err := cl.Snapshot(cmd.Context(), args[0], name)
+		if err != nil {
+			return apiErr(err)
+		}
+		for _, s := range sn.Skipped {
+			g.warn("snapshot: skipped " + s + " (not a file, directory or symlink)")
+		}
+		if ck.asJSON {
+			return printJSON(g.stdout, sn)
+		}
+		fmt.Fprintln(g.stdout, sn.ID)
+		return nil
+	}
+	create.Flags().StringVar(&name, "name", "", "a name to remember it by")
+	ls := &cobra.Command{Use: "ls", Short: "List your snapshots", Args: cobra.NoArgs}
+	lk := addConn(ls, g, true)
+	ls.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := lk.client(false)
+		if err != nil {
+			return err
+		}
+		sns, err := cl.Snapshots(cmd.Context())
+		if err != nil {
+			return apiErr(err)
+		}
+		if lk.asJSON {
+			return printJSON(g.stdout, sns)
+		}
+		w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tBASE\tSIZE\tCREATED")
+		for _, s := range sns {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, s.Sandbox, s.Base, spec.FormatSize(s.Bytes), s.Created.Format(time.RFC3339))
+		}
+		return w.Flush()
+	}
+	rm := &cobra.Command{Use: "rm SNAPSHOT...", Short: "Delete snapshots (refused while a sandbox runs from one)", Args: cobra.MinimumNArgs(1)}
+	rk := addConn(rm, g, false)
+	rm.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := rk.client(false)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, id := range args {
+			if err := cl.DeleteSnapshot(cmd.Context(), id); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", id, apiErr(err)))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	c.AddCommand(create, ls, rm)
+	return c
+}
+
 // remoteCmds are the commands that talk to the daemon.
 func remoteCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{
 		serveCmd(g), tenantCmd(g), createCmd(g), psCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
-		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g),
+		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
 		lifecycleCmd(g, "rm", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
 		lifecycleCmd(g, "pause", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
 			_, err := cl.Pause(ctx, id)

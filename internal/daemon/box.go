@@ -28,6 +28,8 @@ type Box struct {
 	socket  string
 	net     func() *EgressResult
 	cleanup func()
+	image   string // the spec's image
+	writable bool
 
 	mu        sync.Mutex // serialises freezes
 	closeOnce sync.Once
@@ -66,7 +68,7 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 	if err != nil {
 		return nil, err
 	}
-	b := &Box{e: e, layout: layout, socket: e.agentSocket(id)}
+	b := &Box{e: e, layout: layout, socket: e.agentSocket(id), image: s.Image, writable: s.WritableRootfs}
 	defer func() {
 		if err != nil {
 			b.release()
@@ -134,7 +136,7 @@ func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (s
 	if s.Repo != "" {
 		wsDir = filepath.Join(e.cfg.DataDir, "tmp", id)
 	}
-	b := &Box{e: e, sb: sb, layout: layout, wsDir: wsDir, socket: e.agentSocket(id), net: net}
+	b := &Box{e: e, sb: sb, layout: layout, wsDir: wsDir, socket: e.agentSocket(id), net: net, image: s.Image, writable: s.WritableRootfs}
 	if s.Repo != "" {
 		b.cleanup = func() { _ = os.RemoveAll(wsDir) }
 	}

@@ -593,6 +593,33 @@ func (h *Handler) routes() []route {
 			_, err = buf.WriteTo(w)
 			return err
 		}},
+		{"POST /v1/sandboxes/{id}/snapshot", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.CreateSnapshot
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			sn, err := s.Snapshot(r.Context(), p, id(r), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, sn)
+			return nil
+		}},
+		{"GET /v1/snapshots", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			sns, err := s.Snapshots(r.Context(), p)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, sns)
+			return nil
+		}},
+		{"DELETE /v1/snapshots/{id}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			if err := s.DeleteSnapshot(r.Context(), p, id(r)); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
 		{"GET /v1/sandboxes/{id}/diff", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			var buf bytes.Buffer
 			if err := s.Diff(r.Context(), p, id(r), &buf); err != nil {

@@ -123,6 +123,11 @@ func (rt *Runtime) Adopt(id string, pid int) (_ *Sandbox, err error) {
 		sb.WorkspaceUpper.Close()
 		return nil, err
 	}
+	sb.RootUpper, err = reopen(pid, nsinit.AgentRootUpperFD)
+	if err != nil {
+		sb.CloseFiles()
+		return nil, err
+	}
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
 		sb.CloseFiles()
 		return nil, gone("init exited while being adopted")
@@ -157,3 +162,19 @@ func reopen(pid, fd int) (*os.File, error) {
 
 // Cgroup is the sandbox's cgroup (for accounting).
 func (sb *Sandbox) Cgroup() *cgroup.Cgroup { return sb.cg }
+
+// UIDBase is the host uid that root inside the sandbox maps to.
+func (sb *Sandbox) UIDBase() (uint32, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", sb.InitPid))
+	if err != nil {
+		return 0, err
+	}
+	var inside, outside, size uint32
+	if _, err := fmt.Sscan(string(b), &inside, &outside, &size); err != nil || inside != 0 {
+		return 0, fmt.Errorf("init's uid map %q", b)
+	}
+	if err := unix.PidfdSendSignal(sb.pidfd, 0, nil, 0); err != nil {
+		return 0, fmt.Errorf("init exited: %w", err)
+	}
+	return outside, nil
+}

@@ -173,6 +173,8 @@ type Sandbox struct {
 	WorkspaceUpper *os.File
 	Workspace      *os.File
 	PTY            *os.File
+	// RootUpper (long-lived sandboxes) is the root's writable layer.
+	RootUpper *os.File
 	// Pid is the command's pid inside the sandbox.
 	Pid int
 	// InitPid is init's pid on the host.
@@ -474,7 +476,10 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 	}
 	sb.WorkspaceUpper = os.NewFile(uintptr(fds[0]), "ws-upper")
 	sb.Workspace = os.NewFile(uintptr(fds[1]), "ws")
-	if len(fds) > 2 {
+	switch {
+	case len(fds) > 2 && sb.agent:
+		sb.RootUpper = os.NewFile(uintptr(fds[2]), "root-upper")
+	case len(fds) > 2:
 		sb.PTY = os.NewFile(uintptr(fds[2]), "pty")
 	}
 	sb.Pid = rep.Pid
@@ -625,7 +630,7 @@ func (sb *Sandbox) Close() error {
 
 // CloseFiles closes the descriptors the sandbox handed out.
 func (sb *Sandbox) CloseFiles() {
-	for _, f := range []*os.File{sb.WorkspaceUpper, sb.Workspace, sb.PTY} {
+	for _, f := range []*os.File{sb.WorkspaceUpper, sb.Workspace, sb.PTY, sb.RootUpper} {
 		if f != nil {
 			f.Close()
 		}

@@ -43,13 +43,27 @@ type Instance interface {
 	Usage() Usage
 	Diff(w io.Writer) error
 	Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error)
+	Snapshot(maxBytes int64) (*SnapshotFiles, error)
 	Destroy() error
+}
+
+// SnapshotFiles is what a snapshot saved on the host.
+type SnapshotFiles struct {
+	ID      string // digest of the content
+	Base    string // the sandbox's image
+	Root    bool   // a whole root filesystem was saved (else: Base is the root)
+	Bytes   int64  // file content written
+	Skipped []string
 }
 
 // Backend makes and adopts sandboxes on the host.
 type Backend interface {
 	Start(ctx context.Context, id string, s *spec.Spec) (Instance, error)
 	Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (Instance, error)
+	// SnapshotPaths says where a snapshot's root ("" when it has none)
+	// and workspace are; RemoveSnapshot deletes its files.
+	SnapshotPaths(id string) (root, ws string, err error)
+	RemoveSnapshot(id string) error
 }
 
 // Defaults.
@@ -194,6 +208,9 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	}
 	sp, ttl, idle, err := specOf(req)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.fromSnapshot(ctx, t, &sp); err != nil {
 		return nil, err
 	}
 	if err := s.admit(t, &sp); err != nil {

@@ -55,6 +55,17 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	end_reason TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS sandboxes_tenant ON sandboxes (tenant, state);
+CREATE TABLE IF NOT EXISTS snapshots (
+	id TEXT NOT NULL,
+	tenant TEXT NOT NULL,
+	name TEXT NOT NULL,
+	sandbox TEXT NOT NULL,
+	base TEXT NOT NULL,
+	has_root INTEGER NOT NULL,
+	bytes INTEGER NOT NULL,
+	created INTEGER NOT NULL,
+	PRIMARY KEY (tenant, id)
+);
 `
 
 // Open opens (creating) the database at path, root-only.
@@ -260,4 +271,60 @@ func affected(r sql.Result, err error) error {
 func isConstraint(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == 19
+}
+
+// Snapshot is one tenant's record of a saved snapshot. The same content
+// saved by two tenants is one set of files and two records.
+type Snapshot struct {
+	ID      string
+	Tenant  string
+	Name    string
+	Sandbox string // the sandbox it was taken of
+	Base    string // that sandbox's image
+	HasRoot bool
+	Bytes   int64
+	Created time.Time
+}
+
+// PutSnapshot records a snapshot for a tenant (again: no change).
+func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
+	_, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO snapshots (id, tenant, name, sandbox, base, has_root, bytes, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.Tenant, sn.Name, sn.Sandbox, sn.Base, sn.HasRoot, sn.Bytes, sn.Created.UnixMilli())
+	return err
+}
+
+// Snapshots lists a tenant's snapshots ("" for every tenant's).
+func (s *Store) Snapshots(ctx context.Context, tenant string) ([]Snapshot, error) {
+	q, args := `SELECT id, tenant, name, sandbox, base, has_root, bytes, created FROM snapshots`, []any{}
+	if tenant != "" {
+		q, args = q+` WHERE tenant = ?`, append(args, tenant)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Snapshot
+	for rows.Next() {
+		var sn Snapshot
+		var created int64
+		if err := rows.Scan(&sn.ID, &sn.Tenant, &sn.Name, &sn.Sandbox, &sn.Base, &sn.HasRoot, &sn.Bytes, &created); err != nil {
+			return nil, err
+		}
+		sn.Created = time.UnixMilli(created)
+		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSnapshot removes a tenant's record and says whether any tenant
+// still records that id.
+func (s *Store) DeleteSnapshot(ctx context.Context, tenant, id string) (stillUsed bool, err error) {
+	r, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE tenant = ? AND id = ?`, tenant, id)
+	if err := affected(r, err); err != nil {
+		return false, err
+	}
+	var n int
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE id = ?`, id).Scan(&n)
+	return n > 0, err
 }

@@ -29,6 +29,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
 // daemonProc is one `airlock serve` started by a test.
@@ -1026,4 +1028,125 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
+}
+
+func TestServeSnapshots(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	c := d.tenant(t, "snap", api.Quotas{})
+	other := d.tenant(t, "other", api.Quotas{})
+	tight := d.tenant(t, "tight", api.Quotas{MaxSnapshotBytes: 100})
+
+	lp, err := layout.Write(filepath.Join(t.TempDir(), "layout"), empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(testImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	img := "oci:" + string(lp)
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Image: img, WritableRootfs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.WriteFile(ctx, sb.ID, "/srv/new", []byte("by user"), 0o640))
+	must(c.Remove(ctx, sb.ID, "/srv/data")) // a whiteout in the root layer
+	must(c.WriteFile(ctx, sb.ID, "/workspace/w.txt", []byte("work"), 0o644))
+	sn, err := c.Snapshot(ctx, sb.ID, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sn.Root || sn.Base != img || sn.Name != "first" {
+		t.Errorf("snapshot: %+v", sn)
+	}
+	again, err := c.Snapshot(ctx, sb.ID, "again")
+	if err != nil || again.ID != sn.ID {
+		t.Errorf("the same content is the same snapshot: %v %v", again, err)
+	}
+	if got, _ := c.Sandbox(ctx, sb.ID); got == nil || got.State != api.StateRunning {
+		t.Errorf("the sandbox after its snapshot: %+v", got)
+	}
+
+	// A sandbox made from it has its root and its workspace, with the
+	// ownership they had.
+	from, err := c.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + sn.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, end := run(t, c, from.ID, &api.Exec{Cmd: []string{"attack", "stat", "/srv/new", "/srv", "/srv/data", "/bin/attack", "/workspace/w.txt"}})
+	for _, want := range []string{"/srv/new 1000:1000 640", "/srv 1234:1234 755", "/srv/data: no such file", "/bin/attack 0:0 755", "/workspace/w.txt 1000:1000"} {
+		if !strings.Contains(out, want) || end.ExitCode != 0 {
+			t.Errorf("from the snapshot: want %q in\n%s", want, out)
+		}
+	}
+	if b, _ := c.ReadFile(ctx, from.ID, "/srv/new"); string(b) != "by user" {
+		t.Errorf("content: %q", b)
+	}
+	// Another tenant cannot use it, nor see it.
+	_, err = other.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + sn.ID})
+	wantCode(t, "another tenant's snapshot", err, api.CodeNotFound)
+	if l, _ := other.Snapshots(ctx); len(l) != 0 {
+		t.Errorf("other sees %d snapshots", len(l))
+	}
+	wantCode(t, "delete while in use", c.DeleteSnapshot(ctx, sn.ID), api.CodeFailedPrecondition)
+
+	// A hostile workspace: links to host paths stay links; nothing is
+	// written through them.
+	victim := t.TempDir()
+	host, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c, host.ID, sh("ln -s "+victim+" /workspace/evil && ln -s / /workspace/root && mkfifo /workspace/fifo && echo x > /workspace/plain"))
+	hs, err := c.Snapshot(ctx, host.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs.Root || hs.Base != "host" || len(hs.Skipped) != 1 {
+		t.Errorf("host-image snapshot: %+v", hs)
+	}
+	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
+		t.Errorf("the snapshot wrote through a link into %s", victim)
+	}
+	h2, err := c.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + hs.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := run(t, c, h2.ID, sh("readlink /workspace/evil; cat /workspace/plain")); out != victim+"\nx\n" {
+		t.Errorf("from the host-image snapshot: %q", out)
+	}
+	w, err := c.CreateSandbox(ctx, &api.CreateSandbox{WritableRootfs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Snapshot(ctx, w.ID, "")
+	wantCode(t, "a writable host-image sandbox", err, api.CodeFailedPrecondition)
+
+	// Per-tenant storage quota.
+	tb, err := tight.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(tight.WriteFile(ctx, tb.ID, "/workspace/big", bytes.Repeat([]byte("x"), 1000), 0o644))
+	_, err = tight.Snapshot(ctx, tb.ID, "")
+	wantCode(t, "past the snapshot quota", err, api.CodeQuotaExceeded)
+
+	for _, id := range []string{from.ID, h2.ID} {
+		must(c.Destroy(ctx, id))
+	}
+	must(c.DeleteSnapshot(ctx, sn.ID))
+	must(c.DeleteSnapshot(ctx, hs.ID))
+	if l, _ := c.Snapshots(ctx); len(l) != 0 {
+		t.Errorf("after delete: %+v", l)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(data, "snapshots")); len(ents) != 0 {
+		t.Errorf("snapshot files left: %v", ents)
+	}
 }

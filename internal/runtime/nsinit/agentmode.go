@@ -10,11 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// In agent mode init keeps the workspace's upper layer and merged view
-// open at these descriptor numbers for the sandbox's whole life.
+// In agent mode init keeps the workspace's upper layer and merged view, and
+// the root's writable layer, open at these descriptor numbers for the
+// sandbox's whole life (and sends them to the host in this order).
 const (
 	AgentWorkspaceUpperFD = 90
 	AgentWorkspaceFD      = 91
+	AgentRootUpperFD      = 92 // the root's writable layer
 )
 
 // Agent is what init hands the in-sandbox agent when it serves one

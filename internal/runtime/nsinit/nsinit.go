@@ -297,6 +297,15 @@ func (r *rootfs) assemble(fds []int) error {
 		}
 		r.readyFDs = append(r.readyFDs, fd)
 	}
+	// A long-lived sandbox's root layer, for snapshots: every change to a
+	// whole-root image's root (with --writable-rootfs) lands here.
+	if cfg.Agent {
+		fd, err := unix.Open(r.p("rw/upper"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open the root layer: %w", err)
+		}
+		r.readyFDs = append(r.readyFDs, fd)
+	}
 	if !cfg.Writable {
 		return mount.Remount(root, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
 	}

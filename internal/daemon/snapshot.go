@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/workspace"
+)
+
+// Snapshots live under DATA_DIR/snapshots/<id>: root/ (a whole root
+// filesystem: the sandbox's image with its writable layer applied, files
+// shared with the image by hard links) and workspace/ (the contents of its
+// /workspace). Ownership inside is container-relative (uid 0 is root
+// inside), like an unpacked image, so any sandbox can use it. The id is
+// the digest of what was written.
+
+var snapshotID = regexp.MustCompile(`^[0-9a-f]{24}$`)
+
+func (e *Engine) snapshotDir(id string) string {
+	return filepath.Join(e.cfg.DataDir, "snapshots", id)
+}
+
+// SnapshotPaths says where snapshot id's root and workspace are ("" for a
+// root it does not have).
+func (e *Engine) SnapshotPaths(id string) (root, ws string, err error) {
+	if !snapshotID.MatchString(id) {
+		return "", "", errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
+	}
+	dir := e.snapshotDir(id)
+	if _, err := os.Stat(filepath.Join(dir, "workspace")); err != nil {
+		return "", "", fmt.Errorf("%w: snapshot %s: %v", errdefs.ErrNotFound, id, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "root")); err == nil {
+		root = filepath.Join(dir, "root")
+	}
+	return root, filepath.Join(dir, "workspace"), nil
+}
+
+// RemoveSnapshot deletes snapshot id's files.
+func (e *Engine) RemoveSnapshot(id string) error {
+	if !snapshotID.MatchString(id) {
+		return errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
+	}
+	return os.RemoveAll(e.snapshotDir(id))
+}
+
+// Snapshot saves the sandbox's filesystem state, on the frozen sandbox:
+// for a whole-root image, the image with the sandbox's writable root layer
+// applied; and /workspace. A host-image sandbox has no root of its own to
+// save (its /usr is the host's): its snapshot is the host image plus
+// /workspace, and with --writable-rootfs its root changes cannot be kept,
+// which is refused.
+func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
+	// The host image's "/" tree is only its /etc template; its /usr is the
+	// host's own.
+	full := b.layout.Name != "host" && len(b.layout.Trees) > 0 && b.layout.Trees[0].Target == "/"
+	if !full && b.writable {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "a writable host-image sandbox's root changes cannot become an image (its /usr is the host's): snapshot a sandbox of an OCI or directory image, or one without writable_rootfs")
+	}
+	parent := filepath.Join(b.e.cfg.DataDir, "snapshots")
+	if err := os.MkdirAll(parent, 0o711); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(parent, ".new-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return nil, err
+	}
+	out := &sandbox.SnapshotFiles{Base: b.image}
+	h := sha256.New()
+	fmt.Fprintf(h, "base\x00%s\x00", b.image)
+	err = b.frozen(func() error {
+		base, err := b.sb.UIDBase()
+		if err != nil {
+			return err
+		}
+		// What the sandbox wrote is owned by its uid range: shift it back.
+		inside := func(id uint32) uint32 {
+			if id >= base && id < base+65536 {
+				return id - base
+			}
+			return 65534 // nobody: not the sandbox's to give
+		}
+		owner := func(u, g uint32) (uint32, uint32) { return inside(u), inside(g) }
+		if full {
+			root := filepath.Join(tmp, "root")
+			if err := os.Mkdir(root, 0o755); err != nil {
+				return err
+			}
+			if err := workspace.LinkTree(b.layout.Trees[0].HostPath, root); err != nil {
+				return fmt.Errorf("snapshot: the image: %w", err)
+			}
+			w, err := workspace.NewWriter(root, h, maxBytes)
+			if err != nil {
+				return err
+			}
+			skipped, err := w.ApplyUpper(b.sb.RootUpper, owner)
+			w.Close()
+			if err != nil {
+				return fmt.Errorf("snapshot: the root layer: %w", err)
+			}
+			out.Skipped = append(out.Skipped, skipped...)
+			out.Bytes += w.Written()
+			out.Root = true
+		}
+		ws := filepath.Join(tmp, "workspace")
+		if err := os.Mkdir(ws, 0o755); err != nil {
+			return err
+		}
+		fmt.Fprint(h, "workspace\x00")
+		w, err := workspace.NewWriter(ws, h, maxBytes)
+		if err != nil {
+			return err
+		}
+		// The workspace of a sandbox made from the snapshot belongs to its
+		// user: the host directory's owner (root here) is mapped to it.
+		skipped, err := w.CopyTree(b.sb.Workspace, func(uint32, uint32) (uint32, uint32) { return 0, 0 })
+		w.Close()
+		if err != nil {
+			return fmt.Errorf("snapshot: /workspace: %w", err)
+		}
+		out.Skipped = append(out.Skipped, skipped...)
+		out.Bytes += w.Written()
+		return nil
+	})
+	if errors.Is(err, workspace.ErrTooLarge) {
+		return nil, errdefs.New(errdefs.ErrTooLarge, err.Error())
+	}
+	if err != nil {
+		return nil, err
+	}
+	out.ID = hex.EncodeToString(h.Sum(nil))[:24]
+	dir := b.e.snapshotDir(out.ID)
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "workspace")); serr != nil {
+			return nil, err
+		}
+		// The same content was saved before: keep that copy.
+	}
+	return out, nil
+}
+
