@@ -21,14 +21,14 @@ import (
 // Box is one long-lived sandbox (airlock serve): init serves the agent on
 // a socket under the state directory instead of running one command.
 type Box struct {
-	e       *Engine
-	sb      *runtime.Sandbox
-	layout  *image.Layout
-	wsDir   string
-	socket  string
-	net     func() *EgressResult
-	cleanup func()
-	image   string // the spec's image
+	e        *Engine
+	sb       *runtime.Sandbox
+	layout   *image.Layout
+	wsDir    string
+	socket   string
+	net      func() *EgressResult
+	cleanup  func()
+	image    string // the spec's image
 	writable bool
 
 	mu        sync.Mutex // serialises freezes

@@ -149,4 +149,3 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 	}
 	return out, nil
 }
-
