@@ -300,6 +300,16 @@ background and prints its pid (see ps, attach and signal).`,
 					return err
 				}
 				defer func() { _ = term.Restore(stdinFD, old) }()
+				winch := make(chan os.Signal, 1)
+				signal.Notify(winch, unix.SIGWINCH)
+				defer signal.Stop(winch)
+				go func() {
+					for range winch {
+						if cols, rows, err := term.GetSize(stdinFD); err == nil {
+							_ = cl.Resize(ctx, id, first.PID, uint16(rows), uint16(cols))
+						}
+					}
+				}()
 			}
 			go func() {
 				buf := make([]byte, 32<<10)
