@@ -38,6 +38,7 @@ type Launcher interface {
 	Start(argv []string, attr *syscall.ProcAttr) (int, error)
 	Signal(pid int, sig syscall.Signal) error
 	Wait(pid int) (syscall.WaitStatus, error)
+	OpenPTY(uid uint32, rows, cols uint16) (master, slave *os.File, err error)
 }
 
 // Options configure the agent.

@@ -220,7 +220,8 @@ func (a *agent) start(u user, req *process.StartRequest) (*proc, chan *process.P
 	}}
 	var outputs []*os.File
 	if req.Pty != nil {
-		master, slave, err := openPTY(u, req.GetPty().GetSize())
+		sz := req.GetPty().GetSize()
+		master, slave, err := a.o.Launcher.OpenPTY(u.uid, uint16(sz.GetRows()), uint16(sz.GetCols()))
 		if err != nil {
 			return nil, nil, fsError(err)
 		}
@@ -506,39 +507,6 @@ func (s *processService) Update(_ context.Context, req *connect.Request[process.
 		}
 	}
 	return connect.NewResponse(&process.UpdateResponse{}), nil
-}
-
-// openPTY opens a terminal pair on the sandbox's own devpts; the peer is
-// opened through the master (TIOCGPTPEER), never by path.
-func openPTY(u user, size *process.PTY_Size) (master, slave *os.File, err error) {
-	mfd, err := unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open ptmx: %w", err)
-	}
-	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
-		unix.Close(mfd)
-		return nil, nil, fmt.Errorf("unlockpt: %w", err)
-	}
-	sfd, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
-	if e != 0 {
-		unix.Close(mfd)
-		return nil, nil, fmt.Errorf("TIOCGPTPEER: %w", e)
-	}
-	if err := unix.Fchown(int(sfd), int(u.uid), 5); err != nil {
-		unix.Close(mfd)
-		unix.Close(int(sfd))
-		return nil, nil, fmt.Errorf("fchown pty: %w", err)
-	}
-	// Non-blocking, so that reads of the master honour deadlines.
-	if err := unix.SetNonblock(mfd, true); err != nil {
-		unix.Close(mfd)
-		unix.Close(int(sfd))
-		return nil, nil, err
-	}
-	if size != nil && size.Rows > 0 && size.Cols > 0 {
-		_ = unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(size.Rows), Col: uint16(size.Cols)})
-	}
-	return os.NewFile(uintptr(mfd), "ptmx"), os.NewFile(sfd, "pts"), nil
 }
 
 func setEnv(env []string, k, v string) []string {

@@ -40,14 +40,14 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		return nil, fmt.Errorf("%w: sandbox network: %v", errdefs.ErrUnavailable, err)
 	}
 	lap("netns")
-	done, err = e.proxy(s, id, n, pol, upstream, netLog)
+	stop, err := e.proxy(s, id, n, pol, upstream, netLog)
 	if err != nil {
 		return nil, err
 	}
 	lap("proxy")
 	nsFile, err := n.File()
 	if err != nil {
-		done()
+		stop()
 		return nil, err
 	}
 	o.NetNS = nsFile
@@ -65,7 +65,7 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 	}
 	return func() *EgressResult {
 		nsFile.Close()
-		return done()
+		return stop()
 	}, nil
 }
 

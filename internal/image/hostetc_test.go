@@ -36,3 +36,18 @@ func TestHostEtcTemplate(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Regression: concurrent creates (the daemon's) refreshing the template at
+// once raced on one temporary link name, and some failed.
+func TestHostEtcTemplateConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	errs := make(chan error, 16)
+	for i := 0; i < 16; i++ {
+		go func() { _, err := hostEtcTemplate(dir); errs <- err }()
+	}
+	for i := 0; i < 16; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -95,6 +95,12 @@ func (l *Launcher) Start(argv []string, attr *syscall.ProcAttr) (int, error) {
 	return r.pid, r.err
 }
 
+// OpenPTY opens a terminal pair on the sandbox's devpts for a command
+// running as uid.
+func (l *Launcher) OpenPTY(uid uint32, rows, cols uint16) (master, slave *os.File, err error) {
+	return OpenPTY("/dev/pts/ptmx", uid, rows, cols)
+}
+
 // Signal sends sig to the process group of pid (every command leads one).
 func (l *Launcher) Signal(pid int, sig syscall.Signal) error {
 	done := make(chan error, 1)

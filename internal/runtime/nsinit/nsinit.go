@@ -463,7 +463,14 @@ func (r *rootfs) pivot() error {
 }
 
 func openPTY(cfg *Config) (master, slave *os.File, err error) {
-	mfd, err := unix.Open(filepath.Join(cfg.Scratch, "root/dev/pts/ptmx"), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	return OpenPTY(filepath.Join(cfg.Scratch, "root/dev/pts/ptmx"), cfg.UID, cfg.Rows, cfg.Cols)
+}
+
+// OpenPTY opens a terminal pair on the devpts instance of ptmx, the peer
+// owned by uid (group tty) and opened through the master (TIOCGPTPEER),
+// never by path. The master is non-blocking, so reads honour deadlines.
+func OpenPTY(ptmx string, uid uint32, rows, cols uint16) (master, slave *os.File, err error) {
+	mfd, err := unix.Open(ptmx, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open ptmx: %w", err)
 	}
@@ -471,17 +478,18 @@ func openPTY(cfg *Config) (master, slave *os.File, err error) {
 		unix.Close(mfd)
 		return nil, nil, fmt.Errorf("unlockpt: %w", err)
 	}
-	// TIOCGPTPEER opens the peer through the master, never by path.
 	sfd, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(mfd), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
 	if e != 0 {
 		unix.Close(mfd)
 		return nil, nil, fmt.Errorf("TIOCGPTPEER: %w", e)
 	}
-	if err := unix.Fchown(int(sfd), int(cfg.UID), 5); err != nil {
+	if err := unix.Fchown(int(sfd), int(uid), 5); err != nil {
+		unix.Close(mfd)
+		unix.Close(int(sfd))
 		return nil, nil, fmt.Errorf("fchown pty: %w", err)
 	}
-	if cfg.Rows > 0 && cfg.Cols > 0 {
-		_ = unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Row: cfg.Rows, Col: cfg.Cols})
+	if rows > 0 && cols > 0 {
+		_ = unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
 	}
 	return os.NewFile(uintptr(mfd), "ptmx"), os.NewFile(sfd, "pts"), nil
 }
