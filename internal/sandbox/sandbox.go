@@ -90,7 +90,7 @@ type Service struct {
 	mu      sync.Mutex
 	boxes   map[string]*box
 	pending map[string]int    // creates in flight per tenant
-	keys    map[string]string // key hash → tenant (cache)
+	keys    map[string]*Principal // key hash → who (cache; keys never change)
 	cpu     map[string]*cpuBudget
 }
 
@@ -118,7 +118,7 @@ func New(cfg Config) *Service {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]int{}, keys: map[string]string{}, cpu: map[string]*cpuBudget{}}
+	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]int{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}}
 }
 
 func newID() string {

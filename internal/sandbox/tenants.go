@@ -66,6 +66,23 @@ func (s *Service) Authenticate(ctx context.Context, key string) (*Principal, err
 		return nil, errdefs.New(errdefs.ErrUnauthenticated, "no API key: send Authorization: Bearer <key>")
 	}
 	h := store.HashKey(key)
+	s.mu.Lock()
+	p, ok := s.keys[h]
+	s.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, err := s.authenticate(ctx, h)
+	if err == nil {
+		s.mu.Lock()
+		s.keys[h] = p
+		s.mu.Unlock()
+	}
+	return p, err
+}
+
+// authenticate looks a key's hash up in the store.
+func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error) {
 	admin, err := s.cfg.Store.Meta(ctx, adminKeyMeta)
 	if err != nil {
 		return nil, err
@@ -174,6 +191,11 @@ func (s *Service) DeleteTenant(ctx context.Context, p *Principal, name string) e
 	}
 	s.mu.Lock()
 	delete(s.cpu, name)
+	for h, p := range s.keys {
+		if !p.Admin && p.Tenant == name {
+			delete(s.keys, h)
+		}
+	}
 	s.mu.Unlock()
 	return nil
 }

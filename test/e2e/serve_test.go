@@ -509,6 +509,15 @@ func TestServeQuotasAndKillSwitch(t *testing.T) {
 	if ids, err := d.admin.KillAll(ctx, ""); err != nil || len(ids) != 1 {
 		t.Fatalf("kill-all: %v %v", ids, err)
 	}
+	// A removed tenant's key stops working at once.
+	if _, err := other.Sandboxes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.admin.DeleteTenant(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.Sandboxes(ctx)
+	wantCode(t, "a removed tenant's key", err, api.CodeUnauthenticated)
 	noResidue(t)
 }
 
