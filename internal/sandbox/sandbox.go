@@ -89,7 +89,7 @@ type Service struct {
 	cfg     Config
 	mu      sync.Mutex
 	boxes   map[string]*box
-	pending map[string]int    // creates in flight per tenant
+	pending map[string]int        // creates in flight per tenant
 	keys    map[string]*Principal // key hash → who (cache; keys never change)
 	cpu     map[string]*cpuBudget
 }
