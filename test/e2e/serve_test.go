@@ -27,7 +27,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/api/filesystem"
+	"github.com/airlock-sandbox/airlock/api/filesystem/filesystemconnect"
+	"github.com/airlock-sandbox/airlock/api/process"
+	"github.com/airlock-sandbox/airlock/api/process/processconnect"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -1158,4 +1163,154 @@ func TestServeSnapshots(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(data, "snapshots")); len(ents) != 0 {
 		t.Errorf("snapshot files left: %v", ents)
 	}
+}
+
+// The agent speaks E2B envd's wire protocol: a Connect client of the
+// public process and filesystem services, pointed at a sandbox's agent
+// socket (as the daemon, root on the host, reaches it), drives it.
+func TestServeAgentWire(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := d.tenant(t, "wire", api.Quotas{})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(stateDir, "agents", sb.ID+".sock")
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: tr}
+	proc := processconnect.NewProcessClient(hc, "http://agent")
+	fsc := filesystemconnect.NewFilesystemClient(hc, "http://agent")
+
+	// A terminal process fed through StreamInput, resized with Update.
+	tag := "shell"
+	stdin := true
+	stream, err := proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "sh", Args: []string{"-c", "read a; stty size; echo got $a"}},
+		Pty:     &process.PTY{Size: &process.PTY_Size{Rows: 10, Cols: 20}}, Tag: &tag, Stdin: &stdin,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetEvent().GetStart().GetPid() == 0 {
+		t.Fatalf("no start event: %v", stream.Err())
+	}
+	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}}
+	if _, err := proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel, Pty: &process.PTY{Size: &process.PTY_Size{Rows: 42, Cols: 99}}})); err != nil {
+		t.Fatal(err)
+	}
+	in := proc.StreamInput(ctx)
+	_ = in.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: sel}}})
+	_ = in.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: []byte("hi\n")}}}}})
+	if _, err := in.CloseAndReceive(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	var end *process.ProcessEvent_EndEvent
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		out.Write(ev.GetData().GetPty())
+		if ev.GetEnd() != nil {
+			end = ev.GetEnd()
+			break
+		}
+	}
+	if end == nil || !end.GetExited() || end.GetExitCode() != 0 || !strings.Contains(out.String(), "42 99") || !strings.Contains(out.String(), "got hi") {
+		t.Errorf("terminal process: %+v %q %v", end, out.String(), stream.Err())
+	}
+
+	// The polled watcher.
+	w, err := fsc.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/workspace", Recursive: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsc.MakeDir(ctx, connect.NewRequest(&filesystem.MakeDirRequest{Path: "/workspace/d"})); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for i := 0; i < 50 && len(seen) == 0; i++ {
+		evs, err := fsc.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: w.Msg.GetWatcherId()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs.Msg.GetEvents() {
+			seen = append(seen, e.GetName()+" "+e.GetType().String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(seen) == 0 || seen[0] != "/workspace/d EVENT_TYPE_CREATE" {
+		t.Errorf("watcher events: %v", seen)
+	}
+	if _, err := fsc.RemoveWatcher(ctx, connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: w.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fsc.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: w.Msg.GetWatcherId()}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a removed watcher: %v", err)
+	}
+	list, err := fsc.ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: "/workspace", Depth: 1}))
+	if err != nil || len(list.Msg.GetEntries()) != 1 || list.Msg.GetEntries()[0].GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY {
+		t.Errorf("list: %v %v", list, err)
+	}
+}
+
+// A sandbox of one commit of a repository: its checkout lives as long as
+// the sandbox, and goes with it.
+func TestServeRepoCommit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed: cannot build a test repository")
+	}
+	repo := t.TempDir()
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	writeFiles(t, repo, map[string]string{"app.txt": "v1\n"})
+	git("add", ".")
+	git("commit", "-qm", "v1")
+	first := git("rev-parse", "HEAD")
+	writeFiles(t, repo, map[string]string{"app.txt": "v2\n"})
+	git("commit", "-qam", "v2")
+
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	c := d.tenant(t, "repo", api.Quotas{})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Repo: repo, Commit: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.ReadFile(ctx, sb.ID, "/workspace/app.txt"); err != nil || string(b) != "v1\n" {
+		t.Errorf("checkout: %q %v", b, err)
+	}
+	if out, _, _ := run(t, c, sb.ID, sh("echo v3 > app.txt && git status --porcelain")); out != " M app.txt\n" {
+		t.Errorf("git inside: %q", out)
+	}
+	if diff, _ := c.Diff(ctx, sb.ID); !strings.Contains(diff, "-v1") || !strings.Contains(diff, "+v3") {
+		t.Errorf("diff:\n%s", diff)
+	}
+	checkout := filepath.Join(data, "tmp", sb.ID)
+	if _, err := os.Stat(checkout); err != nil {
+		t.Fatalf("the checkout should live with the sandbox: %v", err)
+	}
+	if err := c.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(checkout); err == nil {
+		t.Error("the checkout outlived its sandbox")
+	}
+	noResidue(t)
 }
