@@ -329,7 +329,7 @@ func BenchmarkServeIdleMemory(b *testing.B) {
 				}()
 			}
 			wg.Wait()
-			time.Sleep(3 * time.Second) // let them settle (idle)
+			time.Sleep(6 * time.Second) // idle: the agents have handed back their garbage
 			p, k, got := d.sandboxCost(b)
 			if got != n {
 				b.Fatalf("counted %d sandboxes, want %d", got, n)

@@ -15,7 +15,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -60,11 +62,33 @@ func Serve(o Options) error {
 	mux.Handle(processconnect.NewProcessHandler(&processService{a}, opts...))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&fsService{a: a, watchers: map[string]*watcher{}}, opts...))
 	mux.Handle(agentpbconnect.NewAgentHandler(&filesService{a}, opts...))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: idle(mux), ReadHeaderTimeout: 10 * time.Second}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv.Serve(o.Listener)
+}
+
+// idle returns the agent's freed memory to the host once it has served
+// nothing for a few seconds: an idle sandbox should cost the host as little
+// as its live heap, not what its last burst of work left for the GC.
+func idle(h http.Handler) http.Handler {
+	var last atomic.Int64
+	var freed atomic.Bool
+	go func() {
+		for range time.Tick(2 * time.Second) {
+			if !freed.Load() && time.Since(time.Unix(0, last.Load())) > 3*time.Second {
+				debug.FreeOSMemory()
+				freed.Store(true)
+			}
+		}
+	}()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		last.Store(time.Now().UnixNano())
+		freed.Store(false)
+		h.ServeHTTP(w, r)
+		last.Store(time.Now().UnixNano())
+	})
 }
 
 type agent struct {
