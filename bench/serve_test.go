@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"golang.org/x/sys/unix"
 )
 
 // daemon is an `airlock serve` of the benchmark's own, in temporary
@@ -78,6 +79,7 @@ func (d *daemon) stop() {
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	_ = d.cmd.Wait()
 	_ = exec.Command(airlockBin, "--state-dir", d.stateDir, "--data-dir", filepath.Join(d.dir, "lib"), "gc").Run()
+	unsealExes(filepath.Join(d.stateDir, "exe"))
 	os.RemoveAll(d.dir)
 }
 
@@ -344,5 +346,21 @@ func BenchmarkServeIdleMemory(b *testing.B) {
 			b.Logf("%d idle sandboxes: %.2f MiB each (PSS %.2f + kernel %.2f + daemon %.2f)", n, per,
 				float64(p)/float64(n)/(1<<20), float64(k)/float64(n)/(1<<20), float64(grown)/float64(n)/(1<<20))
 		})
+	}
+}
+
+// unsealExes clears the immutable attribute of the copies of airlock a
+// state directory holds, so that it can be removed.
+func unsealExes(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if flags, err := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS); err == nil {
+			_ = unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, flags&^0x10) // FS_IMMUTABLE_FL
+		}
+		f.Close()
 	}
 }

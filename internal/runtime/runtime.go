@@ -34,6 +34,7 @@ import (
 const (
 	scratchDir  = "scratch"   // empty; each sandbox mounts its tmpfs here in its own namespace
 	uidDir      = "uids"      // uid range leases
+	exeDir      = "exe"       // the immutable copy of the binary init runs from
 	sandboxDir  = "sandboxes" // one lock file per live sandbox
 	initArgv0   = "airlock"
 	firstUID    = 1 << 30 // far above /etc/subuid's usual ranges
@@ -76,6 +77,7 @@ func New(stateDir string, log *slog.Logger) (*Runtime, error) {
 	}
 	// Copying the binary into its sealed memfd is the most expensive step
 	// of a cold start; begin it first, alongside the rest of the set-up.
+	rt.exe.dir = filepath.Join(stateDir, exeDir)
 	go func() { _, _ = rt.exe.get() }()
 	cg, err := cgroup.Detect()
 	if err != nil {
@@ -655,6 +657,7 @@ func (rt *Runtime) GC() (removed []string, err error) {
 	// uid leases of dead holders: their files stay behind (nobody unlinked
 	// them); a lease nobody holds is free and its file can go.
 	lockfile.Reap(rt.leases.dir)
+	reapExes(filepath.Join(rt.stateDir, exeDir))
 	for id := range seen {
 		l, lerr := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 		if lerr != nil {

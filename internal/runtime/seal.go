@@ -1,51 +1,149 @@
 package runtime
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// sealedExe is an in-memory, sealed copy of the running airlock binary. The
-// sandbox's init is executed from it, so /proc/1/exe inside a sandbox names
-// a file nothing can write: not the host's airlock (CVE-2019-5736 class).
-// One copy serves every sandbox this process creates.
+// sealedExe is a copy of the running airlock binary that nothing can
+// write: the sandbox's init is executed from it, so /proc/1/exe inside a
+// sandbox never names the host's airlock (the CVE-2019-5736 class). The
+// copy is a root-only, read-only, immutable file under the state directory
+// (a tmpfs), made once per airlock binary and reused by every later start:
+// copying the 20 MB binary on every `airlock run` was that command's
+// largest single cost. On a filesystem without the immutable attribute the
+// copy falls back to a sealed memfd, made per process.
 type sealedExe struct {
+	dir  string // stateDir/exe
 	once sync.Once
 	f    *os.File
 	err  error
 }
 
 func (s *sealedExe) get() (*os.File, error) {
-	s.once.Do(func() { s.f, s.err = seal() })
+	s.once.Do(func() { s.f, s.err = seal(s.dir) })
 	return s.f, s.err
 }
+
+// fsImmutableFL is FS_IMMUTABLE_FL of linux/fs.h (chattr +i).
+const fsImmutableFL = 0x10
 
 // minExeFD is far above the descriptors any child is given.
 const minExeFD = 100
 
-func seal() (*os.File, error) {
+func seal(dir string) (*os.File, error) {
 	src, err := os.Open("/proc/self/exe")
 	if err != nil {
 		return nil, fmt.Errorf("open /proc/self/exe: %w", err)
 	}
 	defer src.Close()
-	mfd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %w", err)
+	var f *os.File
+	if dir != "" {
+		f, err = cachedCopy(src, dir)
+	}
+	if f == nil {
+		if f, err = memfdCopy(src); err != nil {
+			return nil, err
+		}
 	}
 	// The child execs /proc/self/fd/N after os/exec has dup2'ed ExtraFiles
 	// onto fds 3, 4, ...; N must lie above them or the child would exec
 	// whatever landed on it.
-	fd, err := unix.FcntlInt(uintptr(mfd), unix.F_DUPFD_CLOEXEC, minExeFD)
-	unix.Close(mfd)
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, minExeFD)
+	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("fcntl(F_DUPFD_CLOEXEC): %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "airlock-sealed")
+	return os.NewFile(uintptr(fd), "airlock-sealed"), nil
+}
+
+// identity names a binary by what changes when it is replaced.
+func identity(src *os.File) (string, int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return "", 0, err
+	}
+	h := sha256.Sum256(fmt.Appendf(nil, "%d:%d:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec))
+	return "airlock-" + hex.EncodeToString(h[:8]), st.Size, nil
+}
+
+// cachedCopy opens (making it first if needed) the immutable copy of src
+// under dir. It returns nil, nil where the filesystem cannot make a file
+// immutable.
+func cachedCopy(src *os.File, dir string) (*os.File, error) {
+	name, size, err := identity(src)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := filepath.Join(dir, name)
+	if f, err := openImmutable(p, size); err == nil {
+		return f, nil
+	}
+	tmp, err := os.CreateTemp(dir, ".new-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if _, err := io.Copy(tmp, src); err != nil {
+		return nil, fmt.Errorf("copy binary: %w", err)
+	}
+	if err := tmp.Chmod(0o555); err != nil {
+		return nil, err
+	}
+	// Rename first (an immutable file cannot be renamed), then seal the
+	// inode through the descriptor. Another airlock's finished copy makes
+	// the rename fail (EPERM): that copy is used.
+	if err := os.Rename(tmp.Name(), p); err == nil {
+		if err := setImmutable(tmp, true); err != nil {
+			_ = os.Remove(p)
+			return nil, nil // no immutable files here: use a memfd
+		}
+	} else if !errors.Is(err, os.ErrPermission) {
+		return nil, err
+	}
+	return openImmutable(p, size)
+}
+
+// openImmutable opens p if it is a root-owned, read-only, immutable
+// regular file of the given size, and nothing else.
+func openImmutable(p string, size int64) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	flags, ferr := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != 0 ||
+		st.Mode&0o222 != 0 || st.Size != size || ferr != nil || flags&fsImmutableFL == 0 {
+		f.Close()
+		return nil, fmt.Errorf("%s is not an immutable copy of the binary", p)
+	}
+	return f, nil
+}
+
+// memfdCopy copies src into a sealed memfd.
+func memfdCopy(src *os.File) (*os.File, error) {
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	mfd, err := unix.MemfdCreate("airlock", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(mfd), "airlock-memfd")
 	if _, err := io.Copy(f, src); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("copy binary to memfd: %w", err)
@@ -55,4 +153,45 @@ func seal() (*os.File, error) {
 		return nil, fmt.Errorf("fcntl(F_ADD_SEALS): %w", err)
 	}
 	return f, nil
+}
+
+// reapExes removes the copies of other airlock binaries (a host that
+// upgraded airlock). A running airlock that uses one holds it open.
+func reapExes(dir string) {
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return
+	}
+	defer src.Close()
+	cur, _, err := identity(src)
+	if err != nil {
+		return
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() == cur || !strings.HasPrefix(e.Name(), "airlock-") {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if f, err := os.Open(p); err == nil {
+			_ = setImmutable(f, false)
+			f.Close()
+		}
+		_ = os.Remove(p)
+	}
+}
+
+// setImmutable sets or clears the immutable attribute, keeping the file's
+// other attributes (ext4 refuses to drop its extents flag).
+func setImmutable(f *os.File, on bool) error {
+	flags, err := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		return err
+	}
+	if on {
+		flags |= fsImmutableFL
+	} else {
+		flags &^= fsImmutableFL
+	}
+	return unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, flags)
 }

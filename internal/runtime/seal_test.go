@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -11,7 +12,7 @@ import (
 // ExtraFiles onto 3, 4, ...; a low N was overwritten and the child exec'd a
 // lease file ("permission denied", now and then).
 func TestSealedExeAboveChildDescriptors(t *testing.T) {
-	var s sealedExe
+	var s sealedExe // no directory: a sealed memfd
 	f, err := s.get()
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +36,67 @@ func TestSealedExeAboveChildDescriptors(t *testing.T) {
 	if fi, _ := f.Stat(); fi.Size() != self.Size() {
 		t.Fatalf("sealed copy is %d bytes, binary %d", fi.Size(), self.Size())
 	}
+}
+
+// The cached copy is made once, cannot be written even by root without
+// first clearing its immutable flag, and is reused by the next start.
+func TestCachedExeImmutableAndReused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("root-owned immutable files need root")
+	}
+	dir := filepath.Join(t.TempDir(), "exe")
+	a := sealedExe{dir: dir}
+	f, err := a.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Skipf("this filesystem cannot make files immutable (%v): memfd fallback", ents)
+	}
+	p := filepath.Join(dir, ents[0].Name())
+	t.Cleanup(func() { reapAll(p) })
+	if w, err := os.OpenFile(p, os.O_WRONLY, 0); err == nil {
+		w.Close()
+		t.Fatal("opened the cached binary for writing")
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); err == nil {
+		t.Fatal("wrote to the cached binary")
+	}
+	if f.Fd() < minExeFD {
+		t.Fatalf("on fd %d", f.Fd())
+	}
+	b := sealedExe{dir: dir}
+	g, err := b.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var s1, s2 unix.Stat_t
+	_ = unix.Fstat(int(f.Fd()), &s1)
+	_ = unix.Fstat(int(g.Fd()), &s2)
+	if s1.Ino != s2.Ino {
+		t.Error("the second start copied the binary again")
+	}
+	// Regression guard: a file that is not an immutable copy is not used.
+	other := filepath.Join(dir, "airlock-0000000000000000")
+	_ = os.WriteFile(other, []byte("evil"), 0o555)
+	if _, err := openImmutable(other, 4); err == nil {
+		t.Error("a writable-flag file was taken for the copy")
+	}
+	reapExes(dir)
+	if _, err := os.Stat(other); err == nil {
+		t.Error("gc left another binary's copy")
+	}
+}
+
+func reapAll(p string) {
+	if f, err := os.Open(p); err == nil {
+		_ = setImmutable(f, false)
+		f.Close()
+	}
+	_ = os.Remove(p)
 }
 
 func TestLeaseLocksExclude(t *testing.T) {

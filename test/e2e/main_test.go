@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -66,6 +67,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	_ = exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "gc").Run()
+	unsealExes(filepath.Join(stateDir, "exe"))
 	_ = os.RemoveAll(tmp)
 	os.Exit(code)
 }
@@ -170,6 +172,24 @@ func reapStaleRuns(self string) {
 		time.Sleep(100 * time.Millisecond)
 		out, err := exec.Command(airlockBin, "--state-dir", filepath.Join(d, "run"), "--data-dir", filepath.Join(d, "lib"), "gc").CombinedOutput()
 		fmt.Printf("e2e: reaped a stale run %s: %s %v\n", d, bytes.TrimSpace(out), err)
+		unsealExes(filepath.Join(d, "run", "exe"))
 		_ = os.RemoveAll(d)
+	}
+}
+
+// unsealExes clears the immutable attribute of the copies of airlock that
+// a test state directory holds (runtime's sealed binaries), so that the
+// directory can be removed.
+func unsealExes(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if flags, err := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS); err == nil {
+			_ = unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, flags&^0x10) // FS_IMMUTABLE_FL
+		}
+		f.Close()
 	}
 }
