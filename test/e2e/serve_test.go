@@ -136,6 +136,9 @@ func startDaemonWith(t *testing.T, bin, data string, extra ...string) *daemonPro
 		t.Fatal(err)
 	}
 	d.admin = d.client(t, strings.TrimSpace(string(key)))
+	if err := d.admin.Health(context.Background()); err != nil {
+		t.Fatalf("health: %v", err)
+	}
 	return d
 }
 
