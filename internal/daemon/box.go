@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
+	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -141,6 +142,18 @@ func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (s
 		b.cleanup = func() { _ = os.RemoveAll(wsDir) }
 	}
 	return b, nil
+}
+
+// Discard ends what is left of sandbox id that could not be adopted
+// (sandbox.Backend).
+func (e *Engine) Discard(id string) error {
+	err := e.rt.Discard(id)
+	_ = os.Remove(e.agentSocket(id))
+	netns.Reap(filepath.Join(e.cfg.StateDir, "nets"))
+	if err2 := workspace.GCRepos(e.cfg.DataDir+"/tmp", e.rt.Live); err2 != nil {
+		err = errors.Join(err, err2)
+	}
+	return err
 }
 
 // Socket is the host path of the sandbox's agent socket.

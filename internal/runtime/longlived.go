@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
@@ -110,6 +111,13 @@ func (rt *Runtime) Adopt(id string, pid int) (_ *Sandbox, err error) {
 	}
 	sb := &Sandbox{ID: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: pidfd, exited: make(chan struct{}), agent: true, InitPid: pid}
 	sb.cg = rt.cgroups.Open(id)
+	// From here on the pid is the sandbox's init: a failure kills it, so
+	// that nothing unadopted runs on.
+	defer func() {
+		if err != nil {
+			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		}
+	}()
 	// Still ours after the checks above: the pidfd pins the pid.
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
 		return nil, gone("init exited while being adopted")
@@ -177,4 +185,23 @@ func (sb *Sandbox) UIDBase() (uint32, error) {
 		return 0, fmt.Errorf("init exited: %w", err)
 	}
 	return outside, nil
+}
+
+// Discard ends whatever is left of sandbox id that could not be adopted:
+// every process in its cgroup is killed, and once its lock is free its
+// cgroup and lock files are removed. It waits a few seconds at most.
+func (rt *Runtime) Discard(id string) error {
+	cg := rt.cgroups.Open(id)
+	for i := 0; i < 250; i++ {
+		procs := cg.Procs()
+		for _, p := range procs {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		if len(procs) == 0 && !rt.Live(id) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err := rt.GC()
+	return err
 }

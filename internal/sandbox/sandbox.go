@@ -64,6 +64,9 @@ type Backend interface {
 	// and workspace are; RemoveSnapshot deletes its files.
 	SnapshotPaths(id string) (root, ws string, err error)
 	RemoveSnapshot(id string) error
+	// Discard ends whatever is left of a sandbox that could not be
+	// adopted.
+	Discard(id string) error
 }
 
 // Defaults.
@@ -585,6 +588,9 @@ func (s *Service) Recover(ctx context.Context) error {
 
 func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 	fail := func(err error) {
+		if derr := s.cfg.Backend.Discard(r.ID); derr != nil {
+			s.cfg.Log.Error("discard an unadopted sandbox", "id", r.ID, "err", derr)
+		}
 		r.State, r.Ended, r.EndReason = api.StateEnded, s.cfg.Now(), "not adopted after a daemon restart: "+err.Error()
 		if perr := s.cfg.Store.PutSandbox(ctx, r); perr != nil {
 			s.cfg.Log.Error("record sandbox end", "id", r.ID, "err", perr)

@@ -34,6 +34,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/process"
 	"github.com/airlock-sandbox/airlock/api/process/processconnect"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
@@ -629,6 +630,10 @@ func TestServeRestartAdopts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stray, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A proxy-mode sandbox: its proxy lives in the daemon and must come
 	// back with the next one. A denied host answers 403 from the proxy
 	// (no name is resolved, nothing leaves the machine).
@@ -656,8 +661,24 @@ func TestServeRestartAdopts(t *testing.T) {
 	if err == nil {
 		t.Error("the stream outlived the daemon")
 	}
-	// While no daemon runs, one sandbox's init dies (a host event).
+	// While no daemon runs, one sandbox's init dies (a host event), and
+	// another's record no longer names its init (it cannot be adopted: it
+	// must not run on unadopted either).
 	_ = syscall.Kill(initPid(t, lost.ID), syscall.SIGKILL)
+	db, err := store.Open(filepath.Join(data, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := db.Sandboxes(ctx, api.StateRunning)
+	for _, r := range recs {
+		if r.ID == stray.ID {
+			r.InitPid = 1
+			if err := db.PutSandbox(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	db.Close()
 
 	// The next daemon is a newer build: the agent protocol, not the
 	// binary, decides whether it can adopt.
@@ -686,6 +707,13 @@ func TestServeRestartAdopts(t *testing.T) {
 	got, err := c.Sandbox(ctx, lost.ID)
 	if err != nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "not adopted") {
 		t.Errorf("a sandbox that died meanwhile: %+v %v", got, err)
+	}
+	got, err = c.Sandbox(ctx, stray.ID)
+	if err != nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "not in its cgroup") {
+		t.Errorf("an unadoptable sandbox: %+v %v", got, err)
+	}
+	if len(cgroupProcs(stray.ID)) != 0 {
+		t.Error("an unadoptable sandbox runs on")
 	}
 	// The adopted short-lived sandbox's TTL still fires.
 	deadline := time.Now().Add(10 * time.Second)
