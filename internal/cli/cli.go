@@ -54,7 +54,15 @@ credentials, kernel-enforced limits, and nothing left behind afterwards.
 
   sudo airlock run -- python3 -c 'print("hello")'
   sudo airlock run --workspace ./repo --diff -- make test
-  sudo airlock doctor`,
+  sudo airlock doctor
+
+For many tenants and long-lived sandboxes, run the daemon and use it with
+the same commands (or the HTTP API of docs/api.md, or the Go SDK):
+
+  sudo airlock serve &
+  sudo airlock tenant create alice            # prints alice's API key once
+  export AIRLOCK_API_KEY=...; id=$(sudo -E airlock create --workspace ./repo)
+  sudo -E airlock exec "$id" -- make test; sudo -E airlock rm "$id"`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       Version,
