@@ -1,0 +1,191 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func newLog(t *testing.T, opts Options) (*Log, string, ed25519.PrivateKey, *Head) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "audit")
+	key, err := LoadOrCreateKey(filepath.Join(t.TempDir(), "key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := &Head{}
+	var mu sync.Mutex
+	opts.OnHead = func(h Head) { mu.Lock(); *head = h; mu.Unlock() }
+	l, err := Open(dir, key, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, dir, key, head
+}
+
+// writeSome writes n records, some committed, some not, and closes.
+func writeSome(t *testing.T, l *Log, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		r := Record{Kind: "exec.start", Tenant: "t", Sandbox: "s", Data: json.RawMessage(`{"argv":["true"]}`)}
+		var err error
+		if i%2 == 0 {
+			err = l.Commit(context.Background(), r)
+		} else {
+			err = l.Append(r)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHonestLogVerifies(t *testing.T) {
+	l, dir, key, head := newLog(t, Options{SegmentBytes: 2000})
+	writeSome(t, l, 50)
+	s, err := Verify(dir, key.Public().(ed25519.PublicKey), head, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Segments < 3 || s.Records < 50 || s.Head != *head {
+		t.Errorf("summary %+v, head %+v", s, *head)
+	}
+	// The chain goes on across a restart (and a new segment).
+	l2, err := Open(dir, key, Options{OnHead: func(h Head) { *head = h }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeSome(t, l2, 3)
+	if _, err := Verify(dir, key.Public().(ed25519.PublicKey), head, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every kind of tampering fails verification and names the record.
+func TestTamperingIsCaught(t *testing.T) {
+	cases := map[string]func(lines [][]byte) [][]byte{
+		"edit a byte": func(ls [][]byte) [][]byte {
+			ls[3] = bytes.Replace(ls[3], []byte(`"true"`), []byte(`"fals"`), 1)
+			return ls
+		},
+		"drop a record":              func(ls [][]byte) [][]byte { return append(ls[:3], ls[4:]...) },
+		"swap two":                   func(ls [][]byte) [][]byte { ls[3], ls[4] = ls[4], ls[3]; return ls },
+		"truncate mid-segment":       func(ls [][]byte) [][]byte { return ls[:5] },
+		"cut the closing checkpoint": func(ls [][]byte) [][]byte { return ls[:len(ls)-1] },
+		"forge a checkpoint": func(ls [][]byte) [][]byte {
+			var r Record
+			_ = json.Unmarshal(ls[len(ls)-1], &r)
+			_, other, _ := ed25519.GenerateKey(rand.Reader)
+			r.Sig = hexSig(other, r.Hash)
+			b, _ := json.Marshal(r)
+			ls[len(ls)-1] = b
+			return ls
+		},
+		"rehash an edited record": func(ls [][]byte) [][]byte {
+			var r Record
+			_ = json.Unmarshal(ls[3], &r)
+			r.Kind = "nothing.to.see"
+			r.Hash, _ = r.digest()
+			b, _ := json.Marshal(r)
+			ls[3] = b
+			return ls
+		},
+	}
+	for name, tamper := range cases {
+		t.Run(name, func(t *testing.T) {
+			l, dir, key, head := newLog(t, Options{})
+			writeSome(t, l, 10)
+			segs, _ := Segments(dir)
+			b, _ := os.ReadFile(segs[0])
+			lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+			lines = tamper(lines)
+			if err := os.WriteFile(segs[0], append(bytes.Join(lines, []byte("\n")), '\n'), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Verify(dir, key.Public().(ed25519.PublicKey), head, false)
+			var ve *VerifyError
+			if !errors.As(err, &ve) {
+				t.Fatalf("tampering not caught: %v", err)
+			}
+			if ve.Line == 0 && !strings.Contains(ve.Reason, "checkpoint") && !strings.Contains(ve.Reason, "head") {
+				t.Errorf("the error does not name a record: %v", ve)
+			}
+		})
+	}
+	// A clean cut at a record boundary of a segment that did end with a
+	// checkpoint: only the head kept apart catches it.
+	t.Run("cut a whole segment off the end", func(t *testing.T) {
+		l, dir, key, head := newLog(t, Options{SegmentBytes: 1500})
+		writeSome(t, l, 30)
+		segs, _ := Segments(dir)
+		_ = os.Remove(segs[len(segs)-1])
+		if _, err := Verify(dir, key.Public().(ed25519.PublicKey), nil, false); err != nil {
+			t.Fatalf("without the head the cut log looks whole (expected): %v", err)
+		}
+		if _, err := Verify(dir, key.Public().(ed25519.PublicKey), head, false); err == nil {
+			t.Fatal("a log cut at a segment boundary passed against its head")
+		}
+	})
+}
+
+func hexSig(k ed25519.PrivateKey, h string) string {
+	return hex.EncodeToString(ed25519.Sign(k, []byte(h)))
+}
+
+// A crash mid-write leaves a torn line; the next writer cuts it off and
+// closes the segment with a recovery checkpoint, and the log verifies.
+func TestResumeAfterCrash(t *testing.T) {
+	l, dir, key, head := newLog(t, Options{})
+	for i := 0; i < 5; i++ {
+		if err := l.Commit(context.Background(), Record{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "Crash": no Close; a torn write at the end.
+	segs, _ := Segments(dir)
+	f, _ := os.OpenFile(segs[0], os.O_WRONLY|os.O_APPEND, 0)
+	_, _ = f.WriteString(`{"seq":6,"kind":"tor`)
+	f.Close()
+	acked := *head
+	l2, err := Open(dir, key, Options{OnHead: func(h Head) { *head = h }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Commit(context.Background(), Record{Kind: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Verify(dir, key.Public().(ed25519.PublicKey), head, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked.Seq != 5 || s.Records != 5+1+1+1 {
+		t.Errorf("acked %+v, summary %+v", acked, s)
+	}
+}
+
+func TestCommitFailsWhenTheDiskDoes(t *testing.T) {
+	l, _, _, _ := newLog(t, Options{})
+	l.seg.Close() // writes fail from now on, as on a full or lost disk
+	err := l.Commit(context.Background(), Record{Kind: "k"})
+	if !errors.Is(err, ErrFailed) {
+		t.Fatalf("commit on a broken disk: %v", err)
+	}
+	if err := l.Append(Record{Kind: "k"}); !errors.Is(err, ErrFailed) {
+		t.Fatalf("later appends must be refused: %v", err)
+	}
+}

@@ -1,0 +1,116 @@
+package audit
+
+import (
+	"bufio"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// VerifyError names the first record that does not hold.
+type VerifyError struct {
+	File   string
+	Line   int
+	Seq    uint64 // of the record at fault (0 if it could not be read)
+	Reason string
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("%s:%d (seq %d): %s", filepath.Base(e.File), e.Line, e.Seq, e.Reason)
+}
+
+// Summary is what a verified log holds.
+type Summary struct {
+	Segments    int
+	Records     uint64
+	Checkpoints int
+	Head        Head
+}
+
+// Verify checks the log in dir: every record parses, its sequence number
+// follows the last, it carries the previous record's hash and its own
+// hash is right; every checkpoint is signed by pub; every segment but the
+// newest ends with a checkpoint; and, when head is given (kept apart from
+// the log), the log ends exactly there, so a log cut cleanly at a record
+// boundary fails too. open says the newest segment may still be written to
+// (a live daemon's); otherwise it must end with a checkpoint as well.
+func Verify(dir string, pub ed25519.PublicKey, head *Head, open bool) (*Summary, error) {
+	segs, err := Segments(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(segs) == 0 {
+		return nil, &VerifyError{File: dir, Reason: "no audit segments"}
+	}
+	s := &Summary{Segments: len(segs)}
+	var prev string
+	var seq uint64
+	for i, path := range segs {
+		last, err := verifySegment(path, pub, &prev, &seq, s)
+		if err != nil {
+			return nil, err
+		}
+		newest := i == len(segs)-1
+		if (!newest || !open) && (last == nil || last.Kind != KindCheckpoint) {
+			return nil, &VerifyError{File: path, Seq: seq, Reason: "the segment does not end with a signed checkpoint (truncated?)"}
+		}
+	}
+	s.Head = Head{Seq: seq, Hash: prev}
+	if head != nil && (head.Seq != seq || head.Hash != prev) {
+		return nil, &VerifyError{File: segs[len(segs)-1], Seq: seq, Reason: fmt.Sprintf("the log ends at seq %d but its head, kept apart, is seq %d: records were removed from the end", seq, head.Seq)}
+	}
+	return s, nil
+}
+
+func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64, s *Summary) (*Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	var last *Record
+	for line := 1; sc.Scan(); line++ {
+		bad := func(r *Record, why string) error {
+			var n uint64
+			if r != nil {
+				n = r.Seq
+			}
+			return &VerifyError{File: path, Line: line, Seq: n, Reason: why}
+		}
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, bad(nil, "not a record: "+err.Error())
+		}
+		switch {
+		case r.Seq != *seq+1:
+			return nil, bad(&r, fmt.Sprintf("sequence %d follows %d (a record was removed, or records reordered)", r.Seq, *seq))
+		case r.Prev != *prev:
+			return nil, bad(&r, "its previous-record hash does not match the record before it")
+		}
+		h, err := r.digest()
+		if err != nil {
+			return nil, bad(&r, err.Error())
+		}
+		if h != r.Hash {
+			return nil, bad(&r, "its hash does not match its contents (edited)")
+		}
+		if r.Kind == KindCheckpoint {
+			sig, err := hex.DecodeString(r.Sig)
+			if err != nil || !ed25519.Verify(pub, []byte(r.Hash), sig) {
+				return nil, bad(&r, "the checkpoint's signature is not the audit key's (forged)")
+			}
+			s.Checkpoints++
+		} else if r.Sig != "" {
+			return nil, bad(&r, "a signature on a record that is not a checkpoint")
+		}
+		*seq, *prev = r.Seq, r.Hash
+		s.Records++
+		last = &r
+	}
+	return last, sc.Err()
+}
