@@ -6,6 +6,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -326,4 +327,21 @@ type KillAll struct {
 // Killed lists what a kill switch destroyed.
 type Killed struct {
 	Destroyed []string `json:"destroyed"`
+}
+
+// AuditRecord is one record of the audit log (docs/api.md, "Audit").
+// Source says who vouches for it: "observed" by the host, or "reported"
+// by the sandbox.
+type AuditRecord struct {
+	Seq     uint64          `json:"seq"`
+	Time    time.Time       `json:"time"`
+	Kind    string          `json:"kind"`
+	Tenant  string          `json:"tenant,omitempty"`
+	Sandbox string          `json:"sandbox,omitempty"`
+	Trigger string          `json:"trigger,omitempty"`
+	Source  string          `json:"source"`
+	Data    json.RawMessage `json:"data,omitempty"`
+	Prev    string          `json:"prev"`
+	Hash    string          `json:"hash"`
+	Sig     string          `json:"sig,omitempty"`
 }

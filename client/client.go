@@ -453,6 +453,34 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)
 }
 
+// Audit returns the audit records the key may read (a tenant its own),
+// filtered by sandbox and kind ("" for any; a family such as "exec" too).
+func (c *Client) Audit(ctx context.Context, sandbox, kind string) ([]api.AuditRecord, error) {
+	q := url.Values{}
+	if sandbox != "" {
+		q.Set("sandbox", sandbox)
+	}
+	if kind != "" {
+		q.Set("kind", kind)
+	}
+	res, err := c.request(ctx, "GET", "/v1/audit", q, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	var out []api.AuditRecord
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var r api.AuditRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("bad audit record from the daemon: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, sc.Err()
+}
+
 // CreateTenant adds a tenant (admin key); the answer holds its key, shown
 // this once.
 func (c *Client) CreateTenant(ctx context.Context, req *api.CreateTenant) (*api.Tenant, error) {

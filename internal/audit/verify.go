@@ -48,8 +48,9 @@ func Verify(dir string, pub ed25519.PublicKey, head *Head, open bool) (*Summary,
 	s := &Summary{Segments: len(segs)}
 	var prev string
 	var seq uint64
+	var atHead string // the hash of the record at head.Seq
 	for i, path := range segs {
-		last, err := verifySegment(path, pub, &prev, &seq, s)
+		last, err := verifySegment(path, pub, &prev, &seq, s, head, &atHead)
 		if err != nil {
 			return nil, err
 		}
@@ -59,13 +60,19 @@ func Verify(dir string, pub ed25519.PublicKey, head *Head, open bool) (*Summary,
 		}
 	}
 	s.Head = Head{Seq: seq, Hash: prev}
-	if head != nil && (head.Seq != seq || head.Hash != prev) {
+	// The head kept apart is written after each batch is on disk, so the
+	// log may run past it (a crash in between), never stop short of it.
+	switch {
+	case head == nil || head.Seq == 0:
+	case seq < head.Seq:
 		return nil, &VerifyError{File: segs[len(segs)-1], Seq: seq, Reason: fmt.Sprintf("the log ends at seq %d but its head, kept apart, is seq %d: records were removed from the end", seq, head.Seq)}
+	case atHead != head.Hash:
+		return nil, &VerifyError{File: segs[len(segs)-1], Seq: head.Seq, Reason: "the record at the head kept apart has another hash: the log was rewritten"}
 	}
 	return s, nil
 }
 
-func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64, s *Summary) (*Record, error) {
+func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64, s *Summary, head *Head, atHead *string) (*Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -109,6 +116,9 @@ func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64
 			return nil, bad(&r, "a signature on a record that is not a checkpoint")
 		}
 		*seq, *prev = r.Seq, r.Hash
+		if head != nil && r.Seq == head.Seq {
+			*atHead = r.Hash
+		}
 		s.Records++
 		last = &r
 	}

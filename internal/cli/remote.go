@@ -784,6 +784,6 @@ func remoteCmds(g *globals) []*cobra.Command {
 			_, err := cl.Resume(ctx, id)
 			return err
 		}),
-		extendCmd(g), killAllCmd(g),
+		extendCmd(g), killAllCmd(g), auditCmd(g),
 	}
 }

@@ -30,6 +30,7 @@ type Box struct {
 	net      func() *EgressResult
 	cleanup  func()
 	image    string // the spec's image
+	degraded []string
 	writable bool
 
 	mu        sync.Mutex // serialises freezes
@@ -70,6 +71,9 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 		return nil, err
 	}
 	b := &Box{e: e, layout: layout, socket: e.agentSocket(id), image: s.Image, writable: s.WritableRootfs}
+	if !landlockOn {
+		b.degraded = []string{"landlock"}
+	}
 	defer func() {
 		if err != nil {
 			b.release()
@@ -205,6 +209,26 @@ func (b *Box) Diff(w io.Writer) error {
 		return ch.WriteDiff(w)
 	})
 }
+
+// Changes lists what changed in /workspace (on the frozen sandbox) and
+// writes the patch to w.
+func (b *Box) Changes(w io.Writer) ([]sandbox.Change, error) {
+	var out []sandbox.Change
+	err := b.frozen(func() error {
+		ch, err := workspace.Changes(b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
+		if err != nil {
+			return err
+		}
+		for _, c := range ch.Changes {
+			out = append(out, sandbox.Change{Path: c.Path, Kind: string(c.Kind), Type: c.Type, Size: c.Size})
+		}
+		return ch.WriteDiff(w)
+	})
+	return out, err
+}
+
+// Degraded lists the controls the sandbox runs without.
+func (b *Box) Degraded() []string { return b.degraded }
 
 // Archive writes a tar of /workspace/rel, read from the host by the
 // safe-access rules.

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
@@ -69,7 +72,13 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := sandbox.NewMetrics(reg)
-	e.OnEgress = func(ev egress.Event) { metrics.Egress.WithLabelValues(ev.Decision).Inc() }
+	var svc *sandbox.Service // set below; egress starts only with sandboxes
+	e.OnEgress = func(ev egress.Event) {
+		metrics.Egress.WithLabelValues(ev.Decision).Inc()
+		if svc != nil {
+			svc.NoteEgress(ev.Sandbox, ev)
+		}
+	}
 
 	engine, err := NewEngine(*e)
 	if err != nil {
@@ -90,7 +99,16 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer db.Close()
-	svc := sandbox.New(sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics})
+	alog, err := openAudit(ctx, e.DataDir, db, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := alog.Close(); err != nil {
+			log.Error("audit log close", "err", err)
+		}
+	}()
+	svc = sandbox.New(sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics, Audit: alog, AuditDir: AuditDir(e.DataDir), PatchDir: filepath.Join(AuditDir(e.DataDir), "patches")})
 	created, err := svc.EnsureAdminKey(ctx, c.AdminKeyFile)
 	if err != nil {
 		return fmt.Errorf("admin key: %w", err)
@@ -175,4 +193,32 @@ func listenSocket(path string) (net.Listener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// AuditDir is where the daemon's audit log lives under a data directory.
+func AuditDir(dataDir string) string { return filepath.Join(dataDir, "audit") }
+
+// AuditKeyFile holds the audit log's ed25519 signing key.
+func AuditKeyFile(dataDir string) string { return filepath.Join(dataDir, "audit.key") }
+
+// AuditHeadMeta is the store key of the audit log's head, kept apart from
+// the log.
+const AuditHeadMeta = "audit_head"
+
+// openAudit opens the daemon's audit log, keeping its head in the store.
+func openAudit(ctx context.Context, dataDir string, db *store.Store, log *slog.Logger) (*audit.Log, error) {
+	key, err := audit.LoadOrCreateKey(AuditKeyFile(dataDir))
+	if err != nil {
+		return nil, fmt.Errorf("audit key: %w", err)
+	}
+	l, err := audit.Open(AuditDir(dataDir), key, audit.Options{OnHead: func(h audit.Head) {
+		b, _ := json.Marshal(h)
+		if err := db.SetMeta(context.WithoutCancel(ctx), AuditHeadMeta, string(b)); err != nil {
+			log.Error("audit head", "err", err)
+		}
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return l, nil
 }

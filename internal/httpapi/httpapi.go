@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 )
@@ -291,6 +292,25 @@ func (h *Handler) routes() []route {
 				return errdefs.New(errdefs.ErrPermissionDenied, "metrics need the admin key")
 			}
 			h.metrics.ServeHTTP(w, r)
+			return nil
+		}},
+		{"GET /v1/audit", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			f := sandbox.AuditFilter{Sandbox: query(r, "sandbox"), Kind: query(r, "kind"), Trigger: query(r, "trigger")}
+			if v := query(r, "since"); v != "" {
+				t, err := time.Parse(time.RFC3339, v)
+				if err != nil {
+					return errdefs.Invalid("since: want an RFC 3339 time")
+				}
+				f.Since = t
+			}
+			sw := &streamWriter{ResponseWriter: w}
+			if err := s.AuditRecords(r.Context(), p, f, func(rec *audit.Record) error { return sw.emit(rec) }); err != nil {
+				return err
+			}
+			if !sw.started {
+				sw.Header().Set("Content-Type", "application/x-ndjson")
+				sw.WriteHeader(http.StatusOK)
+			}
 			return nil
 		}},
 		{"POST /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {

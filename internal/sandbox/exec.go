@@ -55,15 +55,24 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	if req.TTY != nil {
 		start.Pty = &process.PTY{Size: &process.PTY_Size{Rows: uint32(req.TTY.Rows), Cols: uint32(req.TTY.Cols)}}
 	}
-	// The stream lives until the command ends (or, for a background
-	// command, until it has started); the caller's ctx decides a kill.
+	// The stream lives until the command ends, for a background command
+	// too (its end is recorded); the caller's ctx decides a kill.
 	sctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
 	stream, err := b.agent.proc.Start(sctx, asUser(connect.NewRequest(start), req.User))
 	if err != nil {
 		return agentError(err)
 	}
-	defer stream.Close()
+	following := false // a background command's stream is closed by its follower
+	defer func() {
+		if !following {
+			stream.Close()
+		}
+	}()
 	if !stream.Receive() {
 		// A command that cannot start ends the way a shell reports it:
 		// 127 not found, 126 not executable.
@@ -89,6 +98,37 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 		defer kcancel()
 		_, _ = b.agent.proc.SendSignal(kctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL}))
 	}
+	w := b.who()
+	if err := s.commit(ctx, w, "exec.start", "observed", map[string]any{
+		"pid": pid, "argv": req.Cmd, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
+		"background": req.Background, "tag": req.Tag, "tty": req.TTY != nil, "timeout": req.Timeout, "stdin_bytes": len(req.Stdin),
+	}); err != nil {
+		kill()
+		return err
+	}
+	out := map[string]*streamDigest{"stdout": newStreamDigest(), "stderr": newStreamDigest(), "pty": newStreamDigest()}
+	ended := func(end *api.ExecEnd, t0 time.Time) {
+		data := map[string]any{"pid": pid, "duration_ms": float64(time.Since(t0).Microseconds()) / 1000}
+		for k, d := range out {
+			if d.n > 0 {
+				data[k] = d.summary()
+			}
+		}
+		if end != nil {
+			data["exit_code"], data["status"], data["error"], data["timed_out"] = end.ExitCode, end.Status, end.Error, end.TimedOut
+			if end.SandboxEnded {
+				data["sandbox_ended"] = end.EndReason
+			}
+		} else {
+			data["status"] = "unknown: the stream ended without an end"
+		}
+		s.note(w, "exec.end", "reported", data)
+	}
+	digest := func(ev *api.ExecEvent) {
+		out["stdout"].add(ev.Stdout)
+		out["stderr"].add(ev.Stderr)
+		out["pty"].add(ev.PTY)
+	}
 	if err := emit(&api.ExecEvent{PID: pid}); err != nil {
 		if !req.Background {
 			kill()
@@ -106,6 +146,20 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 		}
 	}
 	if req.Background {
+		// Follow it to its end, for the record; the caller has its pid.
+		stop := cancel
+		cancel, following = nil, true
+		go func() {
+			defer stop()
+			defer stream.Close()
+			var last *api.ExecEnd
+			_ = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
+				digest(ev)
+				last = ev.End
+				return nil
+			})
+			ended(last, t0)
+		}()
 		return nil
 	}
 	var timedOut atomic.Bool
@@ -116,8 +170,12 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	}
 	stop := context.AfterFunc(ctx, kill) // the caller went away
 	defer stop()
+	var last *api.ExecEnd
+	defer func() { ended(last, t0) }()
 	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
+		digest(ev)
 		if ev.End != nil {
+			last = ev.End
 			if timer != nil {
 				timer.Stop()
 			}
@@ -132,9 +190,16 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 		return emit(ev)
 	})
 	if errors.Is(err, errStreamEnded) {
-		return s.reportSandboxEnd(b, stream.Err(), emit)
+		return s.reportSandboxEnd(b, stream.Err(), func(ev *api.ExecEvent) error { last = ev.End; return emit(ev) })
 	}
 	return err
+}
+
+func userOr(u string) string {
+	if u == "" {
+		return "user"
+	}
+	return u
 }
 
 var errStreamEnded = errors.New("stream ended without an end event")

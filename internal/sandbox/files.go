@@ -77,16 +77,30 @@ func (s *Service) ReadFile(ctx context.Context, t *Principal, id, p, user string
 	}
 	defer stream.Close()
 	var n int64
+	dg := newStreamDigest()
 	for stream.Receive() {
 		d := stream.Msg().GetData()
 		if n += int64(len(d)); n > max {
 			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("%s is larger than %d bytes", p, max))
 		}
+		dg.add(d)
 		if _, err := w.Write(d); err != nil {
 			return err
 		}
 	}
-	return agentError(stream.Err())
+	if err := stream.Err(); err != nil {
+		return agentError(err)
+	}
+	return s.fileRecord(ctx, b, "read", p, user, dg.summary())
+}
+
+// fileRecord records one file call on a sandbox once it succeeded.
+func (s *Service) fileRecord(ctx context.Context, b *box, op, p, user string, extra map[string]any) error {
+	data := map[string]any{"op": op, "path": p, "user": userOr(user)}
+	for k, v := range extra {
+		data[k] = v
+	}
+	return s.commit(ctx, b.who(), "file."+op, "observed", data)
 }
 
 // WriteFile replaces (or creates) a file of the sandbox.
@@ -105,8 +119,12 @@ func (s *Service) WriteFile(ctx context.Context, t *Principal, id, p, user strin
 	if err != nil {
 		return err
 	}
-	_, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents}))
-	return agentError(err)
+	if _, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents})); err != nil {
+		return agentError(err)
+	}
+	dg := newStreamDigest()
+	dg.add(data)
+	return s.fileRecord(ctx, b, "write", p, user, map[string]any{"mode": fmt.Sprintf("%o", mode.Perm()), "content": dg.summary()})
 }
 
 // Edit replaces one exact, unique occurrence of a string in a file.
@@ -125,8 +143,14 @@ func (s *Service) Edit(ctx context.Context, t *Principal, id string, req *api.Ed
 	if err != nil {
 		return err
 	}
-	_, err = b.agent.files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
-	return agentError(err)
+	res, err := b.agent.files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
+	if err != nil {
+		return agentError(err)
+	}
+	old, new := newStreamDigest(), newStreamDigest()
+	old.add([]byte(req.Old))
+	new.add([]byte(req.New))
+	return s.fileRecord(ctx, b, "edit", p, req.User, map[string]any{"old": old.summary(), "new": new.summary(), "size_reported": res.Msg.GetSize()})
 }
 
 // Stat describes one file.
@@ -144,7 +168,7 @@ func (s *Service) Stat(ctx context.Context, t *Principal, id, p, user string) (*
 		return nil, agentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, nil
+	return &e, s.fileRecord(ctx, b, "stat", p, user, nil)
 }
 
 // ListDir lists a directory, depth levels deep (1: its entries only).
@@ -168,7 +192,7 @@ func (s *Service) ListDir(ctx context.Context, t *Principal, id, p, user string,
 	for _, e := range res.Msg.GetEntries() {
 		out = append(out, entry(e))
 	}
-	return out, nil
+	return out, s.fileRecord(ctx, b, "list", p, user, map[string]any{"depth": depth, "entries": len(out)})
 }
 
 // MakeDir creates a directory and its parents.
@@ -186,7 +210,7 @@ func (s *Service) MakeDir(ctx context.Context, t *Principal, id string, req *api
 		return nil, agentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, nil
+	return &e, s.fileRecord(ctx, b, "mkdir", p, req.User, nil)
 }
 
 // Move renames a file or directory.
@@ -208,7 +232,7 @@ func (s *Service) Move(ctx context.Context, t *Principal, id string, req *api.Mo
 		return nil, agentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, nil
+	return &e, s.fileRecord(ctx, b, "move", from, req.User, map[string]any{"to": to})
 }
 
 // Remove deletes a file or a directory tree.
@@ -221,8 +245,10 @@ func (s *Service) Remove(ctx context.Context, t *Principal, id, p, user string) 
 	if err != nil {
 		return err
 	}
-	_, err = b.agent.fs.Remove(ctx, asUser(connect.NewRequest(&filesystem.RemoveRequest{Path: p}), user))
-	return agentError(err)
+	if _, err = b.agent.fs.Remove(ctx, asUser(connect.NewRequest(&filesystem.RemoveRequest{Path: p}), user)); err != nil {
+		return agentError(err)
+	}
+	return s.fileRecord(ctx, b, "remove", p, user, nil)
 }
 
 var opNames = map[filesystem.EventType]string{
@@ -244,6 +270,9 @@ func (s *Service) Watch(ctx context.Context, t *Principal, id, p, user string, r
 	stream, err := b.agent.fs.WatchDir(ctx, asUser(connect.NewRequest(&filesystem.WatchDirRequest{Path: p, Recursive: recursive}), user))
 	if err != nil {
 		return agentError(err)
+	}
+	if err := s.fileRecord(ctx, b, "watch", p, user, map[string]any{"recursive": recursive}); err != nil {
+		return err
 	}
 	defer stream.Close()
 	started := false
@@ -293,7 +322,7 @@ func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return skipped, nil
+			return skipped, s.fileRecord(ctx, b, "upload", dir, user, map[string]any{"entries": n, "bytes": total, "skipped": len(skipped)})
 		}
 		if err != nil {
 			return skipped, errdefs.Invalid("upload: not a tar stream: " + err.Error())
@@ -349,8 +378,17 @@ func (s *Service) Download(ctx context.Context, t *Principal, id, p string, w io
 	if err != nil {
 		return nil, err
 	}
-	return b.inst.Archive(strings.TrimPrefix(rel, "/"), w, MaxArchiveBytes)
+	dg := newStreamDigest()
+	skipped, err = b.inst.Archive(strings.TrimPrefix(rel, "/"), io.MultiWriter(w, digestWriter{dg}), MaxArchiveBytes)
+	if err != nil {
+		return skipped, err
+	}
+	return skipped, s.fileRecord(ctx, b, "download", p, "", map[string]any{"tar": dg.summary(), "skipped": skipped})
 }
+
+type digestWriter struct{ d *streamDigest }
+
+func (w digestWriter) Write(p []byte) (int, error) { w.d.add(p); return len(p), nil }
 
 // Diff writes the unified diff of the sandbox's /workspace since creation
 // (names only for binary files, deletions and special files).
@@ -359,5 +397,9 @@ func (s *Service) Diff(ctx context.Context, t *Principal, id string, w io.Writer
 	if err != nil {
 		return err
 	}
-	return b.inst.Diff(w)
+	dg := newStreamDigest()
+	if err := b.inst.Diff(io.MultiWriter(w, digestWriter{dg})); err != nil {
+		return err
+	}
+	return s.fileRecord(ctx, b, "diff", "/workspace", "", map[string]any{"patch": dg.summary()})
 }

@@ -42,9 +42,22 @@ type Instance interface {
 	Resume() error
 	Usage() Usage
 	Diff(w io.Writer) error
+	// Changes lists what changed in /workspace and writes the patch to w.
+	Changes(w io.Writer) ([]Change, error)
+	// Degraded lists the controls the sandbox runs without (an explicit
+	// opt-out the host needed).
+	Degraded() []string
 	Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error)
 	Snapshot(maxBytes int64) (*SnapshotFiles, error)
 	Destroy() error
+}
+
+// Change is one path of /workspace that changed.
+type Change struct {
+	Path string `json:"path"`
+	Kind string `json:"kind"` // added, modified, deleted
+	Type string `json:"type"`
+	Size int64  `json:"size"`
 }
 
 // SnapshotFiles is what a snapshot saved on the host.
@@ -83,6 +96,11 @@ type Config struct {
 	Store   *store.Store
 	Log     *slog.Logger
 	Metrics *Metrics
+	// Audit records what sandboxes do; nil records nothing (unit tests).
+	Audit Auditor
+	// AuditDir is the log's directory, for reading it back; PatchDir
+	// keeps the workspace patches its records name.
+	AuditDir, PatchDir string
 	// Now is the clock (tests move it).
 	Now func() time.Time
 }
@@ -248,6 +266,15 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	if err := s.cfg.Store.PutSandbox(ctx, b.rec); err != nil {
 		_ = inst.Destroy()
 		return nil, fmt.Errorf("record sandbox: %w", err)
+	}
+	if err := s.commit(ctx, b.who(), "sandbox.created", "observed", map[string]any{
+		"spec": sp, "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
+		"controls": controls(inst.Degraded()), "init_pid": inst.InitPid(),
+	}); err != nil {
+		_ = inst.Destroy()
+		b.rec.State, b.rec.Ended, b.rec.EndReason = api.StateEnded, s.cfg.Now(), "the audit log could not record its creation"
+		_ = s.cfg.Store.PutSandbox(context.WithoutCancel(ctx), b.rec)
+		return nil, err
 	}
 	s.mu.Lock()
 	s.boxes[id] = b
@@ -439,6 +466,9 @@ func (s *Service) setPaused(ctx context.Context, t *Principal, id string, pause 
 	rec := b.rec
 	b.mu.Unlock()
 	err = s.cfg.Store.PutSandbox(ctx, rec)
+	if err == nil {
+		err = s.commit(ctx, b.who(), "sandbox."+map[bool]string{true: "paused", false: "resumed"}[pause], "observed", nil)
+	}
 	b.mu.Lock()
 	if err != nil {
 		return nil, err
@@ -465,6 +495,9 @@ func (s *Service) Extend(ctx context.Context, t *Principal, id string, req *api.
 	rec := b.rec
 	b.mu.Unlock()
 	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
+		return nil, err
+	}
+	if err := s.commit(ctx, b.who(), "sandbox.extended", "observed", map[string]any{"expires": rec.Expires}); err != nil {
 		return nil, err
 	}
 	return describeRecord(rec, nil), nil
@@ -511,7 +544,7 @@ func (s *Service) KillAll(_ context.Context, t *Principal, tenant string) ([]str
 	wg.Wait()
 	slices.Sort(ids)
 	s.cfg.Log.Warn("kill switch", "tenant", tenant, "destroyed", len(ids))
-	return ids, nil
+	return ids, s.commit(context.Background(), who{tenant: tenant}, "killswitch", "observed", map[string]any{"admin": t.Admin, "destroyed": ids})
 }
 
 // end destroys b (once) and records why; every caller returns only when
@@ -527,6 +560,8 @@ func (s *Service) end(b *box, reason string) {
 	b.mu.Unlock()
 	s.chargeCPU(b)
 	b.agent.close()
+	usage := b.inst.Usage()
+	changes := s.workspaceChanges(b)
 	err := b.inst.Destroy()
 	if err != nil {
 		s.cfg.Log.Error("destroy", "id", b.rec.ID, "err", err)
@@ -540,6 +575,12 @@ func (s *Service) end(b *box, reason string) {
 	b.mu.Unlock()
 	if err := s.cfg.Store.PutSandbox(context.Background(), rec); err != nil {
 		s.cfg.Log.Error("record sandbox end", "id", rec.ID, "err", err)
+	}
+	if err := s.commit(context.Background(), b.who(), "sandbox.destroyed", "observed", map[string]any{
+		"reason": reason, "cpu_seconds": usage.CPU.Seconds(), "memory_peak_bytes": usage.MemoryPeak,
+		"oom_kills": usage.OOMKills, "pids_limited": usage.PidsLimited, "workspace": changes,
+	}); err != nil {
+		s.cfg.Log.Error("audit", "kind", "sandbox.destroyed", "id", rec.ID, "err", err)
 	}
 	s.cfg.Metrics.ends.WithLabelValues(endLabel(reason)).Inc()
 	s.cfg.Log.Info("sandbox ended", "id", rec.ID, "tenant", rec.Tenant, "reason", reason)
@@ -596,6 +637,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 			s.cfg.Log.Error("record sandbox end", "id", r.ID, "err", perr)
 		}
 		s.cfg.Log.Warn("sandbox not adopted", "id", r.ID, "err", err)
+		s.note(who{r.Tenant, r.ID, ""}, "sandbox.destroyed", "observed", map[string]any{"reason": r.EndReason})
 		s.cfg.Metrics.ends.WithLabelValues("lost").Inc()
 	}
 	var sp spec.Spec
@@ -621,6 +663,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 	s.mu.Unlock()
 	go s.watch(b)
 	s.cfg.Metrics.adopted.Inc()
+	s.note(b.who(), "sandbox.adopted", "observed", map[string]any{"init_pid": inst.InitPid()})
 	s.cfg.Log.Info("sandbox adopted", "id", r.ID, "tenant", r.Tenant)
 }
 

@@ -54,6 +54,12 @@ func (s *Service) Snapshot(ctx context.Context, t *Principal, id string, req *ap
 	if err := s.cfg.Store.PutSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
+	if err := s.commit(ctx, b.who(), "sandbox.snapshot", "observed", map[string]any{
+		"snapshot": files.ID, "name": req.Name, "base": files.Base, "root": files.Root, "bytes": files.Bytes,
+		"skipped": files.Skipped, "workspace": s.workspaceChanges(b),
+	}); err != nil {
+		return nil, err
+	}
 	s.cfg.Log.Info("snapshot saved", "id", files.ID, "sandbox", id, "tenant", t.Tenant, "bytes", files.Bytes)
 	out := snapshotOf(rec)
 	out.Skipped = files.Skipped

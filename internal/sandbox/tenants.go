@@ -63,6 +63,7 @@ func (s *Service) EnsureAdminKey(ctx context.Context, path string) (bool, error)
 // Authenticate maps an API key to its principal.
 func (s *Service) Authenticate(ctx context.Context, key string) (*Principal, error) {
 	if key == "" {
+		s.note(who{}, "auth.failed", "observed", map[string]any{"reason": "no key"})
 		return nil, errdefs.New(errdefs.ErrUnauthenticated, "no API key: send Authorization: Bearer <key>")
 	}
 	h := store.HashKey(key)
@@ -92,6 +93,9 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 	}
 	t, err := s.cfg.Store.TenantByKey(ctx, h)
 	if errors.Is(err, store.ErrNotFound) {
+		// Who tried is unknown; the key's digest prefix ties attempts
+		// together without keeping anything usable.
+		s.note(who{}, "auth.failed", "observed", map[string]any{"key_sha256_prefix": h[:12]})
 		return nil, errdefs.New(errdefs.ErrUnauthenticated, "unknown API key")
 	}
 	if err != nil {
@@ -140,6 +144,9 @@ func (s *Service) CreateTenant(ctx context.Context, p *Principal, req *api.Creat
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := s.commit(ctx, who{tenant: req.Name}, "tenant.created", "observed", map[string]any{"quotas": req.Quotas}); err != nil {
 		return nil, err
 	}
 	s.cfg.Log.Info("tenant created", "tenant", req.Name)

@@ -61,7 +61,14 @@ func TestMain(m *testing.M) {
 	reapStaleRuns(tmp)
 	code := m.Run()
 	if code == 0 {
-		if err := residueCheck(true); err != nil {
+		// The kernel tears a pid namespace down asynchronously: give the
+		// last sandbox's processes a moment to be gone.
+		err := residueCheck(true)
+		for i := 0; err != nil && i < 100; i++ {
+			time.Sleep(20 * time.Millisecond)
+			err = residueCheck(true)
+		}
+		if err != nil {
 			fmt.Println("e2e: residue after all tests:", err)
 			code = 1
 		}

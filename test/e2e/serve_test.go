@@ -1345,3 +1345,198 @@ func TestServeRepoCommit(t *testing.T) {
 	}
 	noResidue(t)
 }
+
+// auditCLI runs `airlock audit ...` on a daemon's data directory.
+func auditCLI(t *testing.T, data string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", data, "audit"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	}
+	return r
+}
+
+func TestServeAudit(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	c := d.tenant(t, "aud", api.Quotas{})
+	other := d.tenant(t, "peer", api.Quotas{})
+	ws := workspace(t)
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: ws, Trigger: api.Trigger{TaskID: "T-7", PromptDigest: "sha256:00"},
+		Network: api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, c, id, &api.Exec{Cmd: []string{"sh", "-c", "echo out; echo err >&2; echo more >> /workspace/attack.txt"}, Env: map[string]string{"SECRET_NAME": "value-not-logged"}})
+	run(t, c, id, &api.Exec{Cmd: []string{"/workspace/attack", "fetch", "http://denied.test/", "-", "proxy"}})
+	must(c.WriteFile(ctx, id, "/workspace/f.txt", []byte("one"), 0o644))
+	_, err = c.ReadFile(ctx, id, "/workspace/f.txt")
+	must(err)
+	must(c.Edit(ctx, id, "/workspace/f.txt", "one", "two"))
+	_, err = c.ListDir(ctx, id, "/workspace", 1)
+	must(err)
+	_, err = c.Pause(ctx, id)
+	must(err)
+	_, err = c.Resume(ctx, id)
+	must(err)
+	_, err = c.Extend(ctx, id, "2h")
+	must(err)
+	_, err = c.Diff(ctx, id)
+	must(err)
+	_, err = c.Snapshot(ctx, id, "")
+	must(err)
+	// The log is out of every sandbox's reach.
+	if out, _, _ := run(t, c, id, sh("ls "+filepath.Join(data, "audit")+" 2>&1; ls /var/lib/airlock/audit 2>&1")); !strings.Contains(out, "No such file") || strings.Contains(out, ".log") {
+		t.Errorf("the sandbox sees the audit log: %q", out)
+	}
+	bad, _ := client.New(client.Config{Address: d.sock, Key: "airlock_tenant_wrong"})
+	_, _ = bad.Sandboxes(ctx)
+	must(c.Destroy(ctx, id))
+
+	recs, err := c.Audit(ctx, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]api.AuditRecord{}
+	for _, r := range recs {
+		kinds[r.Kind] = r
+		if r.Tenant != "aud" || r.Sandbox != id || r.Trigger != "T-7" {
+			t.Errorf("record %d: tenant %q sandbox %q trigger %q", r.Seq, r.Tenant, r.Sandbox, r.Trigger)
+		}
+	}
+	for _, k := range []string{"sandbox.created", "exec.start", "exec.end", "file.write", "file.read", "file.edit", "file.list", "file.diff",
+		"sandbox.paused", "sandbox.resumed", "sandbox.extended", "sandbox.snapshot", "sandbox.destroyed", "egress"} {
+		if _, ok := kinds[k]; !ok {
+			t.Errorf("no %s record", k)
+		}
+	}
+	if r := kinds["exec.end"]; r.Source != "reported" {
+		t.Errorf("an exec's end is the sandbox's word: %+v", r)
+	}
+	if r := kinds["exec.start"]; r.Source != "observed" || strings.Contains(string(r.Data), "value-not-logged") {
+		t.Errorf("exec.start: %s", r.Data)
+	}
+	if r := kinds["egress"]; !strings.Contains(string(r.Data), `"denied"`) || !strings.Contains(string(r.Data), "denied.test") {
+		t.Errorf("egress: %s", r.Data)
+	}
+	if r := kinds["sandbox.destroyed"]; !strings.Contains(string(r.Data), "attack.txt") || !strings.Contains(string(r.Data), `"patch"`) {
+		t.Errorf("the workspace changes at destroy: %s", r.Data)
+	}
+	// Another tenant reads nothing of it.
+	if theirs, err := other.Audit(ctx, id, ""); err != nil || len(theirs) != 0 {
+		t.Errorf("another tenant read %d records (%v)", len(theirs), err)
+	}
+	all, _ := d.admin.Audit(ctx, "", "auth")
+	if len(all) == 0 {
+		t.Error("no auth.failed record for a wrong key")
+	}
+
+	// The log verifies; the report reads it; one edited byte is named.
+	if r := auditCLI(t, data, "verify"); r.code != 0 || !strings.HasPrefix(r.stdout, "ok:") {
+		t.Fatalf("verify: %s", r)
+	}
+	if r := auditCLI(t, data, "report", id); r.code != 0 || !strings.Contains(r.stdout, "denied denied.test") || !strings.Contains(r.stdout, "attack.txt") {
+		t.Errorf("report: %s", r)
+	}
+	segs, _ := filepath.Glob(filepath.Join(data, "audit", "*.log"))
+	if len(segs) == 0 {
+		t.Fatal("no segments")
+	}
+	b, _ := os.ReadFile(segs[0])
+	tampered := bytes.Replace(b, []byte(`"exit_code":0`), []byte(`"exit_code":1`), 1)
+	if bytes.Equal(tampered, b) {
+		t.Fatal("nothing to tamper with")
+	}
+	must(os.WriteFile(segs[0], tampered, 0o600))
+	if r := auditCLI(t, data, "verify"); r.code != 1 || !strings.Contains(r.stdout, "BAD") || !strings.Contains(r.stdout, "edited") {
+		t.Errorf("verify of an edited log: %s", r)
+	}
+	must(os.WriteFile(segs[0], b, 0o600))
+}
+
+// kill -9 during exec traffic loses no exec a client saw start.
+func TestServeAuditSurvivesKill9(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "k9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.client(t, tn.Key)
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	acked := map[uint32]bool{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s, err := c.ExecStream(ctx, sb.ID, &api.Exec{Cmd: []string{"true"}})
+				if err != nil {
+					return
+				}
+				if ev, err := s.Next(); err == nil && ev.PID != 0 {
+					mu.Lock()
+					acked[ev.PID] = true
+					mu.Unlock()
+				}
+				_, _ = client.Drain(s, nil, nil)
+				s.Close()
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	d.kill9()
+	close(stop)
+	wg.Wait()
+	d2 := startDaemon(t, data)
+	if r := auditCLI(t, data, "verify"); r.code != 0 {
+		t.Fatalf("verify after kill -9: %s", r)
+	}
+	c = d2.client(t, tn.Key)
+	recs, err := c.Audit(ctx, sb.ID, "exec.start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]bool{}
+	for _, r := range recs {
+		var x struct {
+			PID uint32 `json:"pid"`
+		}
+		_ = json.Unmarshal(r.Data, &x)
+		seen[x.PID] = true
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) < 20 {
+		t.Fatalf("only %d execs ran before the kill", len(acked))
+	}
+	for pid := range acked {
+		if !seen[pid] {
+			t.Errorf("exec pid %d was acknowledged but is not in the log", pid)
+		}
+	}
+}

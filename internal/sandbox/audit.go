@@ -1,0 +1,205 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+// Auditor is where the service records what sandboxes do
+// (internal/audit.Log). Commit returns once the record is on disk; Append
+// writes it within the log's flush interval.
+type Auditor interface {
+	Commit(ctx context.Context, r audit.Record) error
+	Append(r audit.Record) error
+}
+
+// who is the tenant, sandbox and trigger a record belongs to.
+type who struct{ tenant, sandbox, trigger string }
+
+func (b *box) who() who {
+	var tr struct {
+		TaskID string `json:"task_id"`
+	}
+	_ = json.Unmarshal([]byte(b.rec.Trigger), &tr)
+	return who{b.rec.Tenant, b.rec.ID, tr.TaskID}
+}
+
+// commit records a fact before the call it describes answers success; a
+// log that cannot be written refuses the call (nothing runs unrecorded).
+func (s *Service) commit(ctx context.Context, w who, kind, source string, data any) error {
+	if s.cfg.Audit == nil {
+		return nil
+	}
+	r, err := record(w, kind, source, data)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Audit.Commit(context.WithoutCancel(ctx), r); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// note records a fact nobody waits for (a process's end, an egress
+// decision); a failure is logged: the log's own failure already refuses
+// new work.
+func (s *Service) note(w who, kind, source string, data any) {
+	if s.cfg.Audit == nil {
+		return
+	}
+	r, err := record(w, kind, source, data)
+	if err == nil {
+		err = s.cfg.Audit.Append(r)
+	}
+	if err != nil {
+		s.cfg.Log.Error("audit", "kind", kind, "sandbox", w.sandbox, "err", err)
+	}
+}
+
+func record(w who, kind, source string, data any) (audit.Record, error) {
+	r := audit.Record{Kind: kind, Tenant: w.tenant, Sandbox: w.sandbox, Trigger: w.trigger, Source: source}
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return r, err
+		}
+		r.Data = b
+	}
+	return r, nil
+}
+
+// envNames lists an environment's names, never its values.
+func envNames(env map[string]string) []string {
+	names := make([]string, 0, len(env))
+	for k := range env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// streamDigest counts and hashes a command's output as it passes.
+type streamDigest struct {
+	n int64
+	h hash.Hash
+}
+
+func newStreamDigest() *streamDigest { return &streamDigest{h: sha256.New()} }
+
+func (d *streamDigest) add(b []byte) { d.n += int64(len(b)); d.h.Write(b) }
+
+func (d *streamDigest) summary() map[string]any {
+	return map[string]any{"bytes": d.n, "sha256": hex.EncodeToString(d.h.Sum(nil))}
+}
+
+// controls says which controls a sandbox runs with, and any explicit
+// opt-out.
+func controls(degraded []string) map[string]any {
+	c := map[string]any{"namespaces": true, "cgroups": true, "seccomp": true, "capabilities": "dropped", "no_new_privs": true, "landlock": !slices.Contains(degraded, "landlock")}
+	if len(degraded) > 0 {
+		c["opt_out"] = degraded
+	}
+	return c
+}
+
+// Caps on what one record says of a workspace's changes.
+const (
+	maxRecordedChanges = 1000
+	maxPatchBytes      = 1 << 20
+)
+
+// workspaceChanges summarizes what changed in a sandbox's /workspace and
+// stores the patch (capped) beside the log.
+func (s *Service) workspaceChanges(b *box) map[string]any {
+	var patch cappedBuffer
+	patch.max = maxPatchBytes
+	changes, err := b.inst.Changes(&patch)
+	if err != nil {
+		return map[string]any{"error": err.Error()}
+	}
+	out := map[string]any{"changed": len(changes)}
+	if len(changes) > maxRecordedChanges {
+		changes = changes[:maxRecordedChanges]
+		out["truncated"] = true
+	}
+	out["paths"] = changes
+	if patch.Len() > 0 && s.cfg.PatchDir != "" {
+		sum := sha256.Sum256(patch.Bytes())
+		name := b.rec.ID + "-" + hex.EncodeToString(sum[:8]) + ".patch"
+		if err := os.MkdirAll(s.cfg.PatchDir, 0o700); err == nil {
+			if err := os.WriteFile(filepath.Join(s.cfg.PatchDir, name), patch.Bytes(), 0o600); err == nil {
+				out["patch"] = map[string]any{"file": name, "sha256": hex.EncodeToString(sum[:]), "bytes": patch.Len(), "truncated": patch.cut}
+			}
+		}
+	}
+	return out
+}
+
+// cappedBuffer keeps the first max bytes written to it.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+	cut bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); room < len(p) {
+		c.cut = true
+		if room > 0 {
+			c.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
+}
+
+// NoteEgress records one decision of sandbox id's egress proxy or DNS
+// forwarder (observed by the host).
+func (s *Service) NoteEgress(id string, decision any) {
+	s.mu.Lock()
+	b, ok := s.boxes[id]
+	s.mu.Unlock()
+	w := who{sandbox: id}
+	if ok {
+		w = b.who()
+	}
+	s.note(w, "egress", "observed", decision)
+}
+
+// AuditFilter selects audit records.
+type AuditFilter struct {
+	Sandbox, Kind, Trigger string
+	Since                  time.Time
+}
+
+// AuditRecords streams the audit records the caller may read: a tenant
+// its own, the admin all.
+func (s *Service) AuditRecords(ctx context.Context, t *Principal, f AuditFilter, emit func(*audit.Record) error) error {
+	if s.cfg.AuditDir == "" {
+		return errdefs.New(errdefs.ErrUnavailable, "this daemon keeps no audit log")
+	}
+	return audit.Read(ctx, s.cfg.AuditDir, false, func(r *audit.Record) error {
+		switch {
+		case !t.Admin && r.Tenant != t.Tenant,
+			f.Sandbox != "" && r.Sandbox != f.Sandbox,
+			f.Trigger != "" && r.Trigger != f.Trigger,
+			f.Kind != "" && r.Kind != f.Kind && !strings.HasPrefix(r.Kind, f.Kind+"."),
+			!f.Since.IsZero() && r.Time.Before(f.Since):
+			return nil
+		}
+		return emit(r)
+	})
+}
