@@ -190,7 +190,8 @@ type Exec struct {
 
 // ExecEvent is one line of an exec or process stream (NDJSON).
 type ExecEvent struct {
-	PID    uint32   `json:"pid,omitempty"` // first event: the command started
+	PID    uint32   `json:"pid,omitempty"`     // first event: the command started
+	ExecID string   `json:"exec_id,omitempty"` // first event of exec: its id in the audit log
 	Stdout []byte   `json:"stdout,omitempty"`
 	Stderr []byte   `json:"stderr,omitempty"`
 	PTY    []byte   `json:"pty,omitempty"`

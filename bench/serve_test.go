@@ -33,7 +33,7 @@ type daemon struct {
 	stateDir string
 }
 
-func startServe(b *testing.B) *daemon {
+func startServe(b *testing.B, extra ...string) *daemon {
 	b.Helper()
 	dir, err := os.MkdirTemp("", "airlock-bench-serve-")
 	if err != nil {
@@ -42,7 +42,7 @@ func startServe(b *testing.B) *daemon {
 	_ = os.Chmod(dir, 0o711)
 	d := &daemon{dir: dir, stateDir: filepath.Join(dir, "run")}
 	sock := filepath.Join(dir, "airlock.sock")
-	d.cmd = exec.Command(airlockBin, "--state-dir", d.stateDir, "--data-dir", filepath.Join(dir, "lib"), "serve", "--socket", sock, "--log-level", "warn")
+	d.cmd = exec.Command(airlockBin, append([]string{"--state-dir", d.stateDir, "--data-dir", filepath.Join(dir, "lib"), "serve", "--socket", sock, "--log-level", "warn"}, extra...)...)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	d.cmd.Stderr = os.Stderr
 	if err := d.cmd.Start(); err != nil {
@@ -363,4 +363,39 @@ func unsealExes(dir string) {
 		}
 		f.Close()
 	}
+}
+
+// BenchmarkServeExecAudit: the same `true` exec against a daemon with its
+// audit log (the start fsynced before the pid is answered) and one
+// without, alternated in one run.
+func BenchmarkServeExecAudit(b *testing.B) {
+	on, off := startServe(b), startServe(b, "--no-audit")
+	ctx := context.Background()
+	idOn, idOff := on.create(b, &api.CreateSandbox{}), off.create(b, &api.CreateSandbox{})
+	for i := 0; i < 20; i++ {
+		_, _ = on.tenant.Exec(ctx, idOn, trueCmd, nil, nil)
+		_, _ = off.tenant.Exec(ctx, idOff, trueCmd, nil, nil)
+	}
+	runs := max(b.N, 500)
+	var withLog, without []time.Duration
+	b.ResetTimer()
+	for i := 0; i < runs; i++ {
+		t0 := time.Now()
+		if _, err := on.tenant.Exec(ctx, idOn, trueCmd, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+		withLog = append(withLog, time.Since(t0))
+		t0 = time.Now()
+		if _, err := off.tenant.Exec(ctx, idOff, trueCmd, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+		without = append(without, time.Since(t0))
+	}
+	b.StopTimer()
+	a, n := percentile(withLog, 0.5), percentile(without, 0.5)
+	b.ReportMetric(a, "audit-on-p50-ms")
+	b.ReportMetric(n, "audit-off-p50-ms")
+	b.ReportMetric((a/n-1)*100, "added-%")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("%d execs each: p50 %.3f ms with the audit log, %.3f ms without (+%.1f%%)", runs, a, n, (a/n-1)*100)
 }

@@ -311,9 +311,14 @@ func (l *Log) run() {
 		batch, waiters, closing := l.queue, l.waiters, l.closing
 		l.queue, l.waiters, l.due = nil, nil, false
 		l.mu.Unlock()
-		err := l.write(batch)
+		head, err := l.write(batch)
 		for _, w := range waiters {
 			w <- err
+		}
+		// The head kept apart follows the log (it may lag it by a batch,
+		// never lead it), off the waiters' path.
+		if err == nil && head != nil && l.opts.OnHead != nil {
+			l.opts.OnHead(*head)
 		}
 		if closing {
 			return
@@ -321,15 +326,15 @@ func (l *Log) run() {
 	}
 }
 
-func (l *Log) write(batch []*Record) error {
+func (l *Log) write(batch []*Record) (*Head, error) {
 	if len(batch) == 0 {
-		return nil
+		return nil, nil
 	}
 	var buf bytes.Buffer
 	for _, r := range batch {
 		b, err := json.Marshal(r)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
@@ -344,17 +349,14 @@ func (l *Log) write(batch []*Record) error {
 			l.failed = fmt.Errorf("%w: %v", ErrFailed, err)
 		}
 		l.mu.Unlock()
-		return l.Failed()
+		return nil, l.Failed()
 	}
 	l.segSize += int64(buf.Len())
 	last := batch[len(batch)-1]
-	if l.opts.OnHead != nil {
-		l.opts.OnHead(Head{Seq: last.Seq, Hash: last.Hash})
-	}
 	if l.segSize >= l.opts.SegmentBytes {
 		return l.rotate()
 	}
-	return nil
+	return &Head{Seq: last.Seq, Hash: last.Hash}, nil
 }
 
 // checkpoint makes the signed record that closes a segment; l.mu is held
@@ -377,19 +379,19 @@ func (l *Log) checkpoint(data any) (*Record, error) {
 
 // rotate closes the segment with a checkpoint and starts the next one;
 // the chain runs on across segments.
-func (l *Log) rotate() error {
+func (l *Log) rotate() (*Head, error) {
 	l.mu.Lock()
 	cp, err := l.checkpoint(nil)
 	l.mu.Unlock()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := l.writeOne(cp); err != nil {
-		return err
+		return nil, err
 	}
 	l.seg.Close()
 	l.segNo++
-	return l.openSegment()
+	return &Head{Seq: cp.Seq, Hash: cp.Hash}, l.openSegment()
 }
 
 func (l *Log) writeOne(r *Record) error {
@@ -400,13 +402,7 @@ func (l *Log) writeOne(r *Record) error {
 	if _, err := l.seg.Write(append(b, '\n')); err != nil {
 		return err
 	}
-	if err := l.seg.Sync(); err != nil {
-		return err
-	}
-	if l.opts.OnHead != nil {
-		l.opts.OnHead(Head{Seq: r.Seq, Hash: r.Hash})
-	}
-	return nil
+	return l.seg.Sync()
 }
 
 // Close writes what is queued and a closing checkpoint.
@@ -433,6 +429,9 @@ func (l *Log) Close() error {
 	err = l.writeOne(cp)
 	if cerr := l.seg.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && l.opts.OnHead != nil {
+		l.opts.OnHead(Head{Seq: cp.Seq, Hash: cp.Hash})
 	}
 	return err
 }

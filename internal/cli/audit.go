@@ -277,9 +277,9 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 			fmt.Fprintf(w, "created %s; trigger %v\n", r.Time.Format(time.RFC3339), d["trigger"])
 			fmt.Fprintf(w, "controls %v\n", d["controls"])
 		case "exec.start":
-			fmt.Fprintf(tw, "  %s\tstart\tpid %v\t%v\n", r.Time.Format("15:04:05.000"), d["pid"], d["argv"])
+			fmt.Fprintf(tw, "  %s\tstart\texec %v\t%v\n", r.Time.Format("15:04:05.000"), d["exec_id"], d["argv"])
 		case "exec.end":
-			fmt.Fprintf(tw, "  %s\tend\tpid %v\texit %v %v (reported by the sandbox)\n", r.Time.Format("15:04:05.000"), d["pid"], d["exit_code"], d["status"])
+			fmt.Fprintf(tw, "  %s\tend\texec %v\tpid %v, exit %v, %v (reported by the sandbox)\n", r.Time.Format("15:04:05.000"), d["exec_id"], d["pid"], d["exit_code"], d["status"])
 		case "egress":
 			host := fmt.Sprint(d["host"])
 			if d["decision"] == "allowed" {

@@ -50,6 +50,7 @@ func loadServeFile(path string) (*serveFile, error) {
 func serveCmd(g *globals) *cobra.Command {
 	var (
 		config, socket, tcp, cert, key, adminKey, logLevel, pool string
+		noAudit                                                  bool
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -112,7 +113,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			return daemon.Serve(ctx, daemon.ServeConfig{
 				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
 					SubnetPool: prefix, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
-				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey,
+				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit,
 				Ready: func(file string, created bool) {
 					if created {
 						fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
@@ -133,6 +134,8 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.StringVar(&pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
 	f.StringVar(&g.dnsUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
 	_ = f.MarkHidden("dns-upstream")
+	f.BoolVar(&noAudit, "no-audit", false, "run without the audit log (benchmarks only)")
+	_ = f.MarkHidden("no-audit")
 	return c
 }
 

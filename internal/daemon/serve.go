@@ -38,6 +38,9 @@ type ServeConfig struct {
 	AdminKeyFile    string // default DataDir/admin.key
 	Database        string // default DataDir/airlock.db
 	ShutdownTimeout time.Duration
+	// NoAudit runs without the audit log: for benchmarks that measure what
+	// the log costs, never for service.
+	NoAudit bool
 	// Ready is called once the API is listening, with the admin key file
 	// and whether it was just written.
 	Ready func(adminKeyFile string, created bool)
@@ -99,16 +102,22 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer db.Close()
-	alog, err := openAudit(ctx, e.DataDir, db, log)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := alog.Close(); err != nil {
-			log.Error("audit log close", "err", err)
+	cfg := sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics}
+	if c.NoAudit {
+		log.Warn("running WITHOUT an audit log (--no-audit): nothing sandboxes do is recorded")
+	} else {
+		alog, err := openAudit(ctx, e.DataDir, db, log)
+		if err != nil {
+			return err
 		}
-	}()
-	svc = sandbox.New(sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics, Audit: alog, AuditDir: AuditDir(e.DataDir), PatchDir: filepath.Join(AuditDir(e.DataDir), "patches")})
+		defer func() {
+			if err := alog.Close(); err != nil {
+				log.Error("audit log close", "err", err)
+			}
+		}()
+		cfg.Audit, cfg.AuditDir, cfg.PatchDir = alog, AuditDir(e.DataDir), filepath.Join(AuditDir(e.DataDir), "patches")
+	}
+	svc = sandbox.New(cfg)
 	created, err := svc.EnsureAdminKey(ctx, c.AdminKeyFile)
 	if err != nil {
 		return fmt.Errorf("admin key: %w", err)

@@ -63,8 +63,25 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 			cancel()
 		}
 	}()
+	// The request is recorded while the agent starts the command; the
+	// client learns the pid only once the record is on disk.
+	w := b.who()
+	execID := newID()
+	recorded := make(chan error, 1)
+	go func() {
+		recorded <- s.commit(ctx, w, "exec.start", "observed", map[string]any{
+			"exec_id": execID, "argv": req.Cmd, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
+			"background": req.Background, "tag": req.Tag, "tty": req.TTY != nil, "timeout": req.Timeout, "stdin_bytes": len(req.Stdin),
+		})
+	}()
+	notStarted := func(why error) {
+		if <-recorded == nil {
+			s.note(w, "exec.end", "reported", map[string]any{"exec_id": execID, "status": "not started", "error": why.Error()})
+		}
+	}
 	stream, err := b.agent.proc.Start(sctx, asUser(connect.NewRequest(start), req.User))
 	if err != nil {
+		notStarted(err)
 		return agentError(err)
 	}
 	following := false // a background command's stream is closed by its follower
@@ -82,12 +99,15 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 			if ce.Code() == connect.CodeNotFound {
 				code = 127
 			}
+			notStarted(ce)
 			return emit(&api.ExecEvent{End: &api.ExecEnd{ExitCode: code, Status: "not started", Error: agentError(ce).Error()}})
 		}
+		notStarted(fmt.Errorf("the stream ended: %v", stream.Err()))
 		return s.streamEnded(b, stream.Err())
 	}
 	st := stream.Msg().GetEvent().GetStart()
 	if st == nil {
+		notStarted(errors.New("no start event"))
 		return errdefs.New(errdefs.ErrInternal, "the sandbox's agent did not report the start (reported by the sandbox)")
 	}
 	pid := st.GetPid()
@@ -98,17 +118,13 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 		defer kcancel()
 		_, _ = b.agent.proc.SendSignal(kctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL}))
 	}
-	w := b.who()
-	if err := s.commit(ctx, w, "exec.start", "observed", map[string]any{
-		"pid": pid, "argv": req.Cmd, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
-		"background": req.Background, "tag": req.Tag, "tty": req.TTY != nil, "timeout": req.Timeout, "stdin_bytes": len(req.Stdin),
-	}); err != nil {
-		kill()
+	if err := <-recorded; err != nil {
+		kill() // it must not run unrecorded
 		return err
 	}
 	out := map[string]*streamDigest{"stdout": newStreamDigest(), "stderr": newStreamDigest(), "pty": newStreamDigest()}
 	ended := func(end *api.ExecEnd, t0 time.Time) {
-		data := map[string]any{"pid": pid, "duration_ms": float64(time.Since(t0).Microseconds()) / 1000}
+		data := map[string]any{"exec_id": execID, "pid": pid, "duration_ms": float64(time.Since(t0).Microseconds()) / 1000}
 		for k, d := range out {
 			if d.n > 0 {
 				data[k] = d.summary()
@@ -129,7 +145,7 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 		out["stderr"].add(ev.Stderr)
 		out["pty"].add(ev.PTY)
 	}
-	if err := emit(&api.ExecEvent{PID: pid}); err != nil {
+	if err := emit(&api.ExecEvent{PID: pid, ExecID: execID}); err != nil {
 		if !req.Background {
 			kill()
 		}

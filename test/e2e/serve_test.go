@@ -1481,7 +1481,7 @@ func TestServeAuditSurvivesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	acked := map[uint32]bool{}
+	acked := map[string]bool{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
@@ -1498,9 +1498,9 @@ func TestServeAuditSurvivesKill9(t *testing.T) {
 				if err != nil {
 					return
 				}
-				if ev, err := s.Next(); err == nil && ev.PID != 0 {
+				if ev, err := s.Next(); err == nil && ev.ExecID != "" {
 					mu.Lock()
-					acked[ev.PID] = true
+					acked[ev.ExecID] = true
 					mu.Unlock()
 				}
 				_, _ = client.Drain(s, nil, nil)
@@ -1521,22 +1521,22 @@ func TestServeAuditSurvivesKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[uint32]bool{}
+	seen := map[string]bool{}
 	for _, r := range recs {
 		var x struct {
-			PID uint32 `json:"pid"`
+			ID string `json:"exec_id"`
 		}
 		_ = json.Unmarshal(r.Data, &x)
-		seen[x.PID] = true
+		seen[x.ID] = true
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(acked) < 20 {
 		t.Fatalf("only %d execs ran before the kill", len(acked))
 	}
-	for pid := range acked {
-		if !seen[pid] {
-			t.Errorf("exec pid %d was acknowledged but is not in the log", pid)
+	for id := range acked {
+		if !seen[id] {
+			t.Errorf("exec %s was acknowledged but is not in the log", id)
 		}
 	}
 }
