@@ -166,17 +166,34 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	return c.Buffer.Write(p)
 }
 
+// MaxEgressRecords caps the egress records one sandbox makes per second:
+// a sandbox must not be able to flood the log. What is dropped is counted
+// and recorded (audit.dropped) once a second.
+const MaxEgressRecords = 500
+
 // NoteEgress records one decision of sandbox id's egress proxy or DNS
 // forwarder (observed by the host).
 func (s *Service) NoteEgress(id string, decision any) {
 	s.mu.Lock()
 	b, ok := s.boxes[id]
 	s.mu.Unlock()
-	w := who{sandbox: id}
-	if ok {
-		w = b.who()
+	if !ok {
+		s.note(who{sandbox: id}, "egress", "observed", decision)
+		return
 	}
-	s.note(w, "egress", "observed", decision)
+	if b.egressRate.take() != nil {
+		b.egressDropped.Add(1)
+		return
+	}
+	s.note(b.who(), "egress", "observed", decision)
+}
+
+// noteDropped records what a sandbox's rate cap dropped since last time.
+func (s *Service) noteDropped(b *box) {
+	b.egressRate.refill()
+	if n := b.egressDropped.Swap(0); n > 0 {
+		s.note(b.who(), "audit.dropped", "observed", map[string]any{"kind": "egress", "records": n, "cap_per_second": MaxEgressRecords})
+	}
 }
 
 // AuditFilter selects audit records.

@@ -17,6 +17,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -126,6 +127,9 @@ type box struct {
 	ended  chan struct{} // closed once it is destroyed and recorded
 	// cpuSeen is the CPU time already charged to the tenant's budget.
 	cpuSeen time.Duration
+	// The egress records it may make this second, and what was dropped.
+	egressRate    *limiter
+	egressDropped atomic.Int64
 }
 
 // New makes the service. Call Recover before serving, then Run.
@@ -259,7 +263,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	specJSON, _ := json.Marshal(sp)
 	meta, _ := json.Marshal(req.Metadata)
 	trig, _ := json.Marshal(req.Trigger)
-	b := &box{spec: sp, inst: inst, agent: ag, ended: make(chan struct{}), rec: store.Sandbox{
+	b := &box{spec: sp, inst: inst, agent: ag, ended: make(chan struct{}), egressRate: newLimiter(MaxEgressRecords), rec: store.Sandbox{
 		ID: id, Tenant: t.Tenant, State: api.StateRunning, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
 		Created: now, Expires: now.Add(ttl), IdleTimeout: idle, LastActive: now, InitPid: inst.InitPid(),
 	}}
@@ -657,7 +661,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 		return
 	}
 	r.LastActive = s.cfg.Now() // idle time restarts with the daemon
-	b := &box{rec: r, spec: sp, inst: inst, agent: ag, ended: make(chan struct{}), cpuSeen: inst.Usage().CPU}
+	b := &box{rec: r, spec: sp, inst: inst, agent: ag, ended: make(chan struct{}), cpuSeen: inst.Usage().CPU, egressRate: newLimiter(MaxEgressRecords)}
 	s.mu.Lock()
 	s.boxes[r.ID] = b
 	s.mu.Unlock()
@@ -691,6 +695,7 @@ func (s *Service) tick(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, b := range bs {
 		b.agent.rate.refill()
+		s.noteDropped(b)
 		b.mu.Lock()
 		rec := b.rec
 		ending := b.ending

@@ -1,0 +1,58 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+type memAudit struct {
+	mu   sync.Mutex
+	recs []audit.Record
+}
+
+func (m *memAudit) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
+func (m *memAudit) Append(r audit.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, r)
+	return nil
+}
+
+// A sandbox cannot flood the log: past its egress record cap, records are
+// dropped, counted, and the count recorded.
+func TestEgressRecordsAreCapped(t *testing.T) {
+	a := &memAudit{}
+	s := New(Config{Audit: a})
+	b := &box{rec: store.Sandbox{ID: "sb", Tenant: "t", Trigger: `{"task_id":"T"}`}, egressRate: newLimiter(MaxEgressRecords)}
+	s.boxes["sb"] = b
+	for i := 0; i < MaxEgressRecords+123; i++ {
+		s.NoteEgress("sb", map[string]string{"decision": "denied"})
+	}
+	s.noteDropped(b)
+	kinds := map[string]int{}
+	var dropped struct {
+		Records int `json:"records"`
+	}
+	for _, r := range a.recs {
+		kinds[r.Kind]++
+		if r.Kind == "audit.dropped" {
+			_ = json.Unmarshal(r.Data, &dropped)
+		}
+		if r.Tenant != "t" || r.Trigger != "T" {
+			t.Errorf("record %+v", r)
+		}
+	}
+	if kinds["egress"] != MaxEgressRecords || kinds["audit.dropped"] != 1 || dropped.Records != 123 {
+		t.Errorf("kinds %v, dropped %+v", kinds, dropped)
+	}
+	// The next second has room again.
+	s.NoteEgress("sb", map[string]string{"decision": "allowed"})
+	if a.recs[len(a.recs)-1].Kind != "egress" {
+		t.Error("the cap did not refill")
+	}
+}
