@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	airlockBin = filepath.Join(dir, "airlock")
+	// `airlock run` keeps its audit logs under the user's state directory:
+	// the benchmark's own, not root's.
+	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
 	attackBin = filepath.Join(dir, "attack")
 	for bin, pkg := range map[string]string{airlockBin: "../cmd/airlock", attackBin: "../test/attack"} {
 		build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bin, pkg)

@@ -101,6 +101,26 @@ type Log struct {
 	seg     *os.File
 	segSize int64
 	segNo   int
+	single  string // the one file of a single-file log
+}
+
+// OpenFile starts a log that is one new file (an `airlock run`'s): no
+// rotation; Close ends it with the signed closing checkpoint.
+func OpenFile(path string, key ed25519.PrivateKey, opts Options) (*Log, error) {
+	if opts.FlushInterval == 0 {
+		opts.FlushInterval = 100 * time.Millisecond
+	}
+	opts.SegmentBytes = 1 << 62
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	l := &Log{dir: filepath.Dir(path), key: key, opts: opts, done: make(chan struct{}), single: path}
+	l.cond = sync.NewCond(&l.mu)
+	if err := l.openSegment(); err != nil {
+		return nil, err
+	}
+	go l.run()
+	return l, nil
 }
 
 // ErrFailed wraps the error that stopped the log (a full disk, say).
@@ -110,8 +130,12 @@ const segExt = ".log"
 
 func segName(n int) string { return fmt.Sprintf("%08d%s", n, segExt) }
 
-// Segments lists dir's segment files in order.
+// Segments lists dir's segment files in order; a log that is one file
+// (an `airlock run`'s) is its own only segment.
 func Segments(dir string) ([]string, error) {
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().IsRegular() {
+		return []string{dir}, nil
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -208,7 +232,11 @@ func (l *Log) resume(path string) error {
 }
 
 func (l *Log) openSegment() error {
-	f, err := os.OpenFile(filepath.Join(l.dir, segName(l.segNo)), os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
+	p := filepath.Join(l.dir, segName(l.segNo))
+	if l.single != "" {
+		p = l.single
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func auditVerifyCmd(g *globals) *cobra.Command {
 	var pubFile string
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "verify [DIR]",
+		Use:   "verify [DIR | RUN-LOG-FILE]",
 		Short: "Check the log's chain, order, signatures and completeness; name the first bad record",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,7 +51,7 @@ func auditVerifyCmd(g *globals) *cobra.Command {
 			if len(args) == 1 {
 				dir = args[0]
 			}
-			pub, err := auditPublicKey(g, pubFile)
+			pub, err := auditPublicKey(g, dir, pubFile)
 			if err != nil {
 				return err
 			}
@@ -59,6 +59,9 @@ func auditVerifyCmd(g *globals) *cobra.Command {
 			// it could close it, has no closing checkpoint yet; its end is
 			// then checked against the head kept apart.
 			head, live := auditHead(g, dir)
+			if fi, err := os.Stat(dir); err == nil && fi.Mode().IsRegular() {
+				head, live = nil, false // a finished run's log must end with its closing checkpoint
+			}
 			s, err := audit.Verify(dir, pub, head, live || head != nil)
 			var ve *audit.VerifyError
 			if errors.As(err, &ve) {
@@ -88,7 +91,7 @@ func auditVerifyCmd(g *globals) *cobra.Command {
 	return c
 }
 
-func auditPublicKey(g *globals, pubFile string) (ed25519.PublicKey, error) {
+func auditPublicKey(g *globals, dir, pubFile string) (ed25519.PublicKey, error) {
 	if pubFile != "" {
 		b, err := os.ReadFile(pubFile)
 		if err != nil {
@@ -100,10 +103,14 @@ func auditPublicKey(g *globals, pubFile string) (ed25519.PublicKey, error) {
 		}
 		return pub, nil
 	}
-	if _, err := os.Stat(daemon.AuditKeyFile(g.dataDir)); err != nil {
-		return nil, errdefs.New(errdefs.ErrNotFound, "no audit key at "+daemon.AuditKeyFile(g.dataDir)+": pass --pubkey")
+	keyFile := daemon.AuditKeyFile(g.dataDir)
+	if fi, err := os.Stat(dir); err == nil && fi.Mode().IsRegular() {
+		keyFile = filepath.Join(runStateDir(), "audit.key") // an `airlock run` log
 	}
-	key, err := audit.LoadOrCreateKey(daemon.AuditKeyFile(g.dataDir))
+	if _, err := os.Stat(keyFile); err != nil {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no audit key at "+keyFile+": pass --pubkey")
+	}
+	key, err := audit.LoadOrCreateKey(keyFile)
 	if err != nil {
 		return nil, err
 	}

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -125,6 +128,7 @@ Exit status:
 	f.StringArrayVar(&s.Net.Deny, "deny", nil, "deny HOST or *.SUFFIX (wins over --allow); repeatable")
 	f.StringVar(&s.Net.PolicyFile, "policy", "", "YAML or JSON file with allow: and deny: lists; turns on the proxy")
 	f.StringVar(&nets.log, "net-log", "", "write every network decision to FILE as JSON lines (- for stderr)")
+	f.StringVar(&nets.audit, "audit", "", "write the run's signed audit log to FILE (default: a new file under ~/.local/state/airlock/runs)")
 	f.StringVar(&egressBytes, "egress-bytes", "1G", "cap on bytes the sandbox sends out through the proxy")
 	f.IntVar(&s.Net.MaxConns, "max-conns", spec.DefaultMaxConns, "cap on concurrent proxied connections")
 	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
@@ -136,6 +140,7 @@ Exit status:
 // netFlags are run's host-side network options.
 type netFlags struct {
 	log         string
+	audit       string
 	dnsUpstream string
 	pool        string
 }
@@ -199,7 +204,28 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 			ro.Resize = resize
 		}
 	}
+	alog, auditPath, err := openRunAudit(nets.audit)
+	if err != nil {
+		return err
+	}
+	ro.Audit = func(sandbox, kind, source string, data any) {
+		r := audit.Record{Kind: kind, Sandbox: sandbox, Source: source}
+		b, aerr := json.Marshal(data)
+		if aerr == nil {
+			r.Data = b
+			aerr = alog.Append(r)
+		}
+		if aerr != nil {
+			g.warn("audit: " + aerr.Error())
+		}
+	}
 	res, err := eng.Run(context.Background(), s, stdio, ro)
+	if cerr := alog.Close(); cerr != nil {
+		g.warn("audit log " + auditPath + ": " + cerr.Error())
+	}
+	if res != nil {
+		res.Audit = auditPath
+	}
 	if errors.Is(err, daemon.ErrInterrupted) {
 		g.warn(err.Error())
 		return exitError{128 + int(unix.SIGINT)}
@@ -236,4 +262,34 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 		return exitError{res.ExitCode}
 	}
 	return nil
+}
+
+// runStateDir is the user's state directory for airlock run.
+func runStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "airlock")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "/root"
+	}
+	return filepath.Join(home, ".local", "state", "airlock")
+}
+
+// openRunAudit starts a run's own audit log: path, or a new file under the
+// user's state directory, signed with the user's key (made on first use).
+func openRunAudit(path string) (*audit.Log, string, error) {
+	dir := runStateDir()
+	if path == "" {
+		path = filepath.Join(dir, "runs", time.Now().UTC().Format("20060102T150405.000000000Z")+".audit")
+	}
+	key, err := audit.LoadOrCreateKey(filepath.Join(dir, "audit.key"))
+	if err != nil {
+		return nil, "", fmt.Errorf("audit key: %w", err)
+	}
+	l, err := audit.OpenFile(path, key, audit.Options{})
+	if err != nil {
+		return nil, "", errdefs.Invalid("--audit: " + err.Error())
+	}
+	return l, path, nil
 }

@@ -100,7 +100,7 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 	// Each command chooses its user; root inside gets the small set.
 	o.KeepCaps = rootCaps
 	if s.NetMode() == "proxy" {
-		if b.net, err = e.network(s, id, o, io.Discard); err != nil {
+		if b.net, err = e.network(s, id, o, io.Discard, e.cfg.OnEgress); err != nil {
 			return nil, err
 		}
 	}

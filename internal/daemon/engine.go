@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,10 @@ type RunOptions struct {
 	Resize <-chan [2]uint16
 	// NetLog receives one JSON line per egress decision (proxy mode).
 	NetLog io.Writer
+	// Audit, when set, is told what the run did as audit records: the
+	// sandbox's id, the kind, the source ("observed" by the host or
+	// "reported" by the sandbox) and the data.
+	Audit func(sandbox, kind, source string, data any)
 }
 
 // Limit names a resource cap that ended or constrained the run.
@@ -148,6 +153,8 @@ type Result struct {
 	Image      string        `json:"image"`
 	Degraded   []string      `json:"degraded,omitempty"`
 	Egress     *EgressResult `json:"egress,omitempty"`
+	// Audit is the file the run's audit records went to.
+	Audit string `json:"audit,omitempty"`
 }
 
 // EgressResult sums up a proxy-mode sandbox's network activity.
@@ -284,7 +291,16 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	o.Workspace = wsDir
 	var egressDone func() *EgressResult
 	if s.NetMode() == "proxy" {
-		done, err := e.network(s, res.SandboxID, o, ro.NetLog)
+		sink := e.cfg.OnEgress
+		if ro.Audit != nil {
+			sink = func(ev egress.Event) {
+				if e.cfg.OnEgress != nil {
+					e.cfg.OnEgress(ev)
+				}
+				ro.Audit(ev.Sandbox, "egress", "observed", ev)
+			}
+		}
+		done, err := e.network(s, res.SandboxID, o, ro.NetLog, sink)
 		if err != nil {
 			return nil, err
 		}
@@ -392,6 +408,10 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	}
 
 	lap("created")
+	if ro.Audit != nil {
+		ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": RedactedSpec(s), "image": s.Image, "controls": controlsOf(res.Degraded)})
+		ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": s.Command, "user": s.User, "cwd": "/workspace", "env": envNames(s.Env), "tty": s.TTY})
+	}
 	ex := sb.Wait()
 	lap("exited")
 	timer.Stop()
@@ -442,6 +462,14 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		}
 	}
 
+	if ro.Audit != nil {
+		ro.Audit(res.SandboxID, "exec.end", "reported", map[string]any{"exit_code": ex.Code, "signal": ex.Signal, "error": ex.Error})
+		destroyed := map[string]any{"reason": endReason(res), "limits": res.Limits, "cpu_seconds": stats.CPUTime.Seconds(), "memory_peak_bytes": stats.MemoryPeak}
+		if ch, err := workspace.Changes(wsDir, sb.WorkspaceUpper, sb.Workspace); err == nil {
+			destroyed["workspace"] = ch.Changes
+		}
+		ro.Audit(res.SandboxID, "sandbox.destroyed", "observed", destroyed)
+	}
 	if ro.Diff != nil || ro.Export != "" {
 		ch, err := workspace.Changes(wsDir, sb.WorkspaceUpper, sb.Workspace)
 		if err != nil {
@@ -572,4 +600,41 @@ func mergeEnv(base, user []string) []string {
 		}
 	}
 	return out
+}
+
+// RedactedSpec is s for the record: environment variables by name only
+// (their values may be secrets).
+func RedactedSpec(s *spec.Spec) spec.Spec {
+	c := *s
+	c.Env = envNames(s.Env)
+	return c
+}
+
+func envNames(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		out = append(out, k)
+	}
+	return out
+}
+
+// controlsOf says which controls a run has, and any explicit opt-out.
+func controlsOf(degraded []string) map[string]any {
+	c := map[string]any{"namespaces": true, "cgroups": true, "seccomp": true, "capabilities": "dropped", "no_new_privs": true, "landlock": !slices.Contains(degraded, "landlock")}
+	if len(degraded) > 0 {
+		c["opt_out"] = degraded
+	}
+	return c
+}
+
+// endReason says why a run's sandbox ended.
+func endReason(res *Result) string {
+	if res.Limit != "" {
+		return string(res.Limit)
+	}
+	if res.Message != "" {
+		return res.Message
+	}
+	return "exit"
 }

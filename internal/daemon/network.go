@@ -25,7 +25,7 @@ var DefaultSubnetPool = netns.DefaultPool
 // network namespace with its veth and rules, and the proxy with its DNS
 // forwarder. It points the sandbox's resolv.conf and proxy variables at
 // them. done tears it all down (after the sandbox is gone) and sums up.
-func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.Writer) (done func() *EgressResult, err error) {
+func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.Writer, sink func(egress.Event)) (done func() *EgressResult, err error) {
 	pol, upstream, err := e.policy(s)
 	if err != nil {
 		return nil, err
@@ -40,7 +40,7 @@ func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.
 		return nil, fmt.Errorf("%w: sandbox network: %v", errdefs.ErrUnavailable, err)
 	}
 	lap("netns")
-	stop, err := e.proxy(s, id, n, pol, upstream, netLog)
+	stop, err := e.proxy(s, id, n, pol, upstream, netLog, sink)
 	if err != nil {
 		return nil, err
 	}
@@ -95,8 +95,8 @@ func (e *Engine) policy(s *spec.Spec) (*egress.Policy, string, error) {
 
 // proxy starts the egress proxy and DNS forwarder of network n; done stops
 // them, drops n, and sums up. On error n is dropped.
-func (e *Engine) proxy(s *spec.Spec, id string, n *netns.Net, pol *egress.Policy, upstream string, netLog io.Writer) (done func() *EgressResult, err error) {
-	rec := egress.NewRecorder(netLog, e.cfg.OnEgress)
+func (e *Engine) proxy(s *spec.Spec, id string, n *netns.Net, pol *egress.Policy, upstream string, netLog io.Writer, sink func(egress.Event)) (done func() *EgressResult, err error) {
+	rec := egress.NewRecorder(netLog, sink)
 	px, err := egress.Start(egress.Config{
 		Sandbox: id, Listen: n.HostIP, Policy: pol, Guard: &egress.Guard{},
 		Upstream: upstream, MaxConns: s.Net.MaxConns, MaxBytesOut: s.Net.EgressBytes, Recorder: rec,
@@ -135,7 +135,7 @@ func (e *Engine) adoptNetwork(s *spec.Spec, id string, pid int) (done func() *Eg
 	if err != nil {
 		return nil, err
 	}
-	return e.proxy(s, id, n, pol, upstream, io.Discard)
+	return e.proxy(s, id, n, pol, upstream, io.Discard, e.cfg.OnEgress)
 }
 
 // hostResolver is the first nameserver of the host's /etc/resolv.conf.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
 // Auditor is where the service records what sandboxes do
@@ -219,4 +220,16 @@ func (s *Service) AuditRecords(ctx context.Context, t *Principal, f AuditFilter,
 		}
 		return emit(r)
 	})
+}
+
+// redacted is sp for the record: environment variables by name only
+// (their values may be secrets).
+func redacted(sp spec.Spec) spec.Spec {
+	names := make([]string, 0, len(sp.Env))
+	for _, kv := range sp.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		names = append(names, k)
+	}
+	sp.Env = names
+	return sp
 }

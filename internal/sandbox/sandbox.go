@@ -272,7 +272,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
 	if err := s.commit(ctx, b.who(), "sandbox.created", "observed", map[string]any{
-		"spec": sp, "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
+		"spec": redacted(sp), "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
 		"controls": controls(inst.Degraded()), "init_pid": inst.InitPid(),
 	}); err != nil {
 		_ = inst.Destroy()

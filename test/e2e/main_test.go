@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 	stateDir = filepath.Join(tmp, "run")
 	scope = runtime.Scope(stateDir)
 	dataDir = filepath.Join(tmp, "lib")
+	// `airlock run` keeps its audit logs under the user's state directory:
+	// the suite's own, not root's.
+	os.Setenv("XDG_STATE_HOME", filepath.Join(tmp, "state"))
 	root, _ := filepath.Abs("../..")
 	for bin, pkg := range map[string]string{airlockBin: "./cmd/airlock", attackBin: "./test/attack"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
