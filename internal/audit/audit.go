@@ -72,8 +72,10 @@ type Head struct {
 
 // Options configure a Log.
 type Options struct {
-	// SegmentBytes rotates to a new segment past this size (default 64 MiB).
+	// SegmentBytes rotates to a new segment past this size (default 64 MiB);
+	// SegmentAge past this age (default a day).
 	SegmentBytes int64
+	SegmentAge   time.Duration
 	// FlushInterval bounds how long a record nobody waits for stays
 	// unwritten (default 100 ms): the loss window of a crash.
 	FlushInterval time.Duration
@@ -100,6 +102,7 @@ type Log struct {
 
 	seg     *os.File
 	segSize int64
+	segOpen time.Time
 	segNo   int
 	single  string // the one file of a single-file log
 }
@@ -110,7 +113,7 @@ func OpenFile(path string, key ed25519.PrivateKey, opts Options) (*Log, error) {
 	if opts.FlushInterval == 0 {
 		opts.FlushInterval = 100 * time.Millisecond
 	}
-	opts.SegmentBytes = 1 << 62
+	opts.SegmentBytes, opts.SegmentAge = 1<<62, 1<<62
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
@@ -158,6 +161,9 @@ func Open(dir string, key ed25519.PrivateKey, opts Options) (*Log, error) {
 	}
 	if opts.FlushInterval == 0 {
 		opts.FlushInterval = 100 * time.Millisecond
+	}
+	if opts.SegmentAge == 0 {
+		opts.SegmentAge = 24 * time.Hour
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -240,7 +246,7 @@ func (l *Log) openSegment() error {
 	if err != nil {
 		return err
 	}
-	l.seg, l.segSize = f, 0
+	l.seg, l.segSize, l.segOpen = f, 0, time.Now()
 	return nil
 }
 
@@ -381,7 +387,7 @@ func (l *Log) write(batch []*Record) (*Head, error) {
 	}
 	l.segSize += int64(buf.Len())
 	last := batch[len(batch)-1]
-	if l.segSize >= l.opts.SegmentBytes {
+	if l.segSize >= l.opts.SegmentBytes || time.Since(l.segOpen) >= l.opts.SegmentAge {
 		return l.rotate()
 	}
 	return &Head{Seq: last.Seq, Hash: last.Hash}, nil

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func newLog(t *testing.T, opts Options) (*Log, string, ed25519.PrivateKey, *Head) {
@@ -187,5 +188,17 @@ func TestCommitFailsWhenTheDiskDoes(t *testing.T) {
 	}
 	if err := l.Append(Record{Kind: "k"}); !errors.Is(err, ErrFailed) {
 		t.Fatalf("later appends must be refused: %v", err)
+	}
+}
+
+func TestRotationByAge(t *testing.T) {
+	l, dir, key, head := newLog(t, Options{SegmentAge: time.Nanosecond})
+	writeSome(t, l, 6)
+	s, err := Verify(dir, key.Public().(ed25519.PublicKey), head, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Segments < 2 {
+		t.Errorf("no rotation by age: %+v", s)
 	}
 }

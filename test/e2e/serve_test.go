@@ -1540,3 +1540,37 @@ func TestServeAuditSurvivesKill9(t *testing.T) {
 		}
 	}
 }
+
+// `airlock run` writes the same records to its own signed log, ended by a
+// closing checkpoint: a log cut short fails verification.
+func TestRunAuditLog(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "run.audit")
+	r := airlock(t, "", "run", "--audit", logFile, "-e", "TOKEN=not-in-the-log", "--", "sh", "-c", "echo hi; exit 3")
+	if r.code != 3 {
+		t.Fatalf("%s", r)
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kind":"sandbox.created"`, `"kind":"exec.start"`, `"kind":"exec.end"`, `"exit_code":3`, `"kind":"sandbox.destroyed"`, `"closed":true`, `"TOKEN"`} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("the run's log lacks %s", want)
+		}
+	}
+	if bytes.Contains(b, []byte("not-in-the-log")) {
+		t.Error("an environment value was recorded")
+	}
+	if v := airlock(t, "", "audit", "verify", logFile); v.code != 0 {
+		t.Fatalf("verify: %s", v)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	cut := append(bytes.Join(lines[:len(lines)-1], []byte("\n")), '\n')
+	if err := os.WriteFile(logFile, cut, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v := airlock(t, "", "audit", "verify", logFile); v.code != 1 || !strings.Contains(v.stdout, "checkpoint") {
+		t.Errorf("a run log without its closing checkpoint: %s", v)
+	}
+	noResidue(t)
+}
