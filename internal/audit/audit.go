@@ -81,6 +81,8 @@ type Options struct {
 	FlushInterval time.Duration
 	// OnHead is told the head after every batch is on disk.
 	OnHead func(Head)
+	// Export, when set, receives every batch once it is on disk.
+	Export *Exporter
 }
 
 // Log appends records to segment files in a directory.
@@ -349,6 +351,13 @@ func (l *Log) run() {
 		for _, w := range waiters {
 			w <- err
 		}
+		if err == nil && l.opts.Export != nil && len(batch) > 0 {
+			out := make([]Record, len(batch))
+			for i, r := range batch {
+				out[i] = *r
+			}
+			l.opts.Export.Export(out)
+		}
 		// The head kept apart follows the log (it may lag it by a batch,
 		// never lead it), off the waiters' path.
 		if err == nil && head != nil && l.opts.OnHead != nil {
@@ -436,7 +445,13 @@ func (l *Log) writeOne(r *Record) error {
 	if _, err := l.seg.Write(append(b, '\n')); err != nil {
 		return err
 	}
-	return l.seg.Sync()
+	if err := l.seg.Sync(); err != nil {
+		return err
+	}
+	if l.opts.Export != nil {
+		l.opts.Export.Export([]Record{*r})
+	}
+	return nil
 }
 
 // Close writes what is queued and a closing checkpoint.

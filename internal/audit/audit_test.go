@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,5 +202,46 @@ func TestRotationByAge(t *testing.T) {
 	}
 	if s.Segments < 2 {
 		t.Errorf("no rotation by age: %+v", s)
+	}
+}
+
+// Records on disk go to an OTLP collector too, with their seq and hash.
+func TestExportToCollector(t *testing.T) {
+	var mu sync.Mutex
+	var got []map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/logs" || r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, "bad", 400)
+			return
+		}
+		var body struct {
+			ResourceLogs []struct {
+				ScopeLogs []struct {
+					LogRecords []map[string]any `json:"logRecords"`
+				} `json:"scopeLogs"`
+			} `json:"resourceLogs"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		for _, rl := range body.ResourceLogs {
+			for _, sl := range rl.ScopeLogs {
+				got = append(got, sl.LogRecords...)
+			}
+		}
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	exp := NewExporter(srv.URL)
+	l, _, _, head := newLog(t, Options{Export: exp})
+	writeSome(t, l, 4)
+	exp.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 5 || exp.Dropped() != 0 || exp.Failed() != 0 {
+		t.Fatalf("exported %d records (dropped %d, failed %d)", len(got), exp.Dropped(), exp.Failed())
+	}
+	last, _ := json.Marshal(got[len(got)-1]["attributes"])
+	if !strings.Contains(string(last), head.Hash) {
+		t.Errorf("the collector's last record does not carry the head %s: %s", head.Hash, last)
 	}
 }

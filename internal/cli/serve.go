@@ -31,6 +31,7 @@ type serveFile struct {
 	LogLevel       string `yaml:"log_level"`
 	SubnetPool     string `yaml:"subnet_pool"`
 	ImageCacheSize string `yaml:"image_cache_size"`
+	OTLPEndpoint   string `yaml:"otlp_endpoint"`
 }
 
 func loadServeFile(path string) (*serveFile, error) {
@@ -49,8 +50,8 @@ func loadServeFile(path string) (*serveFile, error) {
 
 func serveCmd(g *globals) *cobra.Command {
 	var (
-		config, socket, tcp, cert, key, adminKey, logLevel, pool string
-		noAudit                                                  bool
+		config, socket, tcp, cert, key, adminKey, logLevel, pool, otlp string
+		noAudit                                                        bool
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -89,6 +90,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			}
 			socket, tcp, cert, key = pick("socket", fc.Socket), pick("tcp", fc.TCP), pick("tls-cert", fc.TLSCert), pick("tls-key", fc.TLSKey)
 			adminKey, logLevel, pool = pick("admin-key-file", fc.AdminKeyFile), pick("log-level", fc.LogLevel), pick("subnet-pool", fc.SubnetPool)
+			otlp = pick("otlp-endpoint", fc.OTLPEndpoint)
 			if fc.ImageCacheSize != "" && !cmd.Flags().Changed("image-cache-size") {
 				g.imageCache = fc.ImageCacheSize
 			}
@@ -113,7 +115,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			return daemon.Serve(ctx, daemon.ServeConfig{
 				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
 					SubnetPool: prefix, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
-				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit,
+				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit, OTLPEndpoint: otlp,
 				Ready: func(file string, created bool) {
 					if created {
 						fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
@@ -124,7 +126,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, image_cache_size")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, image_cache_size, otlp_endpoint")
 	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only)")
 	f.StringVar(&tcp, "tcp", "", "also serve on this TCP address, with TLS (needs --tls-cert and --tls-key)")
 	f.StringVar(&cert, "tls-cert", "", "TLS certificate (PEM) for --tcp")
@@ -134,6 +136,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.StringVar(&pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
 	f.StringVar(&g.dnsUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
 	_ = f.MarkHidden("dns-upstream")
+	f.StringVar(&otlp, "otlp-endpoint", "", "also export audit records to this OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://collector:4318)")
 	f.BoolVar(&noAudit, "no-audit", false, "run without the audit log (benchmarks only)")
 	_ = f.MarkHidden("no-audit")
 	return c

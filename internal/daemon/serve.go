@@ -41,6 +41,9 @@ type ServeConfig struct {
 	// NoAudit runs without the audit log: for benchmarks that measure what
 	// the log costs, never for service.
 	NoAudit bool
+	// OTLPEndpoint, when set, is an OpenTelemetry collector (its OTLP/HTTP
+	// base URL) the audit records are exported to.
+	OTLPEndpoint string
 	// Ready is called once the API is listening, with the admin key file
 	// and whether it was just written.
 	Ready func(adminKeyFile string, created bool)
@@ -106,13 +109,23 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	if c.NoAudit {
 		log.Warn("running WITHOUT an audit log (--no-audit): nothing sandboxes do is recorded")
 	} else {
-		alog, err := openAudit(ctx, e.DataDir, db, log)
+		var exp *audit.Exporter
+		if c.OTLPEndpoint != "" {
+			exp = audit.NewExporter(c.OTLPEndpoint)
+		}
+		alog, err := openAudit(ctx, e.DataDir, db, log, exp)
 		if err != nil {
 			return err
 		}
 		defer func() {
 			if err := alog.Close(); err != nil {
 				log.Error("audit log close", "err", err)
+			}
+			if exp != nil {
+				exp.Close()
+				if exp.Dropped()+exp.Failed() > 0 {
+					log.Warn("audit export incomplete", "dropped", exp.Dropped(), "refused", exp.Failed())
+				}
 			}
 		}()
 		cfg.Audit, cfg.AuditDir, cfg.PatchDir = alog, AuditDir(e.DataDir), filepath.Join(AuditDir(e.DataDir), "patches")
@@ -215,12 +228,12 @@ func AuditKeyFile(dataDir string) string { return filepath.Join(dataDir, "audit.
 const AuditHeadMeta = "audit_head"
 
 // openAudit opens the daemon's audit log, keeping its head in the store.
-func openAudit(ctx context.Context, dataDir string, db *store.Store, log *slog.Logger) (*audit.Log, error) {
+func openAudit(ctx context.Context, dataDir string, db *store.Store, log *slog.Logger, exp *audit.Exporter) (*audit.Log, error) {
 	key, err := audit.LoadOrCreateKey(AuditKeyFile(dataDir))
 	if err != nil {
 		return nil, fmt.Errorf("audit key: %w", err)
 	}
-	l, err := audit.Open(AuditDir(dataDir), key, audit.Options{OnHead: func(h audit.Head) {
+	l, err := audit.Open(AuditDir(dataDir), key, audit.Options{Export: exp, OnHead: func(h audit.Head) {
 		b, _ := json.Marshal(h)
 		if err := db.SetMeta(context.WithoutCancel(ctx), AuditHeadMeta, string(b)); err != nil {
 			log.Error("audit head", "err", err)

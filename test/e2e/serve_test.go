@@ -18,6 +18,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1573,4 +1574,36 @@ func TestRunAuditLog(t *testing.T) {
 		t.Errorf("a run log without its closing checkpoint: %s", v)
 	}
 	noResidue(t)
+}
+
+// With a collector configured, audit records reach it (OTLP logs over
+// HTTP), carrying their sequence numbers and hashes.
+func TestServeAuditExport(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+	}))
+	defer collector.Close()
+	d := startDaemon(t, newDataDir(t), "--otlp-endpoint", collector.URL)
+	c := d.tenant(t, "otlp", api.Quotas{})
+	sb, err := c.CreateSandbox(context.Background(), &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		mu.Lock()
+		all := strings.Join(bodies, "\n")
+		mu.Unlock()
+		if strings.Contains(all, "sandbox.created") && strings.Contains(all, sb.ID) && strings.Contains(all, "airlock.hash") {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("the collector got no sandbox.created record: %.500s", all)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
