@@ -227,6 +227,10 @@ func (b *Box) Changes(w io.Writer) ([]sandbox.Change, error) {
 	return out, err
 }
 
+// ImageDigest is the content digest of the sandbox's image ("" for the
+// host's).
+func (b *Box) ImageDigest() string { return b.layout.Digest }
+
 // Degraded lists the controls the sandbox runs without.
 func (b *Box) Degraded() []string { return b.degraded }
 

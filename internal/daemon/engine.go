@@ -409,7 +409,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 
 	lap("created")
 	if ro.Audit != nil {
-		ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": RedactedSpec(s), "image": s.Image, "controls": controlsOf(res.Degraded)})
+		ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": RedactedSpec(s), "image": s.Image, "image_digest": layout.Digest, "controls": controlsOf(res.Degraded)})
 		ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": s.Command, "user": s.User, "cwd": "/workspace", "env": envNames(s.Env), "tty": s.TTY})
 	}
 	ex := sb.Wait()

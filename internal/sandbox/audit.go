@@ -233,3 +233,12 @@ func redacted(sp spec.Spec) spec.Spec {
 	sp.Env = names
 	return sp
 }
+
+// policyHash names an egress policy by its rules (order aside).
+func policyHash(allow, deny []string) string {
+	a, d := slices.Clone(allow), slices.Clone(deny)
+	slices.Sort(a)
+	slices.Sort(d)
+	sum := sha256.Sum256([]byte("allow\x00" + strings.Join(a, "\x00") + "\x00deny\x00" + strings.Join(d, "\x00")))
+	return hex.EncodeToString(sum[:])
+}

@@ -48,6 +48,8 @@ type Instance interface {
 	// Degraded lists the controls the sandbox runs without (an explicit
 	// opt-out the host needed).
 	Degraded() []string
+	// ImageDigest is the content digest of its image ("" for the host's).
+	ImageDigest() string
 	Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error)
 	Snapshot(maxBytes int64) (*SnapshotFiles, error)
 	Destroy() error
@@ -274,6 +276,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	if err := s.commit(ctx, b.who(), "sandbox.created", "observed", map[string]any{
 		"spec": redacted(sp), "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
 		"controls": controls(inst.Degraded()), "init_pid": inst.InitPid(),
+		"image_digest": inst.ImageDigest(), "policy_sha256": policyHash(sp.Net.Allow, sp.Net.Deny),
 	}); err != nil {
 		_ = inst.Destroy()
 		b.rec.State, b.rec.Ended, b.rec.EndReason = api.StateEnded, s.cfg.Now(), "the audit log could not record its creation"
