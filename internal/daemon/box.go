@@ -220,7 +220,7 @@ func (b *Box) Changes(w io.Writer) ([]sandbox.Change, error) {
 			return err
 		}
 		for _, c := range ch.Changes {
-			out = append(out, sandbox.Change{Path: c.Path, Kind: string(c.Kind), Type: c.Type, Size: c.Size})
+			out = append(out, sandbox.Change{Path: c.Path, Kind: string(c.Kind), Type: c.Type, Size: c.Size, SHA256: ch.Digest(c)})
 		}
 		return ch.WriteDiff(w)
 	})

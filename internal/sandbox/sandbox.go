@@ -57,10 +57,11 @@ type Instance interface {
 
 // Change is one path of /workspace that changed.
 type Change struct {
-	Path string `json:"path"`
-	Kind string `json:"kind"` // added, modified, deleted
-	Type string `json:"type"`
-	Size int64  `json:"size"`
+	Path   string `json:"path"`
+	Kind   string `json:"kind"` // added, modified, deleted
+	Type   string `json:"type"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"` // new contents of a regular file
 }
 
 // SnapshotFiles is what a snapshot saved on the host.

@@ -7,6 +7,8 @@ package workspace
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -433,4 +435,26 @@ func linkStaysInside(rel, target string) bool {
 	}
 	j := path.Join(path.Dir(rel), target)
 	return j != ".." && !strings.HasPrefix(j, "../")
+}
+
+// MaxHashedFile caps the files Digest reads.
+const MaxHashedFile = 64 << 20
+
+// Digest is the SHA-256 (hex) of a changed regular file's new contents,
+// read from the merged view by the safe-access rules; "" for what is not a
+// regular file now, or is larger than MaxHashedFile.
+func (s *Set) Digest(c Change) string {
+	if c.Type != "file" || c.Kind == Deleted || c.Size > MaxHashedFile {
+		return ""
+	}
+	f, fi, err := openRegular(s.merged, c.Path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, min(fi.Size(), MaxHashedFile))); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

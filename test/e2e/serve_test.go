@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -1432,7 +1433,7 @@ func TestServeAudit(t *testing.T) {
 	if r := kinds["egress"]; !strings.Contains(string(r.Data), `"denied"`) || !strings.Contains(string(r.Data), "denied.test") {
 		t.Errorf("egress: %s", r.Data)
 	}
-	if r := kinds["sandbox.destroyed"]; !strings.Contains(string(r.Data), "attack.txt") || !strings.Contains(string(r.Data), `"patch"`) {
+	if r := kinds["sandbox.destroyed"]; !strings.Contains(string(r.Data), "attack.txt") || !strings.Contains(string(r.Data), `"patch"`) || !regexp.MustCompile(`"path":"attack.txt"[^}]*"sha256":"[0-9a-f]{64}"`).Match(r.Data) {
 		t.Errorf("the workspace changes at destroy: %s", r.Data)
 	}
 	// Another tenant reads nothing of it.
