@@ -1608,3 +1608,41 @@ func TestServeAuditExport(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A full disk stops new work with a clear error: nothing runs unrecorded.
+func TestServeAuditDiskFull(t *testing.T) {
+	data := newDataDir(t)
+	logDir := filepath.Join(data, "audit")
+	if err := os.MkdirAll(logDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", logDir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=256k,mode=700"); err != nil {
+		t.Skipf("cannot mount a small tmpfs for the log here: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(logDir, syscall.MNT_DETACH) })
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	c := d.tenant(t, "full", api.Quotas{})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill what is left of the log's filesystem.
+	filler, _ := os.Create(filepath.Join(logDir, "filler"))
+	_, _ = filler.Write(make([]byte, 512<<10))
+	filler.Close()
+	// The log's last page may still have room for a few records: execs
+	// go on until a write needs a page the filesystem no longer has.
+	for i := 0; i < 200 && err == nil; i++ {
+		_, err = c.Exec(ctx, sb.ID, sh("true"), nil, nil)
+	}
+	wantCode(t, "exec with a full audit disk", err, api.CodeUnavailable)
+	if err != nil && !strings.Contains(err.Error(), "audit") {
+		t.Errorf("the refusal should say why: %v", err)
+	}
+	_, err = c.CreateSandbox(ctx, &api.CreateSandbox{})
+	wantCode(t, "create with a full audit disk", err, api.CodeUnavailable)
+	if l, _ := c.Sandboxes(ctx); len(l) != 1 {
+		t.Errorf("%d sandboxes (a create ran unrecorded?)", len(l))
+	}
+}
