@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -106,7 +107,7 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 	return p, nil
 }
 
-var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+var tenantName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 func validQuotas(q api.Quotas) error {
 	if q.MaxSandboxes < 0 || q.MaxMemory < 0 || q.MaxCPUs < 0 || q.CPUSeconds < 0 {
@@ -130,7 +131,7 @@ func (s *Service) CreateTenant(ctx context.Context, p *Principal, req *api.Creat
 	if err := admin(p); err != nil {
 		return nil, err
 	}
-	if !tenantName.MatchString(req.Name) {
+	if !tenantName().MatchString(req.Name) {
 		return nil, errdefs.Invalid(fmt.Sprintf("tenant name %q: 1–63 of a-z, 0-9, _ and -, starting with a letter or digit", req.Name))
 	}
 	if err := validQuotas(req.Quotas); err != nil {

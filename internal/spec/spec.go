@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -281,16 +282,20 @@ func validateImage(img string) error {
 			return errdefs.Invalid(fmt.Sprintf("--image %q: must be a clean absolute path", img))
 		}
 		return nil
-	case len(img) > 512 || !registryRef.MatchString(img):
+	case len(img) > 512 || !registryRef().MatchString(img):
 		return errdefs.Invalid(fmt.Sprintf("--image %q: not \"host\", an absolute path, oci:PATH, docker-archive:PATH or a registry reference (such as docker.io/library/alpine:3.20)", img))
 	}
 	return nil
 }
 
-// registryRef is the distribution reference grammar: [domain[:port]/]path[:tag][@digest].
-var registryRef = regexp.MustCompile(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?` +
-	`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` +
-	`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
+// registryRef is the distribution reference grammar:
+// [domain[:port]/]path[:tag][@digest]. Compiled on first use: every airlock
+// process (a sandbox's init too) would pay for it at start.
+var registryRef = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?` +
+		`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` +
+		`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
+})
 
 var sizeUnits = map[string]int64{
 	"": 1, "b": 1,
