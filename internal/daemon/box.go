@@ -33,9 +33,10 @@ type Box struct {
 	degraded []string
 	writable bool
 
-	mu        sync.Mutex // serialises freezes
-	closeOnce sync.Once
-	closeErr  error
+	mu          sync.Mutex // serialises freezes
+	closeOnce   sync.Once
+	releaseOnce sync.Once
+	closeErr    error
 }
 
 var _ sandbox.Instance = (*Box)(nil)
@@ -189,6 +190,11 @@ func (b *Box) Usage() sandbox.Usage {
 func (b *Box) frozen(fn func() error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	select {
+	case <-b.sb.Done():
+		return fn() // nothing runs any more: nothing to freeze
+	default:
+	}
 	was := b.sb.Frozen()
 	if !was {
 		if err := b.sb.Freeze(); err != nil {
@@ -249,12 +255,22 @@ func (b *Box) Archive(rel string, w io.Writer, maxBytes int64) (skipped []string
 }
 
 // Destroy kills every process of the sandbox and removes all it held.
+// The workspace stays readable (Changes) until Release.
 func (b *Box) Destroy() error {
 	b.closeOnce.Do(func() {
 		b.closeErr = b.sb.Close()
-		b.release()
+		if b.net != nil {
+			b.net()
+			b.net = nil
+		}
 	})
 	return b.closeErr
+}
+
+// Release gives back what a destroyed box still holds: the workspace's
+// descriptors, the image, a repository checkout.
+func (b *Box) Release() {
+	b.releaseOnce.Do(b.release)
 }
 
 // release gives back what the box holds beside the runtime sandbox.

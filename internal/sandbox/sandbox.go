@@ -52,7 +52,11 @@ type Instance interface {
 	ImageDigest() string
 	Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error)
 	Snapshot(maxBytes int64) (*SnapshotFiles, error)
+	// Destroy kills every process and removes what the sandbox held on the
+	// host, except what Release gives back: its workspace stays readable
+	// (Changes) in between.
 	Destroy() error
+	Release()
 }
 
 // Change is one path of /workspace that changed.
@@ -259,7 +263,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	}
 	ag := newAgentClient(inst.Socket())
 	if err := ag.hello(ctx); err != nil {
-		_ = inst.Destroy()
+		discard(inst)
 		return nil, err
 	}
 	now := s.cfg.Now()
@@ -271,7 +275,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 		Created: now, Expires: now.Add(ttl), IdleTimeout: idle, LastActive: now, InitPid: inst.InitPid(),
 	}}
 	if err := s.cfg.Store.PutSandbox(ctx, b.rec); err != nil {
-		_ = inst.Destroy()
+		discard(inst)
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
 	if err := s.commit(ctx, b.who(), "sandbox.created", "observed", map[string]any{
@@ -279,7 +283,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 		"controls": controls(inst.Degraded()), "init_pid": inst.InitPid(),
 		"image_digest": inst.ImageDigest(), "policy_sha256": policyHash(sp.Net.Allow, sp.Net.Deny),
 	}); err != nil {
-		_ = inst.Destroy()
+		discard(inst)
 		b.rec.State, b.rec.Ended, b.rec.EndReason = api.StateEnded, s.cfg.Now(), "the audit log could not record its creation"
 		_ = s.cfg.Store.PutSandbox(context.WithoutCancel(ctx), b.rec)
 		return nil, err
@@ -569,11 +573,14 @@ func (s *Service) end(b *box, reason string) {
 	s.chargeCPU(b)
 	b.agent.close()
 	usage := b.inst.Usage()
-	changes := s.workspaceChanges(b)
+	// Killed first (a kill switch must not wait for a diff), then what
+	// changed is read from the dead sandbox's workspace.
 	err := b.inst.Destroy()
 	if err != nil {
 		s.cfg.Log.Error("destroy", "id", b.rec.ID, "err", err)
 	}
+	changes := s.workspaceChanges(b)
+	b.inst.Release()
 	s.mu.Lock()
 	delete(s.boxes, b.rec.ID)
 	s.mu.Unlock()
@@ -660,7 +667,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 	}
 	ag := newAgentClient(inst.Socket())
 	if err := ag.hello(ctx); err != nil {
-		_ = inst.Destroy()
+		discard(inst)
 		fail(err)
 		return
 	}
@@ -743,4 +750,10 @@ func endLabel(reason string) string {
 		return "cpu_budget"
 	}
 	return "died"
+}
+
+// discard ends an instance the service will not keep.
+func discard(inst Instance) {
+	_ = inst.Destroy()
+	inst.Release()
 }
