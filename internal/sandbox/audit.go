@@ -25,6 +25,19 @@ import (
 type Auditor interface {
 	Commit(ctx context.Context, r audit.Record) error
 	Append(r audit.Record) error
+	// Failed says why the log can no longer be written, or nil.
+	Failed() error
+}
+
+// auditable refuses work up front once the log cannot record it.
+func (s *Service) auditable() error {
+	if s.cfg.Audit == nil {
+		return nil
+	}
+	if err := s.cfg.Audit.Failed(); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // who is the tenant, sandbox and trigger a record belongs to.

@@ -242,6 +242,9 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	if err != nil {
 		return nil, err
 	}
+	if err := s.auditable(); err != nil {
+		return nil, err
+	}
 	if err := s.fromSnapshot(ctx, t, &sp); err != nil {
 		return nil, err
 	}
@@ -353,6 +356,9 @@ func quoteID(id string) string {
 func (s *Service) use(t *Principal, id string) (*box, error) {
 	b, err := s.get(t, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.auditable(); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()

@@ -1300,16 +1300,7 @@ func TestServeRepoCommit(t *testing.T) {
 		t.Skip("git is not installed: cannot build a test repository")
 	}
 	repo := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	git := gitIn(t, repo)
 	git("init", "-q", "-b", "main")
 	writeFiles(t, repo, map[string]string{"app.txt": "v1\n"})
 	git("add", ".")
@@ -1640,6 +1631,8 @@ func TestServeAuditDiskFull(t *testing.T) {
 	if err != nil && !strings.Contains(err.Error(), "audit") {
 		t.Errorf("the refusal should say why: %v", err)
 	}
+	// From then on nothing that would go unrecorded happens.
+	wantCode(t, "a file write with a full audit disk", c.WriteFile(ctx, sb.ID, "/tmp/x", []byte("x"), 0o644), api.CodeUnavailable)
 	_, err = c.CreateSandbox(ctx, &api.CreateSandbox{})
 	wantCode(t, "create with a full audit disk", err, api.CodeUnavailable)
 	if l, _ := c.Sandboxes(ctx); len(l) != 1 {

@@ -209,16 +209,7 @@ func TestRepoCommitWorkspace(t *testing.T) {
 	}
 	repo := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "pwned")
-	git := func(args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	git := gitIn(t, repo)
 	git("init", "-q", "-b", "main")
 	writeFiles(t, repo, map[string]string{"app.py": "print('v1')\n", "tests/test_app.sh": "grep -q v1 app.py\n", ".gitattributes": "*.py filter=evil\n"})
 	git("add", ".")
@@ -260,5 +251,20 @@ func TestRepoCommitWorkspace(t *testing.T) {
 	noResidue(t)
 	if ents, _ := os.ReadDir(filepath.Join(dataDir, "tmp")); len(ents) != 0 {
 		t.Fatalf("workspace checkouts left: %v", ents)
+	}
+}
+
+// gitIn runs git in repo (with a fixed identity), failing the test on error.
+func gitIn(t *testing.T, repo string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
 }
