@@ -6,6 +6,7 @@ package main
 import (
 	"net"
 	"os"
+	goruntime "runtime"
 	"runtime/debug"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -35,6 +36,8 @@ func serveAgent(a nsinit.Agent) error {
 	// An idle agent should cost the host little: collect often, and hand
 	// back what the start-up (every package's initialisers) left behind.
 	debug.SetGCPercent(25)
+	// One P: fewer per-P caches and GC workers; the agent's work is I/O.
+	goruntime.GOMAXPROCS(1)
 	debug.FreeOSMemory()
 	return agent.Serve(agent.Options{
 		Listener: ln, Launcher: a.Launcher, UID: a.UID, GID: a.GID,
