@@ -28,9 +28,11 @@ unformatted=$(gofmt -l cmd internal test bench api client)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 go vet ./...
 go test -count=1 -timeout 40m ./...
-for f in "FuzzFilterMatchesRules ./internal/linux/seccomp" "FuzzCleanName ./internal/image" "FuzzValidate ./internal/spec" "FuzzParseSize ./internal/spec" "FuzzReadClientHello ./internal/egress" "FuzzParseRule ./internal/egress" "FuzzSpecOf ./internal/sandbox"; do
+# A count, not a duration: Go 1.26's fuzz coordinator can report its own
+# -fuzztime deadline as a failure (golang/go#75804, fixed in Go 1.27).
+for f in "FuzzFilterMatchesRules ./internal/linux/seccomp 200000" "FuzzCleanName ./internal/image 200000" "FuzzValidate ./internal/spec 200000" \
+	"FuzzParseSize ./internal/spec 200000" "FuzzReadClientHello ./internal/egress 200000" "FuzzParseRule ./internal/egress 200000" \
+	"FuzzSpecOf ./internal/sandbox 200000" "FuzzVerifyCatchesEveryEdit ./internal/audit 20000"; do
 	set -- $f
-	# A count, not a duration: Go 1.26's fuzz coordinator can report its own
-	# -fuzztime deadline as a failure (golang/go#75804, fixed in Go 1.27).
-	go test -run '^$' -fuzz "^$1\$" -fuzztime 200000x "$2"
+	go test -run '^$' -fuzz "^$1\$" -fuzztime "$3x" "$2"
 done

@@ -2,10 +2,12 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -78,10 +80,9 @@ func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64
 		return nil, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	rd := bufio.NewReaderSize(f, 1<<20)
 	var last *Record
-	for line := 1; sc.Scan(); line++ {
+	for line := 1; ; line++ {
 		bad := func(r *Record, why string) error {
 			var n uint64
 			if r != nil {
@@ -89,9 +90,26 @@ func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64
 			}
 			return &VerifyError{File: path, Line: line, Seq: n, Reason: why}
 		}
+		raw, err := rd.ReadBytes('\n')
+		if err == io.EOF && len(raw) == 0 {
+			return last, nil
+		}
+		if err == io.EOF {
+			return nil, bad(nil, "the last line is cut short (no newline)")
+		}
+		if err != nil {
+			return nil, err
+		}
+		raw = raw[:len(raw)-1]
 		var r Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+		if err := json.Unmarshal(raw, &r); err != nil {
 			return nil, bad(nil, "not a record: "+err.Error())
+		}
+		// Only the canonical form is a record: a line another JSON reader
+		// could read differently (a duplicate key, a key in other case,
+		// extra fields) is not one, whatever its hash.
+		if canon, err := json.Marshal(&r); err != nil || !bytes.Equal(canon, raw) {
+			return nil, bad(&r, "not in canonical form (edited)")
 		}
 		switch {
 		case r.Seq != *seq+1:
@@ -108,7 +126,7 @@ func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64
 		}
 		if r.Kind == KindCheckpoint {
 			sig, err := hex.DecodeString(r.Sig)
-			if err != nil || !ed25519.Verify(pub, []byte(r.Hash), sig) {
+			if err != nil || hex.EncodeToString(sig) != r.Sig || !ed25519.Verify(pub, []byte(r.Hash), sig) {
 				return nil, bad(&r, "the checkpoint's signature is not the audit key's (forged)")
 			}
 			s.Checkpoints++
@@ -122,5 +140,4 @@ func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64
 		s.Records++
 		last = &r
 	}
-	return last, sc.Err()
 }
