@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -159,6 +160,19 @@ func (e *Engine) Discard(id string) error {
 		err = errors.Join(err, err2)
 	}
 	return err
+}
+
+// LongLived lists the long-lived sandboxes of this state directory: those
+// with an agent socket (sandbox.Backend).
+func (e *Engine) LongLived() []string {
+	ents, _ := os.ReadDir(filepath.Join(e.cfg.StateDir, "agents"))
+	var ids []string
+	for _, en := range ents {
+		if id, ok := strings.CutSuffix(en.Name(), ".sock"); ok && e.rt.Live(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // Socket is the host path of the sandbox's agent socket.

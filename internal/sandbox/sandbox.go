@@ -88,6 +88,9 @@ type Backend interface {
 	// Discard ends whatever is left of a sandbox that could not be
 	// adopted.
 	Discard(id string) error
+	// LongLived lists the long-lived sandboxes the host holds, whether
+	// recorded or not.
+	LongLived() []string
 }
 
 // Defaults.
@@ -645,6 +648,20 @@ func (s *Service) Recover(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	// A daemon killed between making a sandbox and recording it left one
+	// nobody knows: end it.
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+	}
+	for _, id := range s.cfg.Backend.LongLived() {
+		if known[id] {
+			continue
+		}
+		err := s.cfg.Backend.Discard(id)
+		s.cfg.Log.Warn("discarded a sandbox without a record", "id", id, "err", err)
+		s.note(who{sandbox: id}, "sandbox.destroyed", "observed", map[string]any{"reason": "found without a record after a daemon restart"})
+	}
 	return s.cfg.Store.PruneEnded(ctx, s.cfg.Now().Add(-keepEnded))
 }
 

@@ -636,6 +636,10 @@ func TestServeRestartAdopts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	unknown, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A proxy-mode sandbox: its proxy lives in the daemon and must come
 	// back with the next one. A denied host answers 403 from the proxy
 	// (no name is resolved, nothing leaves the machine).
@@ -673,11 +677,17 @@ func TestServeRestartAdopts(t *testing.T) {
 	}
 	recs, _ := db.Sandboxes(ctx, api.StateRunning)
 	for _, r := range recs {
-		if r.ID == stray.ID {
+		switch r.ID {
+		case stray.ID:
 			r.InitPid = 1
-			if err := db.PutSandbox(ctx, r); err != nil {
-				t.Fatal(err)
-			}
+		case unknown.ID:
+			// As if the daemon died between making it and recording it.
+			r.State = api.StateEnded
+		default:
+			continue
+		}
+		if err := db.PutSandbox(ctx, r); err != nil {
+			t.Fatal(err)
 		}
 	}
 	db.Close()
@@ -716,6 +726,9 @@ func TestServeRestartAdopts(t *testing.T) {
 	}
 	if len(cgroupProcs(stray.ID)) != 0 {
 		t.Error("an unadoptable sandbox runs on")
+	}
+	if len(cgroupProcs(unknown.ID)) != 0 {
+		t.Error("a sandbox without a record runs on")
 	}
 	// The adopted short-lived sandbox's TTL still fires.
 	deadline := time.Now().Add(10 * time.Second)
