@@ -280,19 +280,21 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 		ID: id, Tenant: t.Tenant, State: api.StateRunning, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
 		Created: now, Expires: now.Add(ttl), IdleTimeout: idle, LastActive: now, InitPid: inst.InitPid(),
 	}}
-	if err := s.cfg.Store.PutSandbox(ctx, b.rec); err != nil {
-		discard(inst)
-		return nil, fmt.Errorf("record sandbox: %w", err)
-	}
+	// The audit record first, then the daemon's own: a crash in between
+	// leaves a sandbox without a record, which the next daemon ends (and
+	// records); never one that runs unaudited.
 	if err := s.commit(ctx, b.who(), "sandbox.created", "observed", map[string]any{
 		"spec": redacted(sp), "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
 		"controls": controls(inst.Degraded()), "init_pid": inst.InitPid(),
 		"image_digest": inst.ImageDigest(), "policy_sha256": policyHash(sp.Net.Allow, sp.Net.Deny),
 	}); err != nil {
 		discard(inst)
-		b.rec.State, b.rec.Ended, b.rec.EndReason = api.StateEnded, s.cfg.Now(), "the audit log could not record its creation"
-		_ = s.cfg.Store.PutSandbox(context.WithoutCancel(ctx), b.rec)
 		return nil, err
+	}
+	if err := s.cfg.Store.PutSandbox(ctx, b.rec); err != nil {
+		discard(inst)
+		s.note(b.who(), "sandbox.destroyed", "observed", map[string]any{"reason": "the daemon could not record it: " + err.Error()})
+		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
 	s.mu.Lock()
 	s.boxes[id] = b
