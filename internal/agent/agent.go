@@ -58,7 +58,9 @@ type Options struct {
 func Serve(o Options) error {
 	a := &agent{o: o, procs: newProcs()}
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxMessage)}
+	// No compression: the host is on the other end of a unix socket, and
+	// gzip's pools would cost every idle agent memory.
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxMessage), connect.WithCompression("gzip", nil, nil)}
 	mux.Handle(processconnect.NewProcessHandler(&processService{a}, opts...))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&fsService{a: a, watchers: map[string]*watcher{}}, opts...))
 	mux.Handle(agentpbconnect.NewAgentHandler(&filesService{a}, opts...))
