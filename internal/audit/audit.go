@@ -324,6 +324,20 @@ func (l *Log) run() {
 	defer close(l.done)
 	stop := make(chan struct{})
 	defer close(stop)
+	// The head kept apart follows the log (it may lag it, never lead it)
+	// from a goroutine of its own: only the newest matters, and the writer
+	// must not wait for the database between batches.
+	heads := make(chan Head, 1)
+	headsDone := make(chan struct{})
+	go func() {
+		defer close(headsDone)
+		for h := range heads {
+			if l.opts.OnHead != nil {
+				l.opts.OnHead(h)
+			}
+		}
+	}()
+	defer func() { close(heads); <-headsDone }()
 	go func() {
 		tick := time.NewTicker(l.opts.FlushInterval)
 		defer tick.Stop()
@@ -358,10 +372,17 @@ func (l *Log) run() {
 			}
 			l.opts.Export.Export(out)
 		}
-		// The head kept apart follows the log (it may lag it by a batch,
-		// never lead it), off the waiters' path.
-		if err == nil && head != nil && l.opts.OnHead != nil {
-			l.opts.OnHead(*head)
+		if err == nil && head != nil {
+			select {
+			case heads <- *head:
+			default:
+				// One is pending: replace it with this newer one.
+				select {
+				case <-heads:
+				default:
+				}
+				heads <- *head
+			}
 		}
 		if closing {
 			return

@@ -18,6 +18,15 @@ import (
 	"time"
 )
 
+// headMu guards the heads the tests' logs report (from their writers).
+var headMu sync.Mutex
+
+func readHead(h *Head) Head {
+	headMu.Lock()
+	defer headMu.Unlock()
+	return *h
+}
+
 func newLog(t *testing.T, opts Options) (*Log, string, ed25519.PrivateKey, *Head) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "audit")
@@ -26,8 +35,7 @@ func newLog(t *testing.T, opts Options) (*Log, string, ed25519.PrivateKey, *Head
 		t.Fatal(err)
 	}
 	head := &Head{}
-	var mu sync.Mutex
-	opts.OnHead = func(h Head) { mu.Lock(); *head = h; mu.Unlock() }
+	opts.OnHead = func(h Head) { headMu.Lock(); *head = h; headMu.Unlock() }
 	l, err := Open(dir, key, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +74,7 @@ func TestHonestLogVerifies(t *testing.T) {
 		t.Errorf("summary %+v, head %+v", s, *head)
 	}
 	// The chain goes on across a restart (and a new segment).
-	l2, err := Open(dir, key, Options{OnHead: func(h Head) { *head = h }})
+	l2, err := Open(dir, key, Options{OnHead: func(h Head) { headMu.Lock(); *head = h; headMu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +174,13 @@ func TestResumeAfterCrash(t *testing.T) {
 	f, _ := os.OpenFile(segs[0], os.O_WRONLY|os.O_APPEND, 0)
 	_, _ = f.WriteString(`{"seq":6,"kind":"tor`)
 	f.Close()
-	acked := *head
-	l2, err := Open(dir, key, Options{OnHead: func(h Head) { *head = h }})
+	// The head follows the log: wait until it shows what was acknowledged.
+	var acked Head
+	for i := 0; i < 200 && acked.Seq < 5; i++ {
+		time.Sleep(5 * time.Millisecond)
+		acked = readHead(head)
+	}
+	l2, err := Open(dir, key, Options{OnHead: func(h Head) { headMu.Lock(); *head = h; headMu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
