@@ -208,16 +208,20 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 	if err != nil {
 		return err
 	}
-	ro.Audit = func(sandbox, kind, source string, data any) {
+	ro.Audit = func(sandbox, kind, source string, data any, wait bool) error {
 		r := audit.Record{Kind: kind, Sandbox: sandbox, Source: source}
-		b, aerr := json.Marshal(data)
-		if aerr == nil {
-			r.Data = b
-			aerr = alog.Append(r)
+		b, err := json.Marshal(data)
+		if err != nil {
+			return err
 		}
-		if aerr != nil {
-			g.warn("audit: " + aerr.Error())
+		r.Data = b
+		if wait {
+			return alog.Commit(context.Background(), r)
 		}
+		if err := alog.Append(r); err != nil {
+			g.warn("audit: " + err.Error())
+		}
+		return nil
 	}
 	res, err := eng.Run(context.Background(), s, stdio, ro)
 	if cerr := alog.Close(); cerr != nil {

@@ -123,8 +123,10 @@ type RunOptions struct {
 	NetLog io.Writer
 	// Audit, when set, is told what the run did as audit records: the
 	// sandbox's id, the kind, the source ("observed" by the host or
-	// "reported" by the sandbox) and the data.
-	Audit func(sandbox, kind, source string, data any)
+	// "reported" by the sandbox) and the data. With wait it returns once
+	// the record (and all before it) is on disk; an error then stops the
+	// run before anything runs unrecorded.
+	Audit func(sandbox, kind, source string, data any, wait bool) error
 }
 
 // Limit names a resource cap that ended or constrained the run.
@@ -297,7 +299,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 				if e.cfg.OnEgress != nil {
 					e.cfg.OnEgress(ev)
 				}
-				ro.Audit(ev.Sandbox, "egress", "observed", ev)
+				_ = ro.Audit(ev.Sandbox, "egress", "observed", ev, false)
 			}
 		}
 		done, err := e.network(s, res.SandboxID, o, ro.NetLog, sink)
@@ -342,6 +344,17 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 			f.Close()
 		}
 		return nil, ErrInterrupted
+	}
+	// On the record before anything runs: a run that cannot be recorded
+	// does not start.
+	if ro.Audit != nil {
+		_ = ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": RedactedSpec(s), "image": s.Image, "image_digest": layout.Digest, "controls": controlsOf(res.Degraded)}, false)
+		if err := ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": s.Command, "user": s.User, "cwd": "/workspace", "env": envNames(s.Env), "tty": s.TTY}, true); err != nil {
+			for _, f := range hostEnds {
+				f.Close()
+			}
+			return nil, fmt.Errorf("%w: the audit log: %v", errdefs.ErrUnavailable, err)
+		}
 	}
 	sb, err := e.rt.Create(reservation, o)
 	for _, f := range o.Stdio {
@@ -408,10 +421,6 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	}
 
 	lap("created")
-	if ro.Audit != nil {
-		ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": RedactedSpec(s), "image": s.Image, "image_digest": layout.Digest, "controls": controlsOf(res.Degraded)})
-		ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": s.Command, "user": s.User, "cwd": "/workspace", "env": envNames(s.Env), "tty": s.TTY})
-	}
 	ex := sb.Wait()
 	lap("exited")
 	timer.Stop()
@@ -463,12 +472,12 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	}
 
 	if ro.Audit != nil {
-		ro.Audit(res.SandboxID, "exec.end", "reported", map[string]any{"exit_code": ex.Code, "signal": ex.Signal, "error": ex.Error})
+		_ = ro.Audit(res.SandboxID, "exec.end", "reported", map[string]any{"exit_code": ex.Code, "signal": ex.Signal, "error": ex.Error}, false)
 		destroyed := map[string]any{"reason": endReason(res), "limits": res.Limits, "cpu_seconds": stats.CPUTime.Seconds(), "memory_peak_bytes": stats.MemoryPeak}
 		if ch, err := workspace.Changes(wsDir, sb.WorkspaceUpper, sb.Workspace); err == nil {
 			destroyed["workspace"] = ch.Changes
 		}
-		ro.Audit(res.SandboxID, "sandbox.destroyed", "observed", destroyed)
+		_ = ro.Audit(res.SandboxID, "sandbox.destroyed", "observed", destroyed, false)
 	}
 	if ro.Diff != nil || ro.Export != "" {
 		ch, err := workspace.Changes(wsDir, sb.WorkspaceUpper, sb.Workspace)
