@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
 	"golang.org/x/sys/unix"
@@ -348,8 +348,8 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	// On the record before anything runs: a run that cannot be recorded
 	// does not start.
 	if ro.Audit != nil {
-		_ = ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": RedactedSpec(s), "image": s.Image, "image_digest": layout.Digest, "controls": controlsOf(res.Degraded)}, false)
-		if err := ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": s.Command, "user": s.User, "cwd": "/workspace", "env": envNames(s.Env), "tty": s.TTY}, true); err != nil {
+		_ = ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": sandbox.RedactedSpec(*s), "image": s.Image, "image_digest": layout.Digest, "controls": sandbox.Controls(res.Degraded)}, false)
+		if err := ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": s.Command, "user": s.User, "cwd": "/workspace", "env": sandbox.RedactedSpec(*s).Env, "tty": s.TTY}, true); err != nil {
 			for _, f := range hostEnds {
 				f.Close()
 			}
@@ -609,32 +609,6 @@ func mergeEnv(base, user []string) []string {
 		}
 	}
 	return out
-}
-
-// RedactedSpec is s for the record: environment variables by name only
-// (their values may be secrets).
-func RedactedSpec(s *spec.Spec) spec.Spec {
-	c := *s
-	c.Env = envNames(s.Env)
-	return c
-}
-
-func envNames(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		out = append(out, k)
-	}
-	return out
-}
-
-// controlsOf says which controls a run has, and any explicit opt-out.
-func controlsOf(degraded []string) map[string]any {
-	c := map[string]any{"namespaces": true, "cgroups": true, "seccomp": true, "capabilities": "dropped", "no_new_privs": true, "landlock": !slices.Contains(degraded, "landlock")}
-	if len(degraded) > 0 {
-		c["opt_out"] = degraded
-	}
-	return c
 }
 
 // endReason says why a run's sandbox ended.

@@ -119,9 +119,9 @@ func (d *streamDigest) summary() map[string]any {
 	return map[string]any{"bytes": d.n, "sha256": hex.EncodeToString(d.h.Sum(nil))}
 }
 
-// controls says which controls a sandbox runs with, and any explicit
-// opt-out.
-func controls(degraded []string) map[string]any {
+// Controls says which controls a sandbox (or a run) has, and any
+// explicit opt-out, for its created record.
+func Controls(degraded []string) map[string]any {
 	c := map[string]any{"namespaces": true, "cgroups": true, "seccomp": true, "capabilities": "dropped", "no_new_privs": true, "landlock": !slices.Contains(degraded, "landlock")}
 	if len(degraded) > 0 {
 		c["opt_out"] = degraded
@@ -235,9 +235,9 @@ func (s *Service) AuditRecords(ctx context.Context, t *Principal, f AuditFilter,
 	})
 }
 
-// redacted is sp for the record: environment variables by name only
+// RedactedSpec is sp for the record: environment variables by name only
 // (their values may be secrets).
-func redacted(sp spec.Spec) spec.Spec {
+func RedactedSpec(sp spec.Spec) spec.Spec {
 	names := make([]string, 0, len(sp.Env))
 	for _, kv := range sp.Env {
 		k, _, _ := strings.Cut(kv, "=")

@@ -284,8 +284,8 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	// leaves a sandbox without a record, which the next daemon ends (and
 	// records); never one that runs unaudited.
 	if err := s.commit(ctx, b.who(), "sandbox.created", "observed", map[string]any{
-		"spec": redacted(sp), "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
-		"controls": controls(inst.Degraded()), "init_pid": inst.InitPid(),
+		"spec": RedactedSpec(sp), "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
+		"controls": Controls(inst.Degraded()), "init_pid": inst.InitPid(),
 		"image_digest": inst.ImageDigest(), "policy_sha256": policyHash(sp.Net.Allow, sp.Net.Deny),
 	}); err != nil {
 		discard(inst)
