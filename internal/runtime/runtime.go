@@ -278,6 +278,9 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 	sb.sock = fds[0]
 	child := os.NewFile(uintptr(fds[1]), "sync")
 	undo = append(undo, func() { unix.Close(sb.sock) })
+	if err := nsinit.MakeRoom(sb.sock); err != nil {
+		return nil, fmt.Errorf("sync socket: %w", err)
+	}
 
 	cmd := &exec.Cmd{
 		Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()),
@@ -322,7 +325,9 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 	if sb.pidfd, err = unix.PidfdOpen(sb.InitPid, 0); err != nil {
 		return nil, fmt.Errorf("pidfd_open: %w", err)
 	}
-	undo = append(undo, func() { unix.Close(sb.pidfd) })
+	// Closed and forgotten: a kill after this (an earlier undo step) must
+	// not signal whatever file the number names next.
+	undo = append(undo, func() { unix.Close(sb.pidfd); sb.pidfd = -1 })
 
 	if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.kill() }); err != nil {
 		return nil, err

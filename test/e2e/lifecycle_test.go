@@ -415,3 +415,19 @@ func TestInterruptWhileCreating(t *testing.T) {
 		noResidue(t)
 	}
 }
+
+// Regression: a sandbox whose setup failed after its init was cloned (a
+// workspace that is a file is found out there) hung the run: the undo
+// closed init's pidfd before the step that kills init through it, so init
+// lived on and the run waited for it forever.
+func TestSetupFailureAfterCloneEnds(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := airlock(t, "", "run", "--workspace", f, "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "not a directory") || time.Since(start) > time.Minute {
+		t.Fatalf("want a prompt exit 125 naming the workspace:\n%s", r)
+	}
+}

@@ -121,6 +121,16 @@ type Step struct {
 // generated files, well under this.
 const maxMsg = 4 << 20
 
+// MakeRoom lets socket fd send messages up to maxMsg: a SEQPACKET message
+// must fit the sender's buffer whole (the default is about 200 KiB, less
+// than a Config with a CA bundle among its files).
+func MakeRoom(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, maxMsg+64<<10); err != nil {
+		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, maxMsg+64<<10)
+	}
+	return nil
+}
+
 // Send writes v and fds as one message.
 func Send(fd int, v any, fds []int) error {
 	b, err := json.Marshal(v)
