@@ -55,7 +55,18 @@ type Spec struct {
 	Hostname       string        `json:"hostname,omitempty"`
 	Timeout        time.Duration `json:"timeout"`
 	Net            Net           `json:"net"`
+	// Grants let it use secrets it never holds (proxy mode only).
+	Grants []Grant `json:"grants,omitempty"`
+	// Tenant owns the sandbox (airlock serve); its secrets are the ones
+	// the grants name.
+	Tenant string `json:"tenant,omitempty"`
+	// Scan is the secret-scanning policy in force: block, redact or
+	// record ("" when nothing is scanned).
+	Scan string `json:"scan,omitempty"`
 }
+
+// ScanPolicies are what may be done with a credential found in a call.
+var ScanPolicies = []string{"block", "redact", "record"}
 
 // Net is a sandbox's network: none at all, or only its egress proxy.
 type Net struct {
@@ -104,7 +115,7 @@ func (s *Spec) NetMode() string {
 	if s.Net.Mode != "" {
 		return s.Net.Mode
 	}
-	if len(s.Net.Allow) > 0 || s.Net.PolicyFile != "" {
+	if len(s.Net.Allow) > 0 || s.Net.PolicyFile != "" || len(s.Grants) > 0 {
 		return "proxy"
 	}
 	return "none"
@@ -241,6 +252,15 @@ func (s *Spec) validate() error {
 	}
 	if s.Net.EgressBytes < 0 || s.Net.MaxConns < 1 || s.Net.MaxConns > 65536 {
 		return bad("egress limits out of range")
+	}
+	if len(s.Grants) > 0 && s.Net.Mode == "none" {
+		return bad("grants act through the egress proxy: --net none takes none")
+	}
+	if err := s.validateGrants(); err != nil {
+		return err
+	}
+	if s.Scan != "" && !slices.Contains(ScanPolicies, s.Scan) {
+		return bad("--scan %q: must be one of %s", s.Scan, strings.Join(ScanPolicies, ", "))
 	}
 	l := s.Limits
 	switch {
