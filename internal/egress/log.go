@@ -28,6 +28,10 @@ type Event struct {
 	Decision   string    `json:"decision"` // allowed, denied, error
 	Rule       string    `json:"rule,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
+	// Intercepted: TLS the proxy terminated (the host has a grant).
+	Intercepted bool      `json:"intercepted,omitempty"`
+	Grant       string    `json:"grant,omitempty"` // the grant whose credential was put in
+	Findings    []Finding `json:"findings,omitempty"`
 }
 
 // Recorder writes events as JSON lines (when given a writer) and keeps the

@@ -2,7 +2,10 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +41,12 @@ type Config struct {
 	// (request bodies and tunnel traffic); 0: no cap.
 	MaxBytesOut int64
 	Recorder    *Recorder
+	// Inspector, when set, reads every request the proxy can: plain HTTP,
+	// and TLS to the hosts it says to intercept (those with a grant).
+	Inspector Inspector
+	// UpstreamRoots verifies the servers of intercepted connections; nil:
+	// the system's roots (which honour SSL_CERT_FILE).
+	UpstreamRoots *x509.CertPool
 }
 
 // Proxy is one sandbox's egress proxy and DNS forwarder.
@@ -45,6 +54,8 @@ type Proxy struct {
 	cfg       Config
 	dialer    *net.Dialer
 	transport *http.Transport
+	tls       *http.Transport // upstream of intercepted connections
+	mitm      *mitm
 	listeners []net.Listener
 	dns       *dnsServer
 	conns     chan struct{}
@@ -78,6 +89,12 @@ func Start(cfg Config) (_ *Proxy, err error) {
 		// Large buffers: the default 4 KiB ones cap a download's throughput.
 		ReadBufferSize:  256 << 10,
 		WriteBufferSize: 64 << 10,
+	}
+	if cfg.Inspector != nil {
+		p.tls = p.transport.Clone()
+		p.tls.TLSClientConfig = &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12}
+		p.tls.ForceAttemptHTTP2 = true
+		p.mitm = newMITM(p)
 	}
 	defer func() {
 		if err != nil {
@@ -118,6 +135,10 @@ func (p *Proxy) Close() {
 		p.dns.close()
 	}
 	p.active.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+	if p.mitm != nil {
+		p.mitm.close()
+		p.tls.CloseIdleConnections()
+	}
 	p.transport.CloseIdleConnections()
 	p.wg.Wait()
 }
@@ -224,14 +245,18 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 		p.refuse(c, req, ev, http.StatusForbidden, fmt.Sprintf("%s:%d %s", host, port, d.Reason))
 		return false
 	}
+	if p.cfg.Inspector != nil {
+		if v := p.inspect(req, host, port, false, &ev); v.Refuse != "" {
+			p.refuse(c, req, ev, http.StatusForbidden, v.Refuse)
+			return false
+		}
+	}
 	out := req.Clone(req.Context())
 	out.RequestURI = ""
 	out.URL.Scheme = "http"
 	out.URL.Host = net.JoinHostPort(host, strconv.Itoa(port))
 	out.Host = req.Host
-	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {
-		out.Header.Del(h)
-	}
+	dropHopHeaders(out.Header)
 	body := &countReader{r: req.Body, add: p.addOut}
 	if req.Body != nil {
 		out.Body = body
@@ -339,6 +364,10 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev Event, want string) {
 		deny(fmt.Sprintf("SNI %q does not match the CONNECT host %q", ev.SNI, want))
 		return
 	}
+	if p.mitm != nil && p.cfg.Inspector.Intercepts(ev.Host, ev.Port) {
+		p.mitm.serve(c, io.MultiReader(bytes.NewReader(hello), br), ev)
+		return
+	}
 	up, err := p.dialer.Dial("tcp", net.JoinHostPort(ev.Host, strconv.Itoa(ev.Port)))
 	if err != nil {
 		ev.Decision, ev.Reason = "error", err.Error()
@@ -382,6 +411,15 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev Event, want string) {
 	ev.Decision = "allowed"
 	ev.DurationMS = ms(time.Since(start))
 	p.record(ev)
+}
+
+// hopHeaders belong to one hop and are not sent on.
+var hopHeaders = []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"}
+
+func dropHopHeaders(h http.Header) {
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
 }
 
 func closeWrite(c net.Conn) {
