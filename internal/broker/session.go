@@ -1,0 +1,272 @@
+package broker
+
+import (
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/scan"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+)
+
+// PlaceholderRule names findings of airlock's own placeholders.
+const PlaceholderRule = "airlock-placeholder"
+
+// Session is one sandbox's door: the egress.Inspector its proxy asks.
+type Session struct {
+	b      *Broker
+	id     string
+	tenant string
+	grants []spec.Grant
+	ca     *CA
+	policy string // block, redact, record; "" scans nothing
+}
+
+var _ egress.Inspector = (*Session)(nil)
+
+// CAPEM is the certificate the sandbox must trust (nil without grants).
+func (s *Session) CAPEM() []byte {
+	if s.ca == nil {
+		return nil
+	}
+	return s.ca.PEM()
+}
+
+// Intercepts reports whether host:port has a grant.
+func (s *Session) Intercepts(host string, port int) bool {
+	for _, g := range s.grants {
+		if g.Host == host && g.Port == port {
+			return true
+		}
+	}
+	return false
+}
+
+// Certificate is host's certificate under the sandbox's CA.
+func (s *Session) Certificate(host string) (*tls.Certificate, error) {
+	if s.ca == nil {
+		return nil, fmt.Errorf("no grant for %s", host)
+	}
+	return s.ca.Leaf(host)
+}
+
+// Inspect scans one request the proxy can read for credentials (by the
+// sandbox's policy), puts a grant's credential in its header when the
+// request is one the grant covers, and strips every other placeholder.
+func (s *Session) Inspect(in *egress.Inspected) egress.Verdict {
+	var v egress.Verdict
+	if s.policy != "" {
+		if refuse := s.scan(in, &v); refuse != "" {
+			v.Refuse = refuse
+			return v
+		}
+	}
+	swapped := ""
+	for gi := range s.grants {
+		g := &s.grants[gi]
+		if g.Host != in.Host || g.Port != in.Port {
+			continue
+		}
+		tok, user, ok := fromHeader(g, in.Req.Header.Get(g.Header))
+		if !ok {
+			continue
+		}
+		where := "header " + g.Header
+		c, err := s.b.Verify(tok, s.id)
+		switch {
+		case err != nil:
+		case c.Grant != gi:
+			continue // another grant's placeholder: that grant decides
+		case !in.TLS:
+			err = fmt.Errorf("not over TLS")
+		case !c.Allows(in.Host, in.Port, in.Req.Method, in.Req.URL):
+			err = fmt.Errorf("%w: %s %s is not in grant %s's rules", ErrOutOfScope, in.Req.Method, in.Req.URL.EscapedPath(), g.Secret)
+		}
+		if err != nil {
+			in.Req.Header.Del(g.Header)
+			v.Findings = append(v.Findings, s.placeholder(tok, where, "placeholder refused: "+err.Error()))
+			continue
+		}
+		secret, err := s.b.cfg.Secret(s.tenant, g.Secret)
+		if err != nil {
+			in.Req.Header.Del(g.Header)
+			v.Refuse = fmt.Sprintf("grant %s: its secret is unavailable (%v)", g.Secret, err)
+			return v
+		}
+		in.Req.Header.Set(g.Header, credential(g, string(secret), user))
+		v.Grant, swapped = g.Secret, strings.ToLower(g.Header)
+		break
+	}
+	// Anywhere else a placeholder is worthless, and stripped.
+	for name, vals := range in.Req.Header {
+		if strings.ToLower(name) == swapped {
+			continue
+		}
+		var kept []string
+		for _, val := range vals {
+			text := val
+			if strings.EqualFold(name, "Authorization") || strings.EqualFold(name, "Proxy-Authorization") {
+				text += " " + basicDecoded(val)
+			}
+			locs := Placeholders(text)
+			for _, l := range locs {
+				v.Findings = append(v.Findings, s.placeholder(text[l[0]:l[1]], "header "+name, "placeholder outside its grant"))
+			}
+			if len(locs) == 0 {
+				kept = append(kept, val)
+			}
+		}
+		if len(kept) == 0 {
+			in.Req.Header.Del(name)
+		} else {
+			in.Req.Header[name] = kept
+		}
+	}
+	if u := in.Req.URL; u != nil {
+		for _, part := range []*string{&u.Path, &u.RawPath, &u.RawQuery} {
+			if locs := Placeholders(*part); len(locs) > 0 {
+				for _, l := range locs {
+					v.Findings = append(v.Findings, s.placeholder((*part)[l[0]:l[1]], "url", "placeholder outside its grant"))
+				}
+				*part = tokenPattern().ReplaceAllString(*part, "")
+			}
+		}
+	}
+	if locs := Placeholders(string(in.Body)); len(locs) > 0 {
+		for _, l := range locs {
+			v.Findings = append(v.Findings, s.placeholder(string(in.Body[l[0]:l[1]]), "body", "placeholder outside its grant"))
+		}
+		in.Body = tokenPattern().ReplaceAll(in.Body, nil)
+	}
+	return v
+}
+
+func (s *Session) placeholder(tok, where, reason string) egress.Finding {
+	return egress.Finding{Rule: PlaceholderRule, Fingerprint: s.b.cfg.Keys.Fingerprint(tok), Where: where, Action: "stripped", Reason: reason}
+}
+
+// scan applies the secret scanner to the request's headers, URL and body;
+// it returns a refusal under the block policy.
+func (s *Session) scan(in *egress.Inspected, v *egress.Verdict) string {
+	act := map[string]string{"block": "blocked", "redact": "redacted", "record": "recorded"}[s.policy]
+	check := func(where, text string) (string, []scan.Finding, error) {
+		fs, err := s.b.Scan(text)
+		for _, f := range fs {
+			v.Findings = append(v.Findings, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where, Action: act})
+		}
+		return text, fs, err
+	}
+	names := make([]string, 0, len(in.Req.Header))
+	for name := range in.Req.Header {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		vals := in.Req.Header[name]
+		for i, val := range vals {
+			_, fs, err := check("header "+name, name+": "+val)
+			if err != nil {
+				return "the secret scanner is unavailable: " + err.Error()
+			}
+			if len(fs) > 0 && s.policy == "redact" {
+				vals[i] = strings.TrimPrefix(scan.Redact(name+": "+val, fs), name+": ")
+			}
+		}
+	}
+	if u := in.Req.URL; u != nil {
+		for _, part := range []*string{&u.Path, &u.RawQuery} {
+			if _, fs, err := check("url", *part); err != nil {
+				return "the secret scanner is unavailable: " + err.Error()
+			} else if len(fs) > 0 && s.policy == "redact" {
+				*part = scan.Redact(*part, fs)
+				u.RawPath = ""
+			}
+		}
+	}
+	if len(in.Body) > 0 {
+		_, fs, err := check("body", string(in.Body))
+		if err != nil {
+			return "the secret scanner is unavailable: " + err.Error()
+		}
+		if len(fs) > 0 && s.policy == "redact" {
+			in.Body = []byte(scan.Redact(string(in.Body), fs))
+		}
+	}
+	if s.policy == "block" && len(v.Findings) > 0 {
+		f := v.Findings[0]
+		return fmt.Sprintf("secret scan: the request's %s holds what looks like a credential (rule %s, fingerprint %s); this sandbox's policy blocks it", f.Where, f.Rule, f.Fingerprint)
+	}
+	return ""
+}
+
+// fromHeader reads the placeholder out of a grant's header value, the way
+// its scheme writes it (for basic: the password, or else the user name).
+func fromHeader(g *spec.Grant, val string) (tok, user string, ok bool) {
+	val = strings.TrimSpace(val)
+	rest := val
+	switch g.Scheme {
+	case "bearer":
+		if len(val) < 7 || !strings.EqualFold(val[:7], "bearer ") {
+			return "", "", false
+		}
+		rest = strings.TrimSpace(val[7:])
+	case "token":
+		if len(val) < 6 || !strings.EqualFold(val[:6], "token ") {
+			return "", "", false
+		}
+		rest = strings.TrimSpace(val[6:])
+	case "basic":
+		u, p, ok := strings.Cut(basicDecoded(val), ":")
+		if !ok {
+			return "", "", false
+		}
+		if isToken(p) {
+			return p, u, true
+		}
+		if isToken(u) {
+			return u, "", true
+		}
+		return "", "", false
+	}
+	return rest, "", isToken(rest)
+}
+
+func isToken(s string) bool {
+	l := tokenPattern().FindStringIndex(s)
+	return l != nil && l[0] == 0 && l[1] == len(s)
+}
+
+func basicDecoded(val string) string {
+	val = strings.TrimSpace(val)
+	if len(val) < 6 || !strings.EqualFold(val[:6], "basic ") {
+		return ""
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(val[6:]))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// credential writes secret the way the grant's scheme says.
+func credential(g *spec.Grant, secret, clientUser string) string {
+	switch g.Scheme {
+	case "bearer":
+		return "Bearer " + secret
+	case "token":
+		return "token " + secret
+	case "basic":
+		user := g.Username
+		if user == "" {
+			user = clientUser
+		}
+		if user == "" {
+			user = "x-access-token"
+		}
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+secret))
+	}
+	return secret
+}
