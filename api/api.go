@@ -34,6 +34,7 @@ const (
 	CodeInternal           Code = "internal"            // 500
 	CodeUnavailable        Code = "unavailable"         // 503: the host lacks a control airlock requires
 	CodeTimeout            Code = "timeout"             // 504
+	CodeSecretDetected     Code = "secret_detected"     // 422: a credential in the call, and the tenant's scan policy blocks it
 )
 
 var statuses = map[Code]int{
@@ -48,6 +49,7 @@ var statuses = map[Code]int{
 	CodeInternal:           http.StatusInternalServerError,
 	CodeUnavailable:        http.StatusServiceUnavailable,
 	CodeTimeout:            http.StatusGatewayTimeout,
+	CodeSecretDetected:     http.StatusUnprocessableEntity,
 }
 
 // Status is the HTTP status of code.
@@ -120,6 +122,54 @@ type CreateSandbox struct {
 	// without an API call on it; "" or "0": never.
 	TTL         string `json:"ttl,omitempty"`
 	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// Grants let the sandbox use the tenant's secrets without holding
+	// them (docs/credentials.md). They imply network mode "proxy".
+	Grants []Grant `json:"grants,omitempty"`
+}
+
+// Grant lets a sandbox use one of its tenant's secrets on matching
+// requests to one host. The sandbox sees only a placeholder, in the
+// variable Env; the egress proxy terminates TLS for Host alone and puts the
+// real value in Header only on requests matching Allow.
+type Grant struct {
+	Secret string `json:"secret"`         // a secret of the tenant's (airlock secret add)
+	Env    string `json:"env,omitempty"`  // default AIRLOCK_GRANT_<SECRET>
+	Host   string `json:"host"`           // an exact host name
+	Port   int    `json:"port,omitempty"` // default 443
+	Header string `json:"header,omitempty"`
+	// Scheme is how the value is written in Header: "bearer" (default:
+	// "Bearer VALUE"), "token" ("token VALUE"), "basic" (the placeholder
+	// is the password; Username, or the client's user name, goes with
+	// it), or "raw" (the value alone).
+	Scheme   string `json:"scheme,omitempty"`
+	Username string `json:"username,omitempty"`
+	// Allow lists the requests covered: "METHOD[,METHOD] /path", where a
+	// "*" segment is any one segment, a final "**" any rest, and
+	// "?key=value" requires that query parameter.
+	Allow []string `json:"allow"`
+	// TTL ends the placeholder sooner than the sandbox (Go duration).
+	TTL string `json:"ttl,omitempty"`
+}
+
+// AddSecret stores a secret for the caller's tenant; RotateSecret
+// replaces its value. The value is never returned.
+type AddSecret struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// RotateSecret gives a secret a new value; sandboxes' grants use it from
+// their next request.
+type RotateSecret struct {
+	Value string `json:"value"`
+}
+
+// Secret describes a stored secret (never its value).
+type Secret struct {
+	Name    string    `json:"name"`
+	Version int       `json:"version"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
 }
 
 // Sandbox states.
@@ -152,6 +202,7 @@ type Sandbox struct {
 	Network     Network           `json:"network"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	Trigger     Trigger           `json:"trigger,omitzero"`
+	Grants      []Grant           `json:"grants,omitempty"`
 	Usage       *Usage            `json:"usage,omitempty"`
 	Ended       *time.Time        `json:"ended,omitempty"`
 	EndReason   string            `json:"end_reason,omitempty"`
@@ -306,6 +357,10 @@ type Snapshot struct {
 type CreateTenant struct {
 	Name   string `json:"name"`
 	Quotas Quotas `json:"quotas,omitzero"`
+	// ScanPolicy says what happens to a credential found in a call:
+	// "block" (default: the call fails, naming the rule), "redact" (it is
+	// replaced and the call goes on) or "record" (the call goes on).
+	ScanPolicy string `json:"scan_policy,omitempty"`
 }
 
 // Tenant describes a tenant. Key is set only in the answer to its
@@ -313,6 +368,7 @@ type CreateTenant struct {
 type Tenant struct {
 	Name       string    `json:"name"`
 	Quotas     Quotas    `json:"quotas"`
+	ScanPolicy string    `json:"scan_policy"`
 	Created    time.Time `json:"created"`
 	Key        string    `json:"key,omitempty"`
 	Sandboxes  int       `json:"sandboxes"`

@@ -499,6 +499,31 @@ func (c *Client) DeleteTenant(ctx context.Context, name string) error {
 	return c.call(ctx, "DELETE", "/v1/tenants/"+url.PathEscape(name), nil, nil, nil)
 }
 
+// AddSecret stores a secret for the key's tenant. Its value never comes
+// back from the API.
+func (c *Client) AddSecret(ctx context.Context, name, value string) (*api.Secret, error) {
+	var out api.Secret
+	return &out, c.call(ctx, "POST", "/v1/secrets", nil, &api.AddSecret{Name: name, Value: value}, &out)
+}
+
+// RotateSecret gives a secret a new value.
+func (c *Client) RotateSecret(ctx context.Context, name, value string) (*api.Secret, error) {
+	var out api.Secret
+	return &out, c.call(ctx, "PUT", "/v1/secrets/"+url.PathEscape(name), nil, &api.RotateSecret{Value: value}, &out)
+}
+
+// Secrets lists the tenant's secrets (names and versions).
+func (c *Client) Secrets(ctx context.Context) ([]*api.Secret, error) {
+	var out []*api.Secret
+	return out, c.call(ctx, "GET", "/v1/secrets", nil, nil, &out)
+}
+
+// RemoveSecret deletes a secret; grants naming it fail from their next
+// request.
+func (c *Client) RemoveSecret(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/v1/secrets/"+url.PathEscape(name), nil, nil, nil)
+}
+
 // KillAll destroys every sandbox of tenant; with the admin key and an
 // empty tenant, every sandbox of every tenant. It returns when they are
 // gone.

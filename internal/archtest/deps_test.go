@@ -19,12 +19,14 @@ var rules = []struct {
 	{"./internal/spec", []string{"os/exec", "net", "golang.org/x/sys/unix", "github.com/airlock-sandbox/airlock/internal/runtime"}},
 	{"./internal/errdefs", []string{"github.com/airlock-sandbox/airlock/"}},
 	{"./internal/cli", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/image", "github.com/airlock-sandbox/airlock/internal/workspace", "github.com/airlock-sandbox/airlock/internal/netns", "github.com/airlock-sandbox/airlock/internal/egress"}},
-	{"./internal/egress", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "golang.org/x/sys/unix"}},
+	{"./internal/egress", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/broker", "golang.org/x/sys/unix"}},
 	{"./api/...", []string{"github.com/airlock-sandbox/airlock/internal/", "github.com/airlock-sandbox/airlock/client"}},
 	{"./internal/agent", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/cli", "github.com/airlock-sandbox/airlock/internal/sandbox", "github.com/airlock-sandbox/airlock/internal/store", "github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/image", "github.com/airlock-sandbox/airlock/internal/workspace"}},
 	{"./internal/sandbox", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/cli", "github.com/airlock-sandbox/airlock/internal/httpapi", "github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/image", "github.com/airlock-sandbox/airlock/internal/netns", "github.com/airlock-sandbox/airlock/internal/egress", "golang.org/x/sys/unix"}},
 	{"./internal/httpapi", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/store", "github.com/airlock-sandbox/airlock/internal/linux/", "connectrpc.com/connect"}},
 	{"./internal/store", []string{"github.com/airlock-sandbox/airlock/"}},
+	{"./internal/scan", []string{"github.com/airlock-sandbox/airlock/"}},
+	{"./internal/broker", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/cli", "github.com/airlock-sandbox/airlock/internal/sandbox", "github.com/airlock-sandbox/airlock/internal/store", "github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/httpapi", "golang.org/x/sys/unix"}},
 	{"./internal/netns", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/egress"}},
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -37,9 +38,11 @@ type globals struct {
 	// dnsUpstream and pool are operator settings of run.
 	dnsUpstream string
 	pool        netip.Prefix
-	log         *slog.Logger
-	stdout      io.Writer
-	stderr      io.Writer
+	// secrets are run's --secret values, for its grants.
+	secrets map[string][]byte
+	log     *slog.Logger
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 // Main runs the command line and returns the process exit code.
@@ -112,7 +115,16 @@ func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--image-cache-size: %w", err)
 	}
-	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, ImageCacheBytes: cacheBytes})
+	// A run's broker lives as long as the run: its keys, its tokens and
+	// the secrets given by --secret end with it.
+	secrets := g.secrets
+	b := broker.New(broker.Config{Keys: broker.EphemeralKeys(), Secret: func(_, name string) ([]byte, error) {
+		if v, ok := secrets[name]; ok {
+			return v, nil
+		}
+		return nil, errdefs.Invalid(fmt.Sprintf("grant: no secret %q: give it with --secret %s=env:VARIABLE or =file:PATH", name, name))
+	}})
+	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, ImageCacheBytes: cacheBytes, Broker: b})
 }
 
 func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }

@@ -113,8 +113,8 @@ func sizeFlag(name, v string) (int64, error) {
 
 func createCmd(g *globals) *cobra.Command {
 	var req api.CreateSandbox
-	var env, meta, inputs []string
-	var memory, disk string
+	var env, meta, inputs, grants []string
+	var memory, disk, grantsFile string
 	c := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create a long-lived sandbox in the daemon and print its id",
@@ -124,7 +124,17 @@ exec, move files with cp, cat and write, and see what changed with diff.
 
   id=$(airlock create --workspace "$PWD" --ttl 2h --idle-timeout 15m)
   airlock exec "$id" -- make test
-  airlock rm "$id"`,
+  airlock rm "$id"
+
+A grant lets the sandbox use one of your secrets (airlock secret add) at one
+host without ever holding it: the sandbox gets a placeholder in a variable,
+and the egress proxy, which terminates TLS for that host alone (with a CA of
+the sandbox's own, in its trust store and SSL_CERT_FILE), puts the real value
+in the header only on requests the grant's rules cover:
+
+  airlock create --repo ~/src/shop \
+    --grant 'git-ro@github.com GET:/acme/shop.git/info/refs?service=git-upload-pack POST:/acme/shop.git/git-upload-pack scheme=basic env=GIT_TOKEN'
+  airlock exec "$id" -- sh -c 'git fetch "https://x:$GIT_TOKEN@github.com/acme/shop.git"'`,
 		Args: cobra.NoArgs,
 	}
 	k := addConn(c, g, true)
@@ -143,6 +153,9 @@ exec, move files with cp, cat and write, and see what changed with diff.
 			return err
 		}
 		if req.Limits.DiskBytes, err = sizeFlag("disk", disk); err != nil {
+			return err
+		}
+		if req.Grants, err = grantsOf(grants, grantsFile); err != nil {
 			return err
 		}
 		if len(req.Network.Allow) > 0 && req.Network.Mode == "" {
@@ -183,6 +196,8 @@ exec, move files with cp, cat and write, and see what changed with diff.
 	f.StringVar(&req.Trigger.PromptDigest, "prompt-digest", "", "trigger record: digest of the prompt")
 	f.StringArrayVar(&inputs, "input", nil, "trigger record: input KEY=VALUE (repeatable)")
 	f.StringArrayVar(&req.AllowDegraded, "allow-degraded", nil, "run without a degradable control (landlock) on a host that lacks it")
+	f.StringArrayVar(&grants, "grant", nil, grantHelp)
+	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants (secret, host, port, allow, env, scheme, header, username, ttl)")
 	return c
 }
 
@@ -625,7 +640,7 @@ default for root on the daemon's host) it needs --tenant NAME or --all.`,
 func tenantCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "tenant", Short: "Manage tenants (admin key)"}
 	var q api.Quotas
-	var maxMem, maxSnap string
+	var maxMem, maxSnap, scanPolicy string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Add a tenant and print its API key (shown once; stored hashed)",
@@ -644,7 +659,7 @@ func tenantCmd(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		t, err := cl.CreateTenant(cmd.Context(), &api.CreateTenant{Name: args[0], Quotas: q})
+		t, err := cl.CreateTenant(cmd.Context(), &api.CreateTenant{Name: args[0], Quotas: q, ScanPolicy: scanPolicy})
 		if err != nil {
 			return apiErr(err)
 		}
@@ -662,6 +677,7 @@ func tenantCmd(g *globals) *cobra.Command {
 	f.Float64Var(&q.CPUSeconds, "cpu-seconds", 0, "CPU seconds per period; past it the tenant's sandboxes are stopped")
 	f.StringVar(&maxSnap, "max-snapshot-bytes", "", "file content of the tenant's snapshots in all (e.g. 10G)")
 	f.StringVar(&q.CPUPeriod, "cpu-period", "", "the CPU budget's period (default 1h)")
+	f.StringVar(&scanPolicy, "scan-policy", "block", "what a credential found in a call does: block (the call fails, naming the rule), redact, or record")
 
 	ls := &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs}
 	lk := addConn(ls, g, true)
@@ -678,9 +694,9 @@ func tenantCmd(g *globals) *cobra.Command {
 			return printJSON(g.stdout, ts)
 		}
 		w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tSANDBOXES\tCPU-SECONDS\tCREATED")
+		fmt.Fprintln(w, "NAME\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED")
 		for _, t := range ts {
-			fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\n", t.Name, t.Sandboxes, t.CPUSeconds, t.Created.Format(time.RFC3339))
+			fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\t%s\n", t.Name, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339))
 		}
 		return w.Flush()
 	}
@@ -773,7 +789,7 @@ OCI or directory image, the whole root with the sandbox's changes; and its
 // remoteCmds are the commands that talk to the daemon.
 func remoteCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{
-		serveCmd(g), tenantCmd(g), createCmd(g), psCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
+		serveCmd(g), tenantCmd(g), secretCmd(g), createCmd(g), psCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
 		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
 		lifecycleCmd(g, "rm", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
 		lifecycleCmd(g, "pause", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {

@@ -31,6 +31,8 @@ func runCmd(g *globals) *cobra.Command {
 		export                string
 		egressBytes           string
 		nets                  netFlags
+		grants, secrets       []string
+		grantsFile            string
 	)
 	c := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARG...]",
@@ -84,6 +86,16 @@ Exit status:
 				return err
 			}
 			s.Command = args
+			ag, err := grantsOf(grants, grantsFile)
+			if err != nil {
+				return err
+			}
+			if s.Grants, err = specGrants(ag); err != nil {
+				return err
+			}
+			if nets.secrets, err = localSecrets(secrets); err != nil {
+				return err
+			}
 			if s.Workspace != "" || s.Repo != "" {
 				if s.Workspace, err = absPath(s.Workspace); err != nil {
 					return err
@@ -133,6 +145,10 @@ Exit status:
 	f.IntVar(&s.Net.MaxConns, "max-conns", spec.DefaultMaxConns, "cap on concurrent proxied connections")
 	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
 	f.StringVar(&nets.pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 prefix from which each proxy-mode sandbox gets a /30")
+	f.StringArrayVar(&grants, "grant", nil, grantHelp+"; the secret comes from --secret")
+	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants")
+	f.StringArrayVar(&secrets, "secret", nil, "a secret for --grant: NAME=env:VARIABLE or NAME=file:PATH (never the value itself; repeatable)")
+	f.StringVar(&s.Scan, "scan", "record", "what a credential in a request the proxy can read does: block, redact or record")
 	_ = f.MarkHidden("dns-upstream")
 	return c
 }
@@ -143,12 +159,14 @@ type netFlags struct {
 	audit       string
 	dnsUpstream string
 	pool        string
+	secrets     map[string][]byte // --secret values, for grants
 }
 
 func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets netFlags) error {
 	t0 := time.Now()
 	var err error
 	g.dnsUpstream = nets.dnsUpstream
+	g.secrets = nets.secrets
 	if g.pool, err = netip.ParsePrefix(nets.pool); err != nil {
 		return errdefs.Invalid(fmt.Sprintf("--subnet-pool %q: %v", nets.pool, err))
 	}

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image"
@@ -47,6 +48,9 @@ type Config struct {
 	ImageCacheBytes int64
 	// OnEgress, when set, sees every egress decision (metrics).
 	OnEgress func(egress.Event)
+	// Broker, when set, keeps proxy-mode sandboxes' grants and scans what
+	// their proxies can read; without it grants are refused.
+	Broker *broker.Broker
 }
 
 // Engine runs sandboxes in this process.
@@ -310,6 +314,9 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		defer func() {
 			if egressDone != nil {
 				egressDone()
+			}
+			if e.cfg.Broker != nil {
+				e.cfg.Broker.End(res.SandboxID)
 			}
 		}()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
@@ -83,9 +84,26 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		metrics.Egress.WithLabelValues(ev.Decision).Inc()
 		if svc != nil {
 			svc.NoteEgress(ev.Sandbox, ev)
+			for _, f := range ev.Findings {
+				svc.NoteFinding(ev.Sandbox, map[string]any{
+					"call": "egress", "where": f.Where, "rule": f.Rule, "fingerprint": f.Fingerprint, "action": f.Action,
+					"reason": f.Reason, "host": ev.Host, "method": ev.Method, "path": ev.Path,
+				})
+			}
 		}
 	}
 
+	// The broker's keys live beside the database, where no sandbox looks.
+	keys, err := broker.LoadKeyFile(filepath.Join(e.DataDir, "broker.key"))
+	if err != nil {
+		return err
+	}
+	e.Broker = broker.New(broker.Config{Keys: keys, Dir: filepath.Join(e.DataDir, "broker"), Secret: func(tenant, name string) ([]byte, error) {
+		if svc == nil {
+			return nil, errdefs.Unavailable("the daemon is starting")
+		}
+		return svc.SecretValue(tenant, name)
+	}})
 	engine, err := NewEngine(*e)
 	if err != nil {
 		return err
@@ -105,7 +123,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer db.Close()
-	cfg := sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics}
+	cfg := sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics, Broker: e.Broker}
 	if c.NoAudit {
 		log.Warn("running WITHOUT an audit log (--no-audit): nothing sandboxes do is recorded")
 	} else {

@@ -30,6 +30,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrTimeout: the operation ran out of time.
 	ErrTimeout = errors.New("timeout")
+	// ErrSecretDetected: the call carries what looks like a credential
+	// and the policy blocks it.
+	ErrSecretDetected = errors.New("secret detected")
 )
 
 // New wraps msg in class.

@@ -136,6 +136,7 @@ var classes = []struct {
 	{errdefs.ErrResourceExhausted, api.CodeQuotaExceeded},
 	{errdefs.ErrUnavailable, api.CodeUnavailable},
 	{errdefs.ErrTimeout, api.CodeTimeout},
+	{errdefs.ErrSecretDetected, api.CodeSecretDetected},
 	{errdefs.ErrInternal, api.CodeInternal},
 }
 
@@ -331,6 +332,45 @@ func (h *Handler) routes() []route {
 				return err
 			}
 			writeJSON(w, http.StatusOK, ts)
+			return nil
+		}},
+		{"POST /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.AddSecret
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			sec, err := s.AddSecret(r.Context(), p, &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, sec)
+			return nil
+		}},
+		{"GET /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			ss, err := s.Secrets(r.Context(), p)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, ss)
+			return nil
+		}},
+		{"PUT /v1/secrets/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.RotateSecret
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			sec, err := s.RotateSecret(r.Context(), p, r.PathValue("name"), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, sec)
+			return nil
+		}},
+		{"DELETE /v1/secrets/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			if err := s.RemoveSecret(r.Context(), p, r.PathValue("name")); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
 		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {

@@ -202,6 +202,20 @@ func (s *Service) NoteEgress(id string, decision any) {
 	s.note(b.who(), "egress", "observed", decision)
 }
 
+// NoteFinding records one thing sandbox id's egress proxy found: a
+// credential, or a placeholder where it does not belong (data names the
+// rule and a fingerprint, never the value).
+func (s *Service) NoteFinding(id string, data map[string]any) {
+	s.mu.Lock()
+	b, ok := s.boxes[id]
+	s.mu.Unlock()
+	w := who{sandbox: id}
+	if ok {
+		w = b.who()
+	}
+	s.note(w, "secret.finding", "observed", data)
+}
+
 // noteDropped records what a sandbox's rate cap dropped since last time.
 func (s *Service) noteDropped(b *box) {
 	b.egressRate.refill()
@@ -244,6 +258,12 @@ func RedactedSpec(sp spec.Spec) spec.Spec {
 		names = append(names, k)
 	}
 	sp.Env = names
+	// A grant's placeholder is worthless outside its sandbox, but it is
+	// still not written down: the record names the grant by its rules.
+	sp.Grants = slices.Clone(sp.Grants)
+	for i := range sp.Grants {
+		sp.Grants[i].Token = ""
+	}
 	return sp
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +43,34 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	b, err := s.use(t, id)
 	if err != nil {
 		return err
+	}
+	// The caller's own copy is not rewritten (redact policy).
+	r := *req
+	req = &r
+	req.Cmd = slices.Clone(req.Cmd)
+	req.Env = maps.Clone(req.Env)
+	fields := make([]field, 0, len(req.Cmd)+len(req.Env)+1)
+	for i := range req.Cmd {
+		fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &req.Cmd[i]})
+	}
+	envVals := make(map[string]*string, len(req.Env))
+	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		v := req.Env[k]
+		envVals[k] = &v
+		fields = append(fields, field{"env " + k, &v})
+	}
+	stdinText := string(req.Stdin)
+	if len(req.Stdin) > 0 {
+		fields = append(fields, field{"stdin", &stdinText})
+	}
+	if err := s.scanCall(ctx, t, b.who(), "exec", fields); err != nil {
+		return err
+	}
+	for k, v := range envVals {
+		req.Env[k] = *v
+	}
+	if len(req.Stdin) > 0 {
+		req.Stdin = []byte(stdinText)
 	}
 	t0 := time.Now()
 	start := &process.StartRequest{Process: &process.ProcessConfig{Cmd: req.Cmd[0], Args: req.Cmd[1:], Envs: req.Env}}
@@ -335,6 +365,11 @@ func (s *Service) Input(ctx context.Context, t *Principal, id string, pid uint32
 		return err
 	}
 	if len(in.Data) > 0 {
+		text := string(in.Data)
+		if err := s.scanCall(ctx, t, b.who(), "input", []field{{"stdin", &text}}); err != nil {
+			return err
+		}
+		in = &api.Input{Data: []byte(text), EOF: in.EOF}
 		// Try stdin; a command on a terminal takes it there.
 		_, err := b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}}))
 		var ce *connect.Error

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api"
@@ -119,6 +120,12 @@ func (s *Service) WriteFile(ctx context.Context, t *Principal, id, p, user strin
 	if err != nil {
 		return err
 	}
+	if text := string(data); utf8.ValidString(text) {
+		if err := s.scanCall(ctx, t, b.who(), "write", []field{{"file " + p, &text}}); err != nil {
+			return err
+		}
+		data = []byte(text)
+	}
 	if _, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents})); err != nil {
 		return agentError(err)
 	}
@@ -141,6 +148,11 @@ func (s *Service) Edit(ctx context.Context, t *Principal, id string, req *api.Ed
 	}
 	b, err := s.use(t, id)
 	if err != nil {
+		return err
+	}
+	r := *req
+	req = &r
+	if err := s.scanCall(ctx, t, b.who(), "edit", []field{{"the new text for " + p, &req.New}}); err != nil {
 		return err
 	}
 	res, err := b.agent.files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
@@ -351,6 +363,12 @@ func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string
 			data, rerr := io.ReadAll(io.LimitReader(tr, h.Size))
 			if rerr != nil {
 				return skipped, errdefs.Invalid("upload: " + rerr.Error())
+			}
+			if text := string(data); utf8.ValidString(text) {
+				if err := s.scanCall(ctx, t, b.who(), "upload", []field{{"file " + target, &text}}); err != nil {
+					return skipped, err
+				}
+				data = []byte(text)
 			}
 			_, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: target, Data: data, User: user, Mode: uint32(h.Mode & 0o777), MakeParents: true}))
 		default:

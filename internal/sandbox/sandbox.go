@@ -16,11 +16,13 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -112,6 +114,10 @@ type Config struct {
 	// AuditDir is the log's directory, for reading it back; PatchDir
 	// keeps the workspace patches its records name.
 	AuditDir, PatchDir string
+	// Broker seals secrets, mints and revokes grants' tokens and scans
+	// calls for credentials; nil: no secrets, grants or scanning (unit
+	// tests).
+	Broker *broker.Broker
 	// Now is the clock (tests move it).
 	Now func() time.Time
 }
@@ -233,6 +239,14 @@ func specOf(req *api.CreateSandbox) (spec.Spec, time.Duration, time.Duration, er
 	if len(req.Trigger.Inputs) > 256 || len(req.Trigger.TaskID) > 256 || len(req.Trigger.PromptDigest) > 256 {
 		return s, 0, 0, errdefs.Invalid("trigger: task_id and prompt_digest up to 256 bytes, at most 256 inputs")
 	}
+	for i, g := range req.Grants {
+		gttl, err := parseDuration(fmt.Sprintf("grant %d: ttl", i+1), g.TTL, 0, MaxTTL)
+		if err != nil {
+			return s, 0, 0, err
+		}
+		s.Grants = append(s.Grants, spec.Grant{Secret: g.Secret, Env: g.Env, Host: g.Host, Port: g.Port, Header: g.Header,
+			Scheme: g.Scheme, Username: g.Username, Allow: g.Allow, TTL: gttl})
+	}
 	return s, ttl, idle, s.ValidateLongLived()
 }
 
@@ -243,6 +257,24 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	}
 	sp, ttl, idle, err := specOf(req)
 	if err != nil {
+		return nil, err
+	}
+	if len(sp.Grants) > 0 && s.cfg.Broker == nil {
+		return nil, errdefs.Unavailable("this daemon has no credential broker: grants cannot be kept")
+	}
+	sp.Tenant = t.Tenant
+	if s.cfg.Broker != nil {
+		sp.Scan = t.ScanPolicy
+		if sp.Scan == "" {
+			sp.Scan = DefaultScanPolicy
+		}
+	}
+	env := make([]field, 0, len(sp.Env))
+	for i, kv := range sp.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		env = append(env, field{"env " + k, &sp.Env[i]})
+	}
+	if err := s.scanCall(ctx, t, who{tenant: t.Tenant}, "create", env); err != nil {
 		return nil, err
 	}
 	if err := s.auditable(); err != nil {
@@ -440,6 +472,13 @@ func describeRecord(r store.Sandbox, u *Usage) *api.Sandbox {
 	if r.IdleTimeout > 0 {
 		out.IdleTimeout = r.IdleTimeout.String()
 	}
+	for _, g := range sp.Grants {
+		ag := api.Grant{Secret: g.Secret, Env: g.Env, Host: g.Host, Port: g.Port, Header: g.Header, Scheme: g.Scheme, Username: g.Username, Allow: g.Allow}
+		if g.TTL > 0 {
+			ag.TTL = g.TTL.String()
+		}
+		out.Grants = append(out.Grants, ag)
+	}
 	_ = json.Unmarshal([]byte(r.Metadata), &out.Metadata)
 	_ = json.Unmarshal([]byte(r.Trigger), &out.Trigger)
 	if !r.Ended.IsZero() {
@@ -592,6 +631,9 @@ func (s *Service) end(b *box, reason string) {
 	}
 	changes := s.workspaceChanges(b)
 	b.inst.Release()
+	if s.cfg.Broker != nil {
+		s.cfg.Broker.End(b.rec.ID) // every token it held is refused from now on
+	}
 	s.mu.Lock()
 	delete(s.boxes, b.rec.ID)
 	s.mu.Unlock()
@@ -661,8 +703,17 @@ func (s *Service) Recover(ctx context.Context) error {
 			continue
 		}
 		err := s.cfg.Backend.Discard(id)
+		if s.cfg.Broker != nil {
+			s.cfg.Broker.End(id)
+		}
 		s.cfg.Log.Warn("discarded a sandbox without a record", "id", id, "err", err)
 		s.note(who{sandbox: id}, "sandbox.destroyed", "observed", map[string]any{"reason": "found without a record after a daemon restart"})
+	}
+	if s.cfg.Broker != nil {
+		s.mu.Lock()
+		live := slices.Collect(maps.Keys(s.boxes))
+		s.mu.Unlock()
+		s.cfg.Broker.Sweep(live)
 	}
 	return s.cfg.Store.PruneEnded(ctx, s.cfg.Now().Add(-keepEnded))
 }
@@ -671,6 +722,9 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 	fail := func(err error) {
 		if derr := s.cfg.Backend.Discard(r.ID); derr != nil {
 			s.cfg.Log.Error("discard an unadopted sandbox", "id", r.ID, "err", derr)
+		}
+		if s.cfg.Broker != nil {
+			s.cfg.Broker.End(r.ID)
 		}
 		r.State, r.Ended, r.EndReason = api.StateEnded, s.cfg.Now(), "not adopted after a daemon restart: "+err.Error()
 		if perr := s.cfg.Store.PutSandbox(ctx, r); perr != nil {

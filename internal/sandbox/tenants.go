@@ -10,19 +10,23 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 // Principal is who a request comes from: the admin, or one tenant.
 type Principal struct {
-	Admin  bool
-	Tenant string
-	Quotas api.Quotas
+	Admin      bool
+	Tenant     string
+	Quotas     api.Quotas
+	ScanPolicy string // block, redact or record
 }
 
 const adminKeyMeta = "admin_key_hash"
@@ -102,7 +106,10 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Principal{Tenant: t.Name}
+	p := &Principal{Tenant: t.Name, ScanPolicy: t.ScanPolicy}
+	if p.ScanPolicy == "" {
+		p.ScanPolicy = DefaultScanPolicy
+	}
 	_ = json.Unmarshal([]byte(t.Quotas), &p.Quotas)
 	return p, nil
 }
@@ -137,21 +144,27 @@ func (s *Service) CreateTenant(ctx context.Context, p *Principal, req *api.Creat
 	if err := validQuotas(req.Quotas); err != nil {
 		return nil, err
 	}
+	if req.ScanPolicy == "" {
+		req.ScanPolicy = DefaultScanPolicy
+	}
+	if !slices.Contains(spec.ScanPolicies, req.ScanPolicy) {
+		return nil, errdefs.Invalid(fmt.Sprintf("scan_policy %q: one of %s", req.ScanPolicy, strings.Join(spec.ScanPolicies, ", ")))
+	}
 	key := newKey("tenant")
 	q, _ := json.Marshal(req.Quotas)
 	now := s.cfg.Now()
-	err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now})
+	err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy})
 	if errors.Is(err, store.ErrExists) {
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, who{tenant: req.Name}, "tenant.created", "observed", map[string]any{"quotas": req.Quotas}); err != nil {
+	if err := s.commit(ctx, who{tenant: req.Name}, "tenant.created", "observed", map[string]any{"quotas": req.Quotas, "scan_policy": req.ScanPolicy}); err != nil {
 		return nil, err
 	}
 	s.cfg.Log.Info("tenant created", "tenant", req.Name)
-	return &api.Tenant{Name: req.Name, Quotas: req.Quotas, Created: now, Key: key}, nil
+	return &api.Tenant{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Created: now, Key: key}, nil
 }
 
 // Tenants lists the tenants (admin), or the caller's own tenant.
@@ -171,7 +184,10 @@ func (s *Service) Tenants(ctx context.Context, p *Principal) ([]*api.Tenant, err
 		if !p.Admin && t.Name != p.Tenant {
 			continue
 		}
-		at := &api.Tenant{Name: t.Name, Created: t.Created, Sandboxes: count[t.Name]}
+		at := &api.Tenant{Name: t.Name, Created: t.Created, Sandboxes: count[t.Name], ScanPolicy: t.ScanPolicy}
+		if at.ScanPolicy == "" {
+			at.ScanPolicy = DefaultScanPolicy
+		}
 		_ = json.Unmarshal([]byte(t.Quotas), &at.Quotas)
 		s.mu.Lock()
 		if b := s.cpu[t.Name]; b != nil {

@@ -1,6 +1,6 @@
 // Package store keeps the daemon's durable state in SQLite
-// (modernc.org/sqlite, no cgo): tenants with their hashed keys and quotas,
-// and every sandbox the daemon made, so that a restarted daemon can adopt
+// (modernc.org/sqlite, no cgo): tenants with their hashed keys, quotas and
+// sealed secrets, and every sandbox the daemon made, so that a restarted daemon can adopt
 // the live ones and a rebooted host can clean up the rest. It imports the
 // standard library and the driver only.
 package store
@@ -66,7 +66,37 @@ CREATE TABLE IF NOT EXISTS snapshots (
 	created INTEGER NOT NULL,
 	PRIMARY KEY (tenant, id)
 );
+CREATE TABLE IF NOT EXISTS secrets (
+	tenant TEXT NOT NULL,
+	name TEXT NOT NULL,
+	version INTEGER NOT NULL,
+	sealed BLOB NOT NULL,
+	created INTEGER NOT NULL,
+	updated INTEGER NOT NULL,
+	PRIMARY KEY (tenant, name)
+);
 `
+
+// migrations add what later versions need to a database an earlier one
+// made (CREATE TABLE IF NOT EXISTS leaves an existing table as it was).
+var migrations = []struct{ table, column, def string }{
+	{"tenants", "scan_policy", "TEXT NOT NULL DEFAULT ''"},
+}
+
+func migrate(db *sql.DB) error {
+	for _, m := range migrations {
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, m.table, m.column).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := db.Exec(`ALTER TABLE ` + m.table + ` ADD COLUMN ` + m.column + ` ` + m.def); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // Open opens (creating) the database at path, root-only.
 func Open(path string) (*Store, error) {
@@ -81,6 +111,10 @@ func Open(path string) (*Store, error) {
 	if _, err := db.Exec(schema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	if err := migrate(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store %s: migrate: %w", path, err)
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
 		_ = os.Chmod(p, 0o600)
@@ -122,12 +156,13 @@ type Tenant struct {
 	Created        time.Time
 	CPUPeriodStart time.Time
 	CPUUsed        time.Duration
+	ScanPolicy     string
 }
 
 // CreateTenant adds a tenant; ErrExists if the name is taken.
 func (s *Store) CreateTenant(ctx context.Context, t Tenant) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO tenants (name, key_hash, quotas, created, cpu_period_start, cpu_used_ns) VALUES (?, ?, ?, ?, ?, 0)`,
-		t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli())
+	_, err := s.db.ExecContext(ctx, `INSERT INTO tenants (name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy) VALUES (?, ?, ?, ?, ?, 0, ?)`,
+		t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli(), t.ScanPolicy)
 	if err != nil && isConstraint(err) {
 		return fmt.Errorf("tenant %s: %w", t.Name, ErrExists)
 	}
@@ -137,12 +172,12 @@ func (s *Store) CreateTenant(ctx context.Context, t Tenant) error {
 func scanTenant(sc interface{ Scan(...any) error }) (Tenant, error) {
 	var t Tenant
 	var created, start, used int64
-	err := sc.Scan(&t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used)
+	err := sc.Scan(&t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used, &t.ScanPolicy)
 	t.Created, t.CPUPeriodStart, t.CPUUsed = time.UnixMilli(created), time.UnixMilli(start), time.Duration(used)
 	return t, err
 }
 
-const tenantCols = `name, key_hash, quotas, created, cpu_period_start, cpu_used_ns`
+const tenantCols = `name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy`
 
 // TenantByKey finds the tenant whose key hashes to keyHash.
 func (s *Store) TenantByKey(ctx context.Context, keyHash string) (Tenant, error) {
@@ -171,10 +206,86 @@ func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 	return out, rows.Err()
 }
 
-// DeleteTenant removes a tenant (its sandboxes' records stay as history).
+// DeleteTenant removes a tenant and its secrets (its sandboxes' records
+// stay as history).
 func (s *Store) DeleteTenant(ctx context.Context, name string) error {
-	r, err := s.db.ExecContext(ctx, `DELETE FROM tenants WHERE name = ?`, name)
-	return affected(r, err)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ?`, name); err != nil {
+		return err
+	}
+	if err := affected(tx.ExecContext(ctx, `DELETE FROM tenants WHERE name = ?`, name)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Secret is one tenant secret, sealed by internal/broker: the store never
+// sees its value.
+type Secret struct {
+	Tenant, Name     string
+	Version          int
+	Sealed           []byte
+	Created, Updated time.Time
+}
+
+// AddSecret stores a new secret (version 1); ErrExists if the name is
+// taken.
+func (s *Store) AddSecret(ctx context.Context, sec Secret) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO secrets (tenant, name, version, sealed, created, updated) VALUES (?, ?, ?, ?, ?, ?)`,
+		sec.Tenant, sec.Name, sec.Version, sec.Sealed, sec.Created.UnixMilli(), sec.Updated.UnixMilli())
+	if err != nil && isConstraint(err) {
+		return fmt.Errorf("secret %s: %w", sec.Name, ErrExists)
+	}
+	return err
+}
+
+// RotateSecret replaces a secret's value if it is still at version from
+// (sec.Version is the new one); ErrNotFound when it is gone or moved on.
+func (s *Store) RotateSecret(ctx context.Context, sec Secret, from int) error {
+	return affected(s.db.ExecContext(ctx, `UPDATE secrets SET version = ?, sealed = ?, updated = ? WHERE tenant = ? AND name = ? AND version = ?`,
+		sec.Version, sec.Sealed, sec.Updated.UnixMilli(), sec.Tenant, sec.Name, from))
+}
+
+// GetSecret reads one secret; ErrNotFound if there is none.
+func (s *Store) GetSecret(ctx context.Context, tenant, name string) (Secret, error) {
+	sec := Secret{Tenant: tenant, Name: name}
+	var created, updated int64
+	err := s.db.QueryRowContext(ctx, `SELECT version, sealed, created, updated FROM secrets WHERE tenant = ? AND name = ?`, tenant, name).
+		Scan(&sec.Version, &sec.Sealed, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sec, ErrNotFound
+	}
+	sec.Created, sec.Updated = time.UnixMilli(created), time.UnixMilli(updated)
+	return sec, err
+}
+
+// Secrets lists a tenant's secrets by name, without their sealed values.
+func (s *Store) Secrets(ctx context.Context, tenant string) ([]Secret, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, version, created, updated FROM secrets WHERE tenant = ? ORDER BY name`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Secret
+	for rows.Next() {
+		sec := Secret{Tenant: tenant}
+		var created, updated int64
+		if err := rows.Scan(&sec.Name, &sec.Version, &created, &updated); err != nil {
+			return nil, err
+		}
+		sec.Created, sec.Updated = time.UnixMilli(created), time.UnixMilli(updated)
+		out = append(out, sec)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSecret removes a secret; ErrNotFound if there is none.
+func (s *Store) DeleteSecret(ctx context.Context, tenant, name string) error {
+	return affected(s.db.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ? AND name = ?`, tenant, name))
 }
 
 // SetTenantCPU records a tenant's CPU budget period and use in it.

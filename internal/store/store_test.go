@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -80,5 +81,46 @@ func TestTenantsAndSandboxes(t *testing.T) {
 	}
 	if err := s.DeleteTenant(ctx, "a"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("delete twice: %v", err)
+	}
+}
+
+// A database an earlier version made (tenants without scan_policy) is
+// brought up to date on open, its rows kept.
+func TestMigratesAnOlderDatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE tenants (name TEXT PRIMARY KEY, key_hash TEXT NOT NULL UNIQUE, quotas TEXT NOT NULL, created INTEGER NOT NULL,
+		cpu_period_start INTEGER NOT NULL DEFAULT 0, cpu_used_ns INTEGER NOT NULL DEFAULT 0);
+		INSERT INTO tenants (name, key_hash, quotas, created) VALUES ('old', 'h', '{}', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ts, err := s.Tenants(context.Background())
+	if err != nil || len(ts) != 1 || ts[0].Name != "old" || ts[0].ScanPolicy != "" {
+		t.Fatalf("%+v %v", ts, err)
+	}
+	ctx := context.Background()
+	if err := s.AddSecret(ctx, Secret{Tenant: "old", Name: "k", Version: 1, Sealed: []byte{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddSecret(ctx, Secret{Tenant: "old", Name: "k", Version: 1, Sealed: []byte{2}}); !errors.Is(err, ErrExists) {
+		t.Errorf("a second secret of one name: %v", err)
+	}
+	if err := s.RotateSecret(ctx, Secret{Tenant: "old", Name: "k", Version: 3, Sealed: []byte{3}}, 2); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a rotation from a stale version: %v", err)
+	}
+	if err := s.DeleteTenant(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSecret(ctx, "old", "k"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a removed tenant's secret: %v", err)
 	}
 }

@@ -22,7 +22,10 @@ import (
 
 // airlock runs the binary inside the stand-in host, resolving through the
 // world's DNS.
-type fakeInternet struct{ *fakenet.Internet }
+type fakeInternet struct {
+	*fakenet.Internet
+	env []string // more environment for the airlock commands it runs
+}
 
 var inNS = fakenet.InNS
 
@@ -36,6 +39,9 @@ func (fi *fakeInternet) airlock(t *testing.T, args ...string) result {
 	cmd := exec.CommandContext(ctx, airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", dataDir}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	if fi.env != nil {
+		cmd.Env = append(os.Environ(), fi.env...)
+	}
 	var err error
 	inNS(t, fi.Host, func() { err = cmd.Start() })
 	if err != nil {
@@ -93,7 +99,7 @@ func residueIn(t *testing.T, ns netns.NsHandle) []string {
 }
 
 func TestEgress(t *testing.T) {
-	fi := &fakeInternet{fakenet.New(t)}
+	fi := &fakeInternet{Internet: fakenet.New(t)}
 	ca := "/workspace/ca.pem"
 	check := func(t *testing.T, r result, want string) {
 		t.Helper()

@@ -90,14 +90,37 @@ func startDaemon(t *testing.T, data string, extra ...string) *daemonProc {
 
 func startDaemonWith(t *testing.T, bin, data string, extra ...string) *daemonProc {
 	t.Helper()
+	return startDaemonOpts(t, daemonOpts{bin: bin}, data, extra...)
+}
+
+// daemonOpts start a daemon elsewhere than the defaults: another binary,
+// inside a network namespace (the fake internet's stand-in host), with
+// extra environment.
+type daemonOpts struct {
+	bin string
+	fi  *fakeInternet
+	env []string
+}
+
+func startDaemonOpts(t *testing.T, o daemonOpts, data string, extra ...string) *daemonProc {
+	t.Helper()
 	d := &daemonProc{t: t, data: data, sock: filepath.Join(data, "airlock.sock"), log: &syncBuffer{}}
 	args := append([]string{"--state-dir", stateDir, "--data-dir", data, "serve", "--socket", d.sock}, extra...)
-	d.cmd = exec.Command(bin, args...)
+	d.cmd = exec.Command(o.bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if o.env != nil {
+		d.cmd.Env = append(os.Environ(), o.env...)
+	}
 	// A test binary that dies (a timeout) takes its daemons with it; their
 	// sandboxes are reaped by the next run (reapStaleRuns).
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
+	var err error
+	if o.fi != nil {
+		inNS(t, o.fi.Host, func() { err = d.cmd.Start() })
+	} else {
+		err = d.cmd.Start()
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})

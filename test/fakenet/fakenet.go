@@ -16,13 +16,18 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"os"
+	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,13 +46,34 @@ type Internet struct {
 	Host, World netns.NsHandle // where airlock runs; the servers
 	Meta, Priv  netns.NsHandle // the metadata server; the private host
 	CAFile      string         // PEM of the CA that signed the servers' certificates
-	closers     []func()
+	// GitUser and GitPassword are what git.test asks of every request
+	// (read or push); GitRoot holds its bare repositories.
+	GitUser, GitPassword string
+	GitRoot              string
+	closers              []func()
+	mu                   sync.Mutex
+	seen                 []string
+}
+
+// Seen lists the requests api.test and git.test received, one line each:
+// "HOST METHOD URI auth=AUTHORIZATION-HEADER x-api-key=... body=BODY".
+func (fi *Internet) Seen() []string {
+	fi.mu.Lock()
+	defer fi.mu.Unlock()
+	return slices.Clone(fi.seen)
+}
+
+func (fi *Internet) saw(r *http.Request, body []byte) {
+	fi.mu.Lock()
+	defer fi.mu.Unlock()
+	fi.seen = append(fi.seen, fmt.Sprintf("%s %s %s auth=%q x-api-key=%q body=%q", r.Host, r.Method, r.URL.RequestURI(), r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), body))
 }
 
 // Addrs is the world's DNS: name -> address.
 var Addrs = map[string]string{
 	"allowed.test": "192.0.2.10", "evil.test": "192.0.2.11", "rebind.test": "10.99.0.5",
 	"meta.test": "169.254.169.254", "dns.test": "192.0.2.53", "bench.test": "192.0.2.12",
+	"api.test": "192.0.2.20", "git.test": "192.0.2.21",
 }
 
 // InNS runs f on a locked OS thread inside ns.
@@ -121,7 +147,7 @@ func New(t testing.TB) *Internet {
 	must(hh.RouteAdd(&netlink.Route{LinkIndex: inet0.Attrs().Index, Gw: net.ParseIP("198.51.100.2")}))
 	lo := up(wh, "lo", "")
 	up(wh, "uplink0", "198.51.100.2/24")
-	for _, ip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.53"} {
+	for _, ip := range []string{"192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.20", "192.0.2.21", "192.0.2.53"} {
 		a, _ := netlink.ParseAddr(ip + "/32")
 		must(wh.AddrAdd(lo, a))
 	}
@@ -150,6 +176,44 @@ func New(t testing.TB) *Internet {
 	return fi
 }
 
+// gitServer is git's smart HTTP (git http-backend) over two bare
+// repositories, acme/shop.git and acme/other.git, each with one commit,
+// pushes allowed, every request behind basic auth.
+func (fi *Internet) gitServer(t testing.TB) http.Handler {
+	fi.GitRoot = t.TempDir()
+	fi.GitUser, fi.GitPassword = "x-access-token", "gitREALpassword0"+strings.Repeat("x", 8)
+	run := func(dir string, args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t", "HOME="+fi.GitRoot)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, name := range []string{"shop", "other"} {
+		src := filepath.Join(fi.GitRoot, "src-"+name)
+		_ = os.MkdirAll(src, 0o755)
+		run(src, "init", "-q", "-b", "main")
+		_ = os.WriteFile(filepath.Join(src, "README"), []byte(name+"\n"), 0o644)
+		_ = os.WriteFile(filepath.Join(src, "test.sh"), []byte("#!/bin/sh\necho tests of "+name+" pass\n"), 0o755)
+		run(src, "add", ".")
+		run(src, "commit", "-q", "-m", "first commit of "+name)
+		bare := filepath.Join(fi.GitRoot, "acme", name+".git")
+		run(fi.GitRoot, "clone", "-q", "--bare", src, bare)
+		run(bare, "config", "http.receivepack", "true")
+	}
+	backend := &cgi.Handler{Path: "/usr/lib/git-core/git-http-backend", Env: []string{"GIT_PROJECT_ROOT=" + fi.GitRoot, "GIT_HTTP_EXPORT_ALL=1"}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fi.saw(r, nil)
+		if u, p, ok := r.BasicAuth(); !ok || u != fi.GitUser || p != fi.GitPassword {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git.test"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		backend.ServeHTTP(w, r)
+	})
+}
+
 // Close stops the servers and drops both namespaces.
 func (fi *Internet) Close() {
 	for i := len(fi.closers) - 1; i >= 0; i-- {
@@ -171,7 +235,7 @@ func (fi *Internet) serve(t testing.TB) {
 	fi.CAFile = filepath.Join(t.TempDir(), "ca.pem")
 	_ = os.WriteFile(fi.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644)
 	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test"}, DNSNames: []string{"allowed.test", "evil.test", "rebind.test", "meta.test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test"}, DNSNames: []string{"allowed.test", "evil.test", "rebind.test", "meta.test", "api.test", "git.test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	leafDER, _ := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &leafKey.PublicKey, caKey)
 	cert := tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}
 
@@ -223,6 +287,15 @@ func (fi *Internet) serve(t testing.TB) {
 	mux.Handle("/", handler("allowed-bench"))
 	listen("192.0.2.12:80", mux, false)
 	listen("10.99.0.5:8080", handler("private-raw"), false)
+	// api.test records what it receives (a fake API behind a grant).
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		fi.saw(r, b)
+		fmt.Fprintf(w, "api.test: %s %s\n", r.Method, r.URL.Path)
+	})
+	listen("192.0.2.20:443", api, true)
+	listen("192.0.2.20:80", api, false)
+	listen("192.0.2.21:443", fi.gitServer(t), true)
 	listen("169.254.169.254:8080", handler("metadata-raw"), false)
 
 	dnsHandler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {

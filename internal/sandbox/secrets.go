@@ -1,0 +1,149 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+// MaxSecretBytes caps a secret's value.
+const MaxSecretBytes = 16 << 10
+
+// sealContext binds a sealed value to its tenant, name and version.
+func sealContext(tenant, name string, version int) string {
+	return fmt.Sprintf("airlock secret %s/%s/%d", tenant, name, version)
+}
+
+func (s *Service) secretsOf(p *Principal) error {
+	if p.Admin {
+		return errdefs.New(errdefs.ErrPermissionDenied, "secrets belong to tenants: use a tenant's key")
+	}
+	if s.cfg.Broker == nil {
+		return errdefs.Unavailable("this daemon has no credential broker")
+	}
+	return nil
+}
+
+// checkSecretValue refuses what cannot go in a header: a value is written
+// into requests, so a line break in it would forge headers.
+func checkSecretValue(v string) error {
+	switch {
+	case v == "":
+		return errdefs.Invalid("the secret's value is empty")
+	case len(v) > MaxSecretBytes:
+		return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("a secret's value is at most %d bytes", MaxSecretBytes))
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errdefs.Invalid("the secret's value holds a control character (a line break?); it goes into request headers, which cannot carry one")
+	}
+	return nil
+}
+
+// AddSecret stores a new secret of the caller's tenant, sealed.
+func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecret) (*api.Secret, error) {
+	if err := s.secretsOf(p); err != nil {
+		return nil, err
+	}
+	if !spec.SecretNameOK(req.Name) {
+		return nil, errdefs.Invalid(fmt.Sprintf("secret name %q: 1-64 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", req.Name))
+	}
+	if err := checkSecretValue(req.Value); err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	sec := store.Secret{Tenant: p.Tenant, Name: req.Name, Version: 1, Created: now, Updated: now,
+		Sealed: s.cfg.Broker.Keys().Seal(sealContext(p.Tenant, req.Name, 1), []byte(req.Value))}
+	err := s.cfg.Store.AddSecret(ctx, sec)
+	if errors.Is(err, store.ErrExists) {
+		return nil, errdefs.New(errdefs.ErrAlreadyExists, fmt.Sprintf("secret %s exists: rotate it to change its value", req.Name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.commit(ctx, who{tenant: p.Tenant}, "secret.added", "observed", map[string]any{"name": req.Name, "version": 1}); err != nil {
+		return nil, err
+	}
+	return describeSecret(sec), nil
+}
+
+// RotateSecret gives a secret a new value; live grants use it from their
+// next request.
+func (s *Service) RotateSecret(ctx context.Context, p *Principal, name string, req *api.RotateSecret) (*api.Secret, error) {
+	if err := s.secretsOf(p); err != nil {
+		return nil, err
+	}
+	if err := checkSecretValue(req.Value); err != nil {
+		return nil, err
+	}
+	cur, err := s.cfg.Store.GetSecret(ctx, p.Tenant, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no secret "+quoteID(name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	next := cur
+	next.Version, next.Updated = cur.Version+1, s.cfg.Now()
+	next.Sealed = s.cfg.Broker.Keys().Seal(sealContext(p.Tenant, name, next.Version), []byte(req.Value))
+	if err := s.cfg.Store.RotateSecret(ctx, next, cur.Version); errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "secret "+name+" changed meanwhile; try again")
+	} else if err != nil {
+		return nil, err
+	}
+	if err := s.commit(ctx, who{tenant: p.Tenant}, "secret.rotated", "observed", map[string]any{"name": name, "version": next.Version}); err != nil {
+		return nil, err
+	}
+	return describeSecret(next), nil
+}
+
+// Secrets lists the caller's secrets (names and versions, never values).
+func (s *Service) Secrets(ctx context.Context, p *Principal) ([]*api.Secret, error) {
+	if err := s.secretsOf(p); err != nil {
+		return nil, err
+	}
+	ss, err := s.cfg.Store.Secrets(ctx, p.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := []*api.Secret{}
+	for _, sec := range ss {
+		out = append(out, describeSecret(sec))
+	}
+	return out, nil
+}
+
+// RemoveSecret deletes a secret; grants that name it fail closed from
+// their next request.
+func (s *Service) RemoveSecret(ctx context.Context, p *Principal, name string) error {
+	if err := s.secretsOf(p); err != nil {
+		return err
+	}
+	if err := s.cfg.Store.DeleteSecret(ctx, p.Tenant, name); errors.Is(err, store.ErrNotFound) {
+		return errdefs.New(errdefs.ErrNotFound, "no secret "+quoteID(name))
+	} else if err != nil {
+		return err
+	}
+	return s.commit(ctx, who{tenant: p.Tenant}, "secret.removed", "observed", map[string]any{"name": name})
+}
+
+// SecretValue opens tenant's secret name: what the broker puts into a
+// granted request. It never leaves the daemon.
+func (s *Service) SecretValue(tenant, name string) ([]byte, error) {
+	sec, err := s.cfg.Store.GetSecret(context.Background(), tenant, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrNotFound, fmt.Sprintf("secret %q not found (airlock secret add %s)", name, name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.cfg.Broker.Keys().Open(sealContext(tenant, name, sec.Version), sec.Sealed)
+}
+
+func describeSecret(sec store.Secret) *api.Secret {
+	return &api.Secret{Name: sec.Name, Version: sec.Version, Created: sec.Created, Updated: sec.Updated}
+}
