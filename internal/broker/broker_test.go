@@ -411,3 +411,38 @@ func TestProxyActsForTheSandbox(t *testing.T) {
 }
 
 func base64Std(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// Redact and record on what the proxy reads: the key is replaced (or
+// kept) where it was, and found in headers, URL and body alike.
+func TestInspectRedactsAndRecords(t *testing.T) {
+	key := "ghp_Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
+	for _, policy := range []string{"redact", "record"} {
+		now := time.Now()
+		b := testBroker(&now)
+		sp := grantSpec(t, 443, 0)
+		sp.Scan = policy
+		sess, err := b.Session("sbx", sp, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("POST", "https://api.test/repos/acme/shop/x?k="+key, nil)
+		req.Header.Set("X-Note", "token "+key)
+		in := &egress.Inspected{Req: req, Host: "api.test", Port: 443, TLS: true, Body: []byte(`{"t":"` + key + `"}`), Complete: true}
+		v := sess.Inspect(in)
+		if v.Refuse != "" || len(v.Findings) != 3 {
+			t.Fatalf("%s: %+v", policy, v)
+		}
+		got := req.Header.Get("X-Note") + " " + req.URL.RawQuery + " " + string(in.Body)
+		if policy == "redact" && (strings.Contains(got, key) || strings.Count(got, "[REDACTED:github-pat]") != 3) {
+			t.Errorf("redact left %q", got)
+		}
+		if policy == "record" && strings.Count(got, key) != 3 {
+			t.Errorf("record changed the request: %q", got)
+		}
+		for _, f := range v.Findings {
+			if f.Rule != "github-pat" || f.Action != map[string]string{"redact": "redacted", "record": "recorded"}[policy] {
+				t.Errorf("%s: finding %+v", policy, f)
+			}
+		}
+	}
+}

@@ -263,6 +263,46 @@ func main() {
 		slices.Sort(lat)
 		fmt.Printf("MEDIAN_US %d RPS %.0f\n", lat[len(lat)/2].Microseconds(), float64(n)/total.Seconds())
 		return
+	case "tlsloop":
+		// tlsloop URL N CAFILE keepalive|fresh [ENVVAR]: N HTTPS GETs
+		// through the proxy, trusting CAFILE, on one kept-alive connection
+		// or a new one each, with "Authorization: Bearer $ENVVAR" when
+		// named; prints "MEDIAN_US m P99_US p RPS r".
+		n, _ := strconv.Atoi(args[1])
+		pem, err := os.ReadFile(args[2])
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		tr := &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: args[3] == "fresh"}
+		c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+		lat := make([]time.Duration, 0, n)
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			req, _ := http.NewRequest("GET", args[0], nil)
+			if len(args) > 4 {
+				req.Header.Set("Authorization", "Bearer "+os.Getenv(args[4]))
+			}
+			t0 := time.Now()
+			resp, err := c.Do(req)
+			if err != nil {
+				fmt.Println("ERROR", err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				fmt.Println("ERROR status", resp.StatusCode)
+				return
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		total := time.Since(start)
+		slices.Sort(lat)
+		fmt.Printf("MEDIAN_US %d P99_US %d RPS %.0f\n", lat[len(lat)/2].Microseconds(), lat[len(lat)*99/100].Microseconds(), float64(n)/total.Seconds())
+		return
 	case "dial":
 		// dial NETWORK ADDR: a direct connection, which must not succeed.
 		// GATEWAY in ADDR stands for the sandbox's resolver (the host end
