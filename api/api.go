@@ -147,7 +147,8 @@ type Grant struct {
 	// "*" segment is any one segment, a final "**" any rest, and
 	// "?key=value" requires that query parameter.
 	Allow []string `json:"allow"`
-	// TTL ends the placeholder sooner than the sandbox (Go duration).
+	// TTL ends the placeholder this long after creation (Go duration);
+	// without it the placeholder lives as long as the sandbox.
 	TTL string `json:"ttl,omitempty"`
 }
 

@@ -59,9 +59,13 @@ func New(cfg Config) *Broker {
 // Keys are the broker's keys (sealing, fingerprints).
 func (b *Broker) Keys() *Keys { return b.cfg.Keys }
 
-// Mint makes a token for grant gi of sandbox id, good until exp.
+// Mint makes a token for grant gi of sandbox id, good until exp (zero:
+// until the sandbox ends and its tokens are revoked).
 func (b *Broker) Mint(id string, gi int, g *spec.Grant, exp time.Time) string {
-	c := Claims{Sandbox: id, Grant: gi, Audience: fmt.Sprintf("%s:%d", g.Host, g.Port), Scope: slices.Clone(g.Allow), Expires: exp.Unix(), ID: newTokenID()}
+	c := Claims{Sandbox: id, Grant: gi, Audience: fmt.Sprintf("%s:%d", g.Host, g.Port), Scope: slices.Clone(g.Allow), ID: newTokenID()}
+	if !exp.IsZero() {
+		c.Expires = exp.Unix()
+	}
 	b.register(id, c.ID)
 	return mintToken(b.cfg.Keys, c)
 }
@@ -91,7 +95,7 @@ func (b *Broker) Verify(tok, id string) (*Claims, error) {
 		return c, ErrRevoked
 	case c.Sandbox != id:
 		return c, ErrOtherSandbox
-	case !b.cfg.Now().Before(c.Expiry()):
+	case c.expired(b.cfg.Now()):
 		return c, ErrExpired
 	}
 	return c, nil
@@ -111,6 +115,9 @@ func (b *Broker) End(id string) {
 		_ = os.RemoveAll(filepath.Join(b.cfg.Dir, id))
 	}
 }
+
+// caLifetime is how long a sandbox's CA and its certificates are valid.
+const caLifetime = 365 * 24 * time.Hour
 
 // Sweep removes the CAs of sandboxes not in live (ended while no daemon
 // ran).
@@ -142,7 +149,6 @@ func (b *Broker) Session(id string, s *spec.Spec, adopt bool) (*Session, error) 
 		}
 	}
 	now := b.cfg.Now()
-	sandboxEnd := now.Add(s.Timeout)
 	if adopt {
 		for _, g := range s.Grants {
 			c, err := parseToken(b.cfg.Keys, g.Token)
@@ -169,14 +175,19 @@ func (b *Broker) Session(id string, s *spec.Spec, adopt bool) (*Session, error) 
 		if _, err := b.cfg.Secret(s.Tenant, g.Secret); err != nil {
 			return nil, err
 		}
-		exp := sandboxEnd
-		if g.TTL > 0 && now.Add(g.TTL).Before(exp) {
+		// Without a TTL of its own a placeholder lives as long as its
+		// sandbox, however often that is extended: it is revoked when the
+		// sandbox ends. A TTL past the sandbox's end changes nothing.
+		var exp time.Time
+		if g.TTL > 0 && g.TTL < s.Timeout {
 			exp = now.Add(g.TTL)
 		}
 		g.Token = b.Mint(id, i, g, exp)
 		s.Env = append(s.Env, g.Env+"="+g.Token)
 	}
-	ca, err := NewCA(id, hosts, sandboxEnd.Add(time.Hour))
+	// The CA outlives any TTL (a sandbox may be extended); its key is
+	// removed with the sandbox.
+	ca, err := NewCA(id, hosts, now.Add(caLifetime))
 	if err != nil {
 		return nil, err
 	}

@@ -32,10 +32,10 @@ var tokenPattern = sync.OnceValue(func() *regexp.Regexp {
 // Claims are what a token says, signed by the broker.
 type Claims struct {
 	Sandbox  string   `json:"sbx"`
-	Grant    int      `json:"grt"` // index in the sandbox's grants
-	Audience string   `json:"aud"` // host:port it is good for
-	Scope    []string `json:"scp"` // the grant's request rules
-	Expires  int64    `json:"exp"` // unix seconds
+	Grant    int      `json:"grt"`           // index in the sandbox's grants
+	Audience string   `json:"aud"`           // host:port it is good for
+	Scope    []string `json:"scp"`           // the grant's request rules
+	Expires  int64    `json:"exp,omitempty"` // unix seconds; 0: the sandbox's life (revoked when it ends)
 	ID       string   `json:"jti"`
 }
 
@@ -101,5 +101,7 @@ func (c *Claims) Allows(host string, port int, method string, u *url.URL) bool {
 	return false
 }
 
-// Expiry is when the claims end.
-func (c *Claims) Expiry() time.Time { return time.Unix(c.Expires, 0) }
+// expired reports whether the claims ended by time at now.
+func (c *Claims) expired(now time.Time) bool {
+	return c.Expires != 0 && !now.Before(time.Unix(c.Expires, 0))
+}

@@ -55,9 +55,14 @@ except Exception as e:
 func TestServeCredentialBroker(t *testing.T) {
 	fi := &fakeInternet{Internet: fakenet.New(t)}
 	data := newDataDir(t)
-	d := startDaemonOpts(t, daemonOpts{bin: airlockBin, fi: fi, env: []string{"SSL_CERT_FILE=" + fi.CAFile}}, data, "--dns-upstream", "192.0.2.53:53")
+	opts := daemonOpts{bin: airlockBin, fi: fi, env: []string{"SSL_CERT_FILE=" + fi.CAFile}}
+	d := startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53")
 	ctx := context.Background()
-	c := d.tenant(t, "acme", api.Quotas{})
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.client(t, tn.Key)
 	apiSecret := "sk_live_" + strings.Repeat("Q7xR", 6)
 
 	// The secrets API: sealed, listed by name, never returned.
@@ -70,7 +75,7 @@ func TestServeCredentialBroker(t *testing.T) {
 	if sec, err := c.RotateSecret(ctx, "git-ro", fi.GitPassword); err != nil || sec.Version != 2 {
 		t.Fatalf("rotate: %+v %v", sec, err)
 	}
-	_, err := c.AddSecret(ctx, "api-key", "again")
+	_, err = c.AddSecret(ctx, "api-key", "again")
 	wantCode(t, "a second secret of one name", err, api.CodeAlreadyExists)
 	_, err = c.AddSecret(ctx, "bad", "line\r\nX-Injected: 1")
 	wantCode(t, "a value with a line break", err, api.CodeInvalidArgument)
@@ -219,6 +224,18 @@ func TestServeCredentialBroker(t *testing.T) {
 		if !strings.Contains(lastSeen(), `x-api-key=""`) {
 			t.Errorf("the short grant after its TTL: api.test saw %s", lastSeen())
 		}
+	})
+
+	// A restarted daemon (kill -9) adopts the sandbox with its grants.
+	d.kill9()
+	d = startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53")
+	c = d.client(t, tn.Key)
+	t.Run("a restarted daemon keeps the grants, tokens are no API keys", func(t *testing.T) {
+		if out := req(c, sb.ID, nil, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {API_TOKEN}"); !strings.HasPrefix(out, "200") || !strings.Contains(lastSeen(), `auth="Bearer `+apiSecret+`"`) {
+			t.Errorf("the grant after a restart: %s; api.test saw %s", out, lastSeen())
+		}
+		_, err := d.client(t, tokens["API_TOKEN"]).Sandboxes(ctx)
+		wantCode(t, "a grant's token as an API key", err, api.CodeUnauthenticated)
 	})
 
 	t.Run("secret scanning blocks pasted keys", func(t *testing.T) {
