@@ -61,7 +61,9 @@ Exit status:
   sudo airlock run --workspace "$PWD" --diff -- sh -c 'echo fix >> README.md'
   sudo airlock run --repo ~/src/shop --commit HEAD~1 -- make test
   sudo airlock run --image docker-archive:/tmp/alpine.tar --user root --writable-rootfs -- apk add curl
-  sudo airlock run --memory 256M --pids 64 --timeout 30s --json -- ./untrusted`,
+  sudo airlock run --memory 256M --pids 64 --timeout 30s --json -- ./untrusted
+  sudo GH_RO_TOKEN=... airlock run --repo ~/src/shop --secret gh=env:GH_RO_TOKEN \
+    --grant 'gh@api.github.com GET,HEAD:/repos/acme/shop/** env=GITHUB_TOKEN' -- ./triage.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return errdefs.Invalid("no command given: use airlock run [flags] -- COMMAND [ARG...]")
