@@ -499,6 +499,18 @@ func (c *Client) DeleteTenant(ctx context.Context, name string) error {
 	return c.call(ctx, "DELETE", "/v1/tenants/"+url.PathEscape(name), nil, nil, nil)
 }
 
+// SetMCPSpec keeps the tenant's default spec for the sandboxes of its MCP
+// sessions (/mcp).
+func (c *Client) SetMCPSpec(ctx context.Context, spec *api.CreateSandbox) error {
+	return c.call(ctx, "PUT", "/v1/mcp/spec", nil, spec, nil)
+}
+
+// MCPSpec is the tenant's default MCP sandbox spec.
+func (c *Client) MCPSpec(ctx context.Context) (*api.CreateSandbox, error) {
+	var out api.CreateSandbox
+	return &out, c.call(ctx, "GET", "/v1/mcp/spec", nil, nil, &out)
+}
+
 // AddSecret stores a secret for the key's tenant. Its value never comes
 // back from the API.
 func (c *Client) AddSecret(ctx context.Context, name, value string) (*api.Secret, error) {

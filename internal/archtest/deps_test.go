@@ -26,6 +26,7 @@ var rules = []struct {
 	{"./internal/httpapi", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/store", "github.com/airlock-sandbox/airlock/internal/linux/", "connectrpc.com/connect"}},
 	{"./internal/store", []string{"github.com/airlock-sandbox/airlock/"}},
 	{"./internal/scan", []string{"github.com/airlock-sandbox/airlock/"}},
+	{"./internal/mcp", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/cli", "github.com/airlock-sandbox/airlock/internal/httpapi", "github.com/airlock-sandbox/airlock/internal/store", "github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/egress", "github.com/airlock-sandbox/airlock/internal/broker"}},
 	{"./internal/broker", []string{"github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/cli", "github.com/airlock-sandbox/airlock/internal/sandbox", "github.com/airlock-sandbox/airlock/internal/store", "github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/linux/", "github.com/airlock-sandbox/airlock/internal/httpapi", "golang.org/x/sys/unix"}},
 	{"./internal/netns", []string{"github.com/airlock-sandbox/airlock/internal/runtime", "github.com/airlock-sandbox/airlock/internal/daemon", "github.com/airlock-sandbox/airlock/internal/egress"}},
 }

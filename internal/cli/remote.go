@@ -789,7 +789,7 @@ OCI or directory image, the whole root with the sandbox's changes; and its
 // remoteCmds are the commands that talk to the daemon.
 func remoteCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{
-		serveCmd(g), tenantCmd(g), secretCmd(g), createCmd(g), psCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
+		serveCmd(g), mcpCmd(g), tenantCmd(g), secretCmd(g), createCmd(g), psCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
 		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
 		lifecycleCmd(g, "rm", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
 		lifecycleCmd(g, "pause", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {

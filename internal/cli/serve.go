@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -52,6 +53,7 @@ func serveCmd(g *globals) *cobra.Command {
 	var (
 		config, socket, tcp, cert, key, adminKey, logLevel, pool, otlp string
 		noAudit                                                        bool
+		mcpIdle                                                        time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -115,7 +117,8 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			return daemon.Serve(ctx, daemon.ServeConfig{
 				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
 					SubnetPool: prefix, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
-				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit, OTLPEndpoint: otlp,
+				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit, OTLPEndpoint: otlp, Version: Version,
+				MCPSessionTimeout: mcpIdle,
 				Ready: func(file string, created bool) {
 					if created {
 						fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
@@ -137,6 +140,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.StringVar(&g.dnsUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
 	_ = f.MarkHidden("dns-upstream")
 	f.StringVar(&otlp, "otlp-endpoint", "", "also export audit records to this OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://collector:4318)")
+	f.DurationVar(&mcpIdle, "mcp-session-timeout", 30*time.Minute, "end MCP sessions at /mcp (and their sandboxes) after this long without a request")
 	f.BoolVar(&noAudit, "no-audit", false, "run without the audit log (benchmarks only)")
 	_ = f.MarkHidden("no-audit")
 	return c

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
+	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,6 +46,20 @@ type ServeConfig struct {
 	// OTLPEndpoint, when set, is an OpenTelemetry collector (its OTLP/HTTP
 	// base URL) the audit records are exported to.
 	OTLPEndpoint string
+	// Files is where the daemon's own state lives: its database, admin
+	// key, audit log and keys, the broker's key. Default Engine.DataDir.
+	Files string
+	// Embedded, when set, runs the service in this process for one caller
+	// (airlock mcp) instead of serving the API: no socket, no lock on the
+	// state directory, no adoption or sweep (sandboxes of other daemons and
+	// runs are left alone). When it returns, every sandbox it made is
+	// destroyed.
+	Embedded func(ctx context.Context, svc *sandbox.Service) error
+	// Version is airlock's, for MCP clients.
+	Version string
+	// MCPSessionTimeout ends MCP sessions (and their sandboxes) idle this
+	// long; default 30m.
+	MCPSessionTimeout time.Duration
 	// Ready is called once the API is listening, with the admin key file
 	// and whether it was just written.
 	Ready func(adminKeyFile string, created bool)
@@ -64,11 +79,17 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	if c.Socket == "" {
 		c.Socket = api.DefaultSocket
 	}
+	if c.Files == "" {
+		c.Files = e.DataDir
+	}
 	if c.AdminKeyFile == "" {
-		c.AdminKeyFile = filepath.Join(e.DataDir, "admin.key")
+		c.AdminKeyFile = filepath.Join(c.Files, "admin.key")
 	}
 	if c.Database == "" {
-		c.Database = filepath.Join(e.DataDir, "airlock.db")
+		c.Database = filepath.Join(c.Files, "airlock.db")
+	}
+	if c.MCPSessionTimeout == 0 {
+		c.MCPSessionTimeout = 30 * time.Minute
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -94,11 +115,11 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 
 	// The broker's keys live beside the database, where no sandbox looks.
-	keys, err := broker.LoadKeyFile(filepath.Join(e.DataDir, "broker.key"))
+	keys, err := broker.LoadKeyFile(filepath.Join(c.Files, "broker.key"))
 	if err != nil {
 		return err
 	}
-	e.Broker = broker.New(broker.Config{Keys: keys, Dir: filepath.Join(e.DataDir, "broker"), Secret: func(tenant, name string) ([]byte, error) {
+	e.Broker = broker.New(broker.Config{Keys: keys, Dir: filepath.Join(c.Files, "broker"), Secret: func(tenant, name string) ([]byte, error) {
 		if svc == nil {
 			return nil, errdefs.Unavailable("the daemon is starting")
 		}
@@ -110,14 +131,16 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	log := engine.cfg.Log
 	// One daemon per state directory.
-	lock, err := lockfile.TryLock(filepath.Join(e.StateDir, "daemon.lock"))
-	if err != nil {
-		return err
+	if c.Embedded == nil {
+		lock, err := lockfile.TryLock(filepath.Join(e.StateDir, "daemon.lock"))
+		if err != nil {
+			return err
+		}
+		if lock == nil {
+			return fmt.Errorf("%w: another airlock serve runs on %s", errdefs.ErrFailedPrecondition, e.StateDir)
+		}
+		defer lock.Release()
 	}
-	if lock == nil {
-		return fmt.Errorf("%w: another airlock serve runs on %s", errdefs.ErrFailedPrecondition, e.StateDir)
-	}
-	defer lock.Release()
 	db, err := store.Open(c.Database)
 	if err != nil {
 		return err
@@ -131,7 +154,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		if c.OTLPEndpoint != "" {
 			exp = audit.NewExporter(c.OTLPEndpoint)
 		}
-		alog, err := openAudit(ctx, e.DataDir, db, log, exp)
+		alog, err := openAudit(ctx, c.Files, db, log, exp)
 		if err != nil {
 			return err
 		}
@@ -146,9 +169,19 @@ func Serve(ctx context.Context, c ServeConfig) error {
 				}
 			}
 		}()
-		cfg.Audit, cfg.AuditDir, cfg.PatchDir = alog, AuditDir(e.DataDir), filepath.Join(AuditDir(e.DataDir), "patches")
+		cfg.Audit, cfg.AuditDir, cfg.PatchDir = alog, AuditDir(c.Files), filepath.Join(AuditDir(c.Files), "patches")
 	}
 	svc = sandbox.New(cfg)
+	if c.Embedded != nil {
+		runCtx, stopRun := context.WithCancel(context.Background())
+		defer stopRun()
+		go svc.Run(runCtx)
+		err := c.Embedded(ctx, svc)
+		if _, kerr := svc.KillAll(context.WithoutCancel(ctx), &sandbox.Principal{Admin: true}, ""); kerr != nil {
+			log.Error("embedded: destroy the sandboxes", "err", kerr)
+		}
+		return err
+	}
 	created, err := svc.EnsureAdminKey(ctx, c.AdminKeyFile)
 	if err != nil {
 		return fmt.Errorf("admin key: %w", err)
@@ -167,6 +200,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	go svc.Run(runCtx)
 
 	h := httpapi.New(svc, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mcpHTTP := &mcp.HTTP{Service: svc, Version: c.Version, SessionTimeout: c.MCPSessionTimeout, Log: log, Refuse: httpapi.WriteError}
+	h.Mount("/mcp", mcpHTTP.Serve)
 	ln, err := listenSocket(c.Socket)
 	if err != nil {
 		return err

@@ -73,6 +73,24 @@ func New(svc *sandbox.Service, log *slog.Logger, metrics http.Handler) *Handler 
 	return h
 }
 
+// Mount serves fn at pattern (every method) behind the API's key check,
+// with the caller: for protocols of their own over the same listeners
+// (MCP at /mcp).
+func (h *Handler) Mount(pattern string, fn func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal)) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		p, err := h.svc.Authenticate(r.Context(), strings.TrimSpace(key))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		fn(w, r, p)
+	})
+}
+
+// WriteError answers err the API's way (its code, HTTP status and message).
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
+
 // Routes lists every route pattern ("METHOD /path"), for documentation
 // checks.
 func (h *Handler) Routes() []string {
@@ -332,6 +350,25 @@ func (h *Handler) routes() []route {
 				return err
 			}
 			writeJSON(w, http.StatusOK, ts)
+			return nil
+		}},
+		{"GET /v1/mcp/spec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			spec, err := s.MCPSpec(r.Context(), p)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, spec)
+			return nil
+		}},
+		{"PUT /v1/mcp/spec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.CreateSandbox
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			if err := s.SetMCPSpec(r.Context(), p, &req); err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, &req)
 			return nil
 		}},
 		{"POST /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {

@@ -301,3 +301,48 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 		}
 	}
 }
+
+// mcpSpecMeta keys a tenant's default MCP sandbox spec in the store.
+func mcpSpecMeta(tenant string) string { return "mcp_spec/" + tenant }
+
+// MCPSpec is the tenant's default spec for the sandboxes of its MCP
+// sessions (empty: the defaults of a create).
+func (s *Service) MCPSpec(ctx context.Context, p *Principal) (*api.CreateSandbox, error) {
+	if p.Admin {
+		return nil, errdefs.New(errdefs.ErrPermissionDenied, "MCP specs belong to tenants: use a tenant's key")
+	}
+	v, err := s.cfg.Store.Meta(ctx, mcpSpecMeta(p.Tenant))
+	if err != nil {
+		return nil, err
+	}
+	spec := &api.CreateSandbox{}
+	if v != "" {
+		if err := json.Unmarshal([]byte(v), spec); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
+}
+
+// SetMCPSpec keeps the tenant's default MCP sandbox spec, validated as a
+// create would be.
+func (s *Service) SetMCPSpec(ctx context.Context, p *Principal, spec *api.CreateSandbox) error {
+	if p.Admin {
+		return errdefs.New(errdefs.ErrPermissionDenied, "MCP specs belong to tenants: use a tenant's key")
+	}
+	if _, _, _, err := specOf(spec); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(spec)
+	if err := s.cfg.Store.SetMeta(ctx, mcpSpecMeta(p.Tenant), string(b)); err != nil {
+		return err
+	}
+	rec := *spec
+	rec.Env = nil // values may be secrets; the names stay
+	names := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return s.commit(ctx, who{tenant: p.Tenant}, "mcp.spec", "observed", map[string]any{"spec": rec, "env": names})
+}

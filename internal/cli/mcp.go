@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/daemon"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+)
+
+func mcpCmd(g *globals) *cobra.Command {
+	var (
+		req                              api.CreateSandbox
+		env, grants, secrets             []string
+		memory, disk, policy, grantsFile string
+		export, scanPolicy               string
+		useDaemon                        bool
+	)
+	c := &cobra.Command{
+		Use:   "mcp [flags]",
+		Short: "Serve MCP over stdio: an agent's tools run inside a sandbox made for the session",
+		Long: `mcp serves the Model Context Protocol on stdin and stdout, for desktop and
+command-line agents. Its tools (run_command, read_file, write_file,
+edit_file, list_files, search_files, diff, network_log) and the workspace's
+files as resources all act inside one sandbox made for the session from these
+flags (those of airlock run), never on the machine that runs the agent. The
+sandbox is destroyed when the session ends; the workspace's diff is then
+printed to stderr, or written to --export.
+
+By default the sandbox is made in this process (no daemon; root needed, as for
+run), and everything the session does goes to an audit log under
+~/.local/state/airlock/mcp/. With --daemon it is made by airlock serve, as the
+tenant whose key --key-file (or $AIRLOCK_API_KEY) holds.
+
+Configuration for an MCP client (docs/mcp.md has more):
+
+  {"mcpServers": {"airlock": {"command": "sudo",
+    "args": ["airlock", "mcp", "--workspace", "/home/me/src/shop", "--allow", "npm"]}}}`,
+		Example: `  sudo airlock mcp --workspace "$PWD"
+  sudo airlock mcp --repo ~/src/shop --commit main --allow pypi --export /tmp/shop.diff
+  airlock mcp --daemon --key-file ~/.config/airlock/key --workspace /srv/repos/shop`,
+		Args: cobra.NoArgs,
+	}
+	k := addConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		var err error
+		if req.Env, err = kvMap("-e", env); err != nil {
+			return err
+		}
+		if req.Limits.MemoryBytes, err = sizeFlag("memory", memory); err != nil {
+			return err
+		}
+		if req.Limits.DiskBytes, err = sizeFlag("disk", disk); err != nil {
+			return err
+		}
+		if req.Workspace, err = absPath(req.Workspace); err != nil {
+			return err
+		}
+		if req.Repo, err = absPath(req.Repo); err != nil {
+			return err
+		}
+		if policy != "" {
+			if err := readPolicy(policy, &req.Network); err != nil {
+				return err
+			}
+		}
+		if req.Grants, err = grantsOf(grants, grantsFile); err != nil {
+			return err
+		}
+		if len(req.Network.Allow) > 0 && req.Network.Mode == "" {
+			req.Network.Mode = "proxy"
+		}
+		if !slices.Contains(spec.ScanPolicies, scanPolicy) {
+			return errdefs.Invalid(fmt.Sprintf("--scan %q: one of block, redact, record", scanPolicy))
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), unix.SIGINT, unix.SIGTERM)
+		defer stop()
+		if useDaemon {
+			if len(secrets) > 0 {
+				return errdefs.Invalid("--secret is for the embedded sandbox; with --daemon, store secrets with airlock secret add")
+			}
+			cl, err := k.client(false)
+			if err != nil {
+				return err
+			}
+			return serveMCP(ctx, g, &mcp.ClientBackend{Client: cl}, req, export)
+		}
+		local, err := localSecrets(secrets)
+		if err != nil {
+			return err
+		}
+		if os.Geteuid() != 0 {
+			return errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo (or use --daemon)")
+		}
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		files := filepath.Join(runStateDir(), "mcp", time.Now().UTC().Format("20060102T150405Z")+"-"+hex.EncodeToString(b[:]))
+		if err := os.MkdirAll(files, 0o700); err != nil {
+			return err
+		}
+		cacheBytes, err := spec.ParseSize(g.imageCache)
+		if err != nil {
+			return fmt.Errorf("--image-cache-size: %w", err)
+		}
+		return daemon.Serve(ctx, daemon.ServeConfig{
+			Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: g.log, Warn: g.warn, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, ImageCacheBytes: cacheBytes},
+			Files:  files, Version: Version,
+			Embedded: func(ctx context.Context, svc *sandbox.Service) error {
+				admin := &sandbox.Principal{Admin: true}
+				if _, err := svc.CreateTenant(ctx, admin, &api.CreateTenant{Name: "local", ScanPolicy: scanPolicy}); err != nil {
+					return err
+				}
+				p := &sandbox.Principal{Tenant: "local", ScanPolicy: scanPolicy}
+				for _, name := range slices.Sorted(maps.Keys(local)) {
+					if _, err := svc.AddSecret(ctx, p, &api.AddSecret{Name: name, Value: string(local[name])}); err != nil {
+						return err
+					}
+				}
+				g.warn("mcp: the session's audit log is in " + files)
+				return serveMCP(ctx, g, &mcp.ServiceBackend{Service: svc, Principal: p}, req, export)
+			},
+		})
+	}
+	f := c.Flags()
+	f.StringVar(&req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference`)
+	f.BoolVar(&req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image (for package installs)")
+	f.StringVar(&req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace (the host's files are never written)")
+	f.StringVar(&req.Repo, "repo", "", "host git repository to check out at /workspace")
+	f.StringVar(&req.Commit, "commit", "", "revision of --repo (default HEAD)")
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVar(&memory, "memory", "", "memory limit (default 2G)")
+	f.StringVar(&disk, "disk", "", "writable space (default 1G)")
+	f.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU limit (default 1)")
+	f.Int64Var(&req.Limits.Pids, "pids", 0, "process limit (default 512)")
+	f.StringArrayVar(&req.Network.Allow, "allow", nil, "allowed host pattern or preset (pypi, npm, go, github, debian); turns on the proxy")
+	f.StringArrayVar(&req.Network.Deny, "deny", nil, "denied host pattern")
+	f.StringVar(&policy, "policy", "", "YAML or JSON file with allow: and deny: lists")
+	f.StringArrayVar(&grants, "grant", nil, grantHelp)
+	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants")
+	f.StringArrayVar(&secrets, "secret", nil, "a secret for --grant: NAME=env:VARIABLE or NAME=file:PATH (embedded only)")
+	f.StringVar(&scanPolicy, "scan", "block", "what a credential found in a tool call does: block, redact or record (embedded only; a daemon's tenant has its own)")
+	f.StringVar(&req.TTL, "ttl", "24h", "the sandbox's lifetime, should the session outlive it")
+	f.StringVar(&req.Trigger.TaskID, "task-id", "", "trigger record: the task this session serves (default mcp:<session id>)")
+	f.StringVar(&export, "export", "", "write the workspace's diff to FILE when the session ends (default: stderr)")
+	f.BoolVar(&useDaemon, "daemon", false, "make the sandbox in airlock serve (with --address and --key-file) instead of in this process")
+	return c
+}
+
+// serveMCP runs one MCP session over stdio, then ends its sandbox, first
+// saving the workspace's diff.
+func serveMCP(ctx context.Context, g *globals, backend mcp.Backend, req api.CreateSandbox, export string) error {
+	srv, sess := mcp.NewServer(backend, req, mcp.Options{Version: Version})
+	sess.OnCreate = func(sb mcp.Sandbox) { g.warn("mcp: sandbox " + sb.ID() + " made for the session") }
+	runErr := srv.Run(ctx, &sdk.StdioTransport{})
+	var diffErr error
+	endErr := sess.End(context.WithoutCancel(ctx), func(sb mcp.Sandbox) {
+		d, err := sb.Diff(context.WithoutCancel(ctx))
+		if err != nil {
+			diffErr = fmt.Errorf("the workspace's diff: %w", err)
+			return
+		}
+		if export != "" {
+			diffErr = os.WriteFile(export, []byte(d), 0o644)
+			return
+		}
+		if d == "" {
+			g.warn("mcp: no changes in /workspace")
+			return
+		}
+		fmt.Fprint(g.stderr, d)
+	})
+	if endErr != nil {
+		g.warn("mcp: destroy the sandbox: " + endErr.Error())
+	}
+	if runErr != nil && ctx.Err() == nil && !isClosed(runErr) {
+		return runErr
+	}
+	return diffErr
+}
+
+// isClosed reports the end of a stdio session (the client went away).
+func isClosed(err error) bool {
+	return err != nil && (bytes.Contains([]byte(err.Error()), []byte("EOF")) || bytes.Contains([]byte(err.Error()), []byte("closed")))
+}
+
+// readPolicy reads a policy file's allow and deny lists (airlock run's
+// --policy format) into n.
+func readPolicy(path string, n *api.Network) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return errdefs.Invalid("--policy: " + err.Error())
+	}
+	var pf struct {
+		Allow []string `yaml:"allow"`
+		Deny  []string `yaml:"deny"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&pf); err != nil {
+		return errdefs.Invalid(fmt.Sprintf("--policy %s: %v", path, err))
+	}
+	n.Allow = append(n.Allow, pf.Allow...)
+	n.Deny = append(n.Deny, pf.Deny...)
+	return nil
+}

@@ -1,0 +1,326 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/api"
+)
+
+// A small project with a failing test: the agent's job is to fix it.
+func buggyProject(t *testing.T) string {
+	dir := t.TempDir()
+	files := map[string]string{
+		"calc.py":      "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
+		"test_calc.py": "from calc import add, mul\n\nassert mul(2, 3) == 6, 'mul'\nassert add(2, 3) == 5, 'add(2, 3) should be 5'\nprint('all tests pass')\n",
+		"README.md":    "calc: add and mul\nadd adds\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// lockedBuffer collects a process's stderr while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// mcpStdio starts `airlock mcp ARGS` and connects the go-sdk client to it.
+func mcpStdio(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.Command(airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", dataDir, "mcp"}, args...)...)
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	c := sdk.NewClient(&sdk.Implementation{Name: "e2e-agent", Version: "1.0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := c.Connect(ctx, &sdk.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr)
+	}
+	t.Cleanup(func() {
+		_ = cs.Close()
+		if t.Failed() {
+			t.Logf("airlock mcp stderr:\n%s", stderr)
+		}
+	})
+	return cs, cmd, stderr
+}
+
+// call runs a tool and returns its text and whether it was a tool error.
+func call(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: a protocol error, not a tool error: %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String(), res.IsError
+}
+
+// fixTheTest is the seed example's loop: read, run the tests, edit, run
+// them again, see the diff.
+func fixTheTest(t *testing.T, cs *sdk.ClientSession) {
+	t.Helper()
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+		if tl.Description == "" || tl.InputSchema == nil {
+			t.Errorf("tool %s lacks a description or schema", tl.Name)
+		}
+	}
+	for _, want := range []string{"run_command", "read_file", "write_file", "edit_file", "list_files", "search_files", "diff", "network_log"} {
+		if !strings.Contains(strings.Join(names, " "), want) {
+			t.Errorf("no tool %s in %v", want, names)
+		}
+	}
+	if out, isErr := call(t, cs, "list_files", map[string]any{}); isErr || !strings.Contains(out, "/workspace/calc.py") {
+		t.Fatalf("list_files: %s", out)
+	}
+	if out, isErr := call(t, cs, "search_files", map[string]any{"pattern": "def add"}); isErr || !strings.Contains(out, "/workspace/calc.py:1:def add(a, b):") {
+		t.Fatalf("search_files: %s", out)
+	}
+	if out, isErr := call(t, cs, "read_file", map[string]any{"path": "calc.py", "start_line": 1, "end_line": 2}); isErr || !strings.Contains(out, "return a - b") || strings.Contains(out, "mul") {
+		t.Fatalf("read_file with a range: %s", out)
+	}
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "python3 -B test_calc.py"}); isErr || !strings.Contains(out, "exit code: 1") || !strings.Contains(out, "add(2, 3) should be 5") {
+		t.Fatalf("the failing test: %s", out)
+	}
+	if out, isErr := call(t, cs, "edit_file", map[string]any{"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"}); isErr {
+		t.Fatalf("edit_file: %s", out)
+	}
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "python3 -B test_calc.py"}); isErr || !strings.Contains(out, "exit code: 0") || !strings.Contains(out, "all tests pass") {
+		t.Fatalf("the fixed test: %s", out)
+	}
+	if out, isErr := call(t, cs, "diff", map[string]any{}); isErr || !strings.Contains(out, "-    return a - b") || !strings.Contains(out, "+    return a + b") {
+		t.Fatalf("diff: %s", out)
+	}
+	// Resources: the workspace's files.
+	res, err := cs.ReadResource(context.Background(), &sdk.ReadResourceParams{URI: "file:///workspace/calc.py"})
+	if err != nil || len(res.Contents) != 1 || !strings.Contains(res.Contents[0].Text, "return a + b") {
+		t.Errorf("the workspace file as a resource: %v %v", res, err)
+	}
+}
+
+// toolErrors: the model gets readable tool errors, not protocol failures.
+func toolErrors(t *testing.T, cs *sdk.ClientSession) {
+	t.Helper()
+	if out, isErr := call(t, cs, "read_file", map[string]any{"path": "nope.py"}); !isErr || !strings.Contains(strings.ToLower(out), "no such file") {
+		t.Errorf("an absent file: %v %s", isErr, out)
+	}
+	if out, isErr := call(t, cs, "edit_file", map[string]any{"path": "README.md", "old_string": "add", "new_string": "sum"}); !isErr || !strings.Contains(out, "more than once") && !strings.Contains(out, "times") {
+		t.Errorf("a non-unique edit: %v %s", isErr, out)
+	}
+	if out, isErr := call(t, cs, "edit_file", map[string]any{"path": "README.md", "old_string": "subtract", "new_string": "x"}); !isErr || !strings.Contains(out, "not found") && !strings.Contains(out, "does not occur") {
+		t.Errorf("an absent edit: %v %s", isErr, out)
+	}
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "sleep 30", "timeout_seconds": 1}); isErr || !strings.Contains(out, "TIMED OUT") {
+		t.Errorf("a timeout: %v %s", isErr, out)
+	}
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "yes | head -c 200000"}); isErr || !strings.Contains(out, "bytes cut") {
+		t.Errorf("a large output is cut, marked: %v %.300s", isErr, out)
+	}
+	pasted := "ghp_" + "Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
+	if out, isErr := call(t, cs, "write_file", map[string]any{"path": "token.txt", "content": "token=" + pasted}); !isErr || !strings.Contains(out, "secret scan") || strings.Contains(out, pasted) {
+		t.Errorf("a pasted key in a file: %v %s", isErr, out)
+	}
+}
+
+func TestMCPStdio(t *testing.T) {
+	proj := buggyProject(t)
+	cs, cmd, stderr := mcpStdio(t, "--workspace", proj, "--allow", "allowed.test")
+	fixTheTest(t, cs)
+	toolErrors(t, cs)
+
+	// A refused connection, and its reason, visible to the agent.
+	out, _ := call(t, cs, "run_command", map[string]any{"command": "python3 -c \"import urllib.request; urllib.request.urlopen('http://denied.test/x', timeout=10)\""})
+	if !strings.Contains(out, "exit code: 1") {
+		t.Errorf("a request to a denied host succeeded: %s", out)
+	}
+	var log string
+	for i := 0; i < 50; i++ { // egress records are written behind the request
+		if log, _ = call(t, cs, "network_log", map[string]any{"only_refused": true}); strings.Contains(log, "denied.test") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(log, "DENIED") || !strings.Contains(log, "denied.test:80") || !strings.Contains(log, "no allow rule matches") {
+		t.Errorf("network_log: %s", log)
+	}
+
+	// Another session has a sandbox of its own.
+	other, otherCmd, _ := mcpStdio(t, "--workspace", proj)
+	if _, isErr := call(t, other, "write_file", map[string]any{"path": "/tmp/mine", "content": "other"}); isErr {
+		t.Fatal("write in the other session")
+	}
+	if out, isErr := call(t, cs, "read_file", map[string]any{"path": "/tmp/mine"}); !isErr {
+		t.Errorf("one session read another's file: %s", out)
+	}
+	if out, _ := call(t, other, "read_file", map[string]any{"path": "calc.py"}); !strings.Contains(out, "return a - b") {
+		t.Errorf("one session's edit reached another's workspace: %s", out)
+	}
+
+	// The session ends: its sandbox is destroyed and the diff printed.
+	id := regexp.MustCompile(`sandbox ([0-9a-f]{12}) made`).FindStringSubmatch(stderr.String())
+	if id == nil {
+		t.Fatalf("no sandbox id on stderr:\n%s", stderr)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "agents", id[1]+".sock")); err != nil {
+		t.Fatalf("the live sandbox's agent socket: %v", err)
+	}
+	_ = cs.Close()
+	waitMCPExit(t, cmd)
+	if !strings.Contains(stderr.String(), "+    return a + b") {
+		t.Errorf("no diff on stderr:\n%s", stderr)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "agents", id[1]+".sock")); !os.IsNotExist(err) {
+		t.Errorf("the sandbox outlived its session: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(proj, "calc.py")); !strings.Contains(string(b), "return a - b") {
+		t.Error("the host's workspace was written")
+	}
+	_ = other.Close()
+	waitMCPExit(t, otherCmd)
+}
+
+func waitMCPExit(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	for i := 0; i < 300 && cmd.ProcessState == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if cmd.ProcessState == nil {
+		t.Fatal("airlock mcp did not exit after its session ended")
+	}
+}
+
+// keyTransport adds a tenant key to every request, over the daemon's
+// unix socket.
+type keyTransport struct {
+	key, sock string
+	base      http.RoundTripper
+}
+
+func (k *keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+k.key)
+	return k.base.RoundTrip(r)
+}
+
+func unixHTTP(sock, key string) *http.Client {
+	return &http.Client{Transport: &keyTransport{key: key, sock: sock, base: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}}
+}
+
+func TestServeMCP(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.client(t, tn.Key)
+	proj := buggyProject(t)
+	if err := c.SetMCPSpec(ctx, &api.CreateSandbox{Workspace: proj}); err != nil {
+		t.Fatal(err)
+	}
+	connect := func(key string) *sdk.ClientSession {
+		cl := sdk.NewClient(&sdk.Implementation{Name: "e2e-http-agent", Version: "2.0"}, nil)
+		cs, err := cl.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: unixHTTP(d.sock, key)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	cs := connect(tn.Key)
+	fixTheTest(t, cs)
+	toolErrors(t, cs)
+
+	// The session is bound to the key that opened it.
+	other, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp-other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"calc.py"}}}`
+	req, _ := http.NewRequest("POST", "http://airlock/mcp", strings.NewReader(body))
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := unixHTTP(d.sock, other.Key).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another key on the session: %d", resp.StatusCode)
+	}
+	req, _ = http.NewRequest("POST", "http://airlock/mcp", strings.NewReader(body))
+	if resp, err := unixHTTP(d.sock, "").Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no key: %v %v", resp, err)
+	}
+
+	// Its sandbox carries the session as its trigger, and ends with it.
+	sbs, _ := c.Sandboxes(ctx)
+	var live *api.Sandbox
+	for _, sb := range sbs {
+		if sb.State == api.StateRunning {
+			live = sb
+		}
+	}
+	if live == nil || live.Trigger.TaskID != "mcp:"+cs.ID() || live.Trigger.Inputs["mcp_client"] != "e2e-http-agent 2.0" {
+		t.Fatalf("the session's sandbox: %+v", live)
+	}
+	recs, _ := c.Audit(ctx, live.ID, "exec")
+	if len(recs) == 0 || recs[0].Trigger != "mcp:"+cs.ID() {
+		t.Errorf("tool calls' records lack the session as trigger: %+v", recs)
+	}
+	_ = cs.Close()
+	for i := 0; i < 100; i++ {
+		if sb, err := c.Sandbox(ctx, live.ID); err == nil && sb.State == api.StateEnded {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("the sandbox outlived its MCP session")
+}
