@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -56,7 +57,15 @@ func (l *lockedBuffer) String() string {
 // mcpStdio starts `airlock mcp ARGS` and connects the go-sdk client to it.
 func mcpStdio(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *lockedBuffer) {
 	t.Helper()
+	return mcpStdioEnv(t, nil, args...)
+}
+
+func mcpStdioEnv(t *testing.T, env []string, args ...string) (*sdk.ClientSession, *exec.Cmd, *lockedBuffer) {
+	t.Helper()
 	cmd := exec.Command(airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", dataDir, "mcp"}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	c := sdk.NewClient(&sdk.Implementation{Name: "e2e-agent", Version: "1.0"}, nil)
@@ -316,11 +325,89 @@ func TestServeMCP(t *testing.T) {
 		t.Errorf("tool calls' records lack the session as trigger: %+v", recs)
 	}
 	_ = cs.Close()
-	for i := 0; i < 100; i++ {
-		if sb, err := c.Sandbox(ctx, live.ID); err == nil && sb.State == api.StateEnded {
-			return
+	ended := false
+	for i := 0; i < 100 && !ended; i++ {
+		sb, err := c.Sandbox(ctx, live.ID)
+		ended = err == nil && sb.State == api.StateEnded
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !ended {
+		t.Errorf("the sandbox outlived its MCP session")
+	}
+
+	// A session whose initialization names its sandbox's spec.
+	other2 := buggyProject(t)
+	_ = os.WriteFile(filepath.Join(other2, "named.txt"), []byte("from the named spec\n"), 0o644)
+	hc := unixHTTP(d.sock, tn.Key)
+	post := func(sid, body string) (string, string) {
+		req, _ := http.NewRequest("POST", "http://airlock/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		if sid != "" {
+			req.Header.Set("Mcp-Session-Id", sid)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.Header.Get("Mcp-Session-Id"), string(b)
+	}
+	sid, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"},"_meta":{"airlock/sandbox":{"workspace":"`+other2+`"}}}}`)
+	post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if _, out := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"named.txt"}}}`); !strings.Contains(out, "from the named spec") {
+		t.Errorf("the spec named in the initialization: %s", out)
+	}
+	req, _ = http.NewRequest("DELETE", "http://airlock/mcp", nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	if resp, err := hc.Do(req); err == nil {
+		resp.Body.Close()
+	}
+
+	// airlock mcp --daemon: the stdio server, its sandbox in the daemon,
+	// the diff written where --export says.
+	export := filepath.Join(t.TempDir(), "session.diff")
+	ds, dcmd, _ := mcpStdioEnv(t, []string{"AIRLOCK_API_KEY=" + tn.Key}, "--daemon", "--address", d.sock, "--workspace", proj, "--export", export)
+	if out, isErr := call(t, ds, "edit_file", map[string]any{"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}); isErr {
+		t.Fatalf("edit through --daemon: %s", out)
+	}
+	if out, _ := call(t, ds, "run_command", map[string]any{"command": "python3 -B test_calc.py"}); !strings.Contains(out, "all tests pass") {
+		t.Errorf("run through --daemon: %s", out)
+	}
+	_ = ds.Close()
+	waitMCPExit(t, dcmd)
+	if b, err := os.ReadFile(export); err != nil || !strings.Contains(string(b), "+    return a + b") {
+		t.Errorf("--export: %q %v", b, err)
+	}
+	for _, sb := range mustSandboxes(t, c) {
+		if sb.State == api.StateRunning {
+			t.Errorf("sandbox %s still runs after every session ended", sb.ID)
+		}
+	}
+}
+
+func mustSandboxes(t *testing.T, c interface {
+	Sandboxes(context.Context) ([]*api.Sandbox, error)
+}) []*api.Sandbox {
+	t.Helper()
+	var sbs []*api.Sandbox
+	for i := 0; i < 50; i++ {
+		var err error
+		if sbs, err = c.Sandboxes(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, sb := range sbs {
+			if sb.State == api.StateRunning {
+				running++
+			}
+		}
+		if running == 0 {
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Errorf("the sandbox outlived its MCP session")
+	return sbs
 }

@@ -1,0 +1,39 @@
+package mcp
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/api"
+)
+
+func TestCappedKeepsBothEndsAndSaysWhatItCut(t *testing.T) {
+	c := newCapped(10)
+	for _, s := range []string{"abc", "defgh", "ijklmnop", "qrstuvwxyz"} {
+		_, _ = c.Write([]byte(s))
+	}
+	got := c.String()
+	if !strings.HasPrefix(got, "abcde") || !strings.HasSuffix(got, "vwxyz") || !strings.Contains(got, "[... 16 bytes cut ...]") || c.Len() != 26 {
+		t.Errorf("%q (len %d)", got, c.Len())
+	}
+	small := newCapped(10)
+	_, _ = small.Write([]byte("short"))
+	if small.String() != "short" {
+		t.Errorf("%q", small.String())
+	}
+}
+
+func TestUnderAndToolErr(t *testing.T) {
+	for in, want := range map[string]string{"": "/workspace", "calc.py": "/workspace/calc.py", "a/../b": "/workspace/b", "/tmp/x": "/tmp/x"} {
+		if got := under(in); got != want {
+			t.Errorf("under(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if err := toolErr(&api.Error{Code: api.CodeNotFound, Message: "no such file"}); err.Error() != "no such file" {
+		t.Errorf("an API error for the model: %q", err)
+	}
+	if err := toolErr(errors.New("plain")); err.Error() != "plain" {
+		t.Errorf("%q", err)
+	}
+}
