@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -157,6 +158,10 @@ func memfdCopy(src *os.File) (*os.File, error) {
 
 // reapExes removes the copies of other airlock binaries (a host that
 // upgraded airlock). A running airlock that uses one holds it open.
+// staleCopy is when a temporary copy of the binary is taken for the
+// remains of a killed process.
+const staleCopy = 10 * time.Minute
+
 func reapExes(dir string) {
 	src, err := os.Open("/proc/self/exe")
 	if err != nil {
@@ -169,6 +174,14 @@ func reapExes(dir string) {
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
+		// A copy whose maker was killed mid-way stays as a temporary
+		// file; one being made now is seconds old.
+		if strings.HasPrefix(e.Name(), ".new-") {
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleCopy {
+				_ = os.Remove(filepath.Join(dir, e.Name()))
+			}
+			continue
+		}
 		if e.Name() == cur || !strings.HasPrefix(e.Name(), "airlock-") {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -85,10 +86,23 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 	if _, err := openImmutable(other, 4); err == nil {
 		t.Error("a writable-flag file was taken for the copy")
 	}
+	// Regression: a copy whose maker was killed mid-way was left forever.
+	stale, fresh := filepath.Join(dir, ".new-killed"), filepath.Join(dir, ".new-inprogress")
+	_ = os.WriteFile(stale, []byte("part"), 0o600)
+	_ = os.WriteFile(fresh, []byte("part"), 0o600)
+	old := time.Now().Add(-2 * staleCopy)
+	_ = os.Chtimes(stale, old, old)
 	reapExes(dir)
 	if _, err := os.Stat(other); err == nil {
 		t.Error("gc left another binary's copy")
 	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("gc left a killed process's partial copy")
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Error("gc removed a copy being made")
+	}
+	_ = os.Remove(fresh)
 }
 
 func reapAll(p string) {
