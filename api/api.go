@@ -364,6 +364,13 @@ type CreateTenant struct {
 	ScanPolicy string `json:"scan_policy,omitempty"`
 }
 
+// UpdateTenant changes a tenant's quotas or scan policy (fields left out
+// stay as they are).
+type UpdateTenant struct {
+	Quotas     *Quotas `json:"quotas,omitempty"`
+	ScanPolicy string  `json:"scan_policy,omitempty"`
+}
+
 // Tenant describes a tenant. Key is set only in the answer to its
 // creation: it is stored hashed and cannot be shown again.
 type Tenant struct {

@@ -494,6 +494,12 @@ func (c *Client) Tenants(ctx context.Context) ([]*api.Tenant, error) {
 	return out, c.call(ctx, "GET", "/v1/tenants", nil, nil, &out)
 }
 
+// UpdateTenant changes a tenant's quotas or scan policy (admin key).
+func (c *Client) UpdateTenant(ctx context.Context, name string, req *api.UpdateTenant) (*api.Tenant, error) {
+	var out api.Tenant
+	return &out, c.call(ctx, "PATCH", "/v1/tenants/"+url.PathEscape(name), nil, req, &out)
+}
+
 // DeleteTenant destroys a tenant's sandboxes and removes it (admin key).
 func (c *Client) DeleteTenant(ctx context.Context, name string) error {
 	return c.call(ctx, "DELETE", "/v1/tenants/"+url.PathEscape(name), nil, nil, nil)

@@ -700,6 +700,52 @@ func tenantCmd(g *globals) *cobra.Command {
 		}
 		return w.Flush()
 	}
+	var uq api.Quotas
+	var uMaxMem, uMaxSnap, uScan string
+	update := &cobra.Command{
+		Use:   "update NAME",
+		Short: "Change a tenant's scan policy or quotas (quota flags given replace the whole set)",
+		Args:  cobra.ExactArgs(1),
+	}
+	uk := addConn(update, g, true)
+	update.RunE = func(cmd *cobra.Command, args []string) error {
+		req := api.UpdateTenant{ScanPolicy: uScan}
+		uf := cmd.Flags()
+		if uf.Changed("max-sandboxes") || uf.Changed("max-memory") || uf.Changed("max-cpus") || uf.Changed("cpu-seconds") || uf.Changed("cpu-period") || uf.Changed("max-snapshot-bytes") {
+			var err error
+			if uq.MaxMemory, err = sizeFlag("max-memory", uMaxMem); err != nil {
+				return err
+			}
+			if uq.MaxSnapshotBytes, err = sizeFlag("max-snapshot-bytes", uMaxSnap); err != nil {
+				return err
+			}
+			req.Quotas = &uq
+		}
+		if req.Quotas == nil && req.ScanPolicy == "" {
+			return errdefs.Invalid("nothing to change: give --scan-policy or quota flags")
+		}
+		cl, err := uk.client(true)
+		if err != nil {
+			return err
+		}
+		t, err := cl.UpdateTenant(cmd.Context(), args[0], &req)
+		if err != nil {
+			return apiErr(err)
+		}
+		if uk.asJSON {
+			return printJSON(g.stdout, t)
+		}
+		fmt.Fprintf(g.stderr, "airlock: tenant %s updated (scan policy %s)\n", t.Name, t.ScanPolicy)
+		return nil
+	}
+	uf := update.Flags()
+	uf.StringVar(&uScan, "scan-policy", "", "block, redact or record")
+	uf.IntVar(&uq.MaxSandboxes, "max-sandboxes", 0, "sandboxes at once (0: unlimited)")
+	uf.StringVar(&uMaxMem, "max-memory", "", "sum of the sandboxes' memory limits (e.g. 16G)")
+	uf.Float64Var(&uq.MaxCPUs, "max-cpus", 0, "sum of the sandboxes' CPU limits")
+	uf.Float64Var(&uq.CPUSeconds, "cpu-seconds", 0, "CPU seconds per period")
+	uf.StringVar(&uMaxSnap, "max-snapshot-bytes", "", "file content of the tenant's snapshots in all")
+	uf.StringVar(&uq.CPUPeriod, "cpu-period", "", "the CPU budget's period (default 1h)")
 	rm := &cobra.Command{Use: "rm NAME", Short: "Destroy a tenant's sandboxes and remove it", Args: cobra.ExactArgs(1)}
 	rk := addConn(rm, g, false)
 	rm.RunE = func(cmd *cobra.Command, args []string) error {
@@ -709,7 +755,7 @@ func tenantCmd(g *globals) *cobra.Command {
 		}
 		return apiErr(cl.DeleteTenant(cmd.Context(), args[0]))
 	}
-	c.AddCommand(create, ls, rm)
+	c.AddCommand(create, ls, update, rm)
 	return c
 }
 

@@ -410,6 +410,18 @@ func (h *Handler) routes() []route {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
+		{"PATCH /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.UpdateTenant
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			t, err := s.UpdateTenant(r.Context(), p, r.PathValue("name"), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, t)
+			return nil
+		}},
 		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			if err := s.DeleteTenant(r.Context(), p, r.PathValue("name")); err != nil {
 				return err

@@ -104,3 +104,39 @@ func TestSecretsSealedAndRotated(t *testing.T) {
 		t.Errorf("after removal: %v", err)
 	}
 }
+
+// A tenant's new scan policy applies from its key's next call, though
+// that key's principal was cached.
+func TestUpdateTenantScanPolicy(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(Config{Store: db, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	ctx := context.Background()
+	admin := &Principal{Admin: true}
+	tn, err := s.CreateTenant(ctx, admin, &api.CreateTenant{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Authenticate(ctx, tn.Key)
+	if err != nil || p.ScanPolicy != "block" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if _, err := s.UpdateTenant(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "record"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Authenticate(ctx, tn.Key); p.ScanPolicy != "record" {
+		t.Errorf("after the update: %+v", p)
+	}
+	if _, err := s.UpdateTenant(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "ignore"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a bad policy: %v", err)
+	}
+	if _, err := s.UpdateTenant(ctx, p, "acme", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a tenant changing its own policy: %v", err)
+	}
+	if _, err := s.UpdateTenant(ctx, admin, "nope", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a missing tenant: %v", err)
+	}
+}

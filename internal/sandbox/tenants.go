@@ -167,6 +167,61 @@ func (s *Service) CreateTenant(ctx context.Context, p *Principal, req *api.Creat
 	return &api.Tenant{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Created: now, Key: key}, nil
 }
 
+// UpdateTenant changes a tenant's quotas or scan policy; its key's next
+// call sees them. Live sandboxes' proxies keep the policy they were made
+// with.
+func (s *Service) UpdateTenant(ctx context.Context, p *Principal, name string, req *api.UpdateTenant) (*api.Tenant, error) {
+	if err := admin(p); err != nil {
+		return nil, err
+	}
+	var cur *store.Tenant
+	ts, err := s.cfg.Store.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ts {
+		if ts[i].Name == name {
+			cur = &ts[i]
+		}
+	}
+	if cur == nil {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
+	}
+	var q api.Quotas
+	_ = json.Unmarshal([]byte(cur.Quotas), &q)
+	if req.Quotas != nil {
+		if err := validQuotas(*req.Quotas); err != nil {
+			return nil, err
+		}
+		q = *req.Quotas
+	}
+	policy := cur.ScanPolicy
+	if req.ScanPolicy != "" {
+		if !slices.Contains(spec.ScanPolicies, req.ScanPolicy) {
+			return nil, errdefs.Invalid(fmt.Sprintf("scan_policy %q: one of %s", req.ScanPolicy, strings.Join(spec.ScanPolicies, ", ")))
+		}
+		policy = req.ScanPolicy
+	}
+	if policy == "" {
+		policy = DefaultScanPolicy
+	}
+	qb, _ := json.Marshal(q)
+	if err := s.cfg.Store.UpdateTenant(ctx, name, string(qb), policy); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	for h, kp := range s.keys {
+		if !kp.Admin && kp.Tenant == name {
+			delete(s.keys, h) // the next call loads the new settings
+		}
+	}
+	s.mu.Unlock()
+	if err := s.commit(ctx, who{tenant: name}, "tenant.updated", "observed", map[string]any{"quotas": q, "scan_policy": policy}); err != nil {
+		return nil, err
+	}
+	return &api.Tenant{Name: name, Quotas: q, ScanPolicy: policy, Created: cur.Created}, nil
+}
+
 // Tenants lists the tenants (admin), or the caller's own tenant.
 func (s *Service) Tenants(ctx context.Context, p *Principal) ([]*api.Tenant, error) {
 	ts, err := s.cfg.Store.Tenants(ctx)

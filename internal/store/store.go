@@ -288,6 +288,11 @@ func (s *Store) DeleteSecret(ctx context.Context, tenant, name string) error {
 	return affected(s.db.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ? AND name = ?`, tenant, name))
 }
 
+// UpdateTenant replaces a tenant's quotas and scan policy.
+func (s *Store) UpdateTenant(ctx context.Context, name, quotas, scanPolicy string) error {
+	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET quotas = ?, scan_policy = ? WHERE name = ?`, quotas, scanPolicy, name))
+}
+
 // SetTenantCPU records a tenant's CPU budget period and use in it.
 func (s *Store) SetTenantCPU(ctx context.Context, name string, start time.Time, used time.Duration) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE tenants SET cpu_period_start = ?, cpu_used_ns = ? WHERE name = ?`, start.UnixMilli(), int64(used), name)
