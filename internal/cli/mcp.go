@@ -91,8 +91,11 @@ Configuration for an MCP client (docs/mcp.md has more):
 		if !slices.Contains(spec.ScanPolicies, scanPolicy) {
 			return errdefs.Invalid(fmt.Sprintf("--scan %q: one of block, redact, record", scanPolicy))
 		}
-		ctx, stop := signal.NotifyContext(cmd.Context(), unix.SIGINT, unix.SIGTERM)
+		ctx, stop := signal.NotifyContext(cmd.Context(), unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
 		defer stop()
+		// A client gone mid-answer is a write error (the session ends and
+		// the sandbox with it), not a SIGPIPE that kills this process first.
+		signal.Ignore(unix.SIGPIPE)
 		if useDaemon {
 			if len(secrets) > 0 {
 				return errdefs.Invalid("--secret is for the embedded sandbox; with --daemon, store secrets with airlock secret add")

@@ -98,6 +98,7 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 	o.Workspace = b.wsDir
 	o.Landlock = landlockOn
 	o.AgentSocket = b.socket
+	o.DieWithCreator = e.cfg.SandboxesDieWithUs
 	o.NProc = boxNProc(s.Limits.Pids)
 	// Each command chooses its user; root inside gets the small set.
 	o.KeepCaps = rootCaps

@@ -48,6 +48,9 @@ type Config struct {
 	ImageCacheBytes int64
 	// OnEgress, when set, sees every egress decision (metrics).
 	OnEgress func(egress.Event)
+	// SandboxesDieWithUs makes long-lived sandboxes die with this process
+	// (airlock mcp's embedded service, which no later daemon adopts from).
+	SandboxesDieWithUs bool
 	// Broker, when set, keeps proxy-mode sandboxes' grants and scans what
 	// their proxies can read; without it grants are refused.
 	Broker *broker.Broker
@@ -101,6 +104,15 @@ func (e *Engine) GC() ([]string, error) {
 		err = errors.Join(err, err2)
 	}
 	netns.Reap(filepath.Join(e.cfg.StateDir, "nets"))
+	// A long-lived sandbox's agent socket, once its sandbox is gone (its
+	// creator died without a word).
+	socks, _ := filepath.Glob(filepath.Join(e.cfg.StateDir, "agents", "*.sock"))
+	for _, s := range socks {
+		id := strings.TrimSuffix(filepath.Base(s), ".sock")
+		if _, lerr := os.Stat(filepath.Join(e.cfg.StateDir, "sandboxes", id+".lock")); os.IsNotExist(lerr) {
+			_ = os.Remove(s)
+		}
+	}
 	return ids, err
 }
 

@@ -82,6 +82,9 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	if c.Files == "" {
 		c.Files = e.DataDir
 	}
+	if c.Embedded != nil {
+		e.SandboxesDieWithUs = true
+	}
 	if c.AdminKeyFile == "" {
 		c.AdminKeyFile = filepath.Join(c.Files, "admin.key")
 	}

@@ -143,6 +143,9 @@ type Options struct {
 	// init serves the agent on a unix socket bound at this host path, and
 	// the sandbox outlives the process that created it.
 	AgentSocket string
+	// DieWithCreator keeps a long-lived sandbox's parent-death signal: it
+	// dies with the process that made it (no daemon will adopt it).
+	DieWithCreator bool
 	// NProc caps each user's processes inside (RLIMIT_NPROC).
 	NProc uint64
 
@@ -299,7 +302,7 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if sb.agent {
+	if sb.agent && !o.DieWithCreator {
 		// A long-lived sandbox outlives its creator (a daemon restart).
 		cmd.SysProcAttr.Pdeathsig = 0
 	}

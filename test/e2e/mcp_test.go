@@ -411,3 +411,39 @@ func mustSandboxes(t *testing.T, c interface {
 	}
 	return sbs
 }
+
+// Regression: `airlock mcp` killed outright (its client crashed, a
+// SIGKILL, a SIGPIPE on a closed stdout) left its sandbox running with
+// nobody to end it, and gc left the agent's socket behind.
+func TestMCPKilledLeavesNothing(t *testing.T) {
+	cs, cmd, stderr := mcpStdio(t, "--workspace", buggyProject(t))
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "sleep 300 & echo started"}); isErr || !strings.Contains(out, "started") {
+		t.Fatalf("run_command: %s", out)
+	}
+	m := regexp.MustCompile(`sandbox ([0-9a-f]{12}) made`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no sandbox id on stderr:\n%s", stderr)
+	}
+	sock := filepath.Join(stateDir, "agents", m[1]+".sock")
+	_ = cmd.Process.Kill()
+	gone := false
+	for i := 0; i < 100 && !gone; i++ {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		gone = err != nil
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !gone {
+		t.Fatal("the sandbox's agent still answers after airlock mcp was killed")
+	}
+	if r := airlock(t, "", "gc"); r.code != 0 {
+		t.Fatalf("gc: %s", r)
+	}
+	for _, p := range []string{sock, filepath.Join(stateDir, "sandboxes", m[1])} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after gc: %v", p, err)
+		}
+	}
+}
