@@ -47,6 +47,12 @@ func fakeDNS(t *testing.T, table map[string]string) string {
 
 func startProxy(t *testing.T, allow ...string) (*Proxy, *Recorder, string) {
 	t.Helper()
+	return startProxyWith(t, nil, allow...)
+}
+
+// startProxyWith is startProxy with mod applied to the config first.
+func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *Recorder, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the DNS forwarder binds port 53: needs root")
 	}
@@ -66,11 +72,15 @@ func startProxy(t *testing.T, allow ...string) (*Proxy, *Recorder, string) {
 		t.Fatal(err)
 	}
 	rec := NewRecorder(nil, nil)
-	px, err := Start(Config{
+	cfg := Config{
 		Sandbox: "test", Listen: netip.MustParseAddr("127.0.0.3"), Policy: p,
 		Guard:    &Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 		Upstream: dnsAddr, MaxBytesOut: 1 << 20, Recorder: rec,
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	px, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,9 +236,7 @@ func TestDNSForwarder(t *testing.T) {
 }
 
 func TestProxyConnectionCap(t *testing.T) {
-	px, rec, _ := startProxy(t)
-	px.cfg.MaxConns = 2
-	px.conns = make(chan struct{}, 2)
+	_, rec, _ := startProxyWith(t, func(c *Config) { c.MaxConns = 2 })
 	var held []net.Conn
 	for i := 0; i < 2; i++ {
 		c, err := net.Dial("tcp", "127.0.0.3:3128")
