@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -111,7 +112,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 			for _, f := range ev.Findings {
 				svc.NoteFinding(ev.Sandbox, map[string]any{
 					"call": "egress", "where": f.Where, "rule": f.Rule, "fingerprint": f.Fingerprint, "action": f.Action,
-					"reason": f.Reason, "host": ev.Host, "method": ev.Method, "path": ev.Path,
+					"reason": f.Reason, "host": ev.Host, "method": ev.Method, "path": ev.Path, "rules": scan.RuleSet,
 				})
 			}
 		}

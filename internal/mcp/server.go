@@ -32,13 +32,12 @@ type Session struct {
 	// OnCreate, when set, hears of the sandbox once it is made.
 	OnCreate func(Sandbox)
 
-	mu      sync.Mutex
-	sb      Sandbox
-	err     error
-	ss      *sdk.ServerSession
-	ended   bool
-	version string
-	onEnd   func()
+	mu    sync.Mutex
+	sb    Sandbox
+	err   error
+	ss    *sdk.ServerSession
+	ended bool
+	onEnd func()
 }
 
 // Options shape a server.
@@ -56,7 +55,7 @@ type Options struct {
 // backend from spec (the session's, unless its initialization names one:
 // _meta "airlock/sandbox").
 func NewServer(backend Backend, spec api.CreateSandbox, o Options) (*sdk.Server, *Session) {
-	s := &Session{backend: backend, spec: spec, version: o.Version}
+	s := &Session{backend: backend, spec: spec}
 	opts := &sdk.ServerOptions{
 		Instructions: instructions,
 		InitializedHandler: func(ctx context.Context, req *sdk.InitializedRequest) {

@@ -61,7 +61,7 @@ func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string
 		local.Start -= starts[i]
 		local.End = min(local.End-starts[i], len(*fields[i].val))
 		perField[i] = append(perField[i], local)
-		data := map[string]any{"call": call, "where": fields[i].where, "rule": f.Rule, "fingerprint": s.cfg.Broker.Keys().Fingerprint(f.Secret), "action": action}
+		data := map[string]any{"call": call, "where": fields[i].where, "rule": f.Rule, "rules": scan.RuleSet, "fingerprint": s.cfg.Broker.Keys().Fingerprint(f.Secret), "action": action}
 		if err := s.commit(ctx, w, "secret.finding", "observed", data); err != nil {
 			return err
 		}
