@@ -447,3 +447,19 @@ func TestMCPKilledLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// The embedded sandbox takes grants with --secret, as run does: the
+// session sees the placeholder, never the value.
+func TestMCPGrant(t *testing.T) {
+	const secret = "mcp-secret-value-0001"
+	cs, _, stderr := mcpStdioEnv(t, []string{"AIRLOCK_TEST_MCP_SECRET=" + secret}, "--workspace", buggyProject(t),
+		"--grant", "k@api.test GET:/repos/** env=TOK", "--secret", "k=env:AIRLOCK_TEST_MCP_SECRET")
+	out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo \"tok=$TOK\"; env; cat /etc/airlock/ca.pem | head -1"})
+	if isErr || !strings.Contains(out, "tok=alk_") || !strings.Contains(out, "BEGIN CERTIFICATE") || strings.Contains(out, secret) {
+		t.Fatalf("the session's grant: %s", out)
+	}
+	_ = cs.Close()
+	if strings.Contains(stderr.String(), secret) {
+		t.Error("the secret reached airlock mcp's stderr")
+	}
+}
