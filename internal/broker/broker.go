@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -224,6 +225,63 @@ func (b *Broker) Scan(text string) ([]scan.Finding, error) {
 		text = string(blank)
 	}
 	return sc.Scan(text), nil
+}
+
+// Part is one value of a call or request, scanned with the others.
+// Prefix (a header's "Name: ") is scanned with it, for context, but is
+// not part of it.
+type Part struct {
+	Prefix, Text string
+}
+
+// PartFinding is a finding in part Part, its offsets local to that part's
+// text (clipped to it).
+type PartFinding struct {
+	Part int
+	scan.Finding
+}
+
+// ScanParts scans parts in one pass, joined by sep: a credential split
+// from its name across parts ("--token", "ghp_...") is still found, and
+// the rules' cost is paid once.
+func (b *Broker) ScanParts(parts []Part, sep byte) ([]PartFinding, error) {
+	var sb strings.Builder
+	begins := make([]int, len(parts)) // where each part's prefix begins
+	starts := make([]int, len(parts)) // and its text
+	for i, p := range parts {
+		if i > 0 {
+			sb.WriteByte(sep)
+		}
+		begins[i] = sb.Len()
+		sb.WriteString(p.Prefix)
+		starts[i] = sb.Len()
+		sb.WriteString(p.Text)
+	}
+	fs, err := b.Scan(sb.String())
+	if err != nil {
+		return nil, err
+	}
+	var out []PartFinding
+	for _, f := range fs {
+		i := max(0, sort.SearchInts(begins, f.Start+1)-1)
+		f.Start = max(0, f.Start-starts[i])
+		f.End = min(f.End-starts[i], len(parts[i].Text))
+		if f.End > f.Start {
+			out = append(out, PartFinding{Part: i, Finding: f})
+		}
+	}
+	return out, nil
+}
+
+// RedactParts replaces every finding's secret in its part's text.
+func RedactParts(texts []string, fs []PartFinding) {
+	by := map[int][]scan.Finding{}
+	for _, f := range fs {
+		by[f.Part] = append(by[f.Part], f.Finding)
+	}
+	for i, local := range by {
+		texts[i] = scan.Redact(texts[i], local)
+	}
 }
 
 // Placeholders finds what looks like a token in text (offsets).

@@ -447,3 +447,20 @@ func TestInspectRedactsAndRecords(t *testing.T) {
 		}
 	}
 }
+
+// Findings of a joined scan land in the part they are in, with offsets
+// local to its text (a prefix is context, not part of it).
+func TestScanPartsAttributes(t *testing.T) {
+	key := "ghp_Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
+	b := New(Config{Keys: EphemeralKeys()})
+	parts := []Part{{Text: "curl"}, {Prefix: "X-Note: ", Text: "token " + key}, {Text: "https://x"}}
+	fs, err := b.ScanParts(parts, '\n')
+	if err != nil || len(fs) != 1 || fs[0].Part != 1 || parts[1].Text[fs[0].Start:fs[0].End] != key {
+		t.Fatalf("%+v %v", fs, err)
+	}
+	texts := []string{parts[0].Text, parts[1].Text, parts[2].Text}
+	RedactParts(texts, fs)
+	if texts[1] != "token [REDACTED:github-pat]" || texts[0] != "curl" || texts[2] != "https://x" {
+		t.Errorf("%q", texts)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
-	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
@@ -153,70 +152,52 @@ func (s *Session) placeholder(tok, where, reason string) egress.Finding {
 // policy.
 func (s *Session) scan(in *egress.Inspected, v *egress.Verdict) string {
 	act := map[string]string{"block": "blocked", "redact": "redacted", "record": "recorded"}[s.policy]
-	// The parts, each on a line of its own: "Name: value" per header
-	// value, then the path, the query and the body.
-	type part struct {
-		where, prefix string
-		val           *string
-	}
-	var parts []part
+	// What is read, one line each: "Name: value" per header value, the
+	// path, the query, and the body's start (the generic rule costs ~2 µs
+	// a byte on the worst input, which the daemon pays, not the sandbox).
+	var where []string
+	var vals []*string
 	names := make([]string, 0, len(in.Req.Header))
 	for name := range in.Req.Header {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	var parts []Part
 	for _, name := range names {
-		vals := in.Req.Header[name]
-		for i := range vals {
-			parts = append(parts, part{"header " + name, name + ": ", &vals[i]})
+		hv := in.Req.Header[name]
+		for i := range hv {
+			parts, where, vals = append(parts, Part{name + ": ", hv[i]}), append(where, "header "+name), append(vals, &hv[i])
 		}
 	}
-	// The body's start: the generic rule costs ~2 µs a byte on the worst
-	// input, which the daemon pays, not the sandbox.
-	body := string(in.Body[:min(len(in.Body), MaxScanBody)])
 	if u := in.Req.URL; u != nil {
-		parts = append(parts, part{"url", "", &u.Path}, part{"url", "", &u.RawQuery})
+		for _, p := range []*string{&u.Path, &u.RawQuery} {
+			parts, where, vals = append(parts, Part{"", *p}), append(where, "url"), append(vals, p)
+		}
 	}
-	parts = append(parts, part{"body", "", &body})
-	var b strings.Builder
-	starts := make([]int, len(parts))
-	for i, p := range parts {
-		b.WriteString(p.prefix)
-		starts[i] = b.Len()
-		b.WriteString(*p.val)
-		b.WriteByte('\n')
-	}
-	text := b.String()
-	fs, err := s.b.Scan(text)
+	body := string(in.Body[:min(len(in.Body), MaxScanBody)])
+	parts, where, vals = append(parts, Part{"", body}), append(where, "body"), append(vals, &body)
+	fs, err := s.b.ScanParts(parts, '\n')
 	if err != nil {
 		return "the secret scanner is unavailable: " + err.Error()
 	}
 	if len(fs) == 0 {
 		return ""
 	}
-	local := make([][]scan.Finding, len(parts))
 	for _, f := range fs {
-		i := sort.Search(len(parts), func(i int) bool { return starts[i] > f.Start }) - 1
-		if i < 0 {
-			i = 0 // in the first header's name
-		}
-		v.Findings = append(v.Findings, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: parts[i].where, Action: act})
-		lf := f
-		lf.Start = max(0, f.Start-starts[i])
-		lf.End = min(f.End-starts[i], len(*parts[i].val))
-		if lf.End > lf.Start {
-			local[i] = append(local[i], lf)
-		}
+		v.Findings = append(v.Findings, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: act})
 	}
-	if s.policy == "block" {
+	switch s.policy {
+	case "block":
 		f := v.Findings[0]
 		return fmt.Sprintf("secret scan: the request's %s holds what looks like a credential (rule %s, fingerprint %s); this sandbox's policy blocks it", f.Where, f.Rule, f.Fingerprint)
-	}
-	if s.policy == "redact" {
-		for i, lf := range local {
-			if len(lf) > 0 {
-				*parts[i].val = scan.Redact(*parts[i].val, lf)
-			}
+	case "redact":
+		texts := make([]string, len(vals))
+		for i, p := range vals {
+			texts[i] = *p
+		}
+		RedactParts(texts, fs)
+		for i, p := range vals {
+			*p = texts[i]
 		}
 		if in.Req.URL != nil {
 			in.Req.URL.RawPath = ""

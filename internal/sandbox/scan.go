@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/scan"
 )
@@ -26,19 +27,12 @@ func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string
 	if s.cfg.Broker == nil {
 		return nil
 	}
-	// One pass over the fields joined as a command line: a credential
-	// split from its name ("--token", "ghp_...") is still found.
-	var b strings.Builder
-	starts := make([]int, len(fields))
+	parts := make([]broker.Part, len(fields))
 	for i, f := range fields {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		starts[i] = b.Len()
-		b.WriteString(*f.val)
+		parts[i] = broker.Part{Text: *f.val}
 	}
-	joined := b.String()
-	fs, err := s.cfg.Broker.Scan(joined)
+	// One pass, the fields joined as a command line.
+	fs, err := s.cfg.Broker.ScanParts(parts, ' ')
 	if err != nil {
 		return errdefs.New(errdefs.ErrUnavailable, "the secret scanner is unavailable: "+err.Error())
 	}
@@ -50,33 +44,26 @@ func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string
 		policy = DefaultScanPolicy
 	}
 	action := map[string]string{"block": "blocked", "redact": "redacted", "record": "recorded"}[policy]
-	perField := make([][]scan.Finding, len(fields))
-	var first string
 	for _, f := range fs {
-		i := 0
-		for i+1 < len(fields) && starts[i+1] <= f.Start {
-			i++
-		}
-		local := f
-		local.Start -= starts[i]
-		local.End = min(local.End-starts[i], len(*fields[i].val))
-		perField[i] = append(perField[i], local)
-		data := map[string]any{"call": call, "where": fields[i].where, "rule": f.Rule, "rules": scan.RuleSet, "fingerprint": s.cfg.Broker.Keys().Fingerprint(f.Secret), "action": action}
+		where := fields[f.Part].where
+		data := map[string]any{"call": call, "where": where, "rule": f.Rule, "rules": scan.RuleSet, "fingerprint": s.cfg.Broker.Keys().Fingerprint(f.Secret), "action": action}
 		if err := s.commit(ctx, w, "secret.finding", "observed", data); err != nil {
 			return err
 		}
-		if first == "" {
-			first = fmt.Sprintf("%s holds what looks like a credential (rule %s: %s)", fields[i].where, f.Rule, strings.TrimSuffix(f.Description, "."))
-		}
 	}
+	first := fs[0]
 	switch policy {
 	case "block":
-		return errdefs.New(errdefs.ErrSecretDetected, "secret scan: "+first+"; the tenant's scan policy blocks the call (put credentials in secrets and grants instead)")
+		return errdefs.New(errdefs.ErrSecretDetected, fmt.Sprintf("secret scan: %s holds what looks like a credential (rule %s: %s); the tenant's scan policy blocks the call (put credentials in secrets and grants instead)",
+			fields[first.Part].where, first.Rule, strings.TrimSuffix(first.Description, ".")))
 	case "redact":
-		for i, local := range perField {
-			if len(local) > 0 {
-				*fields[i].val = scan.Redact(*fields[i].val, local)
-			}
+		texts := make([]string, len(fields))
+		for i, f := range fields {
+			texts[i] = *f.val
+		}
+		broker.RedactParts(texts, fs)
+		for i, f := range fields {
+			*f.val = texts[i]
 		}
 	}
 	return nil
