@@ -187,33 +187,31 @@ const MaxEgressRecords = 500
 
 // NoteEgress records one decision of sandbox id's egress proxy or DNS
 // forwarder (observed by the host).
-func (s *Service) NoteEgress(id string, decision any) {
+func (s *Service) NoteEgress(id string, decision any) { s.noteCapped(id, "egress", decision) }
+
+// NoteFinding records one thing sandbox id's egress proxy found: a
+// credential, or a placeholder where it does not belong (data names the
+// rule and a fingerprint, never the value). It shares the egress cap: a
+// sandbox cannot flood the log with findings either.
+func (s *Service) NoteFinding(id string, data map[string]any) {
+	s.noteCapped(id, "secret.finding", data)
+}
+
+// noteCapped records what a sandbox's egress proxy saw, within the
+// sandbox's cap of MaxEgressRecords a second.
+func (s *Service) noteCapped(id, kind string, data any) {
 	s.mu.Lock()
 	b, ok := s.boxes[id]
 	s.mu.Unlock()
 	if !ok {
-		s.note(who{sandbox: id}, "egress", "observed", decision)
+		s.note(who{sandbox: id}, kind, "observed", data)
 		return
 	}
 	if b.egressRate.take() != nil {
 		b.egressDropped.Add(1)
 		return
 	}
-	s.note(b.who(), "egress", "observed", decision)
-}
-
-// NoteFinding records one thing sandbox id's egress proxy found: a
-// credential, or a placeholder where it does not belong (data names the
-// rule and a fingerprint, never the value).
-func (s *Service) NoteFinding(id string, data map[string]any) {
-	s.mu.Lock()
-	b, ok := s.boxes[id]
-	s.mu.Unlock()
-	w := who{sandbox: id}
-	if ok {
-		w = b.who()
-	}
-	s.note(w, "secret.finding", "observed", data)
+	s.note(b.who(), kind, "observed", data)
 }
 
 // noteDropped records what a sandbox's rate cap dropped since last time.

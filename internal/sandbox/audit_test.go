@@ -57,3 +57,18 @@ func TestEgressRecordsAreCapped(t *testing.T) {
 		t.Error("the cap did not refill")
 	}
 }
+
+// Regression: the proxy's findings were recorded past the egress cap, a
+// way to flood the log (a body full of placeholders).
+func TestFindingsShareTheEgressCap(t *testing.T) {
+	a := &memAudit{}
+	s := New(Config{Audit: a})
+	b := &box{rec: store.Sandbox{ID: "sb", Tenant: "t"}, egressRate: newLimiter(MaxEgressRecords)}
+	s.boxes["sb"] = b
+	for i := 0; i < MaxEgressRecords*3; i++ {
+		s.NoteFinding("sb", map[string]any{"rule": "airlock-placeholder"})
+	}
+	if len(a.recs) != MaxEgressRecords || b.egressDropped.Load() != 2*MaxEgressRecords {
+		t.Errorf("%d records, %d dropped", len(a.recs), b.egressDropped.Load())
+	}
+}
