@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,37 +34,19 @@ func buggyProject(t *testing.T) string {
 	return dir
 }
 
-// lockedBuffer collects a process's stderr while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // mcpStdio starts `airlock mcp ARGS` and connects the go-sdk client to it.
-func mcpStdio(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *lockedBuffer) {
+func mcpStdio(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *syncBuffer) {
 	t.Helper()
 	return mcpStdioEnv(t, nil, args...)
 }
 
-func mcpStdioEnv(t *testing.T, env []string, args ...string) (*sdk.ClientSession, *exec.Cmd, *lockedBuffer) {
+func mcpStdioEnv(t *testing.T, env []string, args ...string) (*sdk.ClientSession, *exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", dataDir, "mcp"}, args...)...)
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
-	stderr := &lockedBuffer{}
+	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	c := sdk.NewClient(&sdk.Implementation{Name: "e2e-agent", Version: "1.0"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
