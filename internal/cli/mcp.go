@@ -28,11 +28,10 @@ import (
 
 func mcpCmd(g *globals) *cobra.Command {
 	var (
-		req                              api.CreateSandbox
-		env, grants, secrets             []string
-		memory, disk, policy, grantsFile string
-		export, scanPolicy               string
-		useDaemon                        bool
+		sf                         sandboxFlags
+		secrets                    []string
+		policy, export, scanPolicy string
+		useDaemon                  bool
 	)
 	c := &cobra.Command{
 		Use:   "mcp [flags]",
@@ -62,31 +61,21 @@ Configuration for an MCP client (docs/mcp.md has more):
 	k := addConn(c, g, false)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		var err error
-		if req.Env, err = kvMap("-e", env); err != nil {
+		if policy != "" {
+			if err := readPolicy(policy, &sf.req.Network); err != nil {
+				return err
+			}
+		}
+		parsed, err := sf.spec()
+		if err != nil {
 			return err
 		}
-		if req.Limits.MemoryBytes, err = sizeFlag("memory", memory); err != nil {
-			return err
-		}
-		if req.Limits.DiskBytes, err = sizeFlag("disk", disk); err != nil {
-			return err
-		}
+		req := *parsed
 		if req.Workspace, err = absPath(req.Workspace); err != nil {
 			return err
 		}
 		if req.Repo, err = absPath(req.Repo); err != nil {
 			return err
-		}
-		if policy != "" {
-			if err := readPolicy(policy, &req.Network); err != nil {
-				return err
-			}
-		}
-		if req.Grants, err = grantsOf(grants, grantsFile); err != nil {
-			return err
-		}
-		if len(req.Network.Allow) > 0 && req.Network.Mode == "" {
-			req.Network.Mode = "proxy"
 		}
 		if !slices.Contains(spec.ScanPolicies, scanPolicy) {
 			return errdefs.Invalid(fmt.Sprintf("--scan %q: one of block, redact, record", scanPolicy))
@@ -143,25 +132,12 @@ Configuration for an MCP client (docs/mcp.md has more):
 		})
 	}
 	f := c.Flags()
-	f.StringVar(&req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference`)
-	f.BoolVar(&req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image (for package installs)")
-	f.StringVar(&req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace (the host's files are never written)")
-	f.StringVar(&req.Repo, "repo", "", "host git repository to check out at /workspace")
-	f.StringVar(&req.Commit, "commit", "", "revision of --repo (default HEAD)")
-	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
-	f.StringVar(&memory, "memory", "", "memory limit (default 2G)")
-	f.StringVar(&disk, "disk", "", "writable space (default 1G)")
-	f.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU limit (default 1)")
-	f.Int64Var(&req.Limits.Pids, "pids", 0, "process limit (default 512)")
-	f.StringArrayVar(&req.Network.Allow, "allow", nil, "allowed host pattern or preset (pypi, npm, go, github, debian); turns on the proxy")
-	f.StringArrayVar(&req.Network.Deny, "deny", nil, "denied host pattern")
+	sf.bind(f)
 	f.StringVar(&policy, "policy", "", "YAML or JSON file with allow: and deny: lists")
-	f.StringArrayVar(&grants, "grant", nil, grantHelp)
-	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants")
 	f.StringArrayVar(&secrets, "secret", nil, "a secret for --grant: NAME=env:VARIABLE or NAME=file:PATH (embedded only)")
 	f.StringVar(&scanPolicy, "scan", "block", "what a credential found in a tool call does: block, redact or record (embedded only; a daemon's tenant has its own)")
-	f.StringVar(&req.TTL, "ttl", "24h", "the sandbox's lifetime, should the session outlive it")
-	f.StringVar(&req.Trigger.TaskID, "task-id", "", "trigger record: the task this session serves (default mcp:<session id>)")
+	f.StringVar(&sf.req.TTL, "ttl", "24h", "the sandbox's lifetime, should the session outlive it")
+	f.StringVar(&sf.req.Trigger.TaskID, "task-id", "", "trigger record: the task this session serves (default mcp:<session id>)")
 	f.StringVar(&export, "export", "", "write the workspace's diff to FILE when the session ends (default: stderr)")
 	f.BoolVar(&useDaemon, "daemon", false, "make the sandbox in airlock serve (with --address and --key-file) instead of in this process")
 	return c

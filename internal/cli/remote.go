@@ -112,9 +112,9 @@ func sizeFlag(name, v string) (int64, error) {
 }
 
 func createCmd(g *globals) *cobra.Command {
-	var req api.CreateSandbox
-	var env, meta, inputs, grants []string
-	var memory, disk, grantsFile string
+	var sf sandboxFlags
+	req := &sf.req // what only create sets is written straight into it
+	var meta, inputs []string
 	c := &cobra.Command{
 		Use:   "create [flags]",
 		Short: "Create a long-lived sandbox in the daemon and print its id",
@@ -140,32 +140,21 @@ in the header only on requests the grant's rules cover:
 	k := addConn(c, g, true)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		var err error
-		if req.Env, err = kvMap("-e", env); err != nil {
-			return err
-		}
 		if req.Metadata, err = kvMap("--meta", meta); err != nil {
 			return err
 		}
 		if req.Trigger.Inputs, err = kvMap("--input", inputs); err != nil {
 			return err
 		}
-		if req.Limits.MemoryBytes, err = sizeFlag("memory", memory); err != nil {
+		spec, err := sf.spec()
+		if err != nil {
 			return err
-		}
-		if req.Limits.DiskBytes, err = sizeFlag("disk", disk); err != nil {
-			return err
-		}
-		if req.Grants, err = grantsOf(grants, grantsFile); err != nil {
-			return err
-		}
-		if len(req.Network.Allow) > 0 && req.Network.Mode == "" {
-			req.Network.Mode = "proxy"
 		}
 		cl, err := k.client(false)
 		if err != nil {
 			return err
 		}
-		sb, err := cl.CreateSandbox(cmd.Context(), &req)
+		sb, err := cl.CreateSandbox(cmd.Context(), spec)
 		if err != nil {
 			return apiErr(err)
 		}
@@ -176,19 +165,8 @@ in the header only on requests the grant's rules cover:
 		return nil
 	}
 	f := c.Flags()
-	f.StringVar(&req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID`)
-	f.BoolVar(&req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image")
-	f.StringVar(&req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace")
-	f.StringVar(&req.Repo, "repo", "", "host git repository to check out at /workspace")
-	f.StringVar(&req.Commit, "commit", "", "commit (or branch, tag) of --repo (default HEAD)")
-	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
-	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512M; default 2G)")
-	f.StringVar(&disk, "disk", "", "writable space (default 1G)")
-	f.Float64Var(&req.Limits.CPUs, "cpus", 0, "CPU limit (default 1)")
-	f.Int64Var(&req.Limits.Pids, "pids", 0, "process limit (default 512)")
+	sf.bind(f)
 	f.StringVar(&req.Network.Mode, "net", "", `network: "none" (default) or "proxy" (only --allow'ed hosts, through airlock's proxy)`)
-	f.StringArrayVar(&req.Network.Allow, "allow", nil, "allowed host pattern or preset (pypi, npm, go, github, debian); implies --net proxy")
-	f.StringArrayVar(&req.Network.Deny, "deny", nil, "denied host pattern")
 	f.StringVar(&req.TTL, "ttl", "", "lifetime (Go duration; default 1h, at most 168h)")
 	f.StringVar(&req.IdleTimeout, "idle-timeout", "", "end the sandbox after this long without a call on it (default: never)")
 	f.StringArrayVar(&meta, "meta", nil, "metadata KEY=VALUE (repeatable)")
@@ -196,8 +174,6 @@ in the header only on requests the grant's rules cover:
 	f.StringVar(&req.Trigger.PromptDigest, "prompt-digest", "", "trigger record: digest of the prompt")
 	f.StringArrayVar(&inputs, "input", nil, "trigger record: input KEY=VALUE (repeatable)")
 	f.StringArrayVar(&req.AllowDegraded, "allow-degraded", nil, "run without a degradable control (landlock) on a host that lacks it")
-	f.StringArrayVar(&grants, "grant", nil, grantHelp)
-	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants (secret, host, port, allow, env, scheme, header, username, ttl)")
 	return c
 }
 

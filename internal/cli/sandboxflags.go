@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/airlock-sandbox/airlock/api"
+)
+
+// sandboxFlags are the flags that describe a sandbox, shared by create and
+// mcp: bind them, then spec() parses what needs parsing.
+type sandboxFlags struct {
+	req                      api.CreateSandbox
+	env, grants              []string
+	memory, disk, grantsFile string
+}
+
+func (s *sandboxFlags) bind(f *pflag.FlagSet) {
+	f.StringVar(&s.req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID`)
+	f.BoolVar(&s.req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image (for package installs)")
+	f.StringVar(&s.req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace (the host's files are never written)")
+	f.StringVar(&s.req.Repo, "repo", "", "host git repository to check out at /workspace")
+	f.StringVar(&s.req.Commit, "commit", "", "commit (or branch, tag) of --repo (default HEAD)")
+	f.StringArrayVarP(&s.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVar(&s.memory, "memory", "", "memory limit (e.g. 512M; default 2G)")
+	f.StringVar(&s.disk, "disk", "", "writable space (default 1G)")
+	f.Float64Var(&s.req.Limits.CPUs, "cpus", 0, "CPU limit (default 1)")
+	f.Int64Var(&s.req.Limits.Pids, "pids", 0, "process limit (default 512)")
+	f.StringArrayVar(&s.req.Network.Allow, "allow", nil, "allowed host pattern or preset (pypi, npm, go, github, debian); turns on the proxy")
+	f.StringArrayVar(&s.req.Network.Deny, "deny", nil, "denied host pattern")
+	f.StringArrayVar(&s.grants, "grant", nil, grantHelp)
+	f.StringVar(&s.grantsFile, "grants", "", "YAML or JSON file: a list of grants (secret, host, port, allow, env, scheme, header, username, ttl)")
+}
+
+// spec is the create request the flags describe.
+func (s *sandboxFlags) spec() (*api.CreateSandbox, error) {
+	req := s.req
+	var err error
+	if req.Env, err = kvMap("-e", s.env); err != nil {
+		return nil, err
+	}
+	if req.Limits.MemoryBytes, err = sizeFlag("memory", s.memory); err != nil {
+		return nil, err
+	}
+	if req.Limits.DiskBytes, err = sizeFlag("disk", s.disk); err != nil {
+		return nil, err
+	}
+	if req.Grants, err = grantsOf(s.grants, s.grantsFile); err != nil {
+		return nil, err
+	}
+	if len(req.Network.Allow) > 0 && req.Network.Mode == "" {
+		req.Network.Mode = "proxy"
+	}
+	return &req, nil
+}
