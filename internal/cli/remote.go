@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
@@ -613,10 +615,37 @@ default for root on the daemon's host) it needs --tenant NAME or --all.`,
 	return c
 }
 
+// quotaFlags are a tenant's quota flags (tenant create and update).
+type quotaFlags struct {
+	q               api.Quotas
+	maxMem, maxSnap string
+}
+
+var quotaFlagNames = []string{"max-sandboxes", "max-memory", "max-cpus", "cpu-seconds", "max-snapshot-bytes", "cpu-period"}
+
+func (qf *quotaFlags) bind(f *pflag.FlagSet) {
+	f.IntVar(&qf.q.MaxSandboxes, "max-sandboxes", 0, "sandboxes at once (0: unlimited)")
+	f.StringVar(&qf.maxMem, "max-memory", "", "sum of the sandboxes' memory limits (e.g. 16G)")
+	f.Float64Var(&qf.q.MaxCPUs, "max-cpus", 0, "sum of the sandboxes' CPU limits")
+	f.Float64Var(&qf.q.CPUSeconds, "cpu-seconds", 0, "CPU seconds per period; past it the tenant's sandboxes are stopped")
+	f.StringVar(&qf.maxSnap, "max-snapshot-bytes", "", "file content of the tenant's snapshots in all (e.g. 10G)")
+	f.StringVar(&qf.q.CPUPeriod, "cpu-period", "", "the CPU budget's period (default 1h)")
+}
+
+func (qf *quotaFlags) quotas() (api.Quotas, error) {
+	q := qf.q
+	var err error
+	if q.MaxMemory, err = sizeFlag("max-memory", qf.maxMem); err != nil {
+		return q, err
+	}
+	q.MaxSnapshotBytes, err = sizeFlag("max-snapshot-bytes", qf.maxSnap)
+	return q, err
+}
+
 func tenantCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "tenant", Short: "Manage tenants (admin key)"}
-	var q api.Quotas
-	var maxMem, maxSnap, scanPolicy string
+	var cq quotaFlags
+	var scanPolicy string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Add a tenant and print its API key (shown once; stored hashed)",
@@ -624,11 +653,8 @@ func tenantCmd(g *globals) *cobra.Command {
 	}
 	ck := addConn(create, g, true)
 	create.RunE = func(cmd *cobra.Command, args []string) error {
-		var err error
-		if q.MaxMemory, err = sizeFlag("max-memory", maxMem); err != nil {
-			return err
-		}
-		if q.MaxSnapshotBytes, err = sizeFlag("max-snapshot-bytes", maxSnap); err != nil {
+		q, err := cq.quotas()
+		if err != nil {
 			return err
 		}
 		cl, err := ck.client(true)
@@ -647,12 +673,7 @@ func tenantCmd(g *globals) *cobra.Command {
 		return nil
 	}
 	f := create.Flags()
-	f.IntVar(&q.MaxSandboxes, "max-sandboxes", 0, "sandboxes at once (0: unlimited)")
-	f.StringVar(&maxMem, "max-memory", "", "sum of the sandboxes' memory limits (e.g. 16G)")
-	f.Float64Var(&q.MaxCPUs, "max-cpus", 0, "sum of the sandboxes' CPU limits")
-	f.Float64Var(&q.CPUSeconds, "cpu-seconds", 0, "CPU seconds per period; past it the tenant's sandboxes are stopped")
-	f.StringVar(&maxSnap, "max-snapshot-bytes", "", "file content of the tenant's snapshots in all (e.g. 10G)")
-	f.StringVar(&q.CPUPeriod, "cpu-period", "", "the CPU budget's period (default 1h)")
+	cq.bind(f)
 	f.StringVar(&scanPolicy, "scan-policy", "block", "what a credential found in a call does: block (the call fails, naming the rule), redact, or record")
 
 	ls := &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs}
@@ -676,8 +697,8 @@ func tenantCmd(g *globals) *cobra.Command {
 		}
 		return w.Flush()
 	}
-	var uq api.Quotas
-	var uMaxMem, uMaxSnap, uScan string
+	var uq quotaFlags
+	var uScan string
 	update := &cobra.Command{
 		Use:   "update NAME",
 		Short: "Change a tenant's scan policy or quotas (quota flags given replace the whole set)",
@@ -686,16 +707,12 @@ func tenantCmd(g *globals) *cobra.Command {
 	uk := addConn(update, g, true)
 	update.RunE = func(cmd *cobra.Command, args []string) error {
 		req := api.UpdateTenant{ScanPolicy: uScan}
-		uf := cmd.Flags()
-		if uf.Changed("max-sandboxes") || uf.Changed("max-memory") || uf.Changed("max-cpus") || uf.Changed("cpu-seconds") || uf.Changed("cpu-period") || uf.Changed("max-snapshot-bytes") {
-			var err error
-			if uq.MaxMemory, err = sizeFlag("max-memory", uMaxMem); err != nil {
+		if slices.ContainsFunc(quotaFlagNames, cmd.Flags().Changed) {
+			q, err := uq.quotas()
+			if err != nil {
 				return err
 			}
-			if uq.MaxSnapshotBytes, err = sizeFlag("max-snapshot-bytes", uMaxSnap); err != nil {
-				return err
-			}
-			req.Quotas = &uq
+			req.Quotas = &q
 		}
 		if req.Quotas == nil && req.ScanPolicy == "" {
 			return errdefs.Invalid("nothing to change: give --scan-policy or quota flags")
@@ -716,12 +733,7 @@ func tenantCmd(g *globals) *cobra.Command {
 	}
 	uf := update.Flags()
 	uf.StringVar(&uScan, "scan-policy", "", "block, redact or record")
-	uf.IntVar(&uq.MaxSandboxes, "max-sandboxes", 0, "sandboxes at once (0: unlimited)")
-	uf.StringVar(&uMaxMem, "max-memory", "", "sum of the sandboxes' memory limits (e.g. 16G)")
-	uf.Float64Var(&uq.MaxCPUs, "max-cpus", 0, "sum of the sandboxes' CPU limits")
-	uf.Float64Var(&uq.CPUSeconds, "cpu-seconds", 0, "CPU seconds per period")
-	uf.StringVar(&uMaxSnap, "max-snapshot-bytes", "", "file content of the tenant's snapshots in all")
-	uf.StringVar(&uq.CPUPeriod, "cpu-period", "", "the CPU budget's period (default 1h)")
+	uq.bind(uf)
 	rm := &cobra.Command{Use: "rm NAME", Short: "Destroy a tenant's sandboxes and remove it", Args: cobra.ExactArgs(1)}
 	rk := addConn(rm, g, false)
 	rm.RunE = func(cmd *cobra.Command, args []string) error {

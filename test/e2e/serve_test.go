@@ -943,6 +943,12 @@ func TestServeCLI(t *testing.T) {
 		t.Fatalf("tenant create: %s", r)
 	}
 	env := []string{"AIRLOCK_API_KEY=" + strings.TrimSpace(r.stdout)}
+	if r := cli("", nil, "tenant", "update", "clia", "--scan-policy", "redact", "--max-memory", "8G", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"scan_policy": "redact"`) || !strings.Contains(r.stdout, `"max_memory_bytes": 8589934592`) {
+		t.Errorf("tenant update: %s", r)
+	}
+	if r := cli("", nil, "tenant", "update", "clia"); r.code == 0 || !strings.Contains(r.stderr, "nothing to change") {
+		t.Errorf("tenant update without a change: %s", r)
+	}
 	ws := t.TempDir()
 	_ = os.Chmod(ws, 0o755)
 	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("alpha\n"), 0o644); err != nil {
