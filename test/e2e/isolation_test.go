@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -136,6 +137,12 @@ func TestLandlockConfinesWrites(t *testing.T) {
 }
 
 func TestForeignABIKilled(t *testing.T) {
+	// Some hypervisors' guests fault on int 0x80 outright (SIGSEGV, even
+	// outside any sandbox): there is no i386 gate for the filter to close.
+	host := exec.Command(attackBin, "int80")
+	if out, _ := host.CombinedOutput(); !strings.Contains(string(out), "VULNERABLE") {
+		t.Skipf("this kernel does not deliver i386 system calls (int 0x80 outside a sandbox: %s)", strings.SplitN(string(out), "\n", 2)[0])
+	}
 	r := airlock(t, "", "run", "--workspace", workspace(t), "--", "/workspace/attack", "int80")
 	if r.code != 128+31 || strings.Contains(r.stdout, "VULNERABLE") {
 		t.Fatalf("an i386 syscall must kill the process with SIGSYS (exit 159): %s", r)
