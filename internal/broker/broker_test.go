@@ -296,8 +296,9 @@ func TestProxyActsForTheSandbox(t *testing.T) {
 	var evMu sync.Mutex
 	rec := egress.NewRecorder(nil, func(e egress.Event) { evMu.Lock(); events = append(events, e); evMu.Unlock() })
 	px, err := egress.Start(egress.Config{
-		Sandbox: "sbx1", Listen: netip.MustParseAddr("127.0.0.4"), Policy: pol,
-		Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		Sandbox: "sbx1", Listen: netip.MustParseAddr("127.0.0.4"), Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
+		// The fake API is on loopback: this "host" has no address of its own.
+		Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
 		Upstream: fakeDNS(t), Recorder: rec, Inspector: sess, UpstreamRoots: up.ca,
 	})
 	if err != nil {

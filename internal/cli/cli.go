@@ -35,9 +35,10 @@ type globals struct {
 	dataDir    string
 	debug      bool
 	imageCache string
-	// dnsUpstream and pool are operator settings of run.
+	// dnsUpstream, pool and allowNets are operator settings of run.
 	dnsUpstream string
 	pool        netip.Prefix
+	allowNets   []netip.Prefix
 	// secrets are run's --secret values, for its grants.
 	secrets map[string][]byte
 	log     *slog.Logger
@@ -124,7 +125,7 @@ func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
 		}
 		return nil, errdefs.Invalid(fmt.Sprintf("grant: no secret %q: give it with --secret %s=env:VARIABLE or =file:PATH", name, name))
 	}})
-	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, ImageCacheBytes: cacheBytes, Broker: b})
+	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, EgressAllowNets: g.allowNets, ImageCacheBytes: cacheBytes, Broker: b})
 }
 
 func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }

@@ -147,6 +147,7 @@ Exit status:
 	f.IntVar(&s.Net.MaxConns, "max-conns", spec.DefaultMaxConns, "cap on concurrent proxied connections")
 	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
 	f.StringVar(&nets.pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 prefix from which each proxy-mode sandbox gets a /30")
+	f.StringArrayVar(&nets.allowNets, "egress-allow-net", nil, egressAllowNetHelp)
 	f.StringArrayVar(&grants, "grant", nil, grantHelp+"; the secret comes from --secret")
 	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants")
 	f.StringArrayVar(&secrets, "secret", nil, "a secret for --grant: NAME=env:VARIABLE or NAME=file:PATH (never the value itself; repeatable)")
@@ -161,7 +162,24 @@ type netFlags struct {
 	audit       string
 	dnsUpstream string
 	pool        string
+	allowNets   []string
 	secrets     map[string][]byte // --secret values, for grants
+}
+
+// egressAllowNetHelp describes --egress-allow-net (run and serve).
+const egressAllowNetHelp = "open a range the egress proxy never dials (private, documentation, ...) to every sandbox's policy (IP prefix; repeatable; never opens the host's own addresses or the subnet pool)"
+
+// parseAllowNets parses --egress-allow-net values.
+func parseAllowNets(vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return nil, errdefs.Invalid(fmt.Sprintf("--egress-allow-net %q: want an IP prefix such as 10.20.0.0/16 (%v)", v, err))
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets netFlags) error {
@@ -171,6 +189,9 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 	g.secrets = nets.secrets
 	if g.pool, err = netip.ParsePrefix(nets.pool); err != nil {
 		return errdefs.Invalid(fmt.Sprintf("--subnet-pool %q: %v", nets.pool, err))
+	}
+	if g.allowNets, err = parseAllowNets(nets.allowNets); err != nil {
+		return err
 	}
 	eng, err := g.engine(g.warn)
 	g.log.Debug("engine ready", "at", time.Since(t0))

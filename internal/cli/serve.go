@@ -24,15 +24,16 @@ import (
 // serveFile is `airlock serve --config FILE` (YAML or JSON; unknown keys
 // are errors). Flags given on the command line win.
 type serveFile struct {
-	Socket         string `yaml:"socket"`
-	TCP            string `yaml:"tcp"`
-	TLSCert        string `yaml:"tls_cert"`
-	TLSKey         string `yaml:"tls_key"`
-	AdminKeyFile   string `yaml:"admin_key_file"`
-	LogLevel       string `yaml:"log_level"`
-	SubnetPool     string `yaml:"subnet_pool"`
-	ImageCacheSize string `yaml:"image_cache_size"`
-	OTLPEndpoint   string `yaml:"otlp_endpoint"`
+	Socket         string   `yaml:"socket"`
+	TCP            string   `yaml:"tcp"`
+	TLSCert        string   `yaml:"tls_cert"`
+	TLSKey         string   `yaml:"tls_key"`
+	AdminKeyFile   string   `yaml:"admin_key_file"`
+	LogLevel       string   `yaml:"log_level"`
+	SubnetPool     string   `yaml:"subnet_pool"`
+	EgressAllowNet []string `yaml:"egress_allow_net"`
+	ImageCacheSize string   `yaml:"image_cache_size"`
+	OTLPEndpoint   string   `yaml:"otlp_endpoint"`
 }
 
 func loadServeFile(path string) (*serveFile, error) {
@@ -53,6 +54,7 @@ func serveCmd(g *globals) *cobra.Command {
 	var (
 		config, socket, tcp, cert, key, adminKey, logLevel, pool, otlp string
 		noAudit                                                        bool
+		allowNets                                                      []string
 		mcpIdle                                                        time.Duration
 	)
 	c := &cobra.Command{
@@ -93,6 +95,13 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			socket, tcp, cert, key = pick("socket", fc.Socket), pick("tcp", fc.TCP), pick("tls-cert", fc.TLSCert), pick("tls-key", fc.TLSKey)
 			adminKey, logLevel, pool = pick("admin-key-file", fc.AdminKeyFile), pick("log-level", fc.LogLevel), pick("subnet-pool", fc.SubnetPool)
 			otlp = pick("otlp-endpoint", fc.OTLPEndpoint)
+			if !cmd.Flags().Changed("egress-allow-net") {
+				allowNets = fc.EgressAllowNet
+			}
+			opened, err := parseAllowNets(allowNets)
+			if err != nil {
+				return err
+			}
 			if fc.ImageCacheSize != "" && !cmd.Flags().Changed("image-cache-size") {
 				g.imageCache = fc.ImageCacheSize
 			}
@@ -116,7 +125,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			defer stop()
 			return daemon.Serve(ctx, daemon.ServeConfig{
 				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
-					SubnetPool: prefix, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
+					SubnetPool: prefix, EgressAllowNets: opened, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
 				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit, OTLPEndpoint: otlp, Version: Version,
 				MCPSessionTimeout: mcpIdle,
 				Ready: func(file string, created bool) {
@@ -129,7 +138,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, image_cache_size, otlp_endpoint")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint")
 	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only)")
 	f.StringVar(&tcp, "tcp", "", "also serve on this TCP address, with TLS (needs --tls-cert and --tls-key)")
 	f.StringVar(&cert, "tls-cert", "", "TLS certificate (PEM) for --tcp")
@@ -137,6 +146,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.StringVar(&adminKey, "admin-key-file", "", "where the admin key is written (default DATA_DIR/admin.key)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	f.StringVar(&pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
+	f.StringArrayVar(&allowNets, "egress-allow-net", nil, egressAllowNetHelp)
 	f.StringVar(&g.dnsUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
 	_ = f.MarkHidden("dns-upstream")
 	f.StringVar(&otlp, "otlp-endpoint", "", "also export audit records to this OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://collector:4318)")

@@ -43,6 +43,10 @@ type Config struct {
 	DNSUpstream string
 	// SubnetPool is where sandbox veths get their /30s.
 	SubnetPool netip.Prefix
+	// EgressAllowNets are ranges of the egress guard's table (private,
+	// documentation, ...) the operator opens to every sandbox's proxy;
+	// never the host's own addresses or the subnet pool.
+	EgressAllowNets []netip.Prefix
 	// ImageCacheBytes caps the OCI image cache (least recently used images
 	// are evicted past it); 0: image.DefaultCacheBytes.
 	ImageCacheBytes int64

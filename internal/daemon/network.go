@@ -121,7 +121,8 @@ func (e *Engine) policy(s *spec.Spec) (*egress.Policy, string, error) {
 func (e *Engine) proxy(s *spec.Spec, id string, n *netns.Net, pol *egress.Policy, upstream string, netLog io.Writer, sink func(egress.Event), sess *broker.Session) (done func() *EgressResult, err error) {
 	rec := egress.NewRecorder(netLog, sink)
 	cfg := egress.Config{
-		Sandbox: id, Listen: n.HostIP, Policy: pol, Guard: &egress.Guard{},
+		Sandbox: id, Listen: n.HostIP, Interface: n.HostIf, Peer: n.SandboxIP, Policy: pol,
+		Guard:    &egress.Guard{AllowNets: e.cfg.EgressAllowNets, Sandboxes: e.cfg.SubnetPool},
 		Upstream: upstream, MaxConns: s.Net.MaxConns, MaxBytesOut: s.Net.EgressBytes, Recorder: rec,
 	}
 	if sess != nil {

@@ -1,8 +1,8 @@
 package egress
 
 import (
+	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -24,11 +24,12 @@ type dnsServer struct {
 func startDNS(p *Proxy) (*dnsServer, error) {
 	d := &dnsServer{p: p, client: &dns.Client{Timeout: 5 * time.Second}}
 	addr := netip.AddrPortFrom(p.cfg.Listen, PortDNS).String()
-	pc, err := net.ListenPacket("udp", addr)
+	lc := p.listenConfig()
+	pc, err := lc.ListenPacket(context.Background(), "udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dns forwarder: %w", err)
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		pc.Close()
 		return nil, fmt.Errorf("dns forwarder: %w", err)
@@ -51,6 +52,11 @@ func (d *dnsServer) close() {
 
 // ServeDNS answers one query.
 func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	if !d.p.fromPeer(w.RemoteAddr()) {
+		// Not the sandbox: no answer, and nothing recorded as its own.
+		_ = w.Close()
+		return
+	}
 	start := time.Now()
 	m := new(dns.Msg)
 	m.SetReply(r)
@@ -94,11 +100,26 @@ func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	m.Rcode = resp.Rcode
+	var withheld []string
 	for _, rr := range resp.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			// Answer under the name asked, whatever CNAMEs led there.
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: min(a.Hdr.Ttl, 300)}, A: a.A})
+		a, ok := rr.(*dns.A)
+		if !ok {
+			continue
 		}
+		// An address the proxy would never dial is not given either.
+		ip, _ := netip.AddrFromSlice(a.A)
+		if err := d.p.cfg.Guard.Check(ip.Unmap()); err != nil {
+			withheld = append(withheld, err.Error())
+			continue
+		}
+		// Answer under the name asked, whatever CNAMEs led there.
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: min(a.Hdr.Ttl, 300)}, A: a.A})
 	}
 	ev.Decision = "allowed"
+	if len(withheld) > 0 {
+		ev.Reason = "answers withheld: " + strings.Join(withheld, "; ")
+		if len(m.Answer) == 0 {
+			ev.Decision = "denied"
+		}
+	}
 }

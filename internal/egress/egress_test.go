@@ -80,14 +80,23 @@ func TestPolicyFile(t *testing.T) {
 	}
 }
 
+// noLocal is a host without addresses of its own, for guards in tests
+// whose servers listen on loopback.
+func noLocal() ([]netip.Prefix, error) { return nil, nil }
+
 func TestGuard(t *testing.T) {
-	g := &Guard{}
-	for _, s := range []string{"127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "fe80::1", "fd00::1", "224.0.0.1", "255.255.255.255"} {
-		if err := g.Check(netip.MustParseAddr(s)); err == nil {
+	g := &Guard{Local: noLocal}
+	for _, s := range []string{"127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "fe80::1", "fd00::1", "224.0.0.1", "255.255.255.255",
+		// The documentation ranges, IPv4 and IPv6 (docs/network.md).
+		"192.0.2.10", "198.51.100.7", "203.0.113.1", "2001:db8::1", "3fff::1",
+		// Ways to an embedded IPv4 address.
+		"::10.0.0.1", "2002:a00:1::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "192.88.99.1",
+		"198.18.0.1", "2001:2::1", "fec0::1", "192.0.0.170"} {
+		if err := g.Check(netip.MustParseAddr(s)); !errors.Is(err, ErrBlockedAddress) {
 			t.Errorf("%s allowed", s)
 		}
 	}
-	for _, s := range []string{"192.0.2.10", "198.51.100.7", "203.0.113.1", "1.1.1.1", "2606:4700::1111"} {
+	for _, s := range []string{"1.1.1.1", "8.8.8.8", "2606:4700::1111", "192.0.3.1", "198.51.101.1"} {
 		if err := g.Check(netip.MustParseAddr(s)); err != nil {
 			t.Errorf("%s refused: %v", s, err)
 		}
@@ -95,6 +104,69 @@ func TestGuard(t *testing.T) {
 	g.AllowNets = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/16")}
 	if err := g.Check(netip.MustParseAddr("10.99.0.5")); err != nil {
 		t.Errorf("operator exception ignored: %v", err)
+	}
+}
+
+// The host's own addresses and the sandboxes' pool are refused whatever
+// the operator opened, and the host's addresses are read at each decision.
+func TestGuardRefusesTheHostAndOtherSandboxes(t *testing.T) {
+	own := []netip.Prefix{netip.MustParsePrefix("203.0.113.5/32")}
+	g := &Guard{
+		AllowNets: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
+		Sandboxes: netip.MustParsePrefix("10.234.0.0/16"),
+		Local:     func() ([]netip.Prefix, error) { return own, nil },
+	}
+	for _, s := range []string{"203.0.113.5", "::ffff:203.0.113.5", "10.234.0.1", "10.234.7.2"} {
+		if err := g.Check(netip.MustParseAddr(s)); !errors.Is(err, ErrBlockedAddress) {
+			t.Errorf("%s allowed: %v", s, err)
+		}
+	}
+	if err := g.Check(netip.MustParseAddr("203.0.113.6")); err != nil {
+		t.Errorf("an opened address refused: %v", err)
+	}
+	// An address added to the host a moment ago counts at once.
+	own = append(own, netip.MustParsePrefix("203.0.113.6/32"))
+	if err := g.Check(netip.MustParseAddr("203.0.113.6")); err == nil || !strings.Contains(err.Error(), "an address of this host") {
+		t.Errorf("a new host address allowed: %v", err)
+	}
+	// Not knowing the host's addresses refuses everything.
+	g.Local = func() ([]netip.Prefix, error) { return nil, errors.New("netlink down") }
+	if err := g.Check(netip.MustParseAddr("1.1.1.1")); !errors.Is(err, ErrBlockedAddress) {
+		t.Errorf("dialled without knowing the host's addresses: %v", err)
+	}
+}
+
+// LocalPrefixes sees every address the standard library sees on the
+// host's interfaces, and loopback's whole /8 (a local route).
+func TestLocalPrefixesSeeEveryInterface(t *testing.T) {
+	got, err := LocalPrefixes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains := func(a netip.Addr) bool {
+		for _, p := range got {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		ip, _ := netip.AddrFromSlice(a.(*net.IPNet).IP)
+		if !contains(ip.Unmap()) {
+			t.Errorf("%s (on an interface) missing from %v", ip, got)
+		}
+	}
+	if !contains(netip.MustParseAddr("127.0.0.7")) {
+		t.Errorf("127.0.0.7 (local route) missing from %v", got)
+	}
+	// The default guard reads them: this host is never dialled.
+	if err := (&Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}).Check(netip.MustParseAddr("127.0.0.1")); err == nil {
+		t.Error("the default guard dials loopback when the operator opens everything")
 	}
 }
 

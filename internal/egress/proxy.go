@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -31,8 +32,16 @@ const (
 
 // Config describes one sandbox's proxy.
 type Config struct {
-	Sandbox  string
-	Listen   netip.Addr // the host end of the sandbox's veth
+	Sandbox string
+	Listen  netip.Addr // the host end of the sandbox's veth
+	// Interface is that veth's host end: the listeners are bound to it
+	// (SO_BINDTODEVICE), so nothing arriving another way (a process of the
+	// host, through loopback) reaches them.
+	Interface string
+	// Peer is the sandbox's end of the veth: the only address served.
+	// A connection or query from any other is dropped unanswered and is
+	// not recorded as the sandbox's.
+	Peer     netip.Addr
 	Policy   *Policy
 	Guard    *Guard
 	Upstream string // DNS server (host:port) for the forwarder and the proxy's own lookups
@@ -73,6 +82,9 @@ func Start(cfg Config) (_ *Proxy, err error) {
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 256
 	}
+	if cfg.Interface == "" || !cfg.Peer.IsValid() {
+		return nil, errors.New("egress proxy: no interface or peer address to serve")
+	}
 	p := &Proxy{cfg: cfg, conns: make(chan struct{}, cfg.MaxConns)}
 	resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
@@ -109,7 +121,7 @@ func Start(cfg Config) (_ *Proxy, err error) {
 		{PortTransparentHTTP, p.transparentHTTP},
 		{PortTransparentTLS, p.transparentTLS},
 	} {
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(cfg.Listen, uint16(l.port)).String())
+		ln, err := p.listenConfig().Listen(context.Background(), "tcp", netip.AddrPortFrom(cfg.Listen, uint16(l.port)).String())
 		if err != nil {
 			return nil, fmt.Errorf("egress proxy: %w", err)
 		}
@@ -143,6 +155,34 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
+// listenConfig binds a listener to the sandbox's veth.
+func (p *Proxy) listenConfig() *net.ListenConfig {
+	return &net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, p.cfg.Interface)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("bind to %s: %w", p.cfg.Interface, serr)
+		}
+		return nil
+	}}
+}
+
+// fromPeer reports whether a connection or query came from the sandbox.
+func (p *Proxy) fromPeer(a net.Addr) bool {
+	var ip netip.Addr
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	case *net.UDPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	}
+	return ip.Unmap() == p.cfg.Peer
+}
+
 // BytesOut is what the sandbox has sent out so far.
 func (p *Proxy) BytesOut() int64 { return p.bytesOut.Load() }
 
@@ -152,6 +192,11 @@ func (p *Proxy) accept(ln net.Listener, serve func(net.Conn)) {
 		c, err := ln.Accept()
 		if err != nil {
 			return
+		}
+		if !p.fromPeer(c.RemoteAddr()) {
+			// Not the sandbox: neither served nor recorded as its own.
+			c.Close()
+			continue
 		}
 		select {
 		case p.conns <- struct{}{}:

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,8 +74,10 @@ func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *
 	}
 	rec := NewRecorder(nil, nil)
 	cfg := Config{
-		Sandbox: "test", Listen: netip.MustParseAddr("127.0.0.3"), Policy: p,
-		Guard:    &Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		Sandbox: "test", Listen: netip.MustParseAddr("127.0.0.3"), Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: p,
+		// The test's servers are on loopback: this "host" has no address
+		// of its own (TestGuard covers the host's addresses).
+		Guard:    &Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: noLocal},
 		Upstream: dnsAddr, MaxBytesOut: 1 << 20, Recorder: rec,
 	}
 	if mod != nil {
@@ -260,5 +263,79 @@ func TestProxyConnectionCap(t *testing.T) {
 	}
 	if l := rec.Limits(); len(l) != 1 || l[0] != "connections" {
 		t.Fatalf("limits %v", l)
+	}
+}
+
+// Only the sandbox's own end of the veth is served: a connection or a DNS
+// query from any other address (another process of the host) gets nothing
+// and is not recorded as the sandbox's.
+func TestProxyServesOnlyItsPeer(t *testing.T) {
+	var events []Event
+	var mu sync.Mutex
+	_, _, ports := startProxyWith(t, func(c *Config) {
+		c.Peer = netip.MustParseAddr("127.0.0.2")
+		c.Recorder = NewRecorder(nil, func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+	})
+	port := strings.Fields(ports)[0]
+	from := func(src string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		u, _ := url.Parse("http://127.0.0.3:3128")
+		return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DialContext: d.DialContext}}
+	}
+	for _, p := range []int{PortExplicit, PortTransparentHTTP, PortTransparentTLS} {
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", fmt.Sprintf("127.0.0.3:%d", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET http://allowed.test:%s/x HTTP/1.1\r\nHost: allowed.test:%s\r\n\r\n", port, port)
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if b, _ := io.ReadAll(c); len(b) != 0 {
+			t.Errorf("port %d answered a stranger: %q", p, b)
+		}
+		c.Close()
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("allowed.test.", dns.TypeA)
+	for _, network := range []string{"udp", "tcp"} {
+		dc := &dns.Client{Net: network, Timeout: time.Second, Dialer: &net.Dialer{Timeout: time.Second}}
+		if r, _, err := dc.Exchange(m, "127.0.0.3:53"); err == nil {
+			t.Errorf("DNS over %s answered a stranger: %v", network, r)
+		}
+	}
+	mu.Lock()
+	if len(events) != 0 {
+		t.Errorf("a stranger's traffic recorded as the sandbox's: %+v", events)
+	}
+	mu.Unlock()
+	if code, body := get(t, from("127.0.0.2"), "http://allowed.test:"+port+"/x"); code != 200 {
+		t.Errorf("the peer itself: %d %q", code, body)
+	}
+	dc := &dns.Client{Timeout: 3 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP("127.0.0.2")}}}
+	if r, _, err := dc.Exchange(m, "127.0.0.3:53"); err != nil || len(r.Answer) != 1 {
+		t.Errorf("DNS for the peer itself: %v %v", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 2 {
+		t.Errorf("the peer's traffic: %+v", events)
+	}
+}
+
+// The host's own addresses are neither dialled nor given out by DNS.
+func TestProxyRefusesTheHostsAddresses(t *testing.T) {
+	_, rec, ports := startProxyWith(t, func(c *Config) {
+		c.Guard.Local = func() ([]netip.Prefix, error) { return []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, nil }
+	})
+	port := strings.Fields(ports)[0]
+	if code, body := get(t, proxyClient(), "http://allowed.test:"+port+"/x"); code != 403 || !strings.Contains(body, "127.0.0.1 is an address of this host") {
+		t.Errorf("the host's address dialled: %d %q", code, body)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("allowed.test.", dns.TypeA)
+	if r, _, err := (&dns.Client{Timeout: 3 * time.Second}).Exchange(m, "127.0.0.3:53"); err != nil || len(r.Answer) != 0 {
+		t.Errorf("the host's address given by DNS: %v %v", r, err)
+	}
+	if s := rec.Summary(); !strings.HasPrefix(s, "0 requests allowed, 2 denied") {
+		t.Errorf("summary %q", s)
 	}
 }
