@@ -56,7 +56,7 @@ func TestServeCredentialBroker(t *testing.T) {
 	fi := &fakeInternet{Internet: fakenet.New(t)}
 	data := newDataDir(t)
 	opts := daemonOpts{bin: airlockBin, fi: fi, env: []string{"SSL_CERT_FILE=" + fi.CAFile}}
-	d := startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53")
+	d := startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24")
 	ctx := context.Background()
 	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "acme"})
 	if err != nil {
@@ -229,7 +229,7 @@ func TestServeCredentialBroker(t *testing.T) {
 
 	// A restarted daemon (kill -9) adopts the sandbox with its grants.
 	d.kill9()
-	d = startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53")
+	d = startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24")
 	c = d.client(t, tn.Key)
 	t.Run("a restarted daemon keeps the grants, tokens are no API keys", func(t *testing.T) {
 		if out := req(c, sb.ID, nil, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {API_TOKEN}"); !strings.HasPrefix(out, "200") || !strings.Contains(lastSeen(), `auth="Bearer `+apiSecret+`"`) {

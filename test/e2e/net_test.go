@@ -4,24 +4,29 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/test/fakenet"
 
 	"github.com/google/nftables"
+	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
 // airlock runs the binary inside the stand-in host, resolving through the
-// world's DNS.
+// world's DNS, with the world's servers (TEST-NET-1, a documentation range
+// the guard blocks) opened by the operator's --egress-allow-net.
 type fakeInternet struct {
 	*fakenet.Internet
 	env []string // more environment for the airlock commands it runs
@@ -32,7 +37,7 @@ var inNS = fakenet.InNS
 func (fi *fakeInternet) airlock(t *testing.T, args ...string) result {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" {
-		args = append([]string{"run", "--dns-upstream", "192.0.2.53:53"}, args[1:]...)
+		args = append([]string{"run", "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24"}, args[1:]...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -215,6 +220,113 @@ func TestEgress(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the host's own addresses are out of reach through the proxy", func(t *testing.T) {
+		// Host-only services on the stand-in host's uplink address (in
+		// TEST-NET-2, opened below by the operator, so only the host rule
+		// stands in the way) and on an address of an interface made for
+		// the test (in TEST-NET-1, opened for every run here).
+		h, _ := netlink.NewHandleAt(fi.Host)
+		defer h.Close()
+		extra := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "hostonly0"}, PeerName: "hostonly1"}
+		if err := h.LinkAdd(extra); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = h.LinkDel(extra) }()
+		a, _ := netlink.ParseAddr("192.0.2.99/32")
+		if err := h.AddrAdd(extra, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(extra); err != nil {
+			t.Fatal(err)
+		}
+		var accepted atomic.Int32
+		for _, addr := range []string{"198.51.100.1:8080", "192.0.2.99:80"} {
+			var ln net.Listener
+			var err error
+			inNS(t, fi.Host, func() { ln, err = net.Listen("tcp", addr) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				accepted.Add(1)
+				_, _ = w.Write([]byte("VULNERABLE: a host-only service answered"))
+			})}
+			go func() { _ = srv.Serve(ln) }()
+			defer srv.Close()
+		}
+		allow := []string{"198.51.100.1:8080", "192.0.2.99", "host.test:8080", "host.test"}
+		opened := []string{"--egress-allow-net", "198.51.100.0/24"}
+		for _, c := range [][]string{
+			{"http://198.51.100.1:8080/", "proxy"},
+			{"http://host.test:8080/", "proxy"},
+			{"http://192.0.2.99/", "proxy"},
+			{"http://192.0.2.99/", "direct"},
+		} {
+			r := fi.sandbox(t, allow, opened, "fetch", c[0], "-", c[1])
+			check(t, r, "STATUS 403")
+			if c[1] == "proxy" && !strings.Contains(r.stdout, "is an address of this host") {
+				t.Errorf("%s: %s", c[0], r)
+			}
+		}
+		// The forwarder gives no address of the host either.
+		check(t, fi.sandbox(t, allow, opened, "resolve", "host.test"), "ERROR")
+		if n := accepted.Load(); n != 0 {
+			t.Fatalf("host-only services answered %d requests", n)
+		}
+	})
+	t.Run("a host process cannot use a sandbox's proxy or DNS", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "net.jsonl")
+		ch := make(chan result, 1)
+		go func() {
+			ch <- fi.airlock(t, "run", "--allow", "allowed.test", "--net-log", log, "--", "sleep", "4")
+		}()
+		var gw string
+		deadline := time.Now().Add(10 * time.Second)
+		for gw == "" && time.Now().Before(deadline) {
+			h, _ := netlink.NewHandleAt(fi.Host)
+			links, _ := h.LinkList()
+			for _, l := range links {
+				if strings.HasPrefix(l.Attrs().Name, "alk") {
+					if addrs, _ := h.AddrList(l, netlink.FAMILY_V4); len(addrs) == 1 {
+						gw = addrs[0].IP.String()
+					}
+				}
+			}
+			h.Close()
+			time.Sleep(20 * time.Millisecond)
+		}
+		if gw == "" {
+			t.Fatal("the sandbox did not come up")
+		}
+		time.Sleep(500 * time.Millisecond) // its proxy listening
+		inNS(t, fi.Host, func() {
+			for _, port := range []string{"3128", "3129", "3130", "53"} {
+				c, err := net.DialTimeout("tcp", net.JoinHostPort(gw, port), 2*time.Second)
+				if err != nil {
+					continue // refused: the listener is bound to the veth
+				}
+				fmt.Fprintf(c, "GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+				_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				b, _ := io.ReadAll(c)
+				c.Close()
+				if len(b) > 0 {
+					t.Errorf("port %s answered a host process: %q", port, b)
+				}
+			}
+			m := new(dns.Msg)
+			m.SetQuestion("allowed.test.", dns.TypeA)
+			if r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, net.JoinHostPort(gw, "53")); err == nil {
+				t.Errorf("DNS answered a host process: %v", r)
+			}
+		})
+		r := <-ch
+		if r.code != 0 {
+			t.Fatalf("%s", r)
+		}
+		if b, _ := os.ReadFile(log); len(bytes.TrimSpace(b)) != 0 {
+			t.Errorf("a host process's traffic recorded as the sandbox's:\n%s", b)
+		}
+	})
 	t.Run("bytes-out cap", func(t *testing.T) {
 		r := fi.sandbox(t, []string{"allowed.test"}, []string{"--egress-bytes", "64K"}, "post", "http://allowed.test/up", "200000")
 		if strings.Contains(r.stdout, "STATUS 200") || !strings.Contains(r.stderr, "egress byte limit (64.0KiB) reached") && !strings.Contains(r.stderr, "egress byte limit (64KiB) reached") {
@@ -265,7 +377,7 @@ func TestEgress(t *testing.T) {
 		ch := make(chan out, 1)
 		go func() {
 			ch <- out{fi.airlock(t, "run", "--allow", "allowed.test", "--", "python3", "-c",
-				"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',7000)); s.listen(); s.settimeout(6)\ntry: s.accept(); print('ACCEPTED')\nexcept Exception: print('nobody came')")}
+				"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',7000)); s.listen(); s.settimeout(15)\ntry: s.accept(); print('ACCEPTED')\nexcept Exception: print('nobody came')")}
 		}()
 		var peer string
 		deadline := time.Now().Add(10 * time.Second)
@@ -288,9 +400,15 @@ func TestEgress(t *testing.T) {
 			t.Fatal("sandbox A did not come up")
 		}
 		b := fi.sandbox(t, []string{"allowed.test"}, []string{"--json"}, "dial", "tcp", peer+":7000")
+		// Through B's proxy, with a rule naming A and all of 10/8 opened
+		// by the operator: the subnet pool stays closed.
+		viaProxy := fi.sandbox(t, []string{peer + ":7000"}, []string{"--egress-allow-net", "10.0.0.0/8"}, "fetch", "http://"+peer+":7000/", "-", "proxy")
 		a := (<-ch).r
 		if b.code != 0 || strings.Contains(b.stdout, "VULNERABLE") || strings.Contains(a.stdout, "ACCEPTED") {
-			t.Fatalf("A: %s\nB: %s", a, b)
+			t.Fatalf("A: %s\nB: %s\nB through its proxy: %s", a, b, viaProxy)
+		}
+		if !strings.Contains(viaProxy.stdout, "STATUS 403") || !strings.Contains(viaProxy.stdout, "subnet pool") {
+			t.Fatalf("B through its proxy: %s", viaProxy)
 		}
 		var j struct {
 			Egress struct {

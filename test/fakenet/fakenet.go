@@ -74,6 +74,7 @@ var Addrs = map[string]string{
 	"allowed.test": "192.0.2.10", "evil.test": "192.0.2.11", "rebind.test": "10.99.0.5",
 	"meta.test": "169.254.169.254", "dns.test": "192.0.2.53", "bench.test": "192.0.2.12",
 	"api.test": "192.0.2.20", "git.test": "192.0.2.21",
+	"host.test": "198.51.100.1", // the stand-in host's own address
 }
 
 // InNS runs f on a locked OS thread inside ns.
