@@ -192,7 +192,7 @@ func ParseRequestRule(s string) (RequestRule, error) {
 		}
 	}
 	p, q, hasQuery := strings.Cut(target, "?")
-	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, " %\\\x00\t\r\n") || path.Clean(p) != p {
+	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, " %\\") || path.Clean(p) != p {
 		return r, fmt.Errorf("allow %q: the path must be absolute and clean, without escapes", s)
 	}
 	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
@@ -200,6 +200,9 @@ func ParseRequestRule(s string) (RequestRule, error) {
 		segs = nil
 	}
 	for i, seg := range segs {
+		if !segmentOK(seg) {
+			return r, fmt.Errorf("allow %q: segment %q: a granted path is printable ASCII without ';', and no segment is only dots", s, seg)
+		}
 		if seg == "**" && i != len(segs)-1 {
 			return r, fmt.Errorf("allow %q: \"**\" may only end the path", s)
 		}
@@ -225,9 +228,8 @@ func ParseRequestRule(s string) (RequestRule, error) {
 
 // Matches reports whether a request with method and URL u falls under the
 // rule. The path is compared segment by segment after decoding; a path
-// that is not in normal form (dot segments, empty segments, encoded
-// slashes, backslashes or dots) never matches, so that no server can read
-// it differently from the proxy.
+// that is not in normal form (see NormalPath) never matches, so that no
+// server can read it differently from the proxy.
 func (r RequestRule) Matches(method string, u *url.URL) bool {
 	if !slices.Contains(r.Methods, method) {
 		return false
@@ -265,16 +267,47 @@ func (r RequestRule) Matches(method string, u *url.URL) bool {
 	return true
 }
 
+// notNormal are what a path in normal form never holds, before decoding,
+// each a way for a server to read a path differently from the proxy.
+var notNormal = []string{
+	"%2f", // an encoded slash: one segment here, two there
+	"%5c", // an encoded backslash: a separator on some servers
+	"\\",  // a backslash: the same
+	"%2e", // an encoded dot: ".." after the server decodes it
+	"%25", // an encoded '%': "%252e" is "%2e" after one decoding, ".." after two
+	"%00", // NUL: the end of the path in C
+}
+
+// segmentOK: a decoded segment of a path in normal form is printable
+// ASCII (an overlong "%c0%ae", a fullwidth "．" or a "‥" is a dot to some
+// server), has no ';' ("..;x" is ".." to servers that cut path
+// parameters), and is not dots and blanks alone ("...", ".. ", ". ." are
+// ".." to servers that trim them).
+func segmentOK(seg string) bool {
+	for i := 0; i < len(seg); i++ {
+		if c := seg[i]; c < 0x20 || c > 0x7e || c == ';' {
+			return false
+		}
+	}
+	return !strings.Contains(seg, ".") || strings.Trim(seg, " \t.") != ""
+}
+
 // NormalPath returns the decoded segments of u's path, or false when the
-// path is not in normal form.
+// path is not in normal form: dot segments and empty segments, anything of
+// notNormal, or a segment segmentOK refuses.
 func NormalPath(u *url.URL) ([]string, bool) {
 	raw := u.EscapedPath()
 	if raw == "" {
 		raw = "/"
 	}
 	low := strings.ToLower(raw)
-	if !strings.HasPrefix(raw, "/") || strings.Contains(low, "%2f") || strings.Contains(low, "%5c") || strings.Contains(low, "%2e") || strings.Contains(low, "%00") || strings.ContainsRune(raw, '\\') {
+	if !strings.HasPrefix(raw, "/") {
 		return nil, false
+	}
+	for _, s := range notNormal {
+		if strings.Contains(low, s) {
+			return nil, false
+		}
 	}
 	p, err := url.PathUnescape(raw)
 	if err != nil {
@@ -290,5 +323,11 @@ func NormalPath(u *url.URL) ([]string, bool) {
 	if trimmed == "/" {
 		return nil, true
 	}
-	return strings.Split(trimmed[1:], "/"), true
+	segs := strings.Split(trimmed[1:], "/")
+	for _, s := range segs {
+		if !segmentOK(s) {
+			return nil, false
+		}
+	}
+	return segs, true
 }

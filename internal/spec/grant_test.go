@@ -38,6 +38,9 @@ func TestRequestRuleMatches(t *testing.T) {
 		{"GET /a/*/c", "GET", "/a/b/x/c", false},
 		{"GET /", "GET", "/", true},
 		{"GET /", "GET", "/x", false},
+		{api, "GET", "/repos/acme/shop/a%20b", true}, // a blank is no dot
+		{api, "GET", "/repos/acme/shop/v1.2", true},
+		{api, "GET", "/repos/acme/shop/.well-known", true},
 	} {
 		r, err := ParseRequestRule(c.rule)
 		if err != nil {
@@ -53,8 +56,56 @@ func TestRequestRuleMatches(t *testing.T) {
 	}
 }
 
+// dotVariants are ways to write ".." (or another path separator trick)
+// that some server reads as "..": every one, anywhere in a path, makes the
+// path match no rule, so the credential is never sent with it.
+var dotVariants = []string{
+	"..;", "..;x", "..%3B", "..%3b", ";", "x;y", // path parameters (Tomcat, Jetty, Spring)
+	"%252e%252e", "%252E%252E", "%25", "%2e%2e", ".%2e", "%2e.", // encoded and double-encoded dots
+	"%c0%ae%c0%ae", "%C0%AE.", "%e0%80%ae%e0%80%ae", "%c0%2e", // overlong UTF-8 dots
+	"．．", "%EF%BC%8E%EF%BC%8E", "‥", "%E2%80%A5", "。。", "︙", // fullwidth and other dots
+	"...", "..%20", "%20..", "..%09", ". .", "..%00", "..%0a", "..%5c", "..\\", "..%2f", // dot-like and separators
+	"é", "%C3%A9", "%ff", "%7f", // non-ASCII, control
+}
+
+func TestRequestRuleRefusesDotVariants(t *testing.T) {
+	r, err := ParseRequestRule("GET,HEAD /repos/acme/shop/**")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range dotVariants {
+		for _, target := range []string{
+			"/repos/acme/shop/" + v + "/other/secrets",
+			"/repos/acme/shop/" + v,
+			"/repos/acme/shop/" + v + "/",
+			"/repos/acme/shop/x/" + v + "/y",
+		} {
+			u, err := url.ParseRequestURI(target)
+			if err != nil {
+				continue // no client can send it
+			}
+			if r.Matches("GET", u) {
+				t.Errorf("%q matched", target)
+			}
+		}
+	}
+	// Every variant from issue 12, by name, parsed as a proxy parses a
+	// request line.
+	for _, target := range []string{"/repos/acme/shop/..;/other", "/repos/acme/shop/..%3B/other", "/repos/acme/shop/%252e%252e/other",
+		"/repos/acme/shop/%c0%ae%c0%ae/other", "/repos/acme/shop/．．/other", "/repos/acme/shop/‥/other"} {
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		if r.Matches("GET", u) {
+			t.Errorf("%q matched", target)
+		}
+	}
+}
+
 func TestRequestRuleRefused(t *testing.T) {
-	for _, s := range []string{"", "GET", "/x", "get /x", "GET x", "GET /a/../b", "GET /a/**/b", "GET /a/b*", "FETCH /", "GET /%2e", "GET /x?", "GET /x?a=1&a=2"} {
+	for _, s := range []string{"", "GET", "/x", "get /x", "GET x", "GET /a/../b", "GET /a/**/b", "GET /a/b*", "FETCH /", "GET /%2e", "GET /x?", "GET /x?a=1&a=2",
+		"GET /a/.../b", "GET /a/..;/b", "GET /a;b", "GET /a/．．/b", "GET /é", "GET /a\x7f", "GET /a/. ./b", "GET /a b"} {
 		if _, err := ParseRequestRule(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}
@@ -99,10 +150,17 @@ func TestGrantValidation(t *testing.T) {
 	}
 }
 
+// FuzzRequestRule: whatever matches is in normal form and under the
+// rule's fixed prefix; and a path that matched stops matching once any of
+// dotVariants is put in as a segment of its own, or glued to a segment
+// when it holds more than dots and blanks.
 func FuzzRequestRule(f *testing.F) {
-	f.Add("GET,HEAD /repos/acme/shop/**", "GET", "/repos/acme/shop/x")
-	f.Add("GET /acme/shop.git/info/refs?service=git-upload-pack", "GET", "/acme/shop.git/info/refs?service=git-upload-pack")
-	f.Fuzz(func(t *testing.T, rule, method, target string) {
+	f.Add("GET,HEAD /repos/acme/shop/**", "GET", "/repos/acme/shop/x", uint8(0), uint8(0))
+	f.Add("GET /acme/shop.git/info/refs?service=git-upload-pack", "GET", "/acme/shop.git/info/refs?service=git-upload-pack", uint8(3), uint8(1))
+	for i, v := range dotVariants {
+		f.Add("GET /a/**", "GET", "/a/"+v+"/b", uint8(i), uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, rule, method, target string, which, where uint8) {
 		r, err := ParseRequestRule(rule)
 		if err != nil {
 			return
@@ -114,14 +172,36 @@ func FuzzRequestRule(f *testing.F) {
 		if !r.Matches(method, u) {
 			return
 		}
+		// The same request with a variant in its path: never a match.
+		v := dotVariants[int(which)%len(dotVariants)]
+		p := u.EscapedPath()
+		cuts := []int{}
+		for i := 0; i <= len(p); i++ {
+			if i == len(p) || p[i] == '/' {
+				cuts = append(cuts, i)
+			}
+		}
+		at := cuts[int(where)%len(cuts)]
+		bads := []string{p[:at] + "/" + v + p[at:]}
+		if d, err := url.PathUnescape(v); err != nil || strings.Trim(d, ". ") != "" {
+			bads = append(bads, p[:at]+v+p[at:])
+		}
+		for _, bad := range bads {
+			if bu, err := url.ParseRequestURI(bad); err == nil && r.Matches(method, bu) {
+				t.Fatalf("%q matched %q, with %q put in", rule, bad, v)
+			}
+		}
 		// Whatever matched is in normal form and under the rule's fixed
 		// prefix: no dot segment or encoded separator got through.
 		segs, ok := NormalPath(u)
 		if !ok {
 			t.Fatalf("%q matched %q outside normal form", rule, target)
 		}
+		if strings.Contains(strings.ToLower(u.EscapedPath()), "%25") {
+			t.Fatalf("%q matched %q, double-encoded", rule, target)
+		}
 		for _, s := range segs {
-			if s == ".." || s == "." || strings.ContainsAny(s, "/\\") {
+			if strings.Contains(s, ".") && strings.Trim(s, " \t.") == "" || strings.ContainsAny(s, "/\\;%") || strings.ContainsFunc(s, func(c rune) bool { return c < 0x20 || c > 0x7e }) {
 				t.Fatalf("%q matched %q with segment %q", rule, target, s)
 			}
 		}
