@@ -367,3 +367,50 @@ func TestRunGrant(t *testing.T) {
 		t.Errorf("a grant without its secret:\n%s", r)
 	}
 }
+
+// pathsScript sends GET PATH for each argument to api.test through a
+// CONNECT tunnel of the proxy, byte for byte (no client-side cleaning),
+// with the grant's placeholder; it prints the status and the path.
+const pathsScript = `import http.client, os, ssl, sys, urllib.parse
+p = urllib.parse.urlparse(os.environ["HTTPS_PROXY"])
+for path in sys.argv[1:]:
+    c = http.client.HTTPSConnection(p.hostname, p.port, context=ssl.create_default_context(), timeout=15)
+    c.set_tunnel("api.test", 443)
+    try:
+        c.request("GET", path, headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})
+        print(c.getresponse().status, path)
+    except Exception as e:
+        print("ERR", path, e)
+    c.close()
+`
+
+// The dot-segment variants that servers normalise to ".." match no grant
+// rule: api.test receives each of them without the credential.
+func TestGrantPathVariantsGetNoCredential(t *testing.T) {
+	fi := &fakeInternet{Internet: fakenet.New(t), env: []string{"SSL_CERT_FILE=", "AIRLOCK_TEST_API_KEY=run-secret-value-0002"}}
+	fi.env[0] += fi.CAFile
+	ws := workspace(t)
+	if err := os.WriteFile(filepath.Join(ws, "paths.py"), []byte(pathsScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	variants := []string{
+		"/repos/acme/shop/..;/other", "/repos/acme/shop/..;x/other", "/repos/acme/shop/..%3B/other", "/repos/acme/shop/%252e%252e/other",
+		"/repos/acme/shop/%c0%ae%c0%ae/other", "/repos/acme/shop/%EF%BC%8E%EF%BC%8E/other", "/repos/acme/shop/%E2%80%A5/other",
+		"/repos/acme/shop/.../other", "/repos/acme/shop/..%20/other", "/repos/acme/shop/pulls;jsessionid=1",
+	}
+	args := append([]string{"run", "--workspace", ws, "--grant", "api-key@api.test GET:/repos/acme/shop/** env=API_TOKEN",
+		"--secret", "api-key=env:AIRLOCK_TEST_API_KEY", "--", "python3", "paths.py", "/repos/acme/shop/pulls"}, variants...)
+	r := fi.airlock(t, args...)
+	if r.code != 0 || !strings.Contains(r.stdout, "200 /repos/acme/shop/pulls\n") {
+		t.Fatalf("run:\n%s", r)
+	}
+	seen := fi.Seen()
+	if len(seen) != 1+len(variants) || !strings.Contains(seen[0], `GET /repos/acme/shop/pulls auth="Bearer run-secret-value-0002"`) {
+		t.Fatalf("api.test saw:\n%s\nthe sandbox:\n%s", strings.Join(seen, "\n"), r)
+	}
+	for i, line := range seen[1:] {
+		if !strings.Contains(line, " "+variants[i]+" ") || !strings.Contains(line, `auth=""`) {
+			t.Errorf("%s: api.test saw %s", variants[i], line)
+		}
+	}
+}
