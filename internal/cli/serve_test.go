@@ -12,9 +12,9 @@ import (
 func TestServeConfigFileIsStrict(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
-	_ = os.WriteFile(good, []byte("socket: /run/x.sock\nlog_level: debug\nimage_cache_size: 5G\n"), 0o600)
+	_ = os.WriteFile(good, []byte("socket: /run/x.sock\nlog_level: debug\nimage_cache_size: 5G\negress_allow_net: [10.20.0.0/16]\n"), 0o600)
 	f, err := loadServeFile(good)
-	if err != nil || f.Socket != "/run/x.sock" || f.LogLevel != "debug" || f.ImageCacheSize != "5G" {
+	if err != nil || f.Socket != "/run/x.sock" || f.LogLevel != "debug" || f.ImageCacheSize != "5G" || len(f.EgressAllowNet) != 1 {
 		t.Fatalf("good config: %+v %v", f, err)
 	}
 	for name, body := range map[string]string{
@@ -30,5 +30,17 @@ func TestServeConfigFileIsStrict(t *testing.T) {
 	}
 	if _, err := loadServeFile(filepath.Join(dir, "missing.yaml")); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestParseAllowNets(t *testing.T) {
+	got, err := parseAllowNets([]string{"10.20.1.2/16", "2001:db8::/32"})
+	if err != nil || len(got) != 2 || got[0].String() != "10.20.0.0/16" || got[1].String() != "2001:db8::/32" {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, bad := range []string{"10.20.0.0", "example.com/8", "10.0.0.0/33", ""} {
+		if _, err := parseAllowNets([]string{bad}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%q: %v, want invalid argument", bad, err)
+		}
 	}
 }

@@ -1,9 +1,10 @@
 // Package egress is a sandbox's only way out: a policy of allowed and
 // denied destinations, an HTTP/CONNECT proxy (explicit and transparent)
 // that enforces it, a DNS forwarder that answers only allowed names, and
-// the log of every decision. It never connects to loopback, private,
-// link-local, CGNAT, metadata or other special addresses, whatever DNS
-// says. It imports the standard library, x/net, miekg/dns and yaml.
+// the log of every decision. It never connects to the host's own
+// addresses, other sandboxes, loopback, private, link-local, CGNAT,
+// metadata or other special addresses, whatever DNS says, and serves only
+// its sandbox. It imports the standard library, x/net, miekg/dns and yaml.
 package egress
 
 import (
