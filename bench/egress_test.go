@@ -46,8 +46,10 @@ func directClient(b *testing.B, fi *fakenet.Internet) *http.Client {
 	}}
 }
 
+// sandboxRun opens the world's TEST-NET-1 servers, which the guard blocks
+// like every documentation range, as an operator would.
 func sandboxRun(fi *fakenet.Internet, ws string, args ...string) []string {
-	full := []string{"run", "--dns-upstream", "192.0.2.53:53", "--allow", "bench.test", "--workspace", ws, "--", "/workspace/attack"}
+	full := []string{"run", "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24", "--allow", "bench.test", "--workspace", ws, "--", "/workspace/attack"}
 	return append(full, args...)
 }
 
