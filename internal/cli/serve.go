@@ -113,6 +113,9 @@ daemon adopts them. The API is documented in docs/api.md.`,
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewJSONHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+			if len(opened) > 0 {
+				log.Warn("egress: ranges the guard blocks are opened to every sandbox", "egress_allow_net", opened)
+			}
 			prefix, err := netip.ParsePrefix(pool)
 			if err != nil {
 				return errdefs.Invalid("--subnet-pool: " + err.Error())
