@@ -192,7 +192,8 @@ type Usage struct {
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	ID          string            `json:"id"`
-	Tenant      string            `json:"tenant"`
+	Tenant      string            `json:"tenant"`    // the tenant's name when the sandbox was made
+	TenantID    string            `json:"tenant_id"` // the tenant's id (never reused)
 	State       string            `json:"state"`
 	Image       string            `json:"image"`
 	Created     time.Time         `json:"created"`
@@ -374,6 +375,10 @@ type UpdateTenant struct {
 // Tenant describes a tenant. Key is set only in the answer to its
 // creation: it is stored hashed and cannot be shown again.
 type Tenant struct {
+	// ID is made when the tenant is created and never issued again; what
+	// the tenant owns (sandboxes, snapshots, secrets, audit records) is
+	// bound to it. Name may be reused once the tenant is deleted.
+	ID         string    `json:"id"`
 	Name       string    `json:"name"`
 	Quotas     Quotas    `json:"quotas"`
 	ScanPolicy string    `json:"scan_policy"`

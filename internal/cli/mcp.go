@@ -120,7 +120,7 @@ Configuration for an MCP client (docs/mcp.md has more):
 				if _, err := svc.CreateTenant(ctx, admin, &api.CreateTenant{Name: "local", ScanPolicy: scanPolicy}); err != nil {
 					return err
 				}
-				p := &sandbox.Principal{Tenant: "local", ScanPolicy: scanPolicy}
+				p := &sandbox.Principal{ID: "local", Tenant: "local", ScanPolicy: scanPolicy}
 				for _, name := range slices.Sorted(maps.Keys(local)) {
 					if _, err := svc.AddSecret(ctx, p, &api.AddSecret{Name: name, Value: string(local[name])}); err != nil {
 						return err

@@ -40,7 +40,7 @@ func (s *Service) auditable() error {
 	return nil
 }
 
-// who is the tenant, sandbox and trigger a record belongs to.
+// who is the tenant (by id), sandbox and trigger a record belongs to.
 type who struct{ tenant, sandbox, trigger string }
 
 func (b *box) who() who {
@@ -229,14 +229,14 @@ type AuditFilter struct {
 }
 
 // AuditRecords streams the audit records the caller may read: a tenant
-// its own, the admin all.
+// those of its own id (never a deleted namesake's), the admin all.
 func (s *Service) AuditRecords(ctx context.Context, t *Principal, f AuditFilter, emit func(*audit.Record) error) error {
 	if s.cfg.AuditDir == "" {
 		return errdefs.New(errdefs.ErrUnavailable, "this daemon keeps no audit log")
 	}
 	return audit.Read(ctx, s.cfg.AuditDir, false, func(r *audit.Record) error {
 		switch {
-		case !t.Admin && r.Tenant != t.Tenant,
+		case !t.Admin && r.Tenant != t.ID,
 			f.Sandbox != "" && r.Sandbox != f.Sandbox,
 			f.Trigger != "" && r.Trigger != f.Trigger,
 			f.Kind != "" && r.Kind != f.Kind && !strings.HasPrefix(r.Kind, f.Kind+"."),

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -122,14 +123,29 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Service holds every live sandbox of every tenant.
+// Service holds every live sandbox of every tenant. Tenants are keyed by
+// their id (Principal.ID), never by their name.
 type Service struct {
 	cfg     Config
 	mu      sync.Mutex
 	boxes   map[string]*box
-	pending map[string]int        // creates in flight per tenant
-	keys    map[string]*Principal // key hash → who (cache; keys never change)
+	pending map[string]*pendingCreate // creates in flight, by sandbox id
+	keys    map[string]*Principal     // key hash → who (cache; keys never change)
 	cpu     map[string]*cpuBudget
+	// gone holds the ids of tenants deleted since the daemon started: their
+	// keys' cached principals and late creates are refused.
+	gone map[string]bool
+}
+
+// pendingCreate is a create in flight: admitted against its tenant's
+// quotas, not yet among the live sandboxes. The kill switch ends it too.
+type pendingCreate struct {
+	id, tenant string // the sandbox's id, its tenant's id
+	mem        int64
+	cpus       float64
+	cancel     context.CancelCauseFunc
+	killed     string        // why the kill switch ended it (under Service.mu)
+	done       chan struct{} // closed once the create has answered
 }
 
 // box is one live sandbox.
@@ -159,7 +175,7 @@ func New(cfg Config) *Service {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]int{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}}
+	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]*pendingCreate{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}, gone: map[string]bool{}}
 }
 
 func newID() string {
@@ -262,7 +278,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	if len(sp.Grants) > 0 && s.cfg.Broker == nil {
 		return nil, errdefs.Unavailable("this daemon has no credential broker: grants cannot be kept")
 	}
-	sp.Tenant = t.Tenant
+	sp.Tenant = t.ID
 	if s.cfg.Broker != nil {
 		sp.Scan = t.ScanPolicy
 		if sp.Scan == "" {
@@ -274,7 +290,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 		k, _, _ := strings.Cut(kv, "=")
 		env = append(env, field{"env " + k, &sp.Env[i]})
 	}
-	if err := s.scanCall(ctx, t, who{tenant: t.Tenant}, "create", env); err != nil {
+	if err := s.scanCall(ctx, t, who{tenant: t.ID}, "create", env); err != nil {
 		return nil, err
 	}
 	if err := s.auditable(); err != nil {
@@ -283,25 +299,31 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	if err := s.fromSnapshot(ctx, t, &sp); err != nil {
 		return nil, err
 	}
-	if err := s.admit(t, &sp); err != nil {
+	id := newID()
+	ctx, pc, err := s.admit(ctx, t, id, &sp)
+	if err != nil {
 		s.cfg.Metrics.createsRefused.Inc()
 		return nil, err
 	}
-	defer func() {
-		s.mu.Lock()
-		s.pending[t.Tenant]--
-		s.mu.Unlock()
-	}()
-	id := newID()
+	defer s.settle(pc)
 	t0 := time.Now()
 	inst, err := s.cfg.Backend.Start(ctx, id, &sp)
 	if err != nil {
+		if kerr := s.killedCreate(pc, nil); kerr != nil {
+			return nil, kerr
+		}
 		s.cfg.Metrics.createFailures.Inc()
 		return nil, err
+	}
+	if kerr := s.killedCreate(pc, inst); kerr != nil {
+		return nil, kerr
 	}
 	ag := newAgentClient(inst.Socket())
 	if err := ag.hello(ctx); err != nil {
 		discard(inst)
+		if kerr := s.killedCreate(pc, nil); kerr != nil {
+			return nil, kerr
+		}
 		return nil, err
 	}
 	now := s.cfg.Now()
@@ -309,7 +331,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	meta, _ := json.Marshal(req.Metadata)
 	trig, _ := json.Marshal(req.Trigger)
 	b := &box{spec: sp, inst: inst, agent: ag, ended: make(chan struct{}), egressRate: newLimiter(MaxEgressRecords), rec: store.Sandbox{
-		ID: id, Tenant: t.Tenant, State: api.StateRunning, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
+		ID: id, Tenant: t.ID, TenantName: t.Tenant, State: api.StateRunning, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
 		Created: now, Expires: now.Add(ttl), IdleTimeout: idle, LastActive: now, InitPid: inst.InitPid(),
 	}}
 	// The audit record first, then the daemon's own: a crash in between
@@ -323,51 +345,108 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 		discard(inst)
 		return nil, err
 	}
-	if err := s.cfg.Store.PutSandbox(ctx, b.rec); err != nil {
+	if err := s.cfg.Store.PutSandbox(context.WithoutCancel(ctx), b.rec); err != nil {
 		discard(inst)
 		s.note(b.who(), "sandbox.destroyed", "observed", map[string]any{"reason": "the daemon could not record it: " + err.Error()})
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
+	// Live from here, unless the kill switch came first: then it ends as
+	// any live sandbox would (destroyed, its end recorded).
 	s.mu.Lock()
-	s.boxes[id] = b
+	reason := pc.killed
+	if reason == "" {
+		s.boxes[id] = b
+	}
 	s.mu.Unlock()
+	if reason != "" {
+		s.end(b, reason)
+		return nil, killedError(id, reason)
+	}
 	go s.watch(b)
 	s.cfg.Metrics.creates.Inc()
 	s.cfg.Metrics.createSeconds.Observe(time.Since(t0).Seconds())
-	s.cfg.Log.Info("sandbox created", "id", id, "tenant", t.Tenant, "image", sp.Image, "took", time.Since(t0))
+	s.cfg.Log.Info("sandbox created", "id", id, "tenant", t.ID, "image", sp.Image, "took", time.Since(t0))
 	return s.describe(b, true), nil
 }
 
 // admit checks tenant t's quotas for one more sandbox like sp and counts
-// it as pending.
-func (s *Service) admit(t *Principal, sp *spec.Spec) error {
+// it as pending under id; the context it returns ends when the kill
+// switch ends the create. A deleted tenant is admitted no more.
+func (s *Service) admit(ctx context.Context, t *Principal, id string, sp *spec.Spec) (context.Context, *pendingCreate, error) {
 	q := t.Quotas
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b := s.cpu[t.Tenant]; b != nil && b.exhausted(q, s.cfg.Now()) {
-		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s has used its CPU budget (%.0f s per %s); creates resume when the period ends", t.Tenant, q.CPUSeconds, q.CPUPeriod))
+	if s.gone[t.ID] {
+		return nil, nil, errTenantGone()
 	}
-	n, mem, cpus := s.pending[t.Tenant], int64(0), 0.0
+	if b := s.cpu[t.ID]; b != nil && b.exhausted(q, s.cfg.Now()) {
+		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s has used its CPU budget (%.0f s per %s); creates resume when the period ends", t.Tenant, q.CPUSeconds, q.CPUPeriod))
+	}
+	n, mem, cpus := 0, int64(0), 0.0
 	for _, b := range s.boxes {
-		if b.rec.Tenant == t.Tenant {
+		if b.rec.Tenant == t.ID {
 			n++
 			mem += b.spec.Limits.Memory
 			cpus += b.spec.Limits.CPUs
 		}
 	}
-	// Pending creates count by the new sandbox's size: a close estimate.
-	mem += int64(s.pending[t.Tenant]) * sp.Limits.Memory
-	cpus += float64(s.pending[t.Tenant]) * sp.Limits.CPUs
+	for _, pc := range s.pending {
+		if pc.tenant == t.ID {
+			n++
+			mem += pc.mem
+			cpus += pc.cpus
+		}
+	}
 	switch {
 	case q.MaxSandboxes > 0 && n+1 > q.MaxSandboxes:
-		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may have %d sandboxes at once and has %d", t.Tenant, q.MaxSandboxes, n))
+		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may have %d sandboxes at once and has %d", t.Tenant, q.MaxSandboxes, n))
 	case q.MaxMemory > 0 && mem+sp.Limits.Memory > q.MaxMemory:
-		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %s of memory in all; its sandboxes hold %s and this one asks %s", t.Tenant, spec.FormatSize(q.MaxMemory), spec.FormatSize(mem), spec.FormatSize(sp.Limits.Memory)))
+		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %s of memory in all; its sandboxes hold %s and this one asks %s", t.Tenant, spec.FormatSize(q.MaxMemory), spec.FormatSize(mem), spec.FormatSize(sp.Limits.Memory)))
 	case q.MaxCPUs > 0 && cpus+sp.Limits.CPUs > q.MaxCPUs+1e-9:
-		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %g CPUs in all; its sandboxes hold %g and this one asks %g", t.Tenant, q.MaxCPUs, cpus, sp.Limits.CPUs))
+		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %g CPUs in all; its sandboxes hold %g and this one asks %g", t.Tenant, q.MaxCPUs, cpus, sp.Limits.CPUs))
 	}
-	s.pending[t.Tenant]++
-	return nil
+	ctx, cancel := context.WithCancelCause(ctx)
+	pc := &pendingCreate{id: id, tenant: t.ID, mem: sp.Limits.Memory, cpus: sp.Limits.CPUs, cancel: cancel, done: make(chan struct{})}
+	s.pending[id] = pc
+	return ctx, pc, nil
+}
+
+// settle takes an answered create off the pending list.
+func (s *Service) settle(pc *pendingCreate) {
+	s.mu.Lock()
+	delete(s.pending, pc.id)
+	s.mu.Unlock()
+	pc.cancel(nil)
+	close(pc.done)
+}
+
+// killedCreate says whether the kill switch ended create pc; if so it
+// destroys inst (when there is one), records the end, and returns the
+// error the create answers.
+func (s *Service) killedCreate(pc *pendingCreate, inst Instance) error {
+	s.mu.Lock()
+	reason := pc.killed
+	s.mu.Unlock()
+	if reason == "" {
+		return nil
+	}
+	if inst != nil {
+		discard(inst)
+	}
+	if s.cfg.Broker != nil {
+		s.cfg.Broker.End(pc.id)
+	}
+	s.note(who{tenant: pc.tenant, sandbox: pc.id}, "sandbox.destroyed", "observed", map[string]any{"reason": reason, "while": "create"})
+	s.cfg.Metrics.ends.WithLabelValues(endLabel(reason)).Inc()
+	return killedError(pc.id, reason)
+}
+
+func killedError(id, reason string) error {
+	return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s was destroyed while it was being made: %s", id, reason))
+}
+
+func errTenantGone() error {
+	return errdefs.New(errdefs.ErrUnauthenticated, "this key's tenant has been deleted")
 }
 
 // get finds sandbox id of tenant t. Another tenant's sandbox is not found,
@@ -376,7 +455,7 @@ func (s *Service) get(t *Principal, id string) (*box, error) {
 	s.mu.Lock()
 	b, ok := s.boxes[id]
 	s.mu.Unlock()
-	if !ok || (!t.Admin && b.rec.Tenant != t.Tenant) {
+	if !ok || (!t.Admin && b.rec.Tenant != t.ID) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+quoteID(id))
 	}
 	return b, nil
@@ -423,7 +502,7 @@ func (s *Service) Get(ctx context.Context, t *Principal, id string) (*api.Sandbo
 		return nil, err
 	}
 	for _, r := range recs {
-		if r.ID == id && (t.Admin || r.Tenant == t.Tenant) {
+		if r.ID == id && (t.Admin || r.Tenant == t.ID) {
 			return describeRecord(r, nil), nil
 		}
 	}
@@ -435,7 +514,7 @@ func (s *Service) List(_ context.Context, t *Principal) []*api.Sandbox {
 	s.mu.Lock()
 	var bs []*box
 	for _, b := range s.boxes {
-		if t.Admin || b.rec.Tenant == t.Tenant {
+		if t.Admin || b.rec.Tenant == t.ID {
 			bs = append(bs, b)
 		}
 	}
@@ -464,7 +543,7 @@ func describeRecord(r store.Sandbox, u *Usage) *api.Sandbox {
 	var sp spec.Spec
 	_ = json.Unmarshal([]byte(r.Spec), &sp)
 	out := &api.Sandbox{
-		ID: r.ID, Tenant: r.Tenant, State: r.State, Image: sp.Image, Created: r.Created, Expires: r.Expires,
+		ID: r.ID, Tenant: r.TenantName, TenantID: r.Tenant, State: r.State, Image: sp.Image, Created: r.Created, Expires: r.Expires,
 		LastActive: r.LastActive, EndReason: r.EndReason,
 		Limits:  api.Limits{MemoryBytes: sp.Limits.Memory, DiskBytes: sp.Limits.Disk, CPUs: sp.Limits.CPUs, Pids: sp.Limits.Pids},
 		Network: api.Network{Mode: sp.NetMode(), Allow: sp.Net.Allow, Deny: sp.Net.Deny, EgressBytes: sp.Net.EgressBytes, MaxConns: sp.Net.MaxConns},
@@ -575,38 +654,64 @@ func (s *Service) Destroy(_ context.Context, t *Principal, id string) error {
 	return nil
 }
 
-// KillAll destroys every sandbox of tenant (every tenant's when tenant is
-// "" and t is the admin) and answers when they are all gone.
-func (s *Service) KillAll(_ context.Context, t *Principal, tenant string) ([]string, error) {
+// KillAll destroys every sandbox of tenant (a name; every tenant's when
+// tenant is "" and t is the admin), those being made included, and
+// answers when they are all gone.
+func (s *Service) KillAll(ctx context.Context, t *Principal, tenant string) ([]string, error) {
 	switch {
 	case !t.Admin && tenant != "" && tenant != t.Tenant:
 		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(tenant))
 	case !t.Admin:
-		tenant = t.Tenant
+		return s.killAll(t, t.ID, "kill switch (tenant "+t.Tenant+")")
+	case tenant == "":
+		return s.killAll(t, "", "kill switch (all tenants)")
 	}
+	tn, err := s.cfg.Store.TenantByName(ctx, tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(tenant))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.killAll(t, tn.ID, "kill switch (tenant "+tenant+")")
+}
+
+// killAll destroys every sandbox of tenant id tid ("": of every tenant)
+// for reason: the live ones, and the creates in flight, which end
+// destroyed and answer an error. It returns when all of them are gone.
+func (s *Service) killAll(t *Principal, tid, reason string) ([]string, error) {
 	s.mu.Lock()
 	var bs []*box
 	for _, b := range s.boxes {
-		if tenant == "" || b.rec.Tenant == tenant {
+		if tid == "" || b.rec.Tenant == tid {
 			bs = append(bs, b)
 		}
 	}
-	s.mu.Unlock()
-	reason := "kill switch (tenant " + tenant + ")"
-	if tenant == "" {
-		reason = "kill switch (all tenants)"
+	var pcs []*pendingCreate
+	for _, pc := range s.pending {
+		if (tid == "" || pc.tenant == tid) && pc.killed == "" {
+			pc.killed = reason
+			pc.cancel(errdefs.New(errdefs.ErrFailedPrecondition, reason))
+			pcs = append(pcs, pc)
+		}
 	}
+	s.mu.Unlock()
 	var wg sync.WaitGroup
-	ids := make([]string, len(bs))
-	for i, b := range bs {
-		ids[i] = b.rec.ID
+	ids := make([]string, 0, len(bs)+len(pcs))
+	for _, b := range bs {
+		ids = append(ids, b.rec.ID)
 		wg.Add(1)
 		go func() { defer wg.Done(); s.end(b, reason) }()
 	}
+	for _, pc := range pcs {
+		ids = append(ids, pc.id)
+		wg.Add(1)
+		go func() { defer wg.Done(); <-pc.done }()
+	}
 	wg.Wait()
 	slices.Sort(ids)
-	s.cfg.Log.Warn("kill switch", "tenant", tenant, "destroyed", len(ids))
-	return ids, s.commit(context.Background(), who{tenant: tenant}, "killswitch", "observed", map[string]any{"admin": t.Admin, "destroyed": ids})
+	s.cfg.Log.Warn("kill switch", "tenant", tid, "destroyed", len(ids), "in_flight", len(pcs))
+	return ids, s.commit(context.Background(), who{tenant: tid}, "killswitch", "observed", map[string]any{"admin": t.Admin, "destroyed": ids})
 }
 
 // end destroys b (once) and records why; every caller returns only when

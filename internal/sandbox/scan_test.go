@@ -74,7 +74,7 @@ func TestSecretsSealedAndRotated(t *testing.T) {
 	}
 	defer db.Close()
 	s := New(Config{Store: db, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
-	p := &Principal{Tenant: "acme"}
+	p := &Principal{ID: "acme", Tenant: "acme"}
 	ctx := context.Background()
 	if _, err := s.AddSecret(ctx, p, &api.AddSecret{Name: "k", Value: "v1-value"}); err != nil {
 		t.Fatal(err)

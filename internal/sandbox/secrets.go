@@ -15,7 +15,7 @@ import (
 // MaxSecretBytes caps a secret's value.
 const MaxSecretBytes = 16 << 10
 
-// sealContext binds a sealed value to its tenant, name and version.
+// sealContext binds a sealed value to its tenant (by id), name and version.
 func sealContext(tenant, name string, version int) string {
 	return fmt.Sprintf("airlock secret %s/%s/%d", tenant, name, version)
 }
@@ -56,8 +56,8 @@ func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecre
 		return nil, err
 	}
 	now := s.cfg.Now()
-	sec := store.Secret{Tenant: p.Tenant, Name: req.Name, Version: 1, Created: now, Updated: now,
-		Sealed: s.cfg.Broker.Keys().Seal(sealContext(p.Tenant, req.Name, 1), []byte(req.Value))}
+	sec := store.Secret{Tenant: p.ID, Name: req.Name, Version: 1, Created: now, Updated: now,
+		Sealed: s.cfg.Broker.Keys().Seal(sealContext(p.ID, req.Name, 1), []byte(req.Value))}
 	err := s.cfg.Store.AddSecret(ctx, sec)
 	if errors.Is(err, store.ErrExists) {
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, fmt.Sprintf("secret %s exists: rotate it to change its value", req.Name))
@@ -65,7 +65,7 @@ func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecre
 	if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, who{tenant: p.Tenant}, "secret.added", "observed", map[string]any{"name": req.Name, "version": 1}); err != nil {
+	if err := s.commit(ctx, who{tenant: p.ID}, "secret.added", "observed", map[string]any{"name": req.Name, "version": 1}); err != nil {
 		return nil, err
 	}
 	return describeSecret(sec), nil
@@ -80,7 +80,7 @@ func (s *Service) RotateSecret(ctx context.Context, p *Principal, name string, r
 	if err := checkSecretValue(req.Value); err != nil {
 		return nil, err
 	}
-	cur, err := s.cfg.Store.GetSecret(ctx, p.Tenant, name)
+	cur, err := s.cfg.Store.GetSecret(ctx, p.ID, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no secret "+quoteID(name))
 	}
@@ -89,13 +89,13 @@ func (s *Service) RotateSecret(ctx context.Context, p *Principal, name string, r
 	}
 	next := cur
 	next.Version, next.Updated = cur.Version+1, s.cfg.Now()
-	next.Sealed = s.cfg.Broker.Keys().Seal(sealContext(p.Tenant, name, next.Version), []byte(req.Value))
+	next.Sealed = s.cfg.Broker.Keys().Seal(sealContext(p.ID, name, next.Version), []byte(req.Value))
 	if err := s.cfg.Store.RotateSecret(ctx, next, cur.Version); errors.Is(err, store.ErrNotFound) {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "secret "+name+" changed meanwhile; try again")
 	} else if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, who{tenant: p.Tenant}, "secret.rotated", "observed", map[string]any{"name": name, "version": next.Version}); err != nil {
+	if err := s.commit(ctx, who{tenant: p.ID}, "secret.rotated", "observed", map[string]any{"name": name, "version": next.Version}); err != nil {
 		return nil, err
 	}
 	return describeSecret(next), nil
@@ -106,7 +106,7 @@ func (s *Service) Secrets(ctx context.Context, p *Principal) ([]*api.Secret, err
 	if err := s.secretsOf(p); err != nil {
 		return nil, err
 	}
-	ss, err := s.cfg.Store.Secrets(ctx, p.Tenant)
+	ss, err := s.cfg.Store.Secrets(ctx, p.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -123,12 +123,12 @@ func (s *Service) RemoveSecret(ctx context.Context, p *Principal, name string) e
 	if err := s.secretsOf(p); err != nil {
 		return err
 	}
-	if err := s.cfg.Store.DeleteSecret(ctx, p.Tenant, name); errors.Is(err, store.ErrNotFound) {
+	if err := s.cfg.Store.DeleteSecret(ctx, p.ID, name); errors.Is(err, store.ErrNotFound) {
 		return errdefs.New(errdefs.ErrNotFound, "no secret "+quoteID(name))
 	} else if err != nil {
 		return err
 	}
-	return s.commit(ctx, who{tenant: p.Tenant}, "secret.removed", "observed", map[string]any{"name": name})
+	return s.commit(ctx, who{tenant: p.ID}, "secret.removed", "observed", map[string]any{"name": name})
 }
 
 // SecretValue opens tenant's secret name: what the broker puts into a

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,7 +33,7 @@ func (s *Service) Snapshot(ctx context.Context, t *Principal, id string, req *ap
 	limit := int64(MaxSnapshotBytes)
 	var used int64
 	if q := t.Quotas.MaxSnapshotBytes; q > 0 {
-		mine, err := s.cfg.Store.Snapshots(ctx, t.Tenant)
+		mine, err := s.cfg.Store.Snapshots(ctx, t.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -50,20 +52,28 @@ func (s *Service) Snapshot(ctx context.Context, t *Principal, id string, req *ap
 	if err != nil {
 		return nil, err
 	}
-	rec := store.Snapshot{ID: files.ID, Tenant: t.Tenant, Name: req.Name, Sandbox: id, Base: files.Base, HasRoot: files.Root, Bytes: files.Bytes, Created: s.cfg.Now()}
+	rec := store.Snapshot{ID: snapshotID(t.ID, files.ID), Tenant: t.ID, Content: files.ID, Name: req.Name, Sandbox: id, Base: files.Base, HasRoot: files.Root, Bytes: files.Bytes, Created: s.cfg.Now()}
 	if err := s.cfg.Store.PutSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
 	if err := s.commit(ctx, b.who(), "sandbox.snapshot", "observed", map[string]any{
-		"snapshot": files.ID, "name": req.Name, "base": files.Base, "root": files.Root, "bytes": files.Bytes,
+		"snapshot": rec.ID, "content": files.ID, "name": req.Name, "base": files.Base, "root": files.Root, "bytes": files.Bytes,
 		"skipped": files.Skipped, "workspace": s.workspaceChanges(b),
 	}); err != nil {
 		return nil, err
 	}
-	s.cfg.Log.Info("snapshot saved", "id", files.ID, "sandbox", id, "tenant", t.Tenant, "bytes", files.Bytes)
+	s.cfg.Log.Info("snapshot saved", "id", rec.ID, "content", files.ID, "sandbox", id, "tenant", t.ID, "bytes", files.Bytes)
 	out := snapshotOf(rec)
 	out.Skipped = files.Skipped
 	return out, nil
+}
+
+// snapshotID is the id tenant tid sees for a snapshot of content: the
+// same content saved by two tenants has two ids, and neither can name, or
+// probe for, the other's.
+func snapshotID(tid, content string) string {
+	h := sha256.Sum256([]byte("airlock snapshot\x00" + tid + "\x00" + content))
+	return hex.EncodeToString(h[:12])
 }
 
 func snapshotOf(r store.Snapshot) *api.Snapshot {
@@ -72,7 +82,7 @@ func snapshotOf(r store.Snapshot) *api.Snapshot {
 
 // Snapshots lists the caller's snapshots (every tenant's for the admin).
 func (s *Service) Snapshots(ctx context.Context, t *Principal) ([]*api.Snapshot, error) {
-	tenant := t.Tenant
+	tenant := t.ID
 	if t.Admin {
 		tenant = ""
 	}
@@ -88,21 +98,24 @@ func (s *Service) Snapshots(ctx context.Context, t *Principal) ([]*api.Snapshot,
 }
 
 // DeleteSnapshot forgets a tenant's snapshot; its files go when no tenant
-// records it and no live sandbox runs from it.
+// records its content and no live sandbox runs from it. Ownership is
+// checked first: another tenant's snapshot is not found, exactly as a
+// missing one, and no answer names anything of another tenant's.
 func (s *Service) DeleteSnapshot(ctx context.Context, t *Principal, sid string) error {
-	root, ws, err := s.cfg.Backend.SnapshotPaths(sid)
-	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if t.Admin {
+		return errdefs.New(errdefs.ErrPermissionDenied, "snapshots belong to tenants: use the tenant's key")
+	}
+	rec, err := s.cfg.Store.SnapshotOf(ctx, t.ID, sid)
+	if errors.Is(err, store.ErrNotFound) {
 		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+quoteID(sid))
 	}
-	s.mu.Lock()
-	for _, b := range s.boxes {
-		if (root != "" && b.spec.Image == root) || (ws != "" && b.spec.Workspace == ws) {
-			s.mu.Unlock()
-			return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("snapshot %s is in use by a sandbox (%s): destroy it first", sid, b.rec.ID))
-		}
+	if err != nil {
+		return err
 	}
-	s.mu.Unlock()
-	stillUsed, err := s.cfg.Store.DeleteSnapshot(ctx, t.Tenant, sid)
+	if b := s.snapshotUser(rec.Content, t.ID); b != nil {
+		return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("snapshot %s is in use by your sandbox %s: destroy it first", sid, b.rec.ID))
+	}
+	stillUsed, err := s.cfg.Store.DeleteSnapshot(ctx, t.ID, sid)
 	if errors.Is(err, store.ErrNotFound) {
 		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+quoteID(sid))
 	}
@@ -110,9 +123,37 @@ func (s *Service) DeleteSnapshot(ctx context.Context, t *Principal, sid string) 
 		return err
 	}
 	if !stillUsed {
-		return s.cfg.Backend.RemoveSnapshot(sid)
+		s.removeSnapshotFiles(rec.Content)
 	}
 	return nil
+}
+
+// snapshotUser is a live sandbox of tenant id tid ("": of any tenant)
+// made from the snapshot files of content, or nil.
+func (s *Service) snapshotUser(content, tid string) *box {
+	root, ws, err := s.cfg.Backend.SnapshotPaths(content)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.boxes {
+		if (tid == "" || b.rec.Tenant == tid) && ((root != "" && b.spec.Image == root) || (ws != "" && b.spec.Workspace == ws)) {
+			return b
+		}
+	}
+	return nil
+}
+
+// removeSnapshotFiles deletes the files of content, which no tenant
+// records any more, unless a live sandbox still runs from them.
+func (s *Service) removeSnapshotFiles(content string) {
+	if s.snapshotUser(content, "") != nil {
+		return
+	}
+	if err := s.cfg.Backend.RemoveSnapshot(content); err != nil {
+		s.cfg.Log.Error("remove snapshot files", "content", content, "err", err)
+	}
 }
 
 // fromSnapshot turns image "snapshot:<id>" into the snapshot's files: its
@@ -125,23 +166,22 @@ func (s *Service) fromSnapshot(ctx context.Context, t *Principal, sp *spec.Spec)
 	if sp.Workspace != "" || sp.Repo != "" {
 		return errdefs.Invalid("a sandbox made from a snapshot takes its /workspace from the snapshot: drop workspace and repo")
 	}
-	recs, err := s.cfg.Store.Snapshots(ctx, t.Tenant)
+	r, err := s.cfg.Store.SnapshotOf(ctx, t.ID, sid)
+	if errors.Is(err, store.ErrNotFound) {
+		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+quoteID(sid))
+	}
 	if err != nil {
 		return err
 	}
-	for _, r := range recs {
-		if r.ID != sid {
-			continue
-		}
-		root, ws, err := s.cfg.Backend.SnapshotPaths(sid)
-		if err != nil {
-			return err
-		}
-		sp.Image, sp.Workspace = r.Base, ws
-		if root != "" {
-			sp.Image = root
-		}
-		return sp.ValidateLongLived()
+	root, ws, err := s.cfg.Backend.SnapshotPaths(r.Content)
+	if err != nil {
+		// Its files are gone: say so without the host's paths.
+		s.cfg.Log.Error("snapshot files", "snapshot", sid, "content", r.Content, "err", err)
+		return errdefs.New(errdefs.ErrNotFound, "snapshot "+quoteID(sid)+": its files are missing on the host")
 	}
-	return errdefs.New(errdefs.ErrNotFound, "no snapshot "+quoteID(sid))
+	sp.Image, sp.Workspace = r.Base, ws
+	if root != "" {
+		sp.Image = root
+	}
+	return sp.ValidateLongLived()
 }

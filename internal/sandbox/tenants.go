@@ -21,9 +21,11 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
-// Principal is who a request comes from: the admin, or one tenant.
+// Principal is who a request comes from: the admin, or one tenant. What
+// the tenant owns is bound to its ID; Tenant, its name, is for messages.
 type Principal struct {
 	Admin      bool
+	ID         string
 	Tenant     string
 	Quotas     api.Quotas
 	ScanPolicy string // block, redact or record
@@ -75,16 +77,22 @@ func (s *Service) Authenticate(ctx context.Context, key string) (*Principal, err
 	s.mu.Lock()
 	p, ok := s.keys[h]
 	s.mu.Unlock()
-	if ok {
-		return p, nil
+	if !ok {
+		var err error
+		if p, err = s.authenticate(ctx, h); err != nil {
+			return nil, err
+		}
 	}
-	p, err := s.authenticate(ctx, h)
-	if err == nil {
-		s.mu.Lock()
-		s.keys[h] = p
-		s.mu.Unlock()
+	// A tenant deleted while its key was being looked up must not stay
+	// cached.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !p.Admin && s.gone[p.ID] {
+		delete(s.keys, h)
+		return nil, errTenantGone()
 	}
-	return p, err
+	s.keys[h] = p
+	return p, nil
 }
 
 // authenticate looks a key's hash up in the store.
@@ -106,7 +114,7 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Principal{Tenant: t.Name, ScanPolicy: t.ScanPolicy}
+	p := &Principal{ID: t.ID, Tenant: t.Name, ScanPolicy: t.ScanPolicy}
 	if p.ScanPolicy == "" {
 		p.ScanPolicy = DefaultScanPolicy
 	}
@@ -153,18 +161,18 @@ func (s *Service) CreateTenant(ctx context.Context, p *Principal, req *api.Creat
 	key := newKey("tenant")
 	q, _ := json.Marshal(req.Quotas)
 	now := s.cfg.Now()
-	err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy})
+	id, err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy})
 	if errors.Is(err, store.ErrExists) {
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, who{tenant: req.Name}, "tenant.created", "observed", map[string]any{"quotas": req.Quotas, "scan_policy": req.ScanPolicy}); err != nil {
+	if err := s.commit(ctx, who{tenant: id}, "tenant.created", "observed", map[string]any{"name": req.Name, "quotas": req.Quotas, "scan_policy": req.ScanPolicy}); err != nil {
 		return nil, err
 	}
-	s.cfg.Log.Info("tenant created", "tenant", req.Name)
-	return &api.Tenant{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Created: now, Key: key}, nil
+	s.cfg.Log.Info("tenant created", "tenant", req.Name, "id", id)
+	return &api.Tenant{ID: id, Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Created: now, Key: key}, nil
 }
 
 // UpdateTenant changes a tenant's quotas or scan policy; its key's next
@@ -174,18 +182,12 @@ func (s *Service) UpdateTenant(ctx context.Context, p *Principal, name string, r
 	if err := admin(p); err != nil {
 		return nil, err
 	}
-	var cur *store.Tenant
-	ts, err := s.cfg.Store.Tenants(ctx)
+	cur, err := s.cfg.Store.TenantByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
+	}
 	if err != nil {
 		return nil, err
-	}
-	for i := range ts {
-		if ts[i].Name == name {
-			cur = &ts[i]
-		}
-	}
-	if cur == nil {
-		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
 	}
 	var q api.Quotas
 	_ = json.Unmarshal([]byte(cur.Quotas), &q)
@@ -206,20 +208,22 @@ func (s *Service) UpdateTenant(ctx context.Context, p *Principal, name string, r
 		policy = DefaultScanPolicy
 	}
 	qb, _ := json.Marshal(q)
-	if err := s.cfg.Store.UpdateTenant(ctx, name, string(qb), policy); err != nil {
+	if err := s.cfg.Store.UpdateTenant(ctx, cur.ID, string(qb), policy); errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
+	} else if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	for h, kp := range s.keys {
-		if !kp.Admin && kp.Tenant == name {
+		if !kp.Admin && kp.ID == cur.ID {
 			delete(s.keys, h) // the next call loads the new settings
 		}
 	}
 	s.mu.Unlock()
-	if err := s.commit(ctx, who{tenant: name}, "tenant.updated", "observed", map[string]any{"quotas": q, "scan_policy": policy}); err != nil {
+	if err := s.commit(ctx, who{tenant: cur.ID}, "tenant.updated", "observed", map[string]any{"quotas": q, "scan_policy": policy}); err != nil {
 		return nil, err
 	}
-	return &api.Tenant{Name: name, Quotas: q, ScanPolicy: policy, Created: cur.Created}, nil
+	return &api.Tenant{ID: cur.ID, Name: name, Quotas: q, ScanPolicy: policy, Created: cur.Created}, nil
 }
 
 // Tenants lists the tenants (admin), or the caller's own tenant.
@@ -236,16 +240,16 @@ func (s *Service) Tenants(ctx context.Context, p *Principal) ([]*api.Tenant, err
 	s.mu.Unlock()
 	out := []*api.Tenant{}
 	for _, t := range ts {
-		if !p.Admin && t.Name != p.Tenant {
+		if !p.Admin && t.ID != p.ID {
 			continue
 		}
-		at := &api.Tenant{Name: t.Name, Created: t.Created, Sandboxes: count[t.Name], ScanPolicy: t.ScanPolicy}
+		at := &api.Tenant{ID: t.ID, Name: t.Name, Created: t.Created, Sandboxes: count[t.ID], ScanPolicy: t.ScanPolicy}
 		if at.ScanPolicy == "" {
 			at.ScanPolicy = DefaultScanPolicy
 		}
 		_ = json.Unmarshal([]byte(t.Quotas), &at.Quotas)
 		s.mu.Lock()
-		if b := s.cpu[t.Name]; b != nil {
+		if b := s.cpu[t.ID]; b != nil {
 			at.CPUSeconds = b.used.Seconds()
 		}
 		s.mu.Unlock()
@@ -254,29 +258,52 @@ func (s *Service) Tenants(ctx context.Context, p *Principal) ([]*api.Tenant, err
 	return out, nil
 }
 
-// DeleteTenant destroys a tenant's sandboxes and removes it; its key stops
-// working at once.
+// DeleteTenant destroys a tenant's sandboxes (those being made included)
+// and removes it with its snapshots and secrets; its key stops working at
+// once. Its id is never issued again, so nothing of it passes to a tenant
+// made later under the same name.
 func (s *Service) DeleteTenant(ctx context.Context, p *Principal, name string) error {
 	if err := admin(p); err != nil {
 		return err
 	}
-	if _, err := s.KillAll(ctx, p, name); err != nil {
-		return err
-	}
-	if err := s.cfg.Store.DeleteTenant(ctx, name); errors.Is(err, store.ErrNotFound) {
+	tn, err := s.cfg.Store.TenantByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
 		return errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
-	} else if err != nil {
+	}
+	if err != nil {
 		return err
 	}
+	// From here no create of its is admitted and no cached key of its
+	// answers; then what it has, live or being made, is destroyed.
 	s.mu.Lock()
-	delete(s.cpu, name)
-	for h, p := range s.keys {
-		if !p.Admin && p.Tenant == name {
+	s.gone[tn.ID] = true
+	for h, kp := range s.keys {
+		if !kp.Admin && kp.ID == tn.ID {
 			delete(s.keys, h)
 		}
 	}
 	s.mu.Unlock()
-	return nil
+	ids, err := s.killAll(p, tn.ID, "tenant "+name+" deleted")
+	if err != nil {
+		return err
+	}
+	freed, err := s.cfg.Store.DeleteTenant(ctx, tn.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
+	} else if err != nil {
+		return err
+	}
+	if err := s.cfg.Store.DeleteMeta(ctx, mcpSpecMeta(tn.ID)); err != nil {
+		return err
+	}
+	for _, c := range freed {
+		s.removeSnapshotFiles(c)
+	}
+	s.mu.Lock()
+	delete(s.cpu, tn.ID)
+	s.mu.Unlock()
+	s.cfg.Log.Info("tenant deleted", "tenant", name, "id", tn.ID, "sandboxes", len(ids), "snapshot_files_removed", len(freed))
+	return s.commit(ctx, who{tenant: tn.ID}, "tenant.deleted", "observed", map[string]any{"name": name, "destroyed": ids})
 }
 
 // cpuBudget is one tenant's CPU use in its current period.
@@ -322,8 +349,8 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 	// Budgets carry over a daemon restart: load them before charging.
 	s.mu.Lock()
 	for _, t := range ts {
-		if s.cpu[t.Name] == nil {
-			s.cpu[t.Name] = &cpuBudget{start: t.CPUPeriodStart, used: t.CPUUsed}
+		if s.cpu[t.ID] == nil {
+			s.cpu[t.ID] = &cpuBudget{start: t.CPUPeriodStart, used: t.CPUUsed}
 		}
 	}
 	s.mu.Unlock()
@@ -336,19 +363,19 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 		_ = json.Unmarshal([]byte(t.Quotas), &q)
 		period, _ := parseDuration("cpu_period", q.CPUPeriod, DefaultCPUPeriod, 0)
 		s.mu.Lock()
-		bud := s.cpu[t.Name]
+		bud := s.cpu[t.ID]
 		if now.Sub(bud.start) >= period {
 			bud.start, bud.used = now, 0
 		}
 		start, used := bud.start, bud.used
 		s.mu.Unlock()
 		if start != t.CPUPeriodStart || used != t.CPUUsed {
-			_ = s.cfg.Store.SetTenantCPU(ctx, t.Name, start, used)
+			_ = s.cfg.Store.SetTenantCPU(ctx, t.ID, start, used)
 		}
 		if q.CPUSeconds > 0 && used.Seconds() >= q.CPUSeconds {
 			reason := fmt.Sprintf("cpu budget of tenant %s exhausted (%.1f s of %.0f s per %v)", t.Name, used.Seconds(), q.CPUSeconds, period)
 			for _, b := range bs {
-				if b.rec.Tenant == t.Name {
+				if b.rec.Tenant == t.ID {
 					s.cfg.Metrics.limitKills.WithLabelValues("cpu_budget").Inc()
 					go s.end(b, reason)
 				}
@@ -357,8 +384,9 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 	}
 }
 
-// mcpSpecMeta keys a tenant's default MCP sandbox spec in the store.
-func mcpSpecMeta(tenant string) string { return "mcp_spec/" + tenant }
+// mcpSpecMeta keys a tenant's default MCP sandbox spec in the store, by
+// the tenant's id.
+func mcpSpecMeta(tenantID string) string { return "mcp_spec/" + tenantID }
 
 // MCPSpec is the tenant's default spec for the sandboxes of its MCP
 // sessions (empty: the defaults of a create).
@@ -366,7 +394,7 @@ func (s *Service) MCPSpec(ctx context.Context, p *Principal) (*api.CreateSandbox
 	if p.Admin {
 		return nil, errdefs.New(errdefs.ErrPermissionDenied, "MCP specs belong to tenants: use a tenant's key")
 	}
-	v, err := s.cfg.Store.Meta(ctx, mcpSpecMeta(p.Tenant))
+	v, err := s.cfg.Store.Meta(ctx, mcpSpecMeta(p.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +417,7 @@ func (s *Service) SetMCPSpec(ctx context.Context, p *Principal, spec *api.Create
 		return err
 	}
 	b, _ := json.Marshal(spec)
-	if err := s.cfg.Store.SetMeta(ctx, mcpSpecMeta(p.Tenant), string(b)); err != nil {
+	if err := s.cfg.Store.SetMeta(ctx, mcpSpecMeta(p.ID), string(b)); err != nil {
 		return err
 	}
 	rec := *spec
@@ -399,5 +427,5 @@ func (s *Service) SetMCPSpec(ctx context.Context, p *Principal, spec *api.Create
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	return s.commit(ctx, who{tenant: p.Tenant}, "mcp.spec", "observed", map[string]any{"spec": rec, "env": names})
+	return s.commit(ctx, who{tenant: p.ID}, "mcp.spec", "observed", map[string]any{"spec": rec, "env": names})
 }

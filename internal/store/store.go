@@ -3,10 +3,15 @@
 // sealed secrets, and every sandbox the daemon made, so that a restarted daemon can adopt
 // the live ones and a rebooted host can clean up the rest. It imports the
 // standard library and the driver only.
+//
+// Everything a tenant owns (sandboxes, snapshots, secrets) is keyed by the
+// tenant's id, made when the tenant is created and never issued again; the
+// name is for people and may be reused after a delete.
 package store
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -66,6 +71,11 @@ CREATE TABLE IF NOT EXISTS snapshots (
 	created INTEGER NOT NULL,
 	PRIMARY KEY (tenant, id)
 );
+CREATE TABLE IF NOT EXISTS tenant_ids (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL,
+	created INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS secrets (
 	tenant TEXT NOT NULL,
 	name TEXT NOT NULL,
@@ -79,9 +89,25 @@ CREATE TABLE IF NOT EXISTS secrets (
 
 // migrations add what later versions need to a database an earlier one
 // made (CREATE TABLE IF NOT EXISTS leaves an existing table as it was).
-var migrations = []struct{ table, column, def string }{
-	{"tenants", "scan_policy", "TEXT NOT NULL DEFAULT ''"},
+// fill, run in the same transaction as the new column, gives the rows an
+// earlier version left their value.
+var migrations = []struct{ table, column, def, fill string }{
+	{"tenants", "scan_policy", "TEXT NOT NULL DEFAULT ''", ""},
+	// A tenant made before ids existed keeps its name as its id: what it
+	// owns was keyed by that name, and so were its audit records. Every id
+	// ever issued is kept in tenant_ids, so none is issued twice.
+	{"tenants", "id", "TEXT NOT NULL DEFAULT ''", `UPDATE tenants SET id = name;
+		INSERT OR IGNORE INTO tenant_ids (id, name, created) SELECT id, name, created FROM tenants`},
+	// A snapshot's id was its content's digest; it names its files.
+	{"snapshots", "content", "TEXT NOT NULL DEFAULT ''", `UPDATE snapshots SET content = id`},
+	// The sandbox's tenant column holds the tenant's id; its name is kept
+	// for display.
+	{"sandboxes", "tenant_name", "TEXT NOT NULL DEFAULT ''", `UPDATE sandboxes SET tenant_name = tenant`},
 }
+
+// indexes need the migrated columns.
+const indexes = `CREATE UNIQUE INDEX IF NOT EXISTS tenants_id ON tenants (id);
+CREATE INDEX IF NOT EXISTS snapshots_content ON snapshots (content);`
 
 func migrate(db *sql.DB) error {
 	for _, m := range migrations {
@@ -89,13 +115,29 @@ func migrate(db *sql.DB) error {
 		if err := db.QueryRow(`SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, m.table, m.column).Scan(&n); err != nil {
 			return err
 		}
-		if n == 0 {
-			if _, err := db.Exec(`ALTER TABLE ` + m.table + ` ADD COLUMN ` + m.column + ` ` + m.def); err != nil {
+		if n > 0 {
+			continue
+		}
+		tx, err := db.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(`ALTER TABLE ` + m.table + ` ADD COLUMN ` + m.column + ` ` + m.def); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if m.fill != "" {
+			if _, err := tx.Exec(m.fill); err != nil {
+				tx.Rollback()
 				return err
 			}
 		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
 	}
-	return nil
+	_, err := db.Exec(indexes)
+	return err
 }
 
 // Open opens (creating) the database at path, root-only.
@@ -148,8 +190,10 @@ func (s *Store) SetMeta(ctx context.Context, key, value string) error {
 	return err
 }
 
-// Tenant is one customer.
+// Tenant is one customer. ID is what everything it owns is keyed by; Name
+// is unique among the live tenants only.
 type Tenant struct {
+	ID             string
 	Name           string
 	KeyHash        string
 	Quotas         string // JSON, owned by internal/sandbox
@@ -159,29 +203,67 @@ type Tenant struct {
 	ScanPolicy     string
 }
 
-// CreateTenant adds a tenant; ErrExists if the name is taken.
-func (s *Store) CreateTenant(ctx context.Context, t Tenant) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO tenants (name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy) VALUES (?, ?, ?, ?, ?, 0, ?)`,
-		t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli(), t.ScanPolicy)
-	if err != nil && isConstraint(err) {
-		return fmt.Errorf("tenant %s: %w", t.Name, ErrExists)
+// CreateTenant adds a tenant under a new id (t.ID is ignored) and returns
+// the id; ErrExists if the name or the key is taken.
+func (s *Store) CreateTenant(ctx context.Context, t Tenant) (string, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", err
 	}
-	return err
+	defer tx.Rollback()
+	// An id is never issued twice: tenant_ids keeps every one, also of
+	// deleted tenants.
+	for {
+		t.ID = newTenantID()
+		_, err := tx.ExecContext(ctx, `INSERT INTO tenant_ids (id, name, created) VALUES (?, ?, ?)`, t.ID, t.Name, t.Created.UnixMilli())
+		if err == nil {
+			break
+		}
+		if !isConstraint(err) {
+			return "", err
+		}
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO tenants (id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy) VALUES (?, ?, ?, ?, ?, ?, 0, ?)`,
+		t.ID, t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli(), t.ScanPolicy)
+	if err != nil && isConstraint(err) {
+		return "", fmt.Errorf("tenant %s: %w", t.Name, ErrExists)
+	}
+	if err != nil {
+		return "", err
+	}
+	return t.ID, tx.Commit()
+}
+
+// newTenantID is 96 random bits. It has an underscore after a letter, so
+// it is never mistaken for a sandbox or snapshot id.
+func newTenantID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "t_" + hex.EncodeToString(b[:])
 }
 
 func scanTenant(sc interface{ Scan(...any) error }) (Tenant, error) {
 	var t Tenant
 	var created, start, used int64
-	err := sc.Scan(&t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used, &t.ScanPolicy)
+	err := sc.Scan(&t.ID, &t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used, &t.ScanPolicy)
 	t.Created, t.CPUPeriodStart, t.CPUUsed = time.UnixMilli(created), time.UnixMilli(start), time.Duration(used)
 	return t, err
 }
 
-const tenantCols = `name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy`
+const tenantCols = `id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy`
 
 // TenantByKey finds the tenant whose key hashes to keyHash.
 func (s *Store) TenantByKey(ctx context.Context, keyHash string) (Tenant, error) {
 	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE key_hash = ?`, keyHash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, ErrNotFound
+	}
+	return t, err
+}
+
+// TenantByName finds the live tenant called name.
+func (s *Store) TenantByName(ctx context.Context, name string) (Tenant, error) {
+	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, ErrNotFound
 	}
@@ -206,25 +288,58 @@ func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 	return out, rows.Err()
 }
 
-// DeleteTenant removes a tenant and its secrets (its sandboxes' records
-// stay as history).
-func (s *Store) DeleteTenant(ctx context.Context, name string) error {
+// DeleteTenant removes tenant id with its secrets and its snapshots'
+// records (its sandboxes' records stay as history), and returns the
+// snapshot contents no tenant records any more (their files can go).
+func (s *Store) DeleteTenant(ctx context.Context, id string) (freed []string, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ?`, name); err != nil {
-		return err
+	if err := affected(tx.ExecContext(ctx, `DELETE FROM tenants WHERE id = ?`, id)); err != nil {
+		return nil, err
 	}
-	if err := affected(tx.ExecContext(ctx, `DELETE FROM tenants WHERE name = ?`, name)); err != nil {
-		return err
+	if _, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ?`, id); err != nil {
+		return nil, err
 	}
-	return tx.Commit()
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT content FROM snapshots WHERE tenant = ?`, id)
+	if err != nil {
+		return nil, err
+	}
+	var contents []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		contents = append(contents, c)
+	}
+	rows.Close()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM snapshots WHERE tenant = ?`, id); err != nil {
+		return nil, err
+	}
+	for _, c := range contents {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE content = ?`, c).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			freed = append(freed, c)
+		}
+	}
+	return freed, tx.Commit()
+}
+
+// DeleteMeta removes a daemon-wide value.
+func (s *Store) DeleteMeta(ctx context.Context, key string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM meta WHERE key = ?`, key)
+	return err
 }
 
 // Secret is one tenant secret, sealed by internal/broker: the store never
-// sees its value.
+// sees its value. Tenant is the tenant's id.
 type Secret struct {
 	Tenant, Name     string
 	Version          int
@@ -288,21 +403,23 @@ func (s *Store) DeleteSecret(ctx context.Context, tenant, name string) error {
 	return affected(s.db.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ? AND name = ?`, tenant, name))
 }
 
-// UpdateTenant replaces a tenant's quotas and scan policy.
-func (s *Store) UpdateTenant(ctx context.Context, name, quotas, scanPolicy string) error {
-	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET quotas = ?, scan_policy = ? WHERE name = ?`, quotas, scanPolicy, name))
+// UpdateTenant replaces tenant id's quotas and scan policy.
+func (s *Store) UpdateTenant(ctx context.Context, id, quotas, scanPolicy string) error {
+	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET quotas = ?, scan_policy = ? WHERE id = ?`, quotas, scanPolicy, id))
 }
 
-// SetTenantCPU records a tenant's CPU budget period and use in it.
-func (s *Store) SetTenantCPU(ctx context.Context, name string, start time.Time, used time.Duration) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE tenants SET cpu_period_start = ?, cpu_used_ns = ? WHERE name = ?`, start.UnixMilli(), int64(used), name)
+// SetTenantCPU records tenant id's CPU budget period and use in it.
+func (s *Store) SetTenantCPU(ctx context.Context, id string, start time.Time, used time.Duration) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE tenants SET cpu_period_start = ?, cpu_used_ns = ? WHERE id = ?`, start.UnixMilli(), int64(used), id)
 	return err
 }
 
-// Sandbox is one sandbox's record.
+// Sandbox is one sandbox's record. Tenant is its tenant's id, TenantName
+// the tenant's name when it was made.
 type Sandbox struct {
 	ID          string
 	Tenant      string
+	TenantName  string
 	State       string
 	Spec        string // JSON spec.Spec
 	Metadata    string // JSON object
@@ -316,12 +433,12 @@ type Sandbox struct {
 	EndReason   string
 }
 
-const sandboxCols = `id, tenant, state, spec, metadata, trigger_record, created, expires, idle_timeout_ms, last_active, init_pid, ended, end_reason`
+const sandboxCols = `id, tenant, tenant_name, state, spec, metadata, trigger_record, created, expires, idle_timeout_ms, last_active, init_pid, ended, end_reason`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var b Sandbox
 	var created, expires, idle, last, ended int64
-	err := sc.Scan(&b.ID, &b.Tenant, &b.State, &b.Spec, &b.Metadata, &b.Trigger, &created, &expires, &idle, &last, &b.InitPid, &ended, &b.EndReason)
+	err := sc.Scan(&b.ID, &b.Tenant, &b.TenantName, &b.State, &b.Spec, &b.Metadata, &b.Trigger, &created, &expires, &idle, &last, &b.InitPid, &ended, &b.EndReason)
 	b.Created, b.Expires, b.IdleTimeout, b.LastActive = time.UnixMilli(created), time.UnixMilli(expires), time.Duration(idle)*time.Millisecond, time.UnixMilli(last)
 	if ended != 0 {
 		b.Ended = time.UnixMilli(ended)
@@ -335,8 +452,8 @@ func (s *Store) PutSandbox(ctx context.Context, b Sandbox) error {
 	if !b.Ended.IsZero() {
 		ended = b.Ended.UnixMilli()
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		b.ID, b.Tenant, b.State, b.Spec, b.Metadata, b.Trigger, b.Created.UnixMilli(), b.Expires.UnixMilli(),
+	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		b.ID, b.Tenant, b.TenantName, b.State, b.Spec, b.Metadata, b.Trigger, b.Created.UnixMilli(), b.Expires.UnixMilli(),
 		b.IdleTimeout.Milliseconds(), b.LastActive.UnixMilli(), b.InitPid, ended, b.EndReason)
 	return err
 }
@@ -390,10 +507,13 @@ func isConstraint(err error) bool {
 }
 
 // Snapshot is one tenant's record of a saved snapshot. The same content
-// saved by two tenants is one set of files and two records.
+// saved by two tenants is one set of files (named by Content, its digest)
+// and two records, each with an id of its own tenant's (derived from the
+// tenant's id and the content): no tenant can name another's.
 type Snapshot struct {
 	ID      string
-	Tenant  string
+	Tenant  string // the tenant's id
+	Content string // the digest its files are kept under
 	Name    string
 	Sandbox string // the sandbox it was taken of
 	Base    string // that sandbox's image
@@ -402,16 +522,18 @@ type Snapshot struct {
 	Created time.Time
 }
 
+const snapshotCols = `id, tenant, content, name, sandbox, base, has_root, bytes, created`
+
 // PutSnapshot records a snapshot for a tenant (again: no change).
 func (s *Store) PutSnapshot(ctx context.Context, sn Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO snapshots (id, tenant, name, sandbox, base, has_root, bytes, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.ID, sn.Tenant, sn.Name, sn.Sandbox, sn.Base, sn.HasRoot, sn.Bytes, sn.Created.UnixMilli())
+	_, err := s.db.ExecContext(ctx, `INSERT OR IGNORE INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.Tenant, sn.Content, sn.Name, sn.Sandbox, sn.Base, sn.HasRoot, sn.Bytes, sn.Created.UnixMilli())
 	return err
 }
 
 // Snapshots lists a tenant's snapshots ("" for every tenant's).
 func (s *Store) Snapshots(ctx context.Context, tenant string) ([]Snapshot, error) {
-	q, args := `SELECT id, tenant, name, sandbox, base, has_root, bytes, created FROM snapshots`, []any{}
+	q, args := `SELECT `+snapshotCols+` FROM snapshots`, []any{}
 	if tenant != "" {
 		q, args = q+` WHERE tenant = ?`, append(args, tenant)
 	}
@@ -422,25 +544,55 @@ func (s *Store) Snapshots(ctx context.Context, tenant string) ([]Snapshot, error
 	defer rows.Close()
 	var out []Snapshot
 	for rows.Next() {
-		var sn Snapshot
-		var created int64
-		if err := rows.Scan(&sn.ID, &sn.Tenant, &sn.Name, &sn.Sandbox, &sn.Base, &sn.HasRoot, &sn.Bytes, &created); err != nil {
+		sn, err := scanSnapshot(rows)
+		if err != nil {
 			return nil, err
 		}
-		sn.Created = time.UnixMilli(created)
 		out = append(out, sn)
 	}
 	return out, rows.Err()
 }
 
+// SnapshotOf reads tenant's snapshot id; ErrNotFound when that tenant has
+// none of that id.
+func (s *Store) SnapshotOf(ctx context.Context, tenant, id string) (Snapshot, error) {
+	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE tenant = ? AND id = ?`, tenant, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return sn, ErrNotFound
+	}
+	return sn, err
+}
+
+func scanSnapshot(sc interface{ Scan(...any) error }) (Snapshot, error) {
+	var sn Snapshot
+	var created int64
+	err := sc.Scan(&sn.ID, &sn.Tenant, &sn.Content, &sn.Name, &sn.Sandbox, &sn.Base, &sn.HasRoot, &sn.Bytes, &created)
+	sn.Created = time.UnixMilli(created)
+	return sn, err
+}
+
 // DeleteSnapshot removes a tenant's record and says whether any tenant
-// still records that id.
+// still records its content.
 func (s *Store) DeleteSnapshot(ctx context.Context, tenant, id string) (stillUsed bool, err error) {
-	r, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE tenant = ? AND id = ?`, tenant, id)
-	if err := affected(r, err); err != nil {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	var content string
+	err = tx.QueryRowContext(ctx, `SELECT content FROM snapshots WHERE tenant = ? AND id = ?`, tenant, id).Scan(&content)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, ErrNotFound
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM snapshots WHERE tenant = ? AND id = ?`, tenant, id); err != nil {
 		return false, err
 	}
 	var n int
-	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE id = ?`, id).Scan(&n)
-	return n > 0, err
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE content = ?`, content).Scan(&n); err != nil {
+		return false, err
+	}
+	return n > 0, tx.Commit()
 }
