@@ -696,6 +696,9 @@ func (s *Service) killAll(t *Principal, tid, reason string) ([]string, error) {
 		}
 	}
 	s.mu.Unlock()
+	if len(pcs) > 0 {
+		s.cfg.Log.Warn("kill switch: ending creates in flight", "tenant", tid, "creates", len(pcs))
+	}
 	var wg sync.WaitGroup
 	ids := make([]string, 0, len(bs)+len(pcs))
 	for _, b := range bs {
