@@ -1444,10 +1444,15 @@ func TestServeAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Records name the tenant by its id, not its (reusable) name.
+	me, err := c.Tenants(ctx)
+	if err != nil || len(me) != 1 || me[0].ID == "" {
+		t.Fatalf("the tenant's own record: %+v %v", me, err)
+	}
 	kinds := map[string]api.AuditRecord{}
 	for _, r := range recs {
 		kinds[r.Kind] = r
-		if r.Tenant != "aud" || r.Sandbox != id || r.Trigger != "T-7" {
+		if r.Tenant != me[0].ID || r.Sandbox != id || r.Trigger != "T-7" {
 			t.Errorf("record %d: tenant %q sandbox %q trigger %q", r.Seq, r.Tenant, r.Sandbox, r.Trigger)
 		}
 	}
