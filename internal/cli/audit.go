@@ -216,7 +216,7 @@ func auditQueryCmd(g *globals) *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.tenant, "tenant", "", "only this tenant's records")
+	fl.StringVar(&f.tenant, "tenant", "", "only this tenant's records, by its id (airlock tenant ls; records name tenants by id)")
 	fl.StringVar(&f.sandbox, "sandbox", "", "only this sandbox's records")
 	fl.StringVar(&f.trigger, "trigger", "", "only records of this trigger (task id)")
 	fl.StringVar(&f.kind, "kind", "", "only this kind (sandbox.created, exec.start, exec.end, file.write, egress, ...) or family (exec, file)")

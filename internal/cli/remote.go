@@ -691,9 +691,9 @@ func tenantCmd(g *globals) *cobra.Command {
 			return printJSON(g.stdout, ts)
 		}
 		w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED")
+		fmt.Fprintln(w, "NAME\tID\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED")
 		for _, t := range ts {
-			fmt.Fprintf(w, "%s\t%d\t%.1f\t%s\t%s\n", t.Name, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%.1f\t%s\t%s\n", t.Name, t.ID, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339))
 		}
 		return w.Flush()
 	}
