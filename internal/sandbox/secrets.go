@@ -65,6 +65,9 @@ func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecre
 	if err != nil {
 		return nil, err
 	}
+	if err := s.undoIfGone(p, func() { _ = s.cfg.Store.DeleteSecret(context.WithoutCancel(ctx), p.ID, req.Name) }); err != nil {
+		return nil, err
+	}
 	if err := s.commit(ctx, who{tenant: p.ID}, "secret.added", "observed", map[string]any{"name": req.Name, "version": 1}); err != nil {
 		return nil, err
 	}

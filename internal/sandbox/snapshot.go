@@ -56,6 +56,13 @@ func (s *Service) Snapshot(ctx context.Context, t *Principal, id string, req *ap
 	if err := s.cfg.Store.PutSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
+	if err := s.undoIfGone(t, func() {
+		if stillUsed, err := s.cfg.Store.DeleteSnapshot(context.WithoutCancel(ctx), t.ID, rec.ID); err == nil && !stillUsed {
+			s.removeSnapshotFiles(rec.Content)
+		}
+	}); err != nil {
+		return nil, err
+	}
 	if err := s.commit(ctx, b.who(), "sandbox.snapshot", "observed", map[string]any{
 		"snapshot": rec.ID, "content": files.ID, "name": req.Name, "base": files.Base, "root": files.Root, "bytes": files.Bytes,
 		"skipped": files.Skipped, "workspace": s.workspaceChanges(b),

@@ -306,6 +306,22 @@ func (s *Service) DeleteTenant(ctx context.Context, p *Principal, name string) e
 	return s.commit(ctx, who{tenant: tn.ID}, "tenant.deleted", "observed", map[string]any{"name": name, "destroyed": ids})
 }
 
+// undoIfGone undoes a write that raced the deletion of tenant p (whose
+// request was under way when it was deleted), so that nothing is left
+// bound to a dead id, and refuses the call. Deletion marks the tenant gone
+// before it removes what the tenant owns, so a write the removal missed
+// is seen here.
+func (s *Service) undoIfGone(p *Principal, undo func()) error {
+	s.mu.Lock()
+	gone := s.gone[p.ID]
+	s.mu.Unlock()
+	if !gone {
+		return nil
+	}
+	undo()
+	return errTenantGone()
+}
+
 // cpuBudget is one tenant's CPU use in its current period.
 type cpuBudget struct {
 	start time.Time
@@ -418,6 +434,9 @@ func (s *Service) SetMCPSpec(ctx context.Context, p *Principal, spec *api.Create
 	}
 	b, _ := json.Marshal(spec)
 	if err := s.cfg.Store.SetMeta(ctx, mcpSpecMeta(p.ID), string(b)); err != nil {
+		return err
+	}
+	if err := s.undoIfGone(p, func() { _ = s.cfg.Store.DeleteMeta(context.WithoutCancel(ctx), mcpSpecMeta(p.ID)) }); err != nil {
 		return err
 	}
 	rec := *spec

@@ -518,3 +518,43 @@ func TestSnapshotDeleteIsNoOracle(t *testing.T) {
 		t.Errorf("the admin deletes a snapshot: %v", err)
 	}
 }
+
+// A request of a tenant's under way when the tenant is deleted (its
+// principal already held) leaves nothing bound to the dead id: a secret,
+// an MCP spec or a snapshot it writes is undone and the call refused.
+func TestWritesRacingDeletionAreUndone(t *testing.T) {
+	ctx := context.Background()
+	r := newTenantRig(t, nil, "")
+	p, _ := r.tenant(t, "acme")
+	sb, err := r.svc.Create(ctx, p, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := r.be.made[sb.ID].content
+	r.be.snapshots[content] = true
+	// Deletion has begun: the id is marked, what it owns not yet removed.
+	r.svc.mu.Lock()
+	r.svc.gone[p.ID] = true
+	r.svc.mu.Unlock()
+	if _, err := r.svc.AddSecret(ctx, p, &api.AddSecret{Name: "late", Value: "late-value"}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a late secret: %v", err)
+	}
+	if secs, _ := r.db.Secrets(ctx, p.ID); len(secs) != 0 {
+		t.Errorf("a late secret is kept: %+v", secs)
+	}
+	if err := r.svc.SetMCPSpec(ctx, p, &api.CreateSandbox{Hostname: "late"}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a late MCP spec: %v", err)
+	}
+	if v, _ := r.db.Meta(ctx, mcpSpecMeta(p.ID)); v != "" {
+		t.Errorf("a late MCP spec is kept: %s", v)
+	}
+	if _, err := r.svc.Snapshot(ctx, p, sb.ID, &api.CreateSnapshot{}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a late snapshot: %v", err)
+	}
+	if sns, _ := r.db.Snapshots(ctx, p.ID); len(sns) != 0 {
+		t.Errorf("a late snapshot is kept: %+v", sns)
+	}
+	if len(r.be.removed) != 1 || r.be.removed[0] != content {
+		t.Errorf("a late snapshot's files: removed %v", r.be.removed)
+	}
+}
