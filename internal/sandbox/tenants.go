@@ -283,7 +283,7 @@ func (s *Service) DeleteTenant(ctx context.Context, p *Principal, name string) e
 		}
 	}
 	s.mu.Unlock()
-	ids, err := s.killAll(p, tn.ID, "tenant "+name+" deleted")
+	ids, err := s.killAll(p, tn.ID, "kill switch (tenant "+name+" deleted)")
 	if err != nil {
 		return err
 	}
