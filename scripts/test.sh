@@ -33,7 +33,8 @@ go test -count=1 -timeout 40m ./...
 for f in "FuzzFilterMatchesRules ./internal/linux/seccomp 200000" "FuzzCleanName ./internal/image 200000" "FuzzValidate ./internal/spec 200000" \
 	"FuzzParseSize ./internal/spec 200000" "FuzzReadClientHello ./internal/egress 200000" "FuzzParseRule ./internal/egress 200000" \
 	"FuzzSpecOf ./internal/sandbox 200000" "FuzzVerifyCatchesEveryEdit ./internal/audit 20000" \
-	"FuzzRequestRule ./internal/spec 200000" "FuzzScan ./internal/scan 20000"; do
+	"FuzzRequestRule ./internal/spec 200000" "FuzzScan ./internal/scan 20000" \
+	"FuzzQuoteIsSafeAndReversible ./internal/untrusted 200000" "FuzzLinkInsideNeverEscapes ./internal/untrusted 20000"; do
 	set -- $f
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "$3x" "$2"
 done
