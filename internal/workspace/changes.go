@@ -14,14 +14,14 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"unicode/utf8"
 
 	udiff "github.com/aymanbagabas/go-udiff"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
 // Caps on what the host reads back.
@@ -250,15 +250,15 @@ func (s *Set) WriteDiff(w io.Writer) error {
 		case "file":
 			err = s.fileDiff(w, c)
 		case "symlink":
-			_, err = fmt.Fprintf(w, "%s symlink %s -> %s\n", c.Kind, c.Path, c.Link)
+			_, err = fmt.Fprintf(w, "%s symlink %s -> %s\n", c.Kind, untrusted.Quote(c.Path), untrusted.Quote(c.Link))
 		case "dir":
 			if c.Kind == Added {
-				_, err = fmt.Fprintf(w, "new directory %s\n", c.Path)
+				_, err = fmt.Fprintf(w, "new directory %s\n", untrusted.Quote(c.Path))
 			} else {
-				_, err = fmt.Fprintf(w, "deleted directory %s\n", c.Path)
+				_, err = fmt.Fprintf(w, "deleted directory %s\n", untrusted.Quote(c.Path))
 			}
 		default:
-			_, err = fmt.Fprintf(w, "%s %s %s (not shown)\n", c.Kind, c.Type, c.Path)
+			_, err = fmt.Fprintf(w, "%s %s %s (not shown)\n", c.Kind, c.Type, untrusted.Quote(c.Path))
 		}
 		if err != nil {
 			return err
@@ -293,7 +293,7 @@ func (s *Set) fileDiff(w io.Writer, c *Change) error {
 		return err
 	}
 	if text == "" { // only the mode changed
-		_, err = fmt.Fprintf(w, "mode changed %s\n", c.Path)
+		_, err = fmt.Fprintf(w, "mode changed %s\n", untrusted.Quote(c.Path))
 		return err
 	}
 	_, err = io.WriteString(w, text)
@@ -303,11 +303,11 @@ func (s *Set) fileDiff(w io.Writer, c *Change) error {
 func (s *Set) named(w io.Writer, c *Change, err error) error {
 	switch {
 	case errors.Is(err, ErrTooLarge):
-		_, err = fmt.Fprintf(w, "%s file %s (%d bytes, too large to diff)\n", c.Kind, c.Path, c.Size)
+		_, err = fmt.Fprintf(w, "%s file %s (%d bytes, too large to diff)\n", c.Kind, untrusted.Quote(c.Path), c.Size)
 	case errors.Is(err, ErrNotRegular):
-		_, err = fmt.Fprintf(w, "%s %s (not a regular file, not shown)\n", c.Kind, c.Path)
+		_, err = fmt.Fprintf(w, "%s %s (not a regular file, not shown)\n", c.Kind, untrusted.Quote(c.Path))
 	default:
-		_, err = fmt.Fprintf(w, "%s %s (unreadable: %v)\n", c.Kind, c.Path, err)
+		_, err = fmt.Fprintf(w, "%s %s (unreadable: %s)\n", c.Kind, untrusted.Quote(c.Path), untrusted.Quote(err.Error()))
 	}
 	return err
 }
@@ -316,13 +316,14 @@ func side(prefix, p string, exists bool) string {
 	if !exists {
 		return "/dev/null"
 	}
-	return prefix + "/" + p
+	return untrusted.Quote(prefix + "/" + p)
 }
 
 // Export copies the workspace as the sandbox left it into dst, which must
-// not exist yet. Only directories, regular files (sparse-aware, without
-// setuid, setgid or sticky bits) and symlinks that stay inside dst are
-// written; everything else is skipped and named in the returned list.
+// not exist yet. Only directories, regular files (sparse-aware), both
+// without setuid or setgid bits, and symlinks that cannot resolve outside
+// dst (untrusted.LinkInside) are written; everything else is skipped and
+// named in the returned list.
 func (s *Set) Export(dst string) (skipped []string, err error) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
@@ -365,7 +366,7 @@ func exportDir(src, out *os.File, rel string, owner [2]int, skipped *[]string) e
 		if err != nil {
 			continue
 		}
-		perm := uint32(st.Mode & 0o777)
+		perm := hostMode(st.Mode)
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			if err := unix.Mkdirat(int(out.Fd()), p, perm|0o700); err != nil {
@@ -386,8 +387,8 @@ func exportDir(src, out *os.File, rel string, owner [2]int, skipped *[]string) e
 				continue
 			}
 			target := string(buf[:n])
-			if !linkStaysInside(p, target) {
-				*skipped = append(*skipped, fmt.Sprintf("%s (symlink to %s leaves the export)", p, target))
+			if !untrusted.LinkInside(p, target) {
+				*skipped = append(*skipped, fmt.Sprintf("%s (symlink to %s: it could resolve outside the export)", untrusted.Quote(p), untrusted.Quote(target)))
 				continue
 			}
 			if err := unix.Symlinkat(target, int(out.Fd()), p); err != nil {
@@ -395,7 +396,7 @@ func exportDir(src, out *os.File, rel string, owner [2]int, skipped *[]string) e
 			}
 			_ = unix.Fchownat(int(out.Fd()), p, owner[0], owner[1], unix.AT_SYMLINK_NOFOLLOW)
 		default:
-			*skipped = append(*skipped, fmt.Sprintf("%s (%s)", p, typeOf(st.Mode)))
+			*skipped = append(*skipped, fmt.Sprintf("%s (%s)", untrusted.Quote(p), typeOf(st.Mode)))
 		}
 	}
 	return nil
@@ -416,8 +417,8 @@ func exportFile(src, out *os.File, rel string, perm uint32, owner [2]int) error 
 	if err := copySparse(f, in, fi.Size()); err != nil {
 		return fmt.Errorf("export copy %s: %w", rel, err)
 	}
-	// Set the mode explicitly: umask is not ours to trust, and setuid,
-	// setgid and sticky never leave the sandbox.
+	// Set the mode explicitly: umask is not ours to trust, and perm has no
+	// setuid or setgid (hostMode).
 	if err := f.Chmod(os.FileMode(perm)); err != nil {
 		return err
 	}
@@ -425,16 +426,6 @@ func exportFile(src, out *os.File, rel string, perm uint32, owner [2]int) error 
 		_ = f.Chown(owner[0], owner[1])
 	}
 	return nil
-}
-
-// linkStaysInside reports whether a symlink at rel with this target
-// resolves, lexically, inside the export root.
-func linkStaysInside(rel, target string) bool {
-	if target == "" || filepath.IsAbs(target) {
-		return false
-	}
-	j := path.Join(path.Dir(rel), target)
-	return j != ".." && !strings.HasPrefix(j, "../")
 }
 
 // MaxHashedFile caps the files Digest reads.

@@ -96,16 +96,102 @@ func TestReadCappedRefusesEscapes(t *testing.T) {
 	}
 }
 
-func TestLinkStaysInside(t *testing.T) {
-	for _, c := range []struct {
-		rel, target string
-		ok          bool
-	}{
-		{"a", "b", true}, {"d/a", "../b", true}, {"d/a", "../../b", false},
-		{"a", "/etc/passwd", false}, {"a", "..", false}, {"d/e/a", "../../x", true}, {"a", "", false},
+// The issue-12 chain: with d -> ., d/d/d/../../.. looks (lexically) like
+// it stays inside but the kernel climbs past the root. Export must not
+// write it, nor any link that resolves outside, and must say so.
+func TestExportRefusesLinksThatResolveOutside(t *testing.T) {
+	ws := t.TempDir()
+	mkfiles(t, ws, map[string]string{"README.md": "x\n", "sub/f": "y\n"})
+	for link, target := range map[string]string{
+		"d":       ".",
+		"e":       "d/d/d/d/d/d/d/d/../../../../../../../..",
+		"sub/up":  "../d/..",
+		"sub/ok":  "../README.md",
+		"abs":     "/etc/shadow",
+		"sub/esc": "../../x",
 	} {
-		if got := linkStaysInside(c.rel, c.target); got != c.ok {
-			t.Errorf("linkStaysInside(%q, %q) = %v", c.rel, c.target, got)
+		if err := os.Symlink(target, filepath.Join(ws, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	set := &Set{merged: openPath(t, ws)}
+	skipped, err := set.Export(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"e", "sub/up", "abs", "sub/esc"} {
+		if _, err := os.Lstat(filepath.Join(out, p)); err == nil {
+			t.Errorf("exported %s", p)
+		}
+		if !strings.Contains(strings.Join(skipped, "\n"), p+" (symlink to ") {
+			t.Errorf("%s not named in %q", p, skipped)
+		}
+	}
+	for _, p := range []string{"d", "sub/ok"} {
+		if _, err := os.Readlink(filepath.Join(out, p)); err != nil {
+			t.Errorf("%s not exported: %v", p, err)
+		}
+	}
+	// Nothing in the export resolves outside it.
+	_ = filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type()&os.ModeSymlink != 0 {
+			if r, err := filepath.EvalSymlinks(p); err == nil && r != out && !strings.HasPrefix(r, out+"/") {
+				t.Errorf("%s resolves to %s", p, r)
+			}
+		}
+		return nil
+	})
+}
+
+// Export and snapshots write no setuid or setgid bit on the host.
+func TestExportStripsSetID(t *testing.T) {
+	ws := t.TempDir()
+	mkfiles(t, ws, map[string]string{"suid": "x", "shared/f": "y"})
+	if err := os.Chmod(filepath.Join(ws, "suid"), 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(ws, "shared"), os.ModePerm|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := (&Set{merged: openPath(t, ws)}).Export(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"suid", "shared"} {
+		fi, err := os.Lstat(filepath.Join(out, p))
+		if err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s: %v %v", p, fi.Mode(), err)
+		}
+	}
+}
+
+// A name the sandbox chose reaches the diff quoted: no escape sequence,
+// no forged line.
+func TestDiffQuotesHostileNames(t *testing.T) {
+	upper := t.TempDir()
+	names := []string{"erase\x1b[2K", "clip\x1b]52;c;aGk=\a", "x\n+++ b/forged"}
+	for _, n := range names {
+		mkfiles(t, upper, map[string]string{n: "hi\n"})
+	}
+	mkfiles(t, upper, map[string]string{"bin\x1b[31m": "\x00\x01"})
+	_ = os.Symlink("t\x1b[2J", filepath.Join(upper, "link\r"))
+	_ = os.Mkdir(filepath.Join(upper, "dir\x07"), 0o755)
+	set, err := Changes("", openPath(t, upper), openPath(t, upper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var diff bytes.Buffer
+	if err := set.WriteDiff(&diff); err != nil {
+		t.Fatal(err)
+	}
+	d := diff.String()
+	if strings.ContainsAny(d, "\x1b\a\r") || strings.Contains(d, "\n+++ b/forged") {
+		t.Fatalf("raw bytes in the diff:\n%q", d)
+	}
+	for _, w := range []string{`+++ "b/x\n+++ b/forged"`, `+++ "b/erase\033[2K"`, `Binary files /dev/null and "b/bin\033[31m" differ`, `added symlink "link\r" -> "t\033[2J"`, `new directory "dir\a"`} {
+		if !strings.Contains(d, w) {
+			t.Errorf("diff lacks %s:\n%s", w, d)
 		}
 	}
 }

@@ -139,3 +139,10 @@ func copySparse(dst, src *os.File, size int64) error {
 	}
 	return nil
 }
+
+// hostMode is the mode a file or directory gets when the host writes what
+// a sandbox made (export, snapshots): its permission bits and sticky, never
+// setuid or setgid. On the host those would run a program as, or hand a
+// directory's group to, whoever the file is mapped to: root, for what the
+// sandbox's root made.
+func hostMode(mode uint32) uint32 { return mode & (0o777 | unix.S_ISVTX) }

@@ -20,6 +20,8 @@ import (
 // magic-link followed, regular files, directories and symlinks only), and
 // every write into the destination resolves inside it without following
 // any symlink, so no name or link the sandbox made can reach elsewhere.
+// Nothing a snapshot writes is setuid or setgid (hostMode): the files
+// belong to host uids (uid 0 inside is root on the host).
 
 // Writer writes a tree under a destination directory the caller made.
 type Writer struct {
@@ -254,7 +256,7 @@ func (w *Writer) copyTree(src *os.File, rel string, owner Owner, overlay bool, s
 			continue
 		}
 		uid, gid := owner(st.Uid, st.Gid)
-		mode := st.Mode & 0o7777
+		mode := hostMode(st.Mode)
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			if err := w.dir(p, mode, uid, gid); err != nil {
@@ -300,7 +302,8 @@ func (w *Writer) copyTree(src *os.File, rel string, owner Owner, overlay bool, s
 
 // LinkTree fills the empty directory dst with src's tree: directories
 // made anew, regular files hard-linked (copied across filesystems),
-// symlinks copied, ownership and modes kept. src is a trusted image
+// symlinks copied, ownership and modes kept but setuid and setgid (a
+// set-id file is copied without them, not linked). src is a trusted image
 // directory of the host (an image or an earlier snapshot), read-only to
 // every sandbox; a snapshot's own changes are applied over it after.
 func LinkTree(src, dst string) error {
@@ -325,7 +328,7 @@ func LinkTree(src, dst string) error {
 			if err := os.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
 				return err
 			}
-			return os.Chmod(target, fi.Mode()&(os.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky))
+			return unix.Chmod(target, hostMode(st.Mode))
 		case fi.Mode()&os.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
@@ -336,10 +339,14 @@ func LinkTree(src, dst string) error {
 			}
 			return os.Lchown(target, int(st.Uid), int(st.Gid))
 		case fi.Mode().IsRegular():
-			if err := os.Link(p, target); err == nil {
-				return nil
-			} else if !errors.Is(err, unix.EXDEV) {
-				return err
+			// A set-id file of the image is copied without its bits
+			// rather than linked: a link would share its mode.
+			if hostMode(st.Mode) == st.Mode&0o7777 {
+				if err := os.Link(p, target); err == nil {
+					return nil
+				} else if !errors.Is(err, unix.EXDEV) {
+					return err
+				}
 			}
 			in, err := os.Open(p)
 			if err != nil {
@@ -357,7 +364,7 @@ func LinkTree(src, dst string) error {
 			if err := out.Chown(int(st.Uid), int(st.Gid)); err != nil {
 				return err
 			}
-			return out.Chmod(fi.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky))
+			return unix.Fchmod(int(out.Fd()), hostMode(st.Mode))
 		}
 		return nil // images hold no devices (the unpacker refuses them)
 	})

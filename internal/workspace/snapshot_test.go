@@ -50,3 +50,54 @@ func TestWriterFollowsNoSymlink(t *testing.T) {
 		t.Errorf("the link's target was removed: %v", err)
 	}
 }
+
+// A snapshot writes no setuid or setgid bit on the host, neither for what
+// the sandbox made (CopyTree, ApplyUpper) nor for the image it copies
+// (LinkTree), whose own files keep theirs; sticky stays.
+func TestSnapshotStripsSetID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the writer sets owners: needs root")
+	}
+	src := t.TempDir()
+	mkfiles(t, src, map[string]string{"suid": "#!/bin/sh\n", "shared/f": "y", "tmp/t": "z"})
+	modes := map[string]os.FileMode{
+		"suid":   0o755 | os.ModeSetuid | os.ModeSetgid,
+		"shared": os.ModePerm | os.ModeSetgid,
+		"tmp":    os.ModePerm | os.ModeSticky,
+	}
+	for p, m := range modes {
+		if err := os.Chmod(filepath.Join(src, p), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(dst string) {
+		t.Helper()
+		for p, m := range modes {
+			fi, err := os.Lstat(filepath.Join(dst, p))
+			if want := m &^ (os.ModeSetuid | os.ModeSetgid); err != nil || fi.Mode()&^os.ModeDir != want {
+				t.Errorf("%s: %v (%v), want %v", filepath.Join(dst, p), fi.Mode(), err, want)
+			}
+		}
+	}
+	copied := t.TempDir()
+	w, err := NewWriter(copied, sha256.New(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.CopyTree(openPath(t, src), func(u, g uint32) (uint32, uint32) { return u, g }); err != nil {
+		t.Fatal(err)
+	}
+	check(copied)
+	linked := filepath.Join(t.TempDir(), "root")
+	if err := os.Mkdir(linked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := LinkTree(src, linked); err != nil {
+		t.Fatal(err)
+	}
+	check(linked)
+	if fi, _ := os.Stat(filepath.Join(src, "suid")); fi.Mode()&os.ModeSetuid == 0 {
+		t.Error("LinkTree changed the image's own file")
+	}
+}
