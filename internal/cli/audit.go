@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
 func auditCmd(g *globals) *cobra.Command {
@@ -265,7 +266,19 @@ func auditReportCmd(g *globals) *cobra.Command {
 	}
 }
 
+// writeReport summarises one sandbox's records for a person. Paths, hosts,
+// argv and what the sandbox reported are chosen by the sandbox or its
+// caller: they are shown quoted (untrusted.Quote).
 func writeReport(w io.Writer, recs []*audit.Record) error {
+	q := func(v any) string { return untrusted.Quote(fmt.Sprint(v)) }
+	argv := func(v any) string {
+		l, _ := v.([]any)
+		out := make([]string, len(l))
+		for i, a := range l {
+			out[i] = q(a)
+		}
+		return "[" + strings.Join(out, " ") + "]"
+	}
 	var data map[string]any
 	get := func(r *audit.Record) map[string]any {
 		data = map[string]any{}
@@ -281,26 +294,26 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 		d := get(r)
 		switch r.Kind {
 		case "sandbox.created":
-			fmt.Fprintf(w, "created %s; trigger %v\n", r.Time.Format(time.RFC3339), d["trigger"])
+			fmt.Fprintf(w, "created %s; trigger %s\n", r.Time.Format(time.RFC3339), q(d["trigger"]))
 			fmt.Fprintf(w, "controls %v\n", d["controls"])
 		case "exec.start":
-			fmt.Fprintf(tw, "  %s\tstart\texec %v\t%v\n", r.Time.Format("15:04:05.000"), d["exec_id"], d["argv"])
+			fmt.Fprintf(tw, "  %s\tstart\texec %s\t%s\n", r.Time.Format("15:04:05.000"), q(d["exec_id"]), argv(d["argv"]))
 		case "exec.end":
-			fmt.Fprintf(tw, "  %s\tend\texec %v\tpid %v, exit %v, %v (reported by the sandbox)\n", r.Time.Format("15:04:05.000"), d["exec_id"], d["pid"], d["exit_code"], d["status"])
+			fmt.Fprintf(tw, "  %s\tend\texec %s\tpid %v, exit %v, %s (reported by the sandbox)\n", r.Time.Format("15:04:05.000"), q(d["exec_id"]), d["pid"], d["exit_code"], q(d["status"]))
 		case "egress":
-			host := fmt.Sprint(d["host"])
+			host := q(d["host"])
 			if d["decision"] == "allowed" {
 				allowed[host]++
 			} else {
 				denied[host]++
 			}
 		case "sandbox.destroyed":
-			fmt.Fprintf(w, "ended %s: %v\n", r.Time.Format(time.RFC3339), d["reason"])
+			fmt.Fprintf(w, "ended %s: %s\n", r.Time.Format(time.RFC3339), q(d["reason"]))
 			if ws, ok := d["workspace"].(map[string]any); ok {
 				if paths, ok := ws["paths"].([]any); ok {
 					for _, p := range paths {
 						if m, ok := p.(map[string]any); ok {
-							files = append(files, fmt.Sprintf("%v %v (%v bytes)", m["kind"], m["path"], m["size"]))
+							files = append(files, fmt.Sprintf("%v %s (%v bytes)", m["kind"], q(m["path"]), m["size"]))
 						}
 					}
 				}
@@ -313,7 +326,7 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 			}
 		default:
 			if strings.HasPrefix(r.Kind, "file.") {
-				fmt.Fprintf(tw, "  %s\t%s\t%v\t\n", r.Time.Format("15:04:05.000"), r.Kind, d["path"])
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", r.Time.Format("15:04:05.000"), r.Kind, q(d["path"]))
 			}
 		}
 	}

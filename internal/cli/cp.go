@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
 func cpCmd(g *globals) *cobra.Command {
@@ -31,7 +32,10 @@ either way it keeps its base name.
 Out of a sandbox the files are read from the host side on the frozen
 sandbox (no symlink followed, regular files and directories only), and
 written here without following any symlink, so a hostile sandbox cannot
-make cp write outside the local directory.`,
+make cp write outside the local directory. A symlink is written only if
+it cannot resolve outside the local directory (a relative target whose
+".." components all come first and stay below it); others are skipped
+and named. Names are shown quoted when they hold control characters.`,
 		Args: cobra.ExactArgs(2),
 	}
 	k := addConn(c, g, false)
@@ -63,7 +67,7 @@ make cp write outside the local directory.`,
 			remoteSkipped, uerr := cl.Upload(cmd.Context(), did, dpath, pr)
 			pr.Close()
 			for _, s := range append(skipped, remoteSkipped...) {
-				g.warn("cp: skipped " + s + " (not a regular file or directory)")
+				g.warn("cp: skipped " + untrusted.Quote(s) + " (not a regular file or directory)")
 			}
 			return apiErr(uerr)
 		default:
@@ -73,9 +77,13 @@ make cp write outside the local directory.`,
 			}
 			defer body.Close()
 			for _, s := range skipped {
-				g.warn("cp: skipped " + s + " (not a regular file, directory or symlink)")
+				g.warn("cp: skipped " + untrusted.Quote(s) + " (not a regular file, directory or symlink)")
 			}
-			return extractTar(dst, body)
+			links, err := extractTar(dst, body)
+			for _, l := range links {
+				g.warn("cp: skipped " + l)
+			}
+			return err
 		}
 	}
 	return c
@@ -130,15 +138,17 @@ func tarLocal(src string, w io.Writer) (skipped []string, err error) {
 // extractTar unpacks r into the existing directory dst. Every path is
 // resolved inside dst by the kernel (openat2 RESOLVE_IN_ROOT) without
 // following any symlink, so no entry, and no symlink an earlier entry
-// made, can put a file outside dst.
-func extractTar(dst string, r io.Reader) error {
+// made, can put a file outside dst; and a symlink is made only if it
+// cannot resolve outside dst (untrusted.LinkInside): the others are
+// returned, described, in skipped.
+func extractTar(dst string, r io.Reader) (skipped []string, err error) {
 	root, err := os.Open(dst)
 	if err != nil {
-		return errdefs.Invalid("cp: " + err.Error())
+		return nil, errdefs.Invalid("cp: " + err.Error())
 	}
 	defer root.Close()
 	if fi, err := root.Stat(); err != nil || !fi.IsDir() {
-		return errdefs.Invalid("cp: " + dst + " is not a directory")
+		return nil, errdefs.Invalid("cp: " + dst + " is not a directory")
 	}
 	how := func(flags uint64) *unix.OpenHow {
 		return &unix.OpenHow{Flags: flags | unix.O_CLOEXEC | unix.O_NOFOLLOW, Mode: 0, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
@@ -156,18 +166,22 @@ func extractTar(dst string, r io.Reader) error {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return nil
+			return skipped, nil
 		}
 		if err != nil {
-			return fmt.Errorf("cp: bad archive: %w", err)
+			return skipped, fmt.Errorf("cp: bad archive: %w", err)
 		}
 		rel := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
 		if rel == "" {
 			continue
 		}
+		if h.Typeflag == tar.TypeSymlink && !untrusted.LinkInside(rel, h.Linkname) {
+			skipped = append(skipped, fmt.Sprintf("%s (symlink to %s: it could resolve outside %s)", untrusted.Quote(rel), untrusted.Quote(h.Linkname), dst))
+			continue
+		}
 		pfd, name, err := openParent(rel)
 		if err != nil {
-			return fmt.Errorf("cp: %s: %w", rel, err)
+			return skipped, fmt.Errorf("cp: %s: %w", untrusted.Quote(rel), err)
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -194,7 +208,7 @@ func extractTar(dst string, r io.Reader) error {
 		}
 		unix.Close(pfd)
 		if err != nil {
-			return fmt.Errorf("cp: %s: %w", rel, err)
+			return skipped, fmt.Errorf("cp: %s: %w", untrusted.Quote(rel), err)
 		}
 	}
 }

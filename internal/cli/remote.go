@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
 // conn are the flags of every command that talks to the daemon.
@@ -202,7 +203,12 @@ func psCmd(g *globals) *cobra.Command {
 			w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PID\tTAG\tCOMMAND")
 			for _, p := range ps {
-				fmt.Fprintf(w, "%d\t%s\t%s\n", p.PID, p.Tag, strings.Join(p.Cmd, " "))
+				// What the agent reports is the sandbox's word: quoted.
+				argv := make([]string, len(p.Cmd))
+				for i, a := range p.Cmd {
+					argv[i] = untrusted.Quote(a)
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\n", p.PID, untrusted.Quote(p.Tag), strings.Join(argv, " "))
 			}
 			return w.Flush()
 		}
@@ -509,11 +515,12 @@ func lsCmd(g *globals) *cobra.Command {
 		sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
 		w := tabwriter.NewWriter(g.stdout, 2, 4, 1, ' ', tabwriter.AlignRight)
 		for _, e := range es {
-			name := e.Path
+			// Names, owners and targets are the sandbox's: quoted.
+			name := untrusted.Quote(e.Path)
 			if e.Target != "" {
-				name += " -> " + e.Target
+				name += " -> " + untrusted.Quote(e.Target)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t %s\t %s\n", e.Mode, e.Owner, e.Group, e.Size, e.Modified.Format("Jan _2 15:04"), name)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t %s\t %s\n", untrusted.Quote(e.Mode), untrusted.Quote(e.Owner), untrusted.Quote(e.Group), e.Size, e.Modified.Format("Jan _2 15:04"), name)
 		}
 		return w.Flush()
 	}
@@ -771,7 +778,7 @@ OCI or directory image, the whole root with the sandbox's changes; and its
 			return apiErr(err)
 		}
 		for _, s := range sn.Skipped {
-			g.warn("snapshot: skipped " + s + " (not a file, directory or symlink)")
+			g.warn("snapshot: skipped " + untrusted.Quote(s) + " (not a file, directory or symlink)")
 		}
 		if ck.asJSON {
 			return printJSON(g.stdout, sn)

@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
 // Caps on what a tool answers, so one call cannot flood the model's
@@ -231,11 +232,11 @@ func (s *Session) addTools(srv *sdk.Server) {
 				}
 				switch e.Type {
 				case "dir":
-					fmt.Fprintf(&b, "dir          %s/\n", e.Path)
+					fmt.Fprintf(&b, "dir          %s/\n", untrusted.Quote(e.Path))
 				case "symlink":
-					fmt.Fprintf(&b, "link         %s -> %s\n", e.Path, e.Target)
+					fmt.Fprintf(&b, "link         %s -> %s\n", untrusted.Quote(e.Path), untrusted.Quote(e.Target))
 				default:
-					fmt.Fprintf(&b, "file %7d %s\n", e.Size, e.Path)
+					fmt.Fprintf(&b, "file %7d %s\n", e.Size, untrusted.Quote(e.Path))
 				}
 			}
 			if n == 0 {
@@ -257,7 +258,9 @@ func (s *Session) addTools(srv *sdk.Server) {
 				limit = 100
 			}
 			limit = min(limit, maxMatches)
-			argv := []string{"grep", "-rnI", "--exclude-dir=.git"}
+			// -Z: a NUL ends each file name, so a name holding a newline
+			// cannot forge a match line; names are then shown quoted.
+			argv := []string{"grep", "-rnIZ", "--exclude-dir=.git"}
 			if in.IgnoreCase {
 				argv = append(argv, "-i")
 			}
@@ -280,7 +283,7 @@ func (s *Session) addTools(srv *sdk.Server) {
 			default:
 				return nil, nil, fmt.Errorf("search failed (exit %d): %s", end.ExitCode, strings.TrimSpace(errb.String()))
 			}
-			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+			lines := matchLines(out.String())
 			more := ""
 			if len(lines) > limit {
 				more = fmt.Sprintf("[... %d more matching lines: narrow the search ...]\n", len(lines)-limit)
@@ -388,6 +391,23 @@ func (s *Session) addResources(srv *sdk.Server) {
 
 // capped keeps the first and last halves of what is written past max
 // bytes, and says how much it cut.
+// matchLines turns grep -Z's output (name NUL line-number:text newline)
+// into "name:line-number:text" lines, the name quoted (untrusted.Quote).
+func matchLines(out string) []string {
+	var lines []string
+	for out != "" {
+		name, rest, ok := strings.Cut(out, "\x00")
+		if !ok {
+			lines = append(lines, untrusted.Quote(strings.TrimRight(out, "\n")))
+			break
+		}
+		var match string
+		match, out, _ = strings.Cut(rest, "\n")
+		lines = append(lines, untrusted.Quote(name)+":"+match)
+	}
+	return lines
+}
+
 type capped struct {
 	max        int
 	head, tail []byte

@@ -37,3 +37,14 @@ func TestUnderAndToolErr(t *testing.T) {
 		t.Errorf("%q", err)
 	}
 }
+
+// A file name holding a newline cannot forge a search match, nor an
+// escape sequence reach whoever reads the tool's text.
+func TestMatchLinesQuoteNames(t *testing.T) {
+	out := "/workspace/calc.py\x001:def add(a, b):\n/workspace/x\n/workspace/calc.py:9:forged\x1b]52;c;aGk=\a\x002:def add\n"
+	got := strings.Join(matchLines(out), "\n")
+	want := "/workspace/calc.py:1:def add(a, b):\n" + `"/workspace/x\n/workspace/calc.py:9:forged\033]52;c;aGk=\a"` + ":2:def add"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
