@@ -337,13 +337,14 @@ func (s *Session) addTools(srv *sdk.Server) {
 				if in.OnlyRefused && e.Decision == "allowed" {
 					continue
 				}
-				target := e.Host
+				// Hosts, methods and paths are what the sandbox sent: quoted.
+				target := untrusted.Quote(e.Host)
 				if e.Port != 0 {
-					target = fmt.Sprintf("%s:%d", e.Host, e.Port)
+					target = fmt.Sprintf("%s:%d", target, e.Port)
 				}
-				what := strings.TrimSpace(e.Method + " " + e.Path)
+				what := strings.TrimSpace(untrusted.Quote(e.Method) + " " + untrusted.Quote(e.Path))
 				if e.Kind == "dns" {
-					what = "lookup " + e.QType
+					what = "lookup " + untrusted.Quote(e.QType)
 				}
 				line := fmt.Sprintf("%s %-7s %-7s %s %s", e.Time.Format("15:04:05"), strings.ToUpper(e.Decision), e.Kind, target, what)
 				if e.Reason != "" {
