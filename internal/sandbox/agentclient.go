@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/filesystem/filesystemconnect"
 	"github.com/airlock-sandbox/airlock/api/process/processconnect"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
 // AgentProtocol is the agent protocol version this daemon speaks
@@ -90,7 +91,8 @@ func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
 }
 
 // agentError classes an agent's answer. Its message came from inside the
-// sandbox and says so.
+// sandbox and says so, quoted if it holds anything a terminal would act on
+// (untrusted.QuoteText).
 func agentError(err error) error {
 	if err == nil {
 		return nil
@@ -124,7 +126,7 @@ func agentError(err error) error {
 	case connect.CodeDataLoss:
 		class = errdefs.ErrFailedPrecondition
 	}
-	return errdefs.New(class, msg+" (reported by the sandbox)")
+	return errdefs.New(class, untrusted.QuoteText(msg)+" (reported by the sandbox)")
 }
 
 // limiter is a token bucket: at most rate calls per second, bursts of rate.

@@ -56,6 +56,20 @@ func printable(r rune, n int) bool {
 	return !(r == utf8.RuneError && n == 1) && unicode.IsPrint(r)
 }
 
+// QuoteText is Quote for free text a sandbox wrote (an error message),
+// where a double quote or a backslash is ordinary: the text is quoted only
+// when it holds a control, non-printable or invalid byte.
+func QuoteText(text string) string {
+	for i := 0; i < len(text); {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		if !printable(r, n) {
+			return Quote(text)
+		}
+		i += n
+	}
+	return text
+}
+
 func needsQuote(name string) bool {
 	for i := 0; i < len(name); {
 		r, n := utf8.DecodeRuneInString(name[i:])

@@ -30,6 +30,15 @@ func TestQuoteDisarmsTerminalSequences(t *testing.T) {
 	}
 }
 
+func TestQuoteTextKeepsOrdinaryQuotes(t *testing.T) {
+	if got := QuoteText(`bad environment variable "A=B"`); got != `bad environment variable "A=B"` {
+		t.Errorf("%s", got)
+	}
+	if got := QuoteText("open \"x\x1b[2K\""); got != `"open \"x\033[2K\""` {
+		t.Errorf("%s", got)
+	}
+}
+
 // FuzzQuoteIsSafeAndReversible: whatever the name, the quoted form holds
 // only printable characters (no control byte, no invalid UTF-8), and
 // either is the name itself or unquotes back to it.
@@ -38,6 +47,9 @@ func FuzzQuoteIsSafeAndReversible(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
+		if tq := QuoteText(name); tq != name && tq != Quote(name) {
+			t.Fatalf("QuoteText(%q) = %q", name, tq)
+		}
 		q := Quote(name)
 		if !utf8.ValidString(q) {
 			t.Fatalf("Quote(%q) = %q: invalid UTF-8", name, q)
