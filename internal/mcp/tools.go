@@ -258,9 +258,10 @@ func (s *Session) addTools(srv *sdk.Server) {
 				limit = 100
 			}
 			limit = min(limit, maxMatches)
-			// -Z: a NUL ends each file name, so a name holding a newline
-			// cannot forge a match line; names are then shown quoted.
-			argv := []string{"grep", "-rnIZ", "--exclude-dir=.git"}
+			// -HZ: every match names its file, ended by a NUL, so a name
+			// holding a newline cannot forge a match line; names are then
+			// shown quoted.
+			argv := []string{"grep", "-rnIHZ", "--exclude-dir=.git"}
 			if in.IgnoreCase {
 				argv = append(argv, "-i")
 			}
@@ -392,14 +393,16 @@ func (s *Session) addResources(srv *sdk.Server) {
 
 // capped keeps the first and last halves of what is written past max
 // bytes, and says how much it cut.
-// matchLines turns grep -Z's output (name NUL line-number:text newline)
+// matchLines turns grep -HZ's output (name NUL line-number:text newline)
 // into "name:line-number:text" lines, the name quoted (untrusted.Quote).
 func matchLines(out string) []string {
 	var lines []string
 	for out != "" {
 		name, rest, ok := strings.Cut(out, "\x00")
-		if !ok {
-			lines = append(lines, untrusted.Quote(strings.TrimRight(out, "\n")))
+		if !ok { // what is left of a cut output
+			for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+				lines = append(lines, untrusted.QuoteText(l))
+			}
 			break
 		}
 		var match string

@@ -47,4 +47,8 @@ func TestMatchLinesQuoteNames(t *testing.T) {
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
+	// Output cut in the middle: the rest is shown, line by line, quoted.
+	if got := strings.Join(matchLines("a\x001:x\n[... 9 bytes cut ...]\n2:y\x1b[2K\n"), "\n"); got != "a:1:x\n[... 9 bytes cut ...]\n"+`"2:y\033[2K"` {
+		t.Errorf("cut: %q", got)
+	}
 }

@@ -209,7 +209,7 @@ func TestServeSnapshotStripsSetID(t *testing.T) {
 // `airlock mcp` prints when the session ends show the names quoted.
 func TestMCPQuotesHostileNames(t *testing.T) {
 	cs, cmd, stderr := mcpStdio(t)
-	if out, isErr := call(t, cs, "run_command", map[string]any{"command": hostileNames}); isErr || !strings.Contains(out, "exit code: 0") {
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": hostileNames + "; printf 'a\\nhi\\n' > one.txt"}); isErr || !strings.Contains(out, "exit code: 0") {
 		t.Fatalf("run_command: %s", out)
 	}
 	for _, c := range []struct {
@@ -219,6 +219,7 @@ func TestMCPQuotesHostileNames(t *testing.T) {
 	}{
 		{"list_files", map[string]any{}, `"/workspace/x\n+++ b/forged"`},
 		{"search_files", map[string]any{"pattern": "hi"}, `"/workspace/x\n+++ b/forged":1:hi`},
+		{"search_files", map[string]any{"pattern": "hi", "path": "one.txt"}, "/workspace/one.txt:2:hi"},
 		{"diff", map[string]any{}, `+++ "b/x\n+++ b/forged"`},
 	} {
 		out, isErr := call(t, cs, c.tool, c.args)
