@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"archive/tar"
 	"bytes"
 	"os"
 	"path/filepath"
@@ -162,6 +163,33 @@ func TestExportStripsSetID(t *testing.T) {
 		fi, err := os.Lstat(filepath.Join(out, p))
 		if err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
 			t.Errorf("%s: %v %v", p, fi.Mode(), err)
+		}
+	}
+}
+
+// The archive of a sandbox's files (cp, the archive endpoint) records no
+// setuid or setgid bit either.
+func TestTarStripsSetID(t *testing.T) {
+	ws := t.TempDir()
+	mkfiles(t, ws, map[string]string{"suid": "x", "shared/f": "y"})
+	if err := os.Chmod(filepath.Join(ws, "suid"), 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(ws, "shared"), os.ModePerm|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := Tar(openPath(t, ws), ".", &buf, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&buf)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if h.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			t.Errorf("%s: mode %o", h.Name, h.Mode)
 		}
 	}
 }

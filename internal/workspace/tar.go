@@ -18,7 +18,9 @@ import (
 // openat2 confined to root, no symlink or magic-link following, regular
 // files and directories only (symlinks are recorded, never followed; other
 // types are skipped and named in skipped). At most maxBytes of file
-// content is written; past it Tar fails with ErrTooLarge.
+// content is written; past it Tar fails with ErrTooLarge. No setuid or
+// setgid bit is recorded (hostMode): root unpacking the archive would
+// otherwise get them.
 func Tar(root *os.File, rel string, w io.Writer, maxBytes int64) (skipped []string, err error) {
 	rel = strings.Trim(path.Clean("/"+rel), "/")
 	if rel == "" {
@@ -33,7 +35,7 @@ func Tar(root *os.File, rel string, w io.Writer, maxBytes int64) (skipped []stri
 	var total int64
 	var walk func(rel string) error
 	add := func(rel string, st unix.Stat_t, dir *os.File, name string) error {
-		h := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o7777), ModTime: timeOf(st), Format: tar.FormatPAX}
+		h := &tar.Header{Name: rel, Mode: int64(hostMode(st.Mode)), ModTime: timeOf(st), Format: tar.FormatPAX}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
