@@ -314,6 +314,16 @@ func TestProxyServesOnlyItsPeer(t *testing.T) {
 	if r, _, err := dc.Exchange(m, "127.0.0.3:53"); err != nil || len(r.Answer) != 1 {
 		t.Errorf("DNS for the peer itself: %v %v", r, err)
 	}
+	// The request's record is written when its connection ends, which the
+	// client's pool decides: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(events)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(events) != 2 {
