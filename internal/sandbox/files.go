@@ -331,6 +331,13 @@ func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string
 	}
 	tr := tar.NewReader(io.LimitReader(r, MaxArchiveBytes+1))
 	var total int64
+	// The archive's text files share one call's scanning budget.
+	bud := newScanBudget()
+	defer func() {
+		if serr := s.scanSummary(ctx, b.who(), "upload", bud); err == nil {
+			err = serr
+		}
+	}()
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -365,7 +372,7 @@ func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string
 				return skipped, errdefs.Invalid("upload: " + rerr.Error())
 			}
 			if text := string(data); utf8.ValidString(text) {
-				if err := s.scanCall(ctx, t, b.who(), "upload", []field{{"file " + target, &text}}); err != nil {
+				if err := s.scanFields(ctx, t, b.who(), "upload", []field{{"file " + target, &text}}, bud); err != nil {
 					return skipped, err
 				}
 				data = []byte(text)

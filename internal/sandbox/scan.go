@@ -13,23 +13,80 @@ import (
 // DefaultScanPolicy is a tenant's unless it chose another.
 const DefaultScanPolicy = "block"
 
+// What one API call may cost the secret scanner, which runs on the
+// daemon's CPU (gitleaks' generic rule costs microseconds a byte on its
+// worst input) and records each finding with an fsync.
+const (
+	// MaxScanBytes is how much of a call's values is read: the first
+	// bytes, in the order of the call's fields, as the egress proxy reads
+	// the first 64 KiB of a body. What comes after goes through unread,
+	// and the call's secret.scan_summary record says so.
+	MaxScanBytes = broker.MaxScanBody
+	// MaxFindingRecords is how many secret.finding records one call
+	// makes; the rest are counted in its secret.scan_summary record.
+	MaxFindingRecords = 16
+	// maxUnscannedNamed is how many partly read values a summary names.
+	maxUnscannedNamed = 32
+)
+
 // field is one value of a call the scanner reads, named for messages.
 type field struct {
 	where string
 	val   *string
 }
 
+// scanBudget is what is left of one call's scanning allowance; an
+// upload's files share one.
+type scanBudget struct {
+	bytes, records int
+	// What the call's summary says.
+	read, total      int
+	found, dropped   int
+	unscanned        []string // values read in part or not at all
+	unscannedUnnamed int      // past maxUnscannedNamed
+}
+
+func newScanBudget() *scanBudget {
+	return &scanBudget{bytes: MaxScanBytes, records: MaxFindingRecords}
+}
+
 // scanCall applies the secret scanner to a call's fields under the
-// tenant's policy: block fails the call (naming the rule, not the value),
-// redact rewrites the fields, record lets it through. Every finding is
-// recorded with its rule and a keyed fingerprint, never the value.
+// tenant's policy, within one call's budget (see scanFields).
 func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string, fields []field) error {
+	bud := newScanBudget()
+	err := s.scanFields(ctx, t, w, call, fields, bud)
+	if serr := s.scanSummary(ctx, w, call, bud); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// scanFields applies the secret scanner to fields under the tenant's
+// policy: block fails the call (naming the rule, not the value), redact
+// rewrites the fields, record lets it through. It reads at most what is
+// left of bud's bytes, and records findings with their rule and a keyed
+// fingerprint (never the value) while bud has records left; the rest are
+// counted for scanSummary.
+func (s *Service) scanFields(ctx context.Context, t *Principal, w who, call string, fields []field, bud *scanBudget) error {
 	if s.cfg.Broker == nil {
 		return nil
 	}
 	parts := make([]broker.Part, len(fields))
+	partial := make([]bool, len(fields))
 	for i, f := range fields {
-		parts[i] = broker.Part{Text: *f.val}
+		text := *f.val
+		bud.total += len(text)
+		if n := min(len(text), bud.bytes); n < len(text) {
+			text, partial[i] = text[:n], true
+			if len(bud.unscanned) < maxUnscannedNamed {
+				bud.unscanned = append(bud.unscanned, f.where)
+			} else {
+				bud.unscannedUnnamed++
+			}
+		}
+		bud.bytes -= len(text)
+		bud.read += len(text)
+		parts[i] = broker.Part{Text: text}
 	}
 	// One pass, the fields joined as a command line.
 	fs, err := s.cfg.Broker.ScanParts(parts, ' ')
@@ -44,9 +101,17 @@ func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string
 		policy = DefaultScanPolicy
 	}
 	action := map[string]string{"block": "blocked", "redact": "redacted", "record": "recorded"}[policy]
+	bud.found += len(fs)
 	for _, f := range fs {
-		where := fields[f.Part].where
-		data := map[string]any{"call": call, "where": where, "rule": f.Rule, "rules": scan.RuleSet, "fingerprint": s.cfg.Broker.Keys().Fingerprint(f.Secret), "action": action}
+		if bud.records == 0 {
+			bud.dropped++
+			continue
+		}
+		bud.records--
+		data := map[string]any{"call": call, "where": fields[f.Part].where, "rule": f.Rule, "rules": scan.RuleSet, "fingerprint": s.cfg.Broker.Keys().Fingerprint(f.Secret), "action": action}
+		if partial[f.Part] {
+			data["partly_scanned"] = true
+		}
 		if err := s.commit(ctx, w, "secret.finding", "observed", data); err != nil {
 			return err
 		}
@@ -58,13 +123,31 @@ func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string
 			fields[first.Part].where, first.Rule, strings.TrimSuffix(first.Description, ".")))
 	case "redact":
 		texts := make([]string, len(fields))
-		for i, f := range fields {
-			texts[i] = *f.val
+		for i := range fields {
+			texts[i] = parts[i].Text
 		}
 		broker.RedactParts(texts, fs)
 		for i, f := range fields {
-			*f.val = texts[i]
+			*f.val = texts[i] + (*f.val)[len(parts[i].Text):]
 		}
 	}
 	return nil
+}
+
+// scanSummary records what a call's scan left out: findings past
+// MaxFindingRecords, and values read only in part (past MaxScanBytes).
+// A call that fit its budget makes no summary.
+func (s *Service) scanSummary(ctx context.Context, w who, call string, bud *scanBudget) error {
+	if s.cfg.Broker == nil || bud.dropped == 0 && len(bud.unscanned) == 0 {
+		return nil
+	}
+	data := map[string]any{"call": call, "findings": bud.found, "findings_recorded": bud.found - bud.dropped, "findings_dropped": bud.dropped,
+		"scanned_bytes": bud.read, "bytes": bud.total, "max_scan_bytes": MaxScanBytes, "max_finding_records": MaxFindingRecords}
+	if len(bud.unscanned) > 0 {
+		data["partly_scanned"] = bud.unscanned
+	}
+	if bud.unscannedUnnamed > 0 {
+		data["partly_scanned_more"] = bud.unscannedUnnamed
+	}
+	return s.commit(ctx, w, "secret.scan_summary", "observed", data)
 }

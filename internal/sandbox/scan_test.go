@@ -2,7 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,5 +142,113 @@ func TestUpdateTenantScanPolicy(t *testing.T) {
 	}
 	if _, err := s.UpdateTenant(ctx, admin, "nope", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a missing tenant: %v", err)
+	}
+}
+
+// Regression (issue 12, item 9): a blocked write of 179 KB of credentials
+// made 9,344 fsynced records. A call records at most MaxFindingRecords
+// findings and one summary that counts the rest.
+func TestScanFindingsPerCallAreCapped(t *testing.T) {
+	for _, policy := range []string{"block", "redact", "record"} {
+		a := &memAudit{}
+		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+		var sb strings.Builder
+		r := rand.New(rand.NewPCG(1, 2))
+		const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+		for sb.Len() < 30_000 {
+			sb.WriteString("ghp_")
+			for range 36 {
+				sb.WriteByte(alnum[r.IntN(len(alnum))])
+			}
+			sb.WriteByte('\n')
+		}
+		text := sb.String()
+		err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "write", []field{{"file /w", &text}})
+		if policy == "block" != errors.Is(err, errdefs.ErrSecretDetected) {
+			t.Fatalf("%s: %v", policy, err)
+		}
+		kinds := map[string]int{}
+		var sum struct {
+			Found    int `json:"findings"`
+			Recorded int `json:"findings_recorded"`
+			Dropped  int `json:"findings_dropped"`
+		}
+		for _, r := range a.recs {
+			kinds[r.Kind]++
+			if r.Kind == "secret.scan_summary" {
+				_ = json.Unmarshal(r.Data, &sum)
+			}
+		}
+		if kinds["secret.finding"] != MaxFindingRecords || kinds["secret.scan_summary"] != 1 || len(a.recs) != MaxFindingRecords+1 {
+			t.Fatalf("%s: records %v", policy, kinds)
+		}
+		if sum.Found < 500 || sum.Recorded != MaxFindingRecords || sum.Dropped != sum.Found-MaxFindingRecords {
+			t.Errorf("%s: summary %+v", policy, sum)
+		}
+		if policy == "redact" && strings.Contains(text, "ghp_") {
+			t.Errorf("redact left a credential in the scanned part")
+		}
+	}
+}
+
+// Regression (issue 12, item 9): a 4 MiB write cost seconds of the
+// daemon's CPU. A call's values are read up to MaxScanBytes in all; the
+// summary names what was read only in part, a finding in the part read
+// says so, and redaction leaves the unread rest as it was.
+func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
+	a := &memAudit{}
+	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	filler := strings.Repeat("x", MaxScanBytes-100)
+	first := filler + " " + pastedKey + " " + strings.Repeat("y", 4<<20)
+	second := pastedKey // nothing left of the budget: unread
+	vals := []string{first, second}
+	err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: "redact"}, who{tenant: "t"}, "exec",
+		[]field{{"argv[0]", &vals[0]}, {"argv[1]", &vals[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(vals[0], pastedKey) || len(vals[0]) != len(first)-len(pastedKey)+len("[REDACTED:github-pat]") || vals[1] != pastedKey {
+		t.Errorf("redaction: first holds the key %v, second %q", strings.Contains(vals[0], pastedKey), vals[1])
+	}
+	var sum struct {
+		Read      int      `json:"scanned_bytes"`
+		Total     int      `json:"bytes"`
+		Unscanned []string `json:"partly_scanned"`
+	}
+	findings := 0
+	for _, r := range a.recs {
+		switch r.Kind {
+		case "secret.finding":
+			findings++
+			if !strings.Contains(string(r.Data), `"partly_scanned":true`) {
+				t.Errorf("finding in a value read in part: %s", r.Data)
+			}
+		case "secret.scan_summary":
+			_ = json.Unmarshal(r.Data, &sum)
+		}
+	}
+	if findings != 1 || sum.Read != MaxScanBytes || sum.Total != len(first)+len(second) || !slices.Equal(sum.Unscanned, []string{"argv[0]", "argv[1]"}) {
+		t.Errorf("%d findings, summary %+v", findings, sum)
+	}
+}
+
+// An upload's files share one budget: past it, files are not read, and
+// the summary says which.
+func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
+	a := &memAudit{}
+	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	bud := newScanBudget()
+	p := &Principal{Tenant: "t", ScanPolicy: "record"}
+	for i := 0; i < 40; i++ {
+		text := strings.Repeat("z", 4<<10)
+		if err := s.scanFields(context.Background(), p, who{}, "upload", []field{{fmt.Sprintf("file /f%d", i), &text}}, bud); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.scanSummary(context.Background(), who{}, "upload", bud); err != nil {
+		t.Fatal(err)
+	}
+	if bud.read != MaxScanBytes || len(bud.unscanned) != 40-MaxScanBytes/(4<<10) || len(a.recs) != 1 || a.recs[0].Kind != "secret.scan_summary" {
+		t.Errorf("read %d, unscanned %v, %d records", bud.read, bud.unscanned, len(a.recs))
 	}
 }
