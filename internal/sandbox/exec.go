@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/api/process"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
 func validUser(u string) error {
@@ -21,6 +23,23 @@ func validUser(u string) error {
 		return nil
 	}
 	return errdefs.Invalid(fmt.Sprintf("user %q: want \"user\" or \"root\"", u))
+}
+
+// checkEnv refuses a command's environment the kernel or the command
+// would read otherwise than the caller wrote it.
+func checkEnv(env map[string]string) error {
+	if len(env) > spec.MaxEnv {
+		return errdefs.Invalid(fmt.Sprintf("env: at most %d variables", spec.MaxEnv))
+	}
+	for k, v := range env {
+		if err := spec.CheckEnvName(k); err != nil {
+			return err
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return errdefs.Invalid(fmt.Sprintf("env %s: the value contains a NUL byte", k))
+		}
+	}
+	return nil
 }
 
 // Exec runs a command in sandbox id and streams its events to emit: the
@@ -39,6 +58,9 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	}
 	if req.TTY != nil && (req.TTY.Rows == 0 || req.TTY.Cols == 0) {
 		return errdefs.Invalid("tty: rows and cols must be positive")
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return err
 	}
 	b, err := s.use(t, id)
 	if err != nil {

@@ -207,6 +207,10 @@ func specOf(req *api.CreateSandbox) (spec.Spec, time.Duration, time.Duration, er
 		s.Commit = "HEAD"
 	}
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
+		// Checked before joining: a name "A=B" would pass as A.
+		if err := spec.CheckEnvName(k); err != nil {
+			return s, 0, 0, err
+		}
 		s.Env = append(s.Env, k+"="+req.Env[k])
 	}
 	s.Hostname = req.Hostname

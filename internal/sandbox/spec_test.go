@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
 func decodeCreate(b []byte) (*api.CreateSandbox, error) {
@@ -39,6 +42,19 @@ func TestSpecOf(t *testing.T) {
 		"bad net mode":    {Network: api.Network{Mode: "open"}},
 		"huge metadata":   {Metadata: map[string]string{"k": string(make([]byte, 5000))}},
 		"degrade seccomp": {AllowDegraded: []string{"seccomp"}},
+		// Regression (issue 12, item 14): the key "A=B" became "A=B=x",
+		// read as the variable A; sizes of 2^63-1 were accepted.
+		"= in env key":      {Env: map[string]string{"A=B": "x"}},
+		"NUL in env key":    {Env: map[string]string{"A\x00B": "x"}},
+		"empty env key":     {Env: map[string]string{"": "x"}},
+		"max int64 memory":  {Limits: api.Limits{MemoryBytes: math.MaxInt64}},
+		"max int64 disk":    {Limits: api.Limits{DiskBytes: math.MaxInt64}},
+		"max int64 pids":    {Limits: api.Limits{Pids: math.MaxInt64}},
+		"huge cpus":         {Limits: api.Limits{CPUs: 1e300}},
+		"max int64 egress":  {Network: api.Network{EgressBytes: math.MaxInt64}},
+		"max int conns":     {Network: api.Network{MaxConns: math.MaxInt}},
+		"max duration ttl":  {TTL: "2562047h"},
+		"max duration idle": {IdleTimeout: "2562047h"},
 	} {
 		if _, _, _, err := specOf(req); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want invalid argument", name, err)
@@ -73,4 +89,40 @@ func FuzzSpecOf(f *testing.F) {
 			t.Fatalf("ttl %v idle %v", ttl, idle)
 		}
 	})
+}
+
+// Regression (issue 12, item 14): an exec's env names were not checked
+// by the daemon.
+func TestCheckEnv(t *testing.T) {
+	if err := checkEnv(map[string]string{"A": "1", "B_2": ""}); err != nil {
+		t.Fatal(err)
+	}
+	many := map[string]string{}
+	for i := 0; i <= spec.MaxEnv; i++ {
+		many[fmt.Sprintf("V%d", i)] = ""
+	}
+	for name, env := range map[string]map[string]string{
+		"= in name": {"A=B": "x"}, "NUL in name": {"A\x00": "x"}, "empty name": {"": "x"},
+		"NUL in value": {"A": "x\x00y"}, "too many": many,
+	} {
+		if err := checkEnv(env); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want invalid argument", name, err)
+		}
+	}
+}
+
+// Regression (issue 12, item 14): quotas of 2^63-1 were accepted, and
+// their sums overflow.
+func TestQuotaCeilings(t *testing.T) {
+	for name, q := range map[string]api.Quotas{
+		"sandboxes": {MaxSandboxes: math.MaxInt}, "memory": {MaxMemory: math.MaxInt64}, "cpus": {MaxCPUs: 1e300},
+		"cpu seconds": {CPUSeconds: 1e300}, "snapshot bytes": {MaxSnapshotBytes: math.MaxInt64}, "negative snapshot bytes": {MaxSnapshotBytes: -1},
+	} {
+		if err := validQuotas(q); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want invalid argument", name, err)
+		}
+	}
+	if err := validQuotas(api.Quotas{MaxSandboxes: maxQuotaSandboxes, MaxMemory: maxQuotaBytes, MaxCPUs: maxQuotaCPUs, CPUSeconds: maxQuotaCPUSeconds, MaxSnapshotBytes: maxQuotaBytes}); err != nil {
+		t.Errorf("at the ceilings: %v", err)
+	}
 }

@@ -124,9 +124,30 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 
 var tenantName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
+// Ceilings of a tenant's quotas.
+const (
+	maxQuotaSandboxes  = 100_000
+	maxQuotaBytes      = 1 << 50 // 1 PiB
+	maxQuotaCPUs       = 1 << 20
+	maxQuotaCPUSeconds = 1 << 40
+)
+
 func validQuotas(q api.Quotas) error {
-	if q.MaxSandboxes < 0 || q.MaxMemory < 0 || q.MaxCPUs < 0 || q.CPUSeconds < 0 {
+	if q.MaxSandboxes < 0 || q.MaxMemory < 0 || q.MaxCPUs < 0 || q.CPUSeconds < 0 || q.MaxSnapshotBytes < 0 {
 		return errdefs.Invalid("quotas must not be negative")
+	}
+	// Ceilings keep sums and products of quotas far from overflow.
+	switch {
+	case q.MaxSandboxes > maxQuotaSandboxes:
+		return errdefs.Invalid(fmt.Sprintf("max_sandboxes %d: at most %d", q.MaxSandboxes, maxQuotaSandboxes))
+	case q.MaxMemory > maxQuotaBytes:
+		return errdefs.Invalid(fmt.Sprintf("max_memory_bytes %d: at most %s", q.MaxMemory, spec.FormatSize(maxQuotaBytes)))
+	case q.MaxSnapshotBytes > maxQuotaBytes:
+		return errdefs.Invalid(fmt.Sprintf("max_snapshot_bytes %d: at most %s", q.MaxSnapshotBytes, spec.FormatSize(maxQuotaBytes)))
+	case q.MaxCPUs > maxQuotaCPUs:
+		return errdefs.Invalid(fmt.Sprintf("max_cpus %g: at most %d", q.MaxCPUs, maxQuotaCPUs))
+	case q.CPUSeconds > maxQuotaCPUSeconds:
+		return errdefs.Invalid(fmt.Sprintf("cpu_seconds %g: at most %g", q.CPUSeconds, float64(maxQuotaCPUSeconds)))
 	}
 	if _, err := parseDuration("cpu_period", q.CPUPeriod, DefaultCPUPeriod, 31*24*time.Hour); err != nil {
 		return err

@@ -33,6 +33,22 @@ const (
 	MinDisk = 4 << 20
 )
 
+// Ceilings of every limit: what a host can mean. A value past one is
+// refused, never clamped; sums of them (a tenant's quota) cannot overflow.
+const (
+	MaxMemory      = 1 << 40 // 1 TiB
+	MaxDisk        = 1 << 40
+	MaxCPUs        = 1024
+	MaxPids        = 1 << 22 // the kernel's PID_MAX_LIMIT
+	MaxNoFile      = 1 << 20 // the kernel's default fs.nr_open
+	MaxEgressBytes = 1 << 40
+	MaxMaxConns    = 65536
+	MaxTimeout     = 7 * 24 * time.Hour
+	// MaxEnvName and MaxEnv bound an environment's names and size.
+	MaxEnvName = 256
+	MaxEnv     = 4096
+)
+
 // Degradable controls are the only controls a caller may opt out of, and
 // only explicitly. Namespaces, cgroups, seccomp and capabilities have none.
 var Degradable = []string{"landlock"}
@@ -125,7 +141,21 @@ func (s *Spec) NetMode() string {
 // sandbox's init runs this binary's package initialisers, and compiling
 // regexps there cost more than half a millisecond per sandbox.
 
+// CheckEnvName refuses an environment variable name that is not letters,
+// digits and _ (not starting with a digit), at most MaxEnvName bytes: a
+// name holding "=" or NUL would change another variable, or the command
+// line it ends up in.
+func CheckEnvName(k string) error {
+	if !envKeyOK(k) {
+		return errdefs.Invalid(fmt.Sprintf("environment variable name %.80q: must be 1–%d letters, digits and _, not starting with a digit (no \"=\", no NUL)", k, MaxEnvName))
+	}
+	return nil
+}
+
 func envKeyOK(k string) bool {
+	if len(k) > MaxEnvName {
+		return false
+	}
 	for i, c := range k {
 		letter := c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
 		if !letter && (i == 0 || c < '0' || c > '9') {
@@ -212,11 +242,14 @@ func (s *Spec) validate() error {
 	default:
 		return bad("--user %q: must be \"user\" or \"root\"", s.User)
 	}
+	if len(s.Env) > MaxEnv {
+		return bad("--env: at most %d variables", MaxEnv)
+	}
 	seen := map[string]bool{}
 	for _, kv := range s.Env {
 		k, _, ok := strings.Cut(kv, "=")
 		if !ok || !envKeyOK(k) {
-			return bad("--env %q: must be KEY=VALUE with KEY of letters, digits and _", kv)
+			return bad("--env %.80q: must be KEY=VALUE with KEY of 1–%d letters, digits and _", kv, MaxEnvName)
 		}
 		if strings.IndexByte(kv, 0) >= 0 {
 			return bad("--env %q: contains a NUL byte", k)
@@ -250,8 +283,11 @@ func (s *Spec) validate() error {
 			return bad("--allow %q: not a host pattern", a)
 		}
 	}
-	if s.Net.EgressBytes < 0 || s.Net.MaxConns < 1 || s.Net.MaxConns > 65536 {
-		return bad("egress limits out of range")
+	if s.Net.EgressBytes < 0 || s.Net.EgressBytes > MaxEgressBytes {
+		return bad("egress bytes %d: must be between 0 and %s", s.Net.EgressBytes, FormatSize(MaxEgressBytes))
+	}
+	if s.Net.MaxConns < 1 || s.Net.MaxConns > MaxMaxConns {
+		return bad("max conns %d: must be between 1 and %d", s.Net.MaxConns, MaxMaxConns)
 	}
 	if len(s.Grants) > 0 && s.Net.Mode == "none" {
 		return bad("grants act through the egress proxy: --net none takes none")
@@ -264,18 +300,18 @@ func (s *Spec) validate() error {
 	}
 	l := s.Limits
 	switch {
-	case l.Memory < MinMemory:
-		return bad("--memory %d: at least %s", l.Memory, FormatSize(MinMemory))
-	case l.Disk < MinDisk:
-		return bad("--disk %d: at least %s", l.Disk, FormatSize(MinDisk))
-	case !(l.CPUs >= 0.01 && l.CPUs <= 1024) || math.IsNaN(l.CPUs):
-		return bad("--cpus %v: must be between 0.01 and 1024", l.CPUs)
-	case l.Pids < 8 || l.Pids > 1<<22:
-		return bad("--pids %d: must be between 8 and %d", l.Pids, 1<<22)
-	case l.NoFile < 64 || l.NoFile > 1<<20:
-		return bad("nofile %d: must be between 64 and %d", l.NoFile, 1<<20)
-	case s.Timeout <= 0 || s.Timeout > 7*24*time.Hour:
-		return bad("--timeout %v: must be between 1ns and 168h", s.Timeout)
+	case l.Memory < MinMemory || l.Memory > MaxMemory:
+		return bad("--memory %d: must be between %s and %s", l.Memory, FormatSize(MinMemory), FormatSize(MaxMemory))
+	case l.Disk < MinDisk || l.Disk > MaxDisk:
+		return bad("--disk %d: must be between %s and %s", l.Disk, FormatSize(MinDisk), FormatSize(MaxDisk))
+	case !(l.CPUs >= 0.01 && l.CPUs <= MaxCPUs):
+		return bad("--cpus %v: must be between 0.01 and %d", l.CPUs, MaxCPUs)
+	case l.Pids < 8 || l.Pids > MaxPids:
+		return bad("--pids %d: must be between 8 and %d", l.Pids, MaxPids)
+	case l.NoFile < 64 || l.NoFile > MaxNoFile:
+		return bad("nofile %d: must be between 64 and %d", l.NoFile, MaxNoFile)
+	case s.Timeout <= 0 || s.Timeout > MaxTimeout:
+		return bad("--timeout %v: must be between 1ns and %v", s.Timeout, MaxTimeout)
 	}
 	return nil
 }

@@ -2,6 +2,9 @@ package spec
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,7 +64,22 @@ func TestValidate(t *testing.T) {
 		// and looked up in DNS.
 		"relative image path": func(s *Spec) { s.Image = "../../etc" },
 		"upper-case repo":     func(s *Spec) { s.Image = "docker.io/Library/alpine" },
-		"empty tag":           func(s *Spec) { s.Image = "alpine:" },
+		// Regression (issue 12, item 14): 2^63-1 was accepted for every
+		// size, and overflowed a tenant's quota sums.
+		"max int64 memory":   func(s *Spec) { s.Limits.Memory = math.MaxInt64 },
+		"max int64 disk":     func(s *Spec) { s.Limits.Disk = math.MaxInt64 },
+		"max int64 egress":   func(s *Spec) { s.Net.EgressBytes = math.MaxInt64 },
+		"negative egress":    func(s *Spec) { s.Net.EgressBytes = -1 },
+		"too many conns":     func(s *Spec) { s.Net.MaxConns = math.MaxInt },
+		"max int64 pids":     func(s *Spec) { s.Limits.Pids = math.MaxInt64 },
+		"max uint64 nofile":  func(s *Spec) { s.Limits.NoFile = math.MaxUint64 },
+		"infinite cpus":      func(s *Spec) { s.Limits.CPUs = math.Inf(1) },
+		"NaN cpus":           func(s *Spec) { s.Limits.CPUs = math.NaN() },
+		"max duration":       func(s *Spec) { s.Timeout = math.MaxInt64 },
+		"long env name":      func(s *Spec) { s.Env = []string{strings.Repeat("A", MaxEnvName+1) + "=1"} },
+		"NUL in env":         func(s *Spec) { s.Env = []string{"A=1\x002"} },
+		"too many variables": func(s *Spec) { s.Env = manyEnv(MaxEnv + 1) },
+		"empty tag":          func(s *Spec) { s.Image = "alpine:" },
 	}
 	for _, ref := range []string{"alpine", "alpine:3.20", "docker.io/library/alpine:3.20", "localhost:5000/a/b-c_d:v1.2", "ghcr.io/x/y@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
 		s := ok
@@ -92,15 +110,82 @@ func FuzzParseSize(f *testing.F) {
 	})
 }
 
+func manyEnv(n int) []string {
+	env := make([]string, n)
+	for i := range env {
+		env[i] = fmt.Sprintf("V%d=x", i)
+	}
+	return env
+}
+
+// Every limit's ceiling and floor is enforced, at its edges too.
+func TestLimitsAtTheirCeilings(t *testing.T) {
+	s := Default()
+	s.Command = []string{"true"}
+	s.Limits = Limits{Memory: MaxMemory, Disk: MaxDisk, CPUs: MaxCPUs, Pids: MaxPids, NoFile: MaxNoFile}
+	s.Net.EgressBytes, s.Net.MaxConns, s.Timeout = MaxEgressBytes, MaxMaxConns, MaxTimeout
+	s.Env = append(manyEnv(MaxEnv-1), strings.Repeat("N", MaxEnvName)+"=v")
+	if err := s.Validate(); err != nil {
+		t.Fatalf("at the ceilings: %v", err)
+	}
+	for name, mutate := range map[string]func(*Spec){
+		"memory": func(s *Spec) { s.Limits.Memory++ },
+		"disk":   func(s *Spec) { s.Limits.Disk++ },
+		"cpus":   func(s *Spec) { s.Limits.CPUs += 0.5 },
+		"pids":   func(s *Spec) { s.Limits.Pids++ },
+		"nofile": func(s *Spec) { s.Limits.NoFile++ },
+		"egress": func(s *Spec) { s.Net.EgressBytes++ },
+		"conns":  func(s *Spec) { s.Net.MaxConns++ },
+		"ttl":    func(s *Spec) { s.Timeout++ },
+	} {
+		s2 := s
+		mutate(&s2)
+		err := s2.Validate()
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "between") {
+			t.Errorf("%s past its ceiling: %v", name, err)
+		}
+	}
+}
+
+// Regression (issue 12, item 14): an API env map key "A=B" became the
+// variable A. The name alone is checked wherever env enters.
+func TestCheckEnvName(t *testing.T) {
+	for _, k := range []string{"A", "_x", "PATH", "a1_B2", strings.Repeat("Z", MaxEnvName)} {
+		if err := CheckEnvName(k); err != nil {
+			t.Errorf("%q: %v", k, err)
+		}
+	}
+	for _, k := range []string{"", "A=B", "=A", "A\x00", "1A", "A-B", "A B", "Ä", strings.Repeat("Z", MaxEnvName+1)} {
+		if err := CheckEnvName(k); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%q: %v, want invalid argument", k, err)
+		}
+	}
+}
+
 func FuzzValidate(f *testing.F) {
-	f.Add("host", "/ws", "A=1", "true", int64(1<<30), 1.0)
-	f.Add("oci:/x", "", "B", "", int64(0), -1.0)
-	f.Fuzz(func(t *testing.T, image, ws, env, cmd string, mem int64, cpus float64) {
+	f.Add("host", "/ws", "A=1", "true", int64(1<<30), int64(1<<30), int64(1<<30), int64(512), 1.0)
+	f.Add("oci:/x", "", "B", "", int64(0), int64(0), int64(-1), int64(0), -1.0)
+	f.Add("host", "", "A=B=C", "x", int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), math.Inf(1))
+	f.Fuzz(func(t *testing.T, image, ws, env, cmd string, mem, disk, egress, pids int64, cpus float64) {
 		s := Default()
 		s.Image, s.Workspace, s.Env, s.Command = image, ws, []string{env}, []string{cmd}
-		s.Limits.Memory, s.Limits.CPUs = mem, cpus
-		if err := s.Validate(); err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Fatalf("Validate returned an unclassed error: %v", err)
+		s.Limits.Memory, s.Limits.Disk, s.Limits.Pids, s.Limits.CPUs, s.Net.EgressBytes = mem, disk, pids, cpus, egress
+		err := s.Validate()
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("Validate returned an unclassed error: %v", err)
+			}
+			return
+		}
+		// What passes is within what the host can mean.
+		l := s.Limits
+		if l.Memory < MinMemory || l.Memory > MaxMemory || l.Disk < MinDisk || l.Disk > MaxDisk || l.Pids > MaxPids ||
+			!(l.CPUs > 0 && l.CPUs <= MaxCPUs) || s.Net.EgressBytes < 0 || s.Net.EgressBytes > MaxEgressBytes {
+			t.Fatalf("accepted out-of-range limits %+v egress %d", l, s.Net.EgressBytes)
+		}
+		k, v, _ := strings.Cut(env, "=")
+		if CheckEnvName(k) != nil || strings.IndexByte(v, 0) >= 0 {
+			t.Fatalf("accepted env %q", env)
 		}
 	})
 }
