@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api/agentpb"
 	"github.com/airlock-sandbox/airlock/api/filesystem"
+	"github.com/airlock-sandbox/airlock/api/process"
 )
 
 func testAgent(t *testing.T) (*agent, string) {
@@ -143,5 +146,49 @@ func TestFsErrorsKeepTheirClass(t *testing.T) {
 		if got := connect.CodeOf(fsError(err)); got != want {
 			t.Errorf("%v: %v, want %v", err, got, want)
 		}
+	}
+}
+
+// execLauncher starts commands as this test's own user.
+type execLauncher struct{}
+
+func (execLauncher) Start(argv []string, attr *syscall.ProcAttr) (int, error) {
+	a := *attr
+	sys := *attr.Sys
+	sys.Credential = nil
+	a.Sys = &sys
+	return syscall.ForkExec(argv[0], argv, &a)
+}
+func (execLauncher) Signal(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
+func (execLauncher) Wait(pid int) (syscall.WaitStatus, error) {
+	var ws syscall.WaitStatus
+	_, err := syscall.Wait4(pid, &ws, 0, nil)
+	return ws, err
+}
+func (execLauncher) OpenPTY(uint32, uint16, uint16) (*os.File, *os.File, error) {
+	return nil, nil, errors.ErrUnsupported
+}
+
+// Regression (issue 12, item 14): a missing cwd was reported as "command
+// not found" (exit 127). It is named as the working directory; a missing
+// command in a good directory stays not found.
+func TestStartNamesAMissingCwd(t *testing.T) {
+	a, home := testAgent(t)
+	a.o.Launcher = execLauncher{}
+	u := user{"user", a.o.UID, a.o.GID, home}
+	file := filepath.Join(home, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cwd := range []string{"/nonexistent-dir", file} {
+		_, _, err := a.start(u, &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/true", Cwd: &cwd}})
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument || !strings.Contains(ce.Message(), "cwd") {
+			t.Errorf("cwd %s: %v, want invalid argument naming the cwd", cwd, err)
+		}
+	}
+	_, _, err := a.start(u, &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/nonexistent-cmd", Cwd: &home}})
+	if ce := new(connect.Error); !errors.As(err, &ce) || ce.Code() != connect.CodeNotFound {
+		t.Errorf("missing command: %v, want not found", err)
 	}
 }

@@ -272,6 +272,14 @@ func (a *agent) start(u user, req *process.StartRequest) (*proc, chan *process.P
 		if p.pty != nil {
 			p.pty.Close()
 		}
+		// The launch changes to cwd before it executes the command, and
+		// both report ENOENT alike: a missing directory is not a missing
+		// command (127 and 126 are the command's).
+		if cfg.Cwd != nil {
+			if fi, serr := os.Stat(cwd); serr != nil || !fi.IsDir() {
+				return nil, nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd %q: no such directory in the sandbox", cwd))
+			}
+		}
 		code := connect.CodeFailedPrecondition
 		if errors.Is(err, os.ErrNotExist) {
 			code = connect.CodeNotFound
