@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
@@ -56,6 +57,7 @@ func serveCmd(g *globals) *cobra.Command {
 		noAudit                                                        bool
 		allowNets                                                      []string
 		mcpIdle                                                        time.Duration
+		maxBackground, maxBackgroundTenant                             int
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -105,6 +107,9 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			if fc.ImageCacheSize != "" && !cmd.Flags().Changed("image-cache-size") {
 				g.imageCache = fc.ImageCacheSize
 			}
+			if maxBackground < 1 || maxBackgroundTenant < 1 {
+				return errdefs.Invalid("--max-background-execs and --max-background-execs-per-tenant must be at least 1")
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return errdefs.Invalid("--log-level: " + err.Error())
@@ -130,7 +135,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
 					SubnetPool: prefix, EgressAllowNets: opened, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
 				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit, OTLPEndpoint: otlp, Version: Version,
-				MCPSessionTimeout: mcpIdle,
+				MCPSessionTimeout: mcpIdle, MaxBackground: maxBackground, MaxBackgroundPerTenant: maxBackgroundTenant,
 				Ready: func(file string, created bool) {
 					if created {
 						fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
@@ -154,6 +159,8 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	_ = f.MarkHidden("dns-upstream")
 	f.StringVar(&otlp, "otlp-endpoint", "", "also export audit records to this OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://collector:4318)")
 	f.DurationVar(&mcpIdle, "mcp-session-timeout", 30*time.Minute, "end MCP sessions at /mcp (and their sandboxes) after this long without a request")
+	f.IntVar(&maxBackground, "max-background-execs", sandbox.DefaultMaxBackground, "background commands one sandbox may run at once (past it: resource_exhausted)")
+	f.IntVar(&maxBackgroundTenant, "max-background-execs-per-tenant", sandbox.DefaultMaxBackgroundPerTenant, "background commands all of one tenant's sandboxes may run at once")
 	f.BoolVar(&noAudit, "no-audit", false, "run without the audit log (benchmarks only)")
 	_ = f.MarkHidden("no-audit")
 	return c

@@ -61,6 +61,9 @@ type ServeConfig struct {
 	// MCPSessionTimeout ends MCP sessions (and their sandboxes) idle this
 	// long; default 30m.
 	MCPSessionTimeout time.Duration
+	// MaxBackground and MaxBackgroundPerTenant cap background commands
+	// (sandbox.Config); 0: the defaults.
+	MaxBackground, MaxBackgroundPerTenant int
 	// Ready is called once the API is listening, with the admin key file
 	// and whether it was just written.
 	Ready func(adminKeyFile string, created bool)
@@ -150,7 +153,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		return err
 	}
 	defer db.Close()
-	cfg := sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics, Broker: e.Broker}
+	cfg := sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics, Broker: e.Broker,
+		MaxBackground: c.MaxBackground, MaxBackgroundPerTenant: c.MaxBackgroundPerTenant}
 	if c.NoAudit {
 		log.Warn("running WITHOUT an audit log (--no-audit): nothing sandboxes do is recorded")
 	} else {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,39 @@ func validUser(u string) error {
 		return nil
 	}
 	return errdefs.Invalid(fmt.Sprintf("user %q: want \"user\" or \"root\"", u))
+}
+
+// Default caps on background commands running at once.
+const (
+	DefaultMaxBackground          = 64
+	DefaultMaxBackgroundPerTenant = 256
+)
+
+// takeBackground counts one more background command of b, within the
+// sandbox's and its tenant's caps; release gives it back.
+func (s *Service) takeBackground(b *box) (release func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tenant := b.rec.Tenant
+	switch {
+	case b.background >= s.cfg.MaxBackground:
+		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("sandbox %s runs %d background commands, its most at once: wait for one to end or kill one (POST .../processes/{pid}/signal)", b.rec.ID, b.background))
+	case s.background[tenant] >= s.cfg.MaxBackgroundPerTenant:
+		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant %s runs %d background commands in all, its most at once: wait for one to end or kill one", tenant, s.background[tenant]))
+	}
+	b.background++
+	s.background[tenant]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			b.background--
+			if s.background[tenant]--; s.background[tenant] == 0 {
+				delete(s.background, tenant)
+			}
+		})
+	}, nil
 }
 
 // checkEnv refuses a command's environment the kernel or the command
@@ -66,6 +100,14 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	if err != nil {
 		return err
 	}
+	release := func() {}
+	if req.Background {
+		if release, err = s.takeBackground(b); err != nil {
+			return err
+		}
+	}
+	// Given back when the command ends, or when it does not start.
+	defer func() { release() }()
 	// The caller's own copy is not rewritten (redact policy).
 	r := *req
 	req = &r
@@ -215,9 +257,10 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	}
 	if req.Background {
 		// Follow it to its end, for the record; the caller has its pid.
-		stop := cancel
-		cancel, following = nil, true
+		stop, done := cancel, release
+		cancel, following, release = nil, true, func() {}
 		go func() {
+			defer done()
 			defer stop()
 			defer stream.Close()
 			var last *api.ExecEnd

@@ -121,6 +121,10 @@ type Config struct {
 	Broker *broker.Broker
 	// Now is the clock (tests move it).
 	Now func() time.Time
+	// MaxBackground and MaxBackgroundPerTenant cap the background
+	// commands running at once in one sandbox and in all of a tenant's
+	// (each holds a stream of the daemon's); 0: the defaults.
+	MaxBackground, MaxBackgroundPerTenant int
 }
 
 // Service holds every live sandbox of every tenant. Tenants are keyed by
@@ -135,6 +139,9 @@ type Service struct {
 	// gone holds the ids of tenants deleted since the daemon started: their
 	// keys' cached principals and late creates are refused.
 	gone map[string]bool
+	// background counts running background commands per tenant (and
+	// box.background per sandbox).
+	background map[string]int
 }
 
 // pendingCreate is a create in flight: admitted against its tenant's
@@ -162,6 +169,8 @@ type box struct {
 	// The egress records it may make this second, and what was dropped.
 	egressRate    *limiter
 	egressDropped atomic.Int64
+	// background is its running background commands (under Service.mu).
+	background int
 }
 
 // New makes the service. Call Recover before serving, then Run.
@@ -175,7 +184,13 @@ func New(cfg Config) *Service {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]*pendingCreate{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}, gone: map[string]bool{}}
+	if cfg.MaxBackground <= 0 {
+		cfg.MaxBackground = DefaultMaxBackground
+	}
+	if cfg.MaxBackgroundPerTenant <= 0 {
+		cfg.MaxBackgroundPerTenant = DefaultMaxBackgroundPerTenant
+	}
+	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]*pendingCreate{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}, gone: map[string]bool{}, background: map[string]int{}}
 }
 
 func newID() string {

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 func decodeCreate(b []byte) (*api.CreateSandbox, error) {
@@ -124,5 +126,44 @@ func TestQuotaCeilings(t *testing.T) {
 	}
 	if err := validQuotas(api.Quotas{MaxSandboxes: maxQuotaSandboxes, MaxMemory: maxQuotaBytes, MaxCPUs: maxQuotaCPUs, CPUSeconds: maxQuotaCPUSeconds, MaxSnapshotBytes: maxQuotaBytes}); err != nil {
 		t.Errorf("at the ceilings: %v", err)
+	}
+}
+
+// Regression (issue 12, item 14): every background command holds a
+// stream of the daemon's, and nothing capped them. Past a sandbox's or a
+// tenant's cap a background exec is resource_exhausted; an ended one
+// gives its place back.
+func TestBackgroundExecsAreCapped(t *testing.T) {
+	s := New(Config{MaxBackground: 2, MaxBackgroundPerTenant: 3})
+	a1, a2, b1 := &box{rec: store.Sandbox{ID: "a1", Tenant: "a"}}, &box{rec: store.Sandbox{ID: "a2", Tenant: "a"}}, &box{rec: store.Sandbox{ID: "b1", Tenant: "b"}}
+	var releases []func()
+	take := func(b *box) error {
+		r, err := s.takeBackground(b)
+		if err == nil {
+			releases = append(releases, r)
+		}
+		return err
+	}
+	for _, b := range []*box{a1, a1, a2} {
+		if err := take(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := take(a1); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "sandbox a1") {
+		t.Errorf("past the sandbox's cap: %v", err)
+	}
+	if err := take(a2); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "tenant a") {
+		t.Errorf("past the tenant's cap: %v", err)
+	}
+	if err := take(b1); err != nil {
+		t.Errorf("another tenant: %v", err)
+	}
+	releases[0]()
+	releases[0]() // twice is once
+	if err := take(a2); err != nil {
+		t.Errorf("after one ended: %v", err)
+	}
+	if err := take(a2); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("one release counted twice: %v", err)
 	}
 }
