@@ -53,7 +53,7 @@ func New(svc *sandbox.Service, log *slog.Logger, metrics http.Handler) *Handler 
 			if rt.auth {
 				var err error
 				key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if p, err = svc.Authenticate(r.Context(), strings.TrimSpace(key)); err != nil {
+				if p, err = svc.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr); err != nil {
 					writeError(w, err)
 					return
 				}
@@ -79,7 +79,7 @@ func New(svc *sandbox.Service, log *slog.Logger, metrics http.Handler) *Handler 
 func (h *Handler) Mount(pattern string, fn func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal)) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		p, err := h.svc.Authenticate(r.Context(), strings.TrimSpace(key))
+		p, err := h.svc.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr)
 		if err != nil {
 			writeError(w, err)
 			return

@@ -142,6 +142,7 @@ type Service struct {
 	// background counts running background commands per tenant (and
 	// box.background per sandbox).
 	background map[string]int
+	authFails  authFailures
 }
 
 // pendingCreate is a create in flight: admitted against its tenant's
@@ -938,6 +939,7 @@ func (s *Service) tick(ctx context.Context) {
 	for _, st := range []string{api.StateRunning, api.StatePaused} {
 		s.cfg.Metrics.sandboxes.WithLabelValues(st).Set(states[st])
 	}
+	s.noteAuthDropped(now)
 	s.enforceCPU(ctx, bs)
 	wg.Wait()
 }

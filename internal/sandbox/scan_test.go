@@ -124,14 +124,14 @@ func TestUpdateTenantScanPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.Authenticate(ctx, tn.Key)
+	p, err := s.Authenticate(ctx, tn.Key, "")
 	if err != nil || p.ScanPolicy != "block" {
 		t.Fatalf("%+v %v", p, err)
 	}
 	if _, err := s.UpdateTenant(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "record"}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := s.Authenticate(ctx, tn.Key); p.ScanPolicy != "record" {
+	if p, _ := s.Authenticate(ctx, tn.Key, ""); p.ScanPolicy != "record" {
 		t.Errorf("after the update: %+v", p)
 	}
 	if _, err := s.UpdateTenant(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "ignore"}); !errors.Is(err, errdefs.ErrInvalidArgument) {

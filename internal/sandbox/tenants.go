@@ -67,10 +67,11 @@ func (s *Service) EnsureAdminKey(ctx context.Context, path string) (bool, error)
 	return true, s.cfg.Store.SetMeta(ctx, adminKeyMeta, store.HashKey(key))
 }
 
-// Authenticate maps an API key to its principal.
-func (s *Service) Authenticate(ctx context.Context, key string) (*Principal, error) {
+// Authenticate maps an API key to its principal; remote is the request's
+// remote address, for the record of a failure.
+func (s *Service) Authenticate(ctx context.Context, key, remote string) (*Principal, error) {
 	if key == "" {
-		s.note(who{}, "auth.failed", "observed", map[string]any{"reason": "no key"})
+		s.authFailed(remote, map[string]any{"reason": "no key"})
 		return nil, errdefs.New(errdefs.ErrUnauthenticated, "no API key: send Authorization: Bearer <key>")
 	}
 	h := store.HashKey(key)
@@ -79,7 +80,14 @@ func (s *Service) Authenticate(ctx context.Context, key string) (*Principal, err
 	s.mu.Unlock()
 	if !ok {
 		var err error
-		if p, err = s.authenticate(ctx, h); err != nil {
+		p, err = s.authenticate(ctx, h)
+		if errors.Is(err, store.ErrNotFound) {
+			// Who tried is unknown; the key's digest prefix ties attempts
+			// together without keeping anything usable.
+			s.authFailed(remote, map[string]any{"key_sha256_prefix": h[:12]})
+			return nil, errdefs.New(errdefs.ErrUnauthenticated, "unknown API key")
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -95,7 +103,8 @@ func (s *Service) Authenticate(ctx context.Context, key string) (*Principal, err
 	return p, nil
 }
 
-// authenticate looks a key's hash up in the store.
+// authenticate looks a key's hash up in the store (store.ErrNotFound:
+// no such key).
 func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error) {
 	admin, err := s.cfg.Store.Meta(ctx, adminKeyMeta)
 	if err != nil {
@@ -105,12 +114,6 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 		return &Principal{Admin: true}, nil
 	}
 	t, err := s.cfg.Store.TenantByKey(ctx, h)
-	if errors.Is(err, store.ErrNotFound) {
-		// Who tried is unknown; the key's digest prefix ties attempts
-		// together without keeping anything usable.
-		s.note(who{}, "auth.failed", "observed", map[string]any{"key_sha256_prefix": h[:12]})
-		return nil, errdefs.New(errdefs.ErrUnauthenticated, "unknown API key")
-	}
 	if err != nil {
 		return nil, err
 	}
