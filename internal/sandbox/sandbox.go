@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -143,6 +144,8 @@ type Service struct {
 	// box.background per sandbox).
 	background map[string]int
 	authFails  authFailures
+	// auditIndex finds a tenant's records in the log (nil: no log).
+	auditIndex *audit.Index
 }
 
 // pendingCreate is a create in flight: admitted against its tenant's
@@ -191,7 +194,11 @@ func New(cfg Config) *Service {
 	if cfg.MaxBackgroundPerTenant <= 0 {
 		cfg.MaxBackgroundPerTenant = DefaultMaxBackgroundPerTenant
 	}
-	return &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]*pendingCreate{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}, gone: map[string]bool{}, background: map[string]int{}}
+	s := &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]*pendingCreate{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}, gone: map[string]bool{}, background: map[string]int{}}
+	if cfg.AuditDir != "" {
+		s.auditIndex = audit.NewIndex(cfg.AuditDir)
+	}
+	return s
 }
 
 func newID() string {
