@@ -252,3 +252,45 @@ func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 		t.Errorf("read %d, unscanned %v, %d records", bud.read, bud.unscanned, len(a.recs))
 	}
 }
+
+// FuzzScanCallIsBounded: whatever a call carries, the scanner reads at
+// most MaxScanBytes of it, makes at most MaxFindingRecords findings and
+// one summary, and redaction leaves what it did not read as it was.
+func FuzzScanCallIsBounded(f *testing.F) {
+	f.Add("curl -H", "token "+pastedKey, 1000, 3)
+	f.Add(pastedKey+" ", pastedKey, MaxScanBytes/len(pastedKey)+3, 2)
+	f.Add("api_key=Zx81QmPq7RkT2vLw\n", "", 5000, 1)
+	s := New(Config{Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	f.Fuzz(func(t *testing.T, a, b string, repeat, nfields int) {
+		repeat, nfields = max(1, repeat%20000), max(1, nfields%8)
+		a = strings.Repeat(a, min(repeat, (1<<20)/max(1, len(a))))
+		vals := make([]string, nfields)
+		orig := make([]string, nfields)
+		fields := make([]field, nfields)
+		for i := range vals {
+			vals[i] = []string{a, b}[i%2]
+			orig[i] = vals[i]
+			fields[i] = field{fmt.Sprintf("argv[%d]", i), &vals[i]}
+		}
+		audit := &memAudit{}
+		s.cfg.Audit = audit
+		bud := newScanBudget()
+		if err := s.scanFields(context.Background(), &Principal{Tenant: "t", ScanPolicy: "redact"}, who{}, "exec", fields, bud); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.scanSummary(context.Background(), who{}, "exec", bud); err != nil {
+			t.Fatal(err)
+		}
+		if bud.read > MaxScanBytes || len(audit.recs) > MaxFindingRecords+1 {
+			t.Fatalf("read %d bytes, made %d records", bud.read, len(audit.recs))
+		}
+		left := MaxScanBytes
+		for i := range vals {
+			n := min(len(orig[i]), left)
+			left -= n
+			if !strings.HasSuffix(vals[i], orig[i][n:]) {
+				t.Fatalf("field %d: the unread rest was changed", i)
+			}
+		}
+	})
+}
