@@ -12,8 +12,11 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
-// MaxSecretBytes caps a secret's value.
-const MaxSecretBytes = 16 << 10
+// MaxSecretBytes caps a secret's value, MaxSecrets a tenant's secrets.
+const (
+	MaxSecretBytes = 16 << 10
+	MaxSecrets     = 1000
+)
 
 // sealContext binds a sealed value to its tenant (by id), name and version.
 func sealContext(tenant, name string, version int) string {
@@ -55,10 +58,17 @@ func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecre
 	if err := checkSecretValue(req.Value); err != nil {
 		return nil, err
 	}
+	have, err := s.cfg.Store.Secrets(ctx, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(have) >= MaxSecrets {
+		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant %s has %d secrets, the most it may keep: remove one first", p.Tenant, len(have)))
+	}
 	now := s.cfg.Now()
 	sec := store.Secret{Tenant: p.ID, Name: req.Name, Version: 1, Created: now, Updated: now,
 		Sealed: s.cfg.Broker.Keys().Seal(sealContext(p.ID, req.Name, 1), []byte(req.Value))}
-	err := s.cfg.Store.AddSecret(ctx, sec)
+	err = s.cfg.Store.AddSecret(ctx, sec)
 	if errors.Is(err, store.ErrExists) {
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, fmt.Sprintf("secret %s exists: rotate it to change its value", req.Name))
 	}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -165,5 +167,30 @@ func TestBackgroundExecsAreCapped(t *testing.T) {
 	}
 	if err := take(a2); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("one release counted twice: %v", err)
+	}
+}
+
+// A tenant's secrets are bounded in number (each is a row of the
+// daemon's database and a record).
+func TestSecretsPerTenantAreCapped(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(Config{Store: db, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	p := &Principal{Tenant: "acme"}
+	ctx := context.Background()
+	for i := 0; i < MaxSecrets; i++ {
+		if _, err := s.AddSecret(ctx, p, &api.AddSecret{Name: fmt.Sprintf("s%d", i), Value: "v"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s.AddSecret(ctx, p, &api.AddSecret{Name: "one-more", Value: "v"})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("past the cap: %v", err)
+	}
+	if _, err := s.AddSecret(ctx, &Principal{Tenant: "other"}, &api.AddSecret{Name: "one-more", Value: "v"}); err != nil {
+		t.Errorf("another tenant: %v", err)
 	}
 }

@@ -47,6 +47,9 @@ const (
 	// MaxEnvName and MaxEnv bound an environment's names and size.
 	MaxEnvName = 256
 	MaxEnv     = 4096
+	// MaxHostRules bounds allow and deny rules together: the proxy
+	// checks them on every request.
+	MaxHostRules = 1024
 )
 
 // Degradable controls are the only controls a caller may opt out of, and
@@ -277,6 +280,9 @@ func (s *Spec) validate() error {
 	}
 	if s.Net.PolicyFile != "" && !cleanAbs(s.Net.PolicyFile) {
 		return bad("--policy %q: must be an absolute, clean path", s.Net.PolicyFile)
+	}
+	if len(s.Net.Allow)+len(s.Net.Deny) > MaxHostRules {
+		return bad("--allow and --deny: at most %d rules in all", MaxHostRules)
 	}
 	for _, a := range append(append([]string{}, s.Net.Allow...), s.Net.Deny...) {
 		if a == "" || len(a) > 260 || strings.ContainsAny(a, " \t\n\x00/") {

@@ -79,7 +79,16 @@ func TestValidate(t *testing.T) {
 		"long env name":      func(s *Spec) { s.Env = []string{strings.Repeat("A", MaxEnvName+1) + "=1"} },
 		"NUL in env":         func(s *Spec) { s.Env = []string{"A=1\x002"} },
 		"too many variables": func(s *Spec) { s.Env = manyEnv(MaxEnv + 1) },
-		"empty tag":          func(s *Spec) { s.Image = "alpine:" },
+		"too many host rules": func(s *Spec) {
+			s.Net.Mode, s.Net.Allow, s.Net.Deny = "proxy", make([]string, MaxHostRules/2+1), make([]string, MaxHostRules/2)
+			for i := range s.Net.Allow {
+				s.Net.Allow[i] = fmt.Sprintf("h%d.example", i)
+			}
+			for i := range s.Net.Deny {
+				s.Net.Deny[i] = fmt.Sprintf("d%d.example", i)
+			}
+		},
+		"empty tag": func(s *Spec) { s.Image = "alpine:" },
 	}
 	for _, ref := range []string{"alpine", "alpine:3.20", "docker.io/library/alpine:3.20", "localhost:5000/a/b-c_d:v1.2", "ghcr.io/x/y@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
 		s := ok
