@@ -160,6 +160,7 @@ func (x *Index) update() error {
 		return err
 	}
 	add := map[string]*bytes.Buffer{} // tenant file → new lines
+	was := st
 	for _, p := range segs {
 		name := filepath.Base(p)
 		if name < st.Segment {
@@ -174,6 +175,9 @@ func (x *Index) update() error {
 			return err
 		}
 		st = indexState{Segment: name, Offset: n}
+	}
+	if st == was {
+		return nil // nothing appended since
 	}
 	// Entries first, then how far they go: a crash in between indexes
 	// some records twice, and entries() keeps the first.
