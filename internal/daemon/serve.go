@@ -205,7 +205,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	go svc.Run(runCtx)
+	runDone := make(chan struct{})
+	go func() { svc.Run(runCtx); close(runDone) }()
 
 	h := httpapi.New(svc, log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mcpHTTP := &mcp.HTTP{Service: svc, Version: c.Version, SessionTimeout: c.MCPSessionTimeout, Log: log, Refuse: httpapi.WriteError}
@@ -250,6 +251,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		_ = srv.Shutdown(sctx)
 	}
 	stopRun()
+	<-runDone // its last records go in before the log closes
 	_ = os.Remove(c.Socket)
 	return nil
 }

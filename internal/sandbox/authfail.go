@@ -62,10 +62,14 @@ func (a *authFailures) admit(now time.Time, source string) (bool, map[string]any
 }
 
 // flush returns the summary of what was dropped before now's second, if
-// anything was (the service's tick calls it once a second).
+// anything was (the service's tick calls it once a second); a zero now
+// takes everything dropped so far (the service stops).
 func (a *authFailures) flush(now time.Time) map[string]any {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if now.IsZero() {
+		return a.summary()
+	}
 	return a.roll(now)
 }
 
@@ -76,6 +80,11 @@ func (a *authFailures) roll(now time.Time) map[string]any {
 		return nil
 	}
 	a.window, a.total, a.bySource = now, 0, nil
+	return a.summary()
+}
+
+// summary takes the count of what was dropped, if anything was.
+func (a *authFailures) summary() map[string]any {
 	if a.droppedN == 0 {
 		return nil
 	}
@@ -116,8 +125,8 @@ func (s *Service) authFailed(remote string, data map[string]any) {
 	}
 }
 
-// noteAuthDropped records, once a second, what the auth.failed caps
-// dropped.
+// noteAuthDropped records, once a second (and when the service stops:
+// a zero now), what the auth.failed caps dropped.
 func (s *Service) noteAuthDropped(now time.Time) {
 	if summary := s.authFails.flush(now); summary != nil {
 		s.note(who{}, "audit.dropped", "observed", summary)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,23 @@ func TestFailedAuthSummaryAtTheNextFailure(t *testing.T) {
 	_ = json.Unmarshal(a.recs[MaxAuthFailedPerSource].Data, &sum)
 	if sum.Records != 5 || sum.Sources["2001:db8::1"] != 5 {
 		t.Errorf("summary %+v", sum)
+	}
+}
+
+// When the service stops, what was dropped in its last second is
+// recorded too.
+func TestFailedAuthSummaryWhenTheServiceStops(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	a := &memAudit{}
+	s := New(Config{Audit: a, Now: func() time.Time { return now }})
+	for i := 0; i < MaxAuthFailedPerSource+3; i++ {
+		_, _ = s.Authenticate(context.Background(), "", "")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Run(ctx)
+	last := a.recs[len(a.recs)-1]
+	if len(a.recs) != MaxAuthFailedPerSource+1 || last.Kind != "audit.dropped" || !strings.Contains(string(last.Data), `"local":3`) {
+		t.Errorf("%d records, last %s %s", len(a.recs), last.Kind, last.Data)
 	}
 }

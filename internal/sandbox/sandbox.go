@@ -897,13 +897,15 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 }
 
 // Run expires sandboxes (TTL, idle), enforces CPU budgets and refills the
-// agents' rate limits, once a second, until ctx ends.
+// agents' rate limits, once a second, until ctx ends; then it records
+// what the auth.failed caps dropped since the last second.
 func (s *Service) Run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			s.noteAuthDropped(time.Time{})
 			return
 		case <-tick.C:
 			s.tick(ctx)
