@@ -35,6 +35,9 @@ type serveFile struct {
 	EgressAllowNet []string `yaml:"egress_allow_net"`
 	ImageCacheSize string   `yaml:"image_cache_size"`
 	OTLPEndpoint   string   `yaml:"otlp_endpoint"`
+	// 0: the flag's value.
+	MaxBackgroundExecs          int `yaml:"max_background_execs"`
+	MaxBackgroundExecsPerTenant int `yaml:"max_background_execs_per_tenant"`
 }
 
 func loadServeFile(path string) (*serveFile, error) {
@@ -107,6 +110,12 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			if fc.ImageCacheSize != "" && !cmd.Flags().Changed("image-cache-size") {
 				g.imageCache = fc.ImageCacheSize
 			}
+			if fc.MaxBackgroundExecs != 0 && !cmd.Flags().Changed("max-background-execs") {
+				maxBackground = fc.MaxBackgroundExecs
+			}
+			if fc.MaxBackgroundExecsPerTenant != 0 && !cmd.Flags().Changed("max-background-execs-per-tenant") {
+				maxBackgroundTenant = fc.MaxBackgroundExecsPerTenant
+			}
 			if maxBackground < 1 || maxBackgroundTenant < 1 {
 				return errdefs.Invalid("--max-background-execs and --max-background-execs-per-tenant must be at least 1")
 			}
@@ -146,7 +155,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant")
 	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only)")
 	f.StringVar(&tcp, "tcp", "", "also serve on this TCP address, with TLS (needs --tls-cert and --tls-key)")
 	f.StringVar(&cert, "tls-cert", "", "TLS certificate (PEM) for --tcp")
@@ -159,7 +168,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	_ = f.MarkHidden("dns-upstream")
 	f.StringVar(&otlp, "otlp-endpoint", "", "also export audit records to this OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://collector:4318)")
 	f.DurationVar(&mcpIdle, "mcp-session-timeout", 30*time.Minute, "end MCP sessions at /mcp (and their sandboxes) after this long without a request")
-	f.IntVar(&maxBackground, "max-background-execs", sandbox.DefaultMaxBackground, "background commands one sandbox may run at once (past it: resource_exhausted)")
+	f.IntVar(&maxBackground, "max-background-execs", sandbox.DefaultMaxBackground, "background commands one sandbox may run at once (past it: quota_exceeded)")
 	f.IntVar(&maxBackgroundTenant, "max-background-execs-per-tenant", sandbox.DefaultMaxBackgroundPerTenant, "background commands all of one tenant's sandboxes may run at once")
 	f.BoolVar(&noAudit, "no-audit", false, "run without the audit log (benchmarks only)")
 	_ = f.MarkHidden("no-audit")
