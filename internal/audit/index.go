@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -250,8 +251,8 @@ func (x *Index) entries(tenant string) ([]indexEntry, error) {
 		if line == "" {
 			continue
 		}
-		var e indexEntry
-		if _, err := fmt.Sscanf(line, "%s %d %d %d %s", &e.segment, &e.offset, &e.len, &e.seq, &e.hash); err != nil || e.len <= 0 || e.len > 64<<20 {
+		e, ok := parseEntry(line)
+		if !ok {
 			x.discardLocked()
 			return nil, fmt.Errorf("%w: a bad entry in %s", ErrIndexMismatch, tenantFile(tenant))
 		}
@@ -264,3 +265,18 @@ func (x *Index) entries(tenant string) ([]indexEntry, error) {
 }
 
 func (x *Index) discardLocked() { _ = os.RemoveAll(filepath.Join(x.dir, "index")) }
+
+// parseEntry reads one line of a tenant's index file.
+func parseEntry(line string) (indexEntry, bool) {
+	f := strings.Fields(line)
+	if len(f) != 5 || !strings.HasSuffix(f[0], segExt) || filepath.Base(f[0]) != f[0] {
+		return indexEntry{}, false
+	}
+	off, err1 := strconv.ParseInt(f[1], 10, 64)
+	n, err2 := strconv.ParseInt(f[2], 10, 64)
+	seq, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || off < 0 || n <= 0 || n > 64<<20 {
+		return indexEntry{}, false
+	}
+	return indexEntry{segment: f[0], offset: off, len: n, seq: seq, hash: f[4]}, true
+}
