@@ -263,7 +263,7 @@ func FuzzScanCallIsBounded(f *testing.F) {
 	s := New(Config{Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
 	f.Fuzz(func(t *testing.T, a, b string, repeat, nfields int) {
 		repeat, nfields = max(1, repeat%20000), max(1, nfields%8)
-		a = strings.Repeat(a, min(repeat, (1<<20)/max(1, len(a))))
+		a = strings.Repeat(a, min(repeat, 2*MaxScanBytes/max(1, len(a))))
 		vals := make([]string, nfields)
 		orig := make([]string, nfields)
 		fields := make([]field, nfields)
