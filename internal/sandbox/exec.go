@@ -37,12 +37,12 @@ const (
 func (s *Service) takeBackground(b *box) (release func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tenant := b.rec.Tenant
+	tenant := b.rec.Tenant // its id
 	switch {
 	case b.background >= s.cfg.MaxBackground:
 		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("sandbox %s runs %d background commands, its most at once: wait for one to end or kill one (POST .../processes/{pid}/signal)", b.rec.ID, b.background))
 	case s.background[tenant] >= s.cfg.MaxBackgroundPerTenant:
-		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant %s runs %d background commands in all, its most at once: wait for one to end or kill one", tenant, s.background[tenant]))
+		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant %s runs %d background commands in all, its most at once: wait for one to end or kill one", b.rec.TenantName, s.background[tenant]))
 	}
 	b.background++
 	s.background[tenant]++

@@ -137,7 +137,7 @@ func TestQuotaCeilings(t *testing.T) {
 // gives its place back.
 func TestBackgroundExecsAreCapped(t *testing.T) {
 	s := New(Config{MaxBackground: 2, MaxBackgroundPerTenant: 3})
-	a1, a2, b1 := &box{rec: store.Sandbox{ID: "a1", Tenant: "a"}}, &box{rec: store.Sandbox{ID: "a2", Tenant: "a"}}, &box{rec: store.Sandbox{ID: "b1", Tenant: "b"}}
+	a1, a2, b1 := &box{rec: store.Sandbox{ID: "a1", Tenant: "t-a", TenantName: "a"}}, &box{rec: store.Sandbox{ID: "a2", Tenant: "t-a", TenantName: "a"}}, &box{rec: store.Sandbox{ID: "b1", Tenant: "t-b", TenantName: "b"}}
 	var releases []func()
 	take := func(b *box) error {
 		r, err := s.takeBackground(b)
@@ -179,7 +179,7 @@ func TestSecretsPerTenantAreCapped(t *testing.T) {
 	}
 	defer db.Close()
 	s := New(Config{Store: db, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
-	p := &Principal{Tenant: "acme"}
+	p := &Principal{ID: "t-acme", Tenant: "acme"}
 	ctx := context.Background()
 	for i := 0; i < MaxSecrets; i++ {
 		if _, err := s.AddSecret(ctx, p, &api.AddSecret{Name: fmt.Sprintf("s%d", i), Value: "v"}); err != nil {
@@ -190,7 +190,7 @@ func TestSecretsPerTenantAreCapped(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("past the cap: %v", err)
 	}
-	if _, err := s.AddSecret(ctx, &Principal{Tenant: "other"}, &api.AddSecret{Name: "one-more", Value: "v"}); err != nil {
+	if _, err := s.AddSecret(ctx, &Principal{ID: "t-other", Tenant: "other"}, &api.AddSecret{Name: "one-more", Value: "v"}); err != nil {
 		t.Errorf("another tenant: %v", err)
 	}
 }

@@ -203,7 +203,7 @@ func (r *tenantRig) tenant(t *testing.T, name string) (*Principal, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.svc.Authenticate(ctx, tn.Key)
+	p, err := r.svc.Authenticate(ctx, tn.Key, "")
 	if err != nil || p.ID != tn.ID || p.Tenant != name {
 		t.Fatalf("sign in: %+v %v", p, err)
 	}
@@ -388,7 +388,7 @@ func TestDeletedTenantPassesNothingToItsName(t *testing.T) {
 		t.Errorf("the deleted tenant's snapshot files: removed %v", r.be.removed)
 	}
 	// Its key, and a principal a request already holds, do nothing.
-	if _, err := r.svc.Authenticate(ctx, oldKey); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	if _, err := r.svc.Authenticate(ctx, oldKey, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("the deleted tenant's key: %v", err)
 	}
 	r.be.gate = nil
