@@ -105,10 +105,10 @@ type Trigger struct {
 
 // CreateSandbox asks for a new long-lived sandbox.
 type CreateSandbox struct {
-	Image          string            `json:"image,omitempty"` // "host" (default), a rootfs directory, oci:, docker-archive:, a registry reference, or snapshot:<id>
+	Image          string            `json:"image,omitempty"` // "host" (default), a rootfs directory, oci: or docker-archive: under the tenant's roots, a reference to a registry the operator lists, or snapshot:<id>
 	WritableRootfs bool              `json:"writable_rootfs,omitempty"`
-	Workspace      string            `json:"workspace,omitempty"` // host directory, shown copy-on-write at /workspace
-	Repo           string            `json:"repo,omitempty"`      // host git repository, checked out at Commit
+	Workspace      string            `json:"workspace,omitempty"` // host directory under one of the tenant's roots, shown copy-on-write at /workspace
+	Repo           string            `json:"repo,omitempty"`      // host git repository under one of the tenant's roots, checked out at Commit
 	Commit         string            `json:"commit,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Hostname       string            `json:"hostname,omitempty"`
@@ -363,6 +363,11 @@ type CreateTenant struct {
 	// "block" (default: the call fails, naming the rule), "redact" (it is
 	// replaced and the call goes on) or "record" (the call goes on).
 	ScanPolicy string `json:"scan_policy,omitempty"`
+	// Roots are host directories the tenant may name paths under
+	// (workspace, repo, a rootfs, oci: and docker-archive: images); none by
+	// default. Each must be absolute, exist, and neither hold nor lie in
+	// the daemon's own directories.
+	Roots []string `json:"roots,omitempty"`
 }
 
 // UpdateTenant changes a tenant's quotas or scan policy (fields left out
@@ -370,6 +375,9 @@ type CreateTenant struct {
 type UpdateTenant struct {
 	Quotas     *Quotas `json:"quotas,omitempty"`
 	ScanPolicy string  `json:"scan_policy,omitempty"`
+	// Roots, when present, replace the tenant's host roots ([] removes
+	// them all).
+	Roots *[]string `json:"roots,omitempty"`
 }
 
 // Tenant describes a tenant. Key is set only in the answer to its
@@ -382,6 +390,7 @@ type Tenant struct {
 	Name       string    `json:"name"`
 	Quotas     Quotas    `json:"quotas"`
 	ScanPolicy string    `json:"scan_policy"`
+	Roots      []string  `json:"roots,omitempty"`
 	Created    time.Time `json:"created"`
 	Key        string    `json:"key,omitempty"`
 	Sandboxes  int       `json:"sandboxes"`

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -622,6 +623,22 @@ default for root on the daemon's host) it needs --tenant NAME or --all.`,
 	return c
 }
 
+const rootHelp = "a host directory under which the tenant may name workspace, repo and image paths (repeatable; none by default); it must exist and stay apart from the daemon's own directories"
+
+// absRoots makes the roots given on the command line absolute (the daemon
+// runs on this host).
+func absRoots(in []string) ([]string, error) {
+	out := make([]string, 0, len(in))
+	for _, r := range in {
+		a, err := filepath.Abs(r)
+		if err != nil || r == "" {
+			return nil, errdefs.Invalid(fmt.Sprintf("--root %q: not a directory path", r))
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
 // quotaFlags are a tenant's quota flags (tenant create and update).
 type quotaFlags struct {
 	q               api.Quotas
@@ -653,6 +670,7 @@ func tenantCmd(g *globals) *cobra.Command {
 	c := &cobra.Command{Use: "tenant", Short: "Manage tenants (admin key)"}
 	var cq quotaFlags
 	var scanPolicy string
+	var cRoots []string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Add a tenant and print its API key (shown once; stored hashed)",
@@ -668,7 +686,11 @@ func tenantCmd(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		t, err := cl.CreateTenant(cmd.Context(), &api.CreateTenant{Name: args[0], Quotas: q, ScanPolicy: scanPolicy})
+		roots, err := absRoots(cRoots)
+		if err != nil {
+			return err
+		}
+		t, err := cl.CreateTenant(cmd.Context(), &api.CreateTenant{Name: args[0], Quotas: q, ScanPolicy: scanPolicy, Roots: roots})
 		if err != nil {
 			return apiErr(err)
 		}
@@ -682,6 +704,7 @@ func tenantCmd(g *globals) *cobra.Command {
 	f := create.Flags()
 	cq.bind(f)
 	f.StringVar(&scanPolicy, "scan-policy", "block", "what a credential found in a call does: block (the call fails, naming the rule), redact, or record")
+	f.StringArrayVar(&cRoots, "root", nil, rootHelp)
 
 	ls := &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs}
 	lk := addConn(ls, g, true)
@@ -698,17 +721,23 @@ func tenantCmd(g *globals) *cobra.Command {
 			return printJSON(g.stdout, ts)
 		}
 		w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tID\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED")
+		fmt.Fprintln(w, "NAME\tID\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED\tROOTS")
 		for _, t := range ts {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%.1f\t%s\t%s\n", t.Name, t.ID, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339))
+			roots := strings.Join(t.Roots, ",")
+			if roots == "" {
+				roots = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%.1f\t%s\t%s\t%s\n", t.Name, t.ID, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339), roots)
 		}
 		return w.Flush()
 	}
 	var uq quotaFlags
 	var uScan string
+	var uRoots []string
+	var noRoots bool
 	update := &cobra.Command{
 		Use:   "update NAME",
-		Short: "Change a tenant's scan policy or quotas (quota flags given replace the whole set)",
+		Short: "Change a tenant's scan policy, quotas or host roots (quota flags given replace the whole set, --root flags all roots)",
 		Args:  cobra.ExactArgs(1),
 	}
 	uk := addConn(update, g, true)
@@ -721,8 +750,20 @@ func tenantCmd(g *globals) *cobra.Command {
 			}
 			req.Quotas = &q
 		}
-		if req.Quotas == nil && req.ScanPolicy == "" {
-			return errdefs.Invalid("nothing to change: give --scan-policy or quota flags")
+		switch {
+		case noRoots && len(uRoots) > 0:
+			return errdefs.Invalid("--root and --no-roots exclude each other")
+		case noRoots:
+			req.Roots = &[]string{}
+		case len(uRoots) > 0:
+			roots, err := absRoots(uRoots)
+			if err != nil {
+				return err
+			}
+			req.Roots = &roots
+		}
+		if req.Quotas == nil && req.ScanPolicy == "" && req.Roots == nil {
+			return errdefs.Invalid("nothing to change: give --scan-policy, quota flags, --root or --no-roots")
 		}
 		cl, err := uk.client(true)
 		if err != nil {
@@ -740,6 +781,8 @@ func tenantCmd(g *globals) *cobra.Command {
 	}
 	uf := update.Flags()
 	uf.StringVar(&uScan, "scan-policy", "", "block, redact or record")
+	uf.StringArrayVar(&uRoots, "root", nil, rootHelp+" (replaces the tenant's roots)")
+	uf.BoolVar(&noRoots, "no-roots", false, "take every host root from the tenant")
 	uq.bind(uf)
 	rm := &cobra.Command{Use: "rm NAME", Short: "Destroy a tenant's sandboxes and remove it", Args: cobra.ExactArgs(1)}
 	rk := addConn(rm, g, false)

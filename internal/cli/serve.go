@@ -36,8 +36,9 @@ type serveFile struct {
 	ImageCacheSize string   `yaml:"image_cache_size"`
 	OTLPEndpoint   string   `yaml:"otlp_endpoint"`
 	// 0: the flag's value.
-	MaxBackgroundExecs          int `yaml:"max_background_execs"`
-	MaxBackgroundExecsPerTenant int `yaml:"max_background_execs_per_tenant"`
+	MaxBackgroundExecs          int      `yaml:"max_background_execs"`
+	MaxBackgroundExecsPerTenant int      `yaml:"max_background_execs_per_tenant"`
+	Registries                  []string `yaml:"registries"`
 }
 
 func loadServeFile(path string) (*serveFile, error) {
@@ -61,6 +62,7 @@ func serveCmd(g *globals) *cobra.Command {
 		allowNets                                                      []string
 		mcpIdle                                                        time.Duration
 		maxBackground, maxBackgroundTenant                             int
+		registries                                                     []string
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -74,8 +76,13 @@ creates tenants, whose keys create and use sandboxes:
   sudo airlock serve &
   sudo airlock tenant create alice          # prints alice's key once
   export AIRLOCK_API_KEY=airlock_tenant_...
-  sudo -E airlock create --workspace ./repo # prints the sandbox id
+  sudo -E airlock create                    # prints the sandbox id
   sudo -E airlock exec ID -- make test
+
+A tenant names host paths (--workspace, --repo, a rootfs, oci: or
+docker-archive: image) only under the roots the admin grants it
+(airlock tenant create NAME --root DIR), and pulls images only from the
+registries listed with --registry.
 
 Stopping the daemon (SIGTERM) leaves every sandbox running; the next
 daemon adopts them. The API is documented in docs/api.md.`,
@@ -106,6 +113,9 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			opened, err := parseAllowNets(allowNets)
 			if err != nil {
 				return err
+			}
+			if len(fc.Registries) > 0 && !cmd.Flags().Changed("registry") {
+				registries = fc.Registries
 			}
 			if fc.ImageCacheSize != "" && !cmd.Flags().Changed("image-cache-size") {
 				g.imageCache = fc.ImageCacheSize
@@ -144,7 +154,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
 					SubnetPool: prefix, EgressAllowNets: opened, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
 				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit, OTLPEndpoint: otlp, Version: Version,
-				MCPSessionTimeout: mcpIdle, MaxBackground: maxBackground, MaxBackgroundPerTenant: maxBackgroundTenant,
+				MCPSessionTimeout: mcpIdle, MaxBackground: maxBackground, MaxBackgroundPerTenant: maxBackgroundTenant, Registries: registries,
 				Ready: func(file string, created bool) {
 					if created {
 						fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
@@ -155,7 +165,8 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries")
+	f.StringArrayVar(&registries, "registry", nil, "a registry (HOST[:PORT]) tenants' images may be pulled from, through the egress address guard (repeatable; none by default)")
 	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only)")
 	f.StringVar(&tcp, "tcp", "", "also serve on this TCP address, with TLS (needs --tls-cert and --tls-key)")
 	f.StringVar(&cert, "tls-cert", "", "TLS certificate (PEM) for --tcp")

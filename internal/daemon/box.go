@@ -26,6 +26,7 @@ type Box struct {
 	e        *Engine
 	sb       *runtime.Sandbox
 	layout   *image.Layout
+	host     *hostFiles // the spec's host paths, open while the box lives
 	wsDir    string
 	socket   string
 	net      func() *EgressResult
@@ -68,11 +69,16 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 		}
 		landlockOn = false
 	}
-	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
+	host, err := openHost(s)
 	if err != nil {
 		return nil, err
 	}
-	b := &Box{e: e, layout: layout, socket: e.agentSocket(id), image: s.Image, writable: s.WritableRootfs}
+	layout, err := e.resolveImage(ctx, s, host)
+	if err != nil {
+		host.close()
+		return nil, err
+	}
+	b := &Box{e: e, layout: layout, host: host, socket: e.agentSocket(id), image: s.Image, writable: s.WritableRootfs}
 	if !landlockOn {
 		b.degraded = []string{"landlock"}
 	}
@@ -86,9 +92,9 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 		return nil, err
 	}
 	defer reservation.Release()
-	b.wsDir = s.Workspace
+	b.wsDir = path(host.ws)
 	if s.Repo != "" {
-		dir, cleanup, err := workspace.FromRepo(s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
+		dir, cleanup, err := e.checkout(s, host, id)
 		if err != nil {
 			return nil, err
 		}
@@ -131,20 +137,26 @@ func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (s
 			return nil, fmt.Errorf("sandbox %s: its network: %w; destroyed", id, err)
 		}
 	}
-	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
+	host, err := openHost(s)
+	var layout *image.Layout
+	if err == nil {
+		if layout, err = e.resolveImage(ctx, s, host); err != nil {
+			host.close()
+		}
+	}
 	if err != nil {
 		_ = sb.Close()
 		sb.CloseFiles()
 		if net != nil {
 			net()
 		}
-		return nil, fmt.Errorf("sandbox %s: its image: %w; destroyed", id, err)
+		return nil, fmt.Errorf("sandbox %s: its image or workspace: %w; destroyed", id, err)
 	}
-	wsDir := s.Workspace
+	wsDir := path(host.ws)
 	if s.Repo != "" {
 		wsDir = filepath.Join(e.cfg.DataDir, "tmp", id)
 	}
-	b := &Box{e: e, sb: sb, layout: layout, wsDir: wsDir, socket: e.agentSocket(id), net: net, image: s.Image, writable: s.WritableRootfs}
+	b := &Box{e: e, sb: sb, layout: layout, host: host, wsDir: wsDir, socket: e.agentSocket(id), net: net, image: s.Image, writable: s.WritableRootfs}
 	if s.Repo != "" {
 		b.cleanup = func() { _ = os.RemoveAll(wsDir) }
 	}
@@ -298,6 +310,9 @@ func (b *Box) release() {
 	}
 	if b.layout != nil {
 		b.layout.Done()
+	}
+	if b.host != nil {
+		b.host.close()
 	}
 	if b.cleanup != nil {
 		b.cleanup()

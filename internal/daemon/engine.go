@@ -58,6 +58,12 @@ type Config struct {
 	// Broker, when set, keeps proxy-mode sandboxes' grants and scans what
 	// their proxies can read; without it grants are refused.
 	Broker *broker.Broker
+	// TenantImages makes images tenants' names (airlock serve): registry
+	// pulls only from Registries, dialled through the egress address
+	// guard; errors that say nothing of host files or registries' answers.
+	// Unset (airlock run, airlock mcp), any registry is pulled from.
+	TenantImages bool
+	Registries   []string
 }
 
 // Engine runs sandboxes in this process.
@@ -94,6 +100,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	if cfg.ImageCacheBytes > 0 {
 		images.MaxBytes = cfg.ImageCacheBytes
+	}
+	if cfg.TenantImages {
+		images.Tenants, images.Registries, images.Dial = true, cfg.Registries, guardedDial()
 	}
 	return &Engine{cfg: cfg, rt: rt, images: images}, nil
 }
@@ -279,7 +288,12 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		e.cfg.Warn(fmt.Sprintf("running WITHOUT Landlock (kernel ABI %d): writes are confined by the read-only mounts only", abi))
 	}
 
-	layout, err := e.images.Resolve(ctx, s.Image, e.cfg.Warn)
+	host, err := openHost(s)
+	if err != nil {
+		return nil, err
+	}
+	defer host.close()
+	layout, err := e.resolveImage(ctx, s, host)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ErrInterrupted
@@ -299,9 +313,9 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 			cleanups[i]()
 		}
 	}()
-	wsDir := s.Workspace
+	wsDir := path(host.ws)
 	if s.Repo != "" {
-		dir, cleanup, err := workspace.FromRepo(s.Repo, s.Commit, e.cfg.DataDir+"/tmp", res.SandboxID)
+		dir, cleanup, err := e.checkout(s, host, res.SandboxID)
 		if err != nil {
 			return nil, err
 		}

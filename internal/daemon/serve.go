@@ -58,6 +58,10 @@ type ServeConfig struct {
 	Embedded func(ctx context.Context, svc *sandbox.Service) error
 	// Version is airlock's, for MCP clients.
 	Version string
+	// Registries are the registries tenants' images may be pulled from
+	// (HOST[:PORT]); none by default. The embedded service (airlock mcp)
+	// pulls from any, as airlock run does.
+	Registries []string
 	// MCPSessionTimeout ends MCP sessions (and their sandboxes) idle this
 	// long; default 30m.
 	MCPSessionTimeout time.Duration
@@ -88,6 +92,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	if c.Embedded != nil {
 		e.SandboxesDieWithUs = true
+	} else {
+		e.TenantImages, e.Registries = true, c.Registries
 	}
 	if c.AdminKeyFile == "" {
 		c.AdminKeyFile = filepath.Join(c.Files, "admin.key")
@@ -154,7 +160,13 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	defer db.Close()
 	cfg := sandbox.Config{Backend: engine, Store: db, Log: log, Metrics: metrics, Broker: e.Broker,
-		MaxBackground: c.MaxBackground, MaxBackgroundPerTenant: c.MaxBackgroundPerTenant}
+		MaxBackground: c.MaxBackground, MaxBackgroundPerTenant: c.MaxBackgroundPerTenant,
+		// The embedded service has one caller, root on this host: host
+		// paths are its own. A daemon's tenants name them only under their
+		// roots, which never touch these directories.
+		HostPaths: c.Embedded != nil,
+		Reserved:  []string{e.StateDir, e.DataDir, c.Files, filepath.Dir(c.Database), filepath.Dir(c.AdminKeyFile), filepath.Dir(c.Socket)},
+	}
 	if c.NoAudit {
 		log.Warn("running WITHOUT an audit log (--no-audit): nothing sandboxes do is recorded")
 	} else {

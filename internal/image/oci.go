@@ -43,30 +43,63 @@ type Meta struct {
 
 var platform = v1.Platform{OS: "linux", Architecture: "amd64"}
 
-func (s *Store) open(ctx context.Context, ref string) (v1.Image, error) {
+// open opens image ref, reading its host path through at when that is set.
+// done removes what it copied.
+func (s *Store) open(ctx context.Context, ref string, at *os.File) (img v1.Image, done func(), err error) {
+	done = func() {}
 	switch {
 	case strings.HasPrefix(ref, "oci:"):
-		return openLayout(strings.TrimPrefix(ref, "oci:"))
+		p := strings.TrimPrefix(ref, "oci:")
+		switch {
+		case at != nil && s.Tenants:
+			// A tenant's layout is copied out through contained opens: no
+			// link in it reaches a host file.
+			if p, err = s.copyLayout(at); err != nil {
+				return nil, done, s.hide(ref, err)
+			}
+			done = func() { _ = os.RemoveAll(p) }
+		case at != nil:
+			p = fdPath(at)
+		}
+		img, err = openLayout(p)
+		if err != nil {
+			done()
+			return nil, func() {}, s.hide(ref, err)
+		}
+		return img, done, nil
 	case strings.HasPrefix(ref, "docker-archive:"):
 		p := strings.TrimPrefix(ref, "docker-archive:")
-		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%w: --image %s: %v", errdefs.ErrNotFound, ref, err)
+		if at != nil {
+			p = fdPath(at)
+		}
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			return nil, done, s.hide(ref, fmt.Errorf("%w: --image %s: not a readable file", errdefs.ErrNotFound, ref))
 		}
 		img, err := tarball.ImageFromPath(p, nil)
 		if err != nil {
-			return nil, hostile("docker-archive %s: %v", p, err)
+			return nil, done, s.hide(ref, hostile("docker-archive %s: %v", strings.TrimPrefix(ref, "docker-archive:"), err))
 		}
-		return img, nil
+		return img, done, nil
 	default:
 		r, err := name.ParseReference(ref)
 		if err != nil {
-			return nil, errdefs.Invalid(fmt.Sprintf("--image %q: %v", ref, err))
+			return nil, done, errdefs.Invalid(fmt.Sprintf("--image %q: %v", ref, err))
 		}
-		img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(platform))
+		opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(platform)}
+		if s.Tenants {
+			if err := s.registryAllowed(r); err != nil {
+				return nil, done, err
+			}
+			opts = append(opts, remote.WithTransport(s.transport()))
+		}
+		img, err := remote.Image(r, opts...)
+		if err != nil && s.Tenants {
+			return nil, done, s.summarise(ref, err)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: pull %s: %v", errdefs.ErrNotFound, ref, err)
+			return nil, done, fmt.Errorf("%w: pull %s: %v", errdefs.ErrNotFound, ref, err)
 		}
-		return img, nil
+		return img, done, nil
 	}
 }
 
@@ -110,9 +143,20 @@ func openLayout(p string) (v1.Image, error) {
 	return nil, hostile("OCI layout %s: indexes nested too deep", p)
 }
 
-func (s *Store) resolveOCI(ctx context.Context, ref string, progress func(string)) (*Layout, error) {
-	img, err := s.open(ctx, ref)
+func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, progress func(string)) (*Layout, error) {
+	l, err := s.resolveOCIAt(ctx, ref, at, progress)
+	if err != nil && s.Tenants && !strings.HasPrefix(ref, "oci:") && !strings.HasPrefix(ref, "docker-archive:") {
+		return nil, s.summarise(ref, err)
+	}
+	return l, err
+}
+
+func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progress func(string)) (*Layout, error) {
+	img, done, err := s.open(ctx, ref, at)
 	if err != nil {
+		if errors.Is(err, errdefs.ErrPermissionDenied) {
+			return nil, err
+		}
 		// Offline: a registry reference already in the cache still works.
 		if m, ok := s.byName(ref); ok && !strings.HasPrefix(ref, "oci:") && !strings.HasPrefix(ref, "docker-archive:") {
 			if progress != nil {
@@ -122,6 +166,7 @@ func (s *Store) resolveOCI(ctx context.Context, ref string, progress func(string
 		}
 		return nil, err
 	}
+	defer done()
 	id, err := img.ConfigName()
 	if err != nil {
 		return nil, hostile("%s: no config digest: %v", ref, err)

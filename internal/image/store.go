@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,14 @@ type Store struct {
 	log *slog.Logger
 	// MaxBytes caps the cache; least recently used images are evicted.
 	MaxBytes int64
+	// Tenants makes the store serve names tenants chose (airlock serve):
+	// registry references only to Registries, dialled through Dial; OCI
+	// layouts read through contained opens only; errors carry neither a
+	// registry's answer nor a host file's details. Unset (airlock run and
+	// mcp), any registry is pulled from with the host's network.
+	Tenants    bool
+	Registries []string
+	Dial       func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // DefaultCacheBytes is the cache cap unless configured otherwise.
@@ -33,15 +42,42 @@ func NewStore(dir string, log *slog.Logger) (*Store, error) {
 // Resolve turns an image name into a Layout. progress receives one-line
 // progress messages when the image must be fetched or unpacked.
 func (s *Store) Resolve(ctx context.Context, name string, progress func(string)) (*Layout, error) {
+	return s.ResolveAt(ctx, name, nil, progress)
+}
+
+// ResolveAt is Resolve with the host path name stands for (a rootfs
+// directory, an oci: layout or a docker-archive: file) already opened, as
+// at: it is read only through at, never by its name. at nil opens the name.
+func (s *Store) ResolveAt(ctx context.Context, name string, at *os.File, progress func(string)) (*Layout, error) {
 	switch {
 	case name == "" || name == "host":
 		return Host(filepath.Join(filepath.Dir(s.dir), "hostetc"))
 	case strings.HasPrefix(name, "/"):
-		return Dir(name)
+		p := name
+		if at != nil {
+			p = fdPath(at)
+		}
+		l, err := Dir(p)
+		if err != nil {
+			return nil, s.hide(name, err)
+		}
+		l.Name = name
+		return l, nil
 	default:
-		return s.resolveOCI(ctx, name, progress)
+		return s.resolveOCI(ctx, name, at, progress)
 	}
 }
+
+// hide keeps what a tenant learns of a host file to its name.
+func (s *Store) hide(name string, err error) error {
+	if !s.Tenants || err == nil {
+		return err
+	}
+	s.log.Info("image refused", "image", name, "err", err)
+	return errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("--image %s: not an image this tenant can use (missing, unreadable, invalid and outside the tenant's roots all answer alike)", name))
+}
+
+func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
 
 // Dir returns the layout of a root filesystem directory. Its files keep the
 // ownership they have on the host (uid 0 appears as root inside).

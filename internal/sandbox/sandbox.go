@@ -126,6 +126,14 @@ type Config struct {
 	// commands running at once in one sandbox and in all of a tenant's
 	// (each holds a stream of the daemon's); 0: the defaults.
 	MaxBackground, MaxBackgroundPerTenant int
+	// HostPaths lets every caller name any host path: the embedded
+	// service of airlock mcp (root on the host, one user). A daemon that
+	// serves tenants leaves it unset: they name paths only under their
+	// roots (hostpaths.go).
+	HostPaths bool
+	// Reserved are the daemon's own directories (state, data, keys, audit
+	// log): no tenant root may hold or lie in one.
+	Reserved []string
 }
 
 // Service holds every live sandbox of every tenant. Tenants are keyed by
@@ -306,6 +314,9 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 		return nil, errdefs.Unavailable("this daemon has no credential broker: grants cannot be kept")
 	}
 	sp.Tenant = t.ID
+	if err := s.confine(t, &sp); err != nil {
+		return nil, err
+	}
 	if s.cfg.Broker != nil {
 		sp.Scan = t.ScanPolicy
 		if sp.Scan == "" {

@@ -190,5 +190,12 @@ func (s *Service) fromSnapshot(ctx context.Context, t *Principal, sp *spec.Spec)
 	if root != "" {
 		sp.Image = root
 	}
+	if sp.HostRoots != nil { // the snapshot's own files are the daemon's to open
+		for _, d := range []string{ws, root} {
+			if d != "" {
+				sp.HostRoots = append(sp.HostRoots, d)
+			}
+		}
+	}
 	return sp.ValidateLongLived()
 }

@@ -29,6 +29,8 @@ type Principal struct {
 	Tenant     string
 	Quotas     api.Quotas
 	ScanPolicy string // block, redact or record
+	// Roots are the host directories the tenant may name paths under.
+	Roots []string
 }
 
 const adminKeyMeta = "admin_key_hash"
@@ -122,7 +124,14 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 		p.ScanPolicy = DefaultScanPolicy
 	}
 	_ = json.Unmarshal([]byte(t.Quotas), &p.Quotas)
+	p.Roots = rootsOf(t)
 	return p, nil
+}
+
+func rootsOf(t store.Tenant) []string {
+	var roots []string
+	_ = json.Unmarshal([]byte(t.Roots), &roots)
+	return roots
 }
 
 var tenantName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
@@ -182,21 +191,25 @@ func (s *Service) CreateTenant(ctx context.Context, p *Principal, req *api.Creat
 	if !slices.Contains(spec.ScanPolicies, req.ScanPolicy) {
 		return nil, errdefs.Invalid(fmt.Sprintf("scan_policy %q: one of %s", req.ScanPolicy, strings.Join(spec.ScanPolicies, ", ")))
 	}
+	roots, err := s.validRoots(req.Roots)
+	if err != nil {
+		return nil, err
+	}
 	key := newKey("tenant")
 	q, _ := json.Marshal(req.Quotas)
 	now := s.cfg.Now()
-	id, err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy})
+	id, err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy, Roots: rootsJSON(roots)})
 	if errors.Is(err, store.ErrExists) {
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, who{tenant: id}, "tenant.created", "observed", map[string]any{"name": req.Name, "quotas": req.Quotas, "scan_policy": req.ScanPolicy}); err != nil {
+	if err := s.commit(ctx, who{tenant: id}, "tenant.created", "observed", map[string]any{"name": req.Name, "quotas": req.Quotas, "scan_policy": req.ScanPolicy, "roots": roots}); err != nil {
 		return nil, err
 	}
 	s.cfg.Log.Info("tenant created", "tenant", req.Name, "id", id)
-	return &api.Tenant{ID: id, Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Created: now, Key: key}, nil
+	return &api.Tenant{ID: id, Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots, Created: now, Key: key}, nil
 }
 
 // UpdateTenant changes a tenant's quotas or scan policy; its key's next
@@ -231,10 +244,19 @@ func (s *Service) UpdateTenant(ctx context.Context, p *Principal, name string, r
 	if policy == "" {
 		policy = DefaultScanPolicy
 	}
+	roots := rootsOf(cur)
+	if req.Roots != nil {
+		if roots, err = s.validRoots(*req.Roots); err != nil {
+			return nil, err
+		}
+	}
 	qb, _ := json.Marshal(q)
 	if err := s.cfg.Store.UpdateTenant(ctx, cur.ID, string(qb), policy); errors.Is(err, store.ErrNotFound) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(name))
 	} else if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Store.SetTenantRoots(ctx, cur.ID, rootsJSON(roots)); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -244,10 +266,10 @@ func (s *Service) UpdateTenant(ctx context.Context, p *Principal, name string, r
 		}
 	}
 	s.mu.Unlock()
-	if err := s.commit(ctx, who{tenant: cur.ID}, "tenant.updated", "observed", map[string]any{"quotas": q, "scan_policy": policy}); err != nil {
+	if err := s.commit(ctx, who{tenant: cur.ID}, "tenant.updated", "observed", map[string]any{"quotas": q, "scan_policy": policy, "roots": roots}); err != nil {
 		return nil, err
 	}
-	return &api.Tenant{ID: cur.ID, Name: name, Quotas: q, ScanPolicy: policy, Created: cur.Created}, nil
+	return &api.Tenant{ID: cur.ID, Name: name, Quotas: q, ScanPolicy: policy, Roots: roots, Created: cur.Created}, nil
 }
 
 // Tenants lists the tenants (admin), or the caller's own tenant.
@@ -267,7 +289,7 @@ func (s *Service) Tenants(ctx context.Context, p *Principal) ([]*api.Tenant, err
 		if !p.Admin && t.ID != p.ID {
 			continue
 		}
-		at := &api.Tenant{ID: t.ID, Name: t.Name, Created: t.Created, Sandboxes: count[t.ID], ScanPolicy: t.ScanPolicy}
+		at := &api.Tenant{ID: t.ID, Name: t.Name, Created: t.Created, Sandboxes: count[t.ID], ScanPolicy: t.ScanPolicy, Roots: rootsOf(t)}
 		if at.ScanPolicy == "" {
 			at.ScanPolicy = DefaultScanPolicy
 		}
@@ -453,7 +475,11 @@ func (s *Service) SetMCPSpec(ctx context.Context, p *Principal, spec *api.Create
 	if p.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "MCP specs belong to tenants: use a tenant's key")
 	}
-	if _, _, _, err := specOf(spec); err != nil {
+	sp, _, _, err := specOf(spec)
+	if err != nil {
+		return err
+	}
+	if err := s.confine(p, &sp); err != nil {
 		return err
 	}
 	b, _ := json.Marshal(spec)

@@ -82,6 +82,12 @@ type Spec struct {
 	// Scan is the secret-scanning policy in force: block, redact or
 	// record ("" when nothing is scanned).
 	Scan string `json:"scan,omitempty"`
+	// HostRoots, when set, are the only host directories the spec's host
+	// paths (workspace, repo, a rootfs, oci: or docker-archive: image) may
+	// lie under; each is opened beneath its root without following a link
+	// out of it. A tenant's spec has its tenant's roots; nil takes host
+	// paths as they are (airlock run and airlock mcp: root, one user).
+	HostRoots []string `json:"host_roots,omitempty"`
 }
 
 // ScanPolicies are what may be done with a credential found in a call.
@@ -301,6 +307,9 @@ func (s *Spec) validate() error {
 	if err := s.validateGrants(); err != nil {
 		return err
 	}
+	if err := s.validateHostRoots(); err != nil {
+		return err
+	}
 	if s.Scan != "" && !slices.Contains(ScanPolicies, s.Scan) {
 		return bad("--scan %q: must be one of %s", s.Scan, strings.Join(ScanPolicies, ", "))
 	}
@@ -327,6 +336,73 @@ func (s *Spec) Degraded(c string) bool { return slices.Contains(s.AllowDegraded,
 
 func cleanAbs(p string) bool {
 	return path.IsAbs(p) && path.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
+// HostPaths lists the host paths the spec names, each with the field that
+// names it: what a tenant may name only under its roots.
+func (s *Spec) HostPaths() [][2]string {
+	var out [][2]string
+	if p := ImagePath(s.Image); p != "" {
+		out = append(out, [2]string{"image", p})
+	}
+	for _, f := range [][2]string{{"workspace", s.Workspace}, {"repo", s.Repo}, {"policy", s.Net.PolicyFile}} {
+		if f[1] != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ImagePath is the host path an image name stands for: a rootfs
+// directory, or the file or directory after oci: or docker-archive: ("" for
+// the host image and registry references).
+func ImagePath(img string) string {
+	if strings.HasPrefix(img, "/") {
+		return img
+	}
+	for _, pre := range []string{"oci:", "docker-archive:"} {
+		if p, ok := strings.CutPrefix(img, pre); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// Within reports whether p is root or lies below it, both absolute and
+// clean. It is lexical: links are the opener's business.
+func Within(root, p string) bool {
+	if !cleanAbs(root) || !cleanAbs(p) {
+		return false
+	}
+	return p == root || root == "/" || strings.HasPrefix(p, root+"/")
+}
+
+// RootOf is the root of roots that holds p ("" when none does).
+func RootOf(roots []string, p string) string {
+	best := ""
+	for _, r := range roots {
+		if Within(r, p) && len(r) > len(best) {
+			best = r
+		}
+	}
+	return best
+}
+
+func (s *Spec) validateHostRoots() error {
+	if s.HostRoots == nil {
+		return nil
+	}
+	for _, r := range s.HostRoots {
+		if !cleanAbs(r) || r == "/" {
+			return errdefs.Invalid(fmt.Sprintf("host root %q: must be an absolute, clean path other than /", r))
+		}
+	}
+	for _, f := range s.HostPaths() {
+		if RootOf(s.HostRoots, f[1]) == "" {
+			return errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("%s %q: not under a host root of this tenant", f[0], f[1]))
+		}
+	}
+	return nil
 }
 
 func validateImage(img string) error {

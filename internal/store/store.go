@@ -103,6 +103,7 @@ var migrations = []struct{ table, column, def, fill string }{
 	// The sandbox's tenant column holds the tenant's id; its name is kept
 	// for display.
 	{"sandboxes", "tenant_name", "TEXT NOT NULL DEFAULT ''", `UPDATE sandboxes SET tenant_name = tenant`},
+	{"tenants", "roots", "TEXT NOT NULL DEFAULT ''", ""},
 }
 
 // indexes need the migrated columns.
@@ -201,6 +202,9 @@ type Tenant struct {
 	CPUPeriodStart time.Time
 	CPUUsed        time.Duration
 	ScanPolicy     string
+	// Roots are the host directories the tenant may name paths under
+	// (JSON, owned by internal/sandbox; "" for none).
+	Roots string
 }
 
 // CreateTenant adds a tenant under a new id (t.ID is ignored) and returns
@@ -223,8 +227,8 @@ func (s *Store) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 			return "", err
 		}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO tenants (id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy) VALUES (?, ?, ?, ?, ?, ?, 0, ?)`,
-		t.ID, t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli(), t.ScanPolicy)
+	_, err = tx.ExecContext(ctx, `INSERT INTO tenants (id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy, roots) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?)`,
+		t.ID, t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli(), t.ScanPolicy, t.Roots)
 	if err != nil && isConstraint(err) {
 		return "", fmt.Errorf("tenant %s: %w", t.Name, ErrExists)
 	}
@@ -245,12 +249,12 @@ func newTenantID() string {
 func scanTenant(sc interface{ Scan(...any) error }) (Tenant, error) {
 	var t Tenant
 	var created, start, used int64
-	err := sc.Scan(&t.ID, &t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used, &t.ScanPolicy)
+	err := sc.Scan(&t.ID, &t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used, &t.ScanPolicy, &t.Roots)
 	t.Created, t.CPUPeriodStart, t.CPUUsed = time.UnixMilli(created), time.UnixMilli(start), time.Duration(used)
 	return t, err
 }
 
-const tenantCols = `id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy`
+const tenantCols = `id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy, roots`
 
 // TenantByKey finds the tenant whose key hashes to keyHash.
 func (s *Store) TenantByKey(ctx context.Context, keyHash string) (Tenant, error) {
@@ -406,6 +410,12 @@ func (s *Store) DeleteSecret(ctx context.Context, tenant, name string) error {
 // UpdateTenant replaces tenant id's quotas and scan policy.
 func (s *Store) UpdateTenant(ctx context.Context, id, quotas, scanPolicy string) error {
 	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET quotas = ?, scan_policy = ? WHERE id = ?`, quotas, scanPolicy, id))
+}
+
+// SetTenantRoots replaces the host directories tenant id may name paths
+// under.
+func (s *Store) SetTenantRoots(ctx context.Context, id, roots string) error {
+	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET roots = ? WHERE id = ?`, roots, id))
 }
 
 // SetTenantCPU records tenant id's CPU budget period and use in it.

@@ -10,8 +10,10 @@ import (
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
@@ -28,6 +30,26 @@ func FromRepo(repo, rev, dir, id string) (string, func(), error) {
 	if err != nil {
 		return "", nil, errdefs.Invalid(fmt.Sprintf("--repo %s: not a git repository: %v", repo, err))
 	}
+	return fromRepo(src, repo, rev, dir, id)
+}
+
+// FromRepoBeneath is FromRepo for a repository a tenant chose, open as
+// root: its files are read beneath that descriptor only (beneathFS), its
+// alternates too, and errors name no host file.
+func FromRepoBeneath(root *os.File, name, rev, dir, id string) (string, func(), error) {
+	dot, err := (&beneathFS{root: root}).Chroot(".git")
+	if err != nil {
+		return "", nil, err
+	}
+	st := filesystem.NewStorageWithOptions(dot, cache.NewObjectLRUDefault(), filesystem.Options{AlternatesFS: dot})
+	src, err := git.Open(st, nil)
+	if err != nil {
+		return "", nil, errdefs.Invalid(fmt.Sprintf("--repo %s: not a git repository with a .git directory", name))
+	}
+	return fromRepo(src, name, rev, dir, id)
+}
+
+func fromRepo(src *git.Repository, repo, rev, dir, id string) (string, func(), error) {
 	h, err := src.ResolveRevision(plumbing.Revision(rev))
 	if err != nil {
 		return "", nil, errdefs.Invalid(fmt.Sprintf("--commit %s: %v", rev, err))

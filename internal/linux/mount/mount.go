@@ -6,6 +6,7 @@ package mount
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,9 +14,15 @@ import (
 // IdmappedTree clones the mount tree at path (recursively) into a detached
 // mount whose ownership is shifted by the user namespace usernsFD, read-only,
 // nosuid and nodev. The returned fd can cross a process boundary and be
-// attached with MoveTo inside the sandbox's mount namespace.
+// attached with MoveTo inside the sandbox's mount namespace. A final
+// symlink is not followed, except a /proc/self/fd/N path: a directory this
+// process opened earlier (safely), cloned as it is.
 func IdmappedTree(path string, usernsFD int, readOnly bool) (int, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+	flags := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_RECURSIVE
+	if !strings.HasPrefix(path, "/proc/self/fd/") {
+		flags |= unix.AT_SYMLINK_NOFOLLOW
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, uint(flags))
 	if err != nil {
 		return -1, fmt.Errorf("open_tree %s: %w", path, err)
 	}
