@@ -35,7 +35,8 @@ for f in "FuzzFilterMatchesRules ./internal/linux/seccomp 200000" "FuzzCleanName
 	"FuzzSpecOf ./internal/sandbox 200000" "FuzzVerifyCatchesEveryEdit ./internal/audit 20000" \
 	"FuzzRequestRule ./internal/spec 200000" "FuzzScan ./internal/scan 20000" \
 	"FuzzQuoteIsSafeAndReversible ./internal/untrusted 200000" "FuzzLinkInsideNeverEscapes ./internal/untrusted 20000" \
-	"FuzzScanCallIsBounded ./internal/sandbox 500"; do
+	"FuzzScanCallIsBounded ./internal/sandbox 500" \
+	"FuzzOpenStaysBeneathRoot ./internal/linux/hostpath 50000" "FuzzRootOf ./internal/spec 200000"; do
 	set -- $f
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "$3x" "$2"
 done

@@ -37,7 +37,7 @@ func (s *Store) registryAllowed(r name.Reference) error {
 	if len(s.Registries) > 0 {
 		listed = "the operator lists " + strings.Join(s.Registries, ", ")
 	}
-	return errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("--image %s: tenants pull only from the registries the operator lists (airlock serve --registry HOST[:PORT]); %s", r.Name(), listed))
+	return summarised{errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("--image %s: tenants pull only from the registries the operator lists (airlock serve --registry HOST[:PORT]); %s", r.Name(), listed))}
 }
 
 // transport dials registries through s.Dial, with no proxy.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +197,33 @@ func FuzzValidate(f *testing.F) {
 		k, v, _ := strings.Cut(env, "=")
 		if CheckEnvName(k) != nil || strings.IndexByte(v, 0) >= 0 {
 			t.Fatalf("accepted env %q", env)
+		}
+	})
+}
+
+// FuzzRootOf: the root chosen for a path holds it by whole path
+// components, however the path is spelled; an unclean path has none.
+func FuzzRootOf(f *testing.F) {
+	for _, s := range []string{"/srv/t/ws", "/srv/tx", "/srv/t/../../etc", "/srv/t", "/srv/t/", "/srv", "//srv/t/a", "/srv/t/./a", "/srv/t\x00/a"} {
+		f.Add(s)
+	}
+	roots := []string{"/srv/t", "/srv/t/deep", "/data/u"}
+	f.Fuzz(func(t *testing.T, p string) {
+		r := RootOf(roots, p)
+		if r == "" {
+			return
+		}
+		if path.Clean(p) != p || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+			t.Fatalf("%q: unclean, yet under %s", p, r)
+		}
+		rel, err := filepath.Rel(r, p)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			t.Fatalf("%q is not below %s (%q)", p, r, rel)
+		}
+		for _, o := range roots {
+			if len(o) > len(r) && Within(o, p) {
+				t.Fatalf("%q: %s chosen over the nearer %s", p, r, o)
+			}
 		}
 	})
 }

@@ -32,8 +32,11 @@ func (fs *beneathFS) rel(name string) string {
 
 func (fs *beneathFS) open(name string, flags int) (*os.File, error) {
 	rel := fs.rel(name)
+	if flags&unix.O_PATH == 0 {
+		flags |= unix.O_NONBLOCK // a fifo cannot block us
+	}
 	fd, err := unix.Openat2(int(fs.root.Fd()), rel, &unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC | unix.O_NONBLOCK),
+		Flags:   uint64(flags | unix.O_CLOEXEC),
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
