@@ -87,6 +87,17 @@ func (h *hostFiles) open(s *spec.Spec, field, p string, dir bool) (*os.File, err
 	return nil, errdefs.Invalid(fmt.Sprintf("--%s %s: %v", field, p, err))
 }
 
+// CheckHostPaths opens the host paths of s as Start would, and closes
+// them (sandbox.Backend).
+func (e *Engine) CheckHostPaths(s *spec.Spec) error {
+	h, err := openHost(s)
+	if err != nil {
+		return err
+	}
+	h.close()
+	return nil
+}
+
 // path is where this process reaches f ("" when f is nil).
 func path(f *os.File) string {
 	if f == nil {

@@ -95,6 +95,9 @@ type Backend interface {
 	// LongLived lists the long-lived sandboxes the host holds, whether
 	// recorded or not.
 	LongLived() []string
+	// CheckHostPaths opens the host paths of s as Start would, and closes
+	// them: a spec kept for later (MCP) is refused now, not at its use.
+	CheckHostPaths(s *spec.Spec) error
 }
 
 // Defaults.

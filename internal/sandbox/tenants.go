@@ -482,6 +482,11 @@ func (s *Service) SetMCPSpec(ctx context.Context, p *Principal, spec *api.Create
 	if err := s.confine(p, &sp); err != nil {
 		return err
 	}
+	if s.cfg.Backend != nil {
+		if err := s.cfg.Backend.CheckHostPaths(&sp); err != nil {
+			return err
+		}
+	}
 	b, _ := json.Marshal(spec)
 	if err := s.cfg.Store.SetMeta(ctx, mcpSpecMeta(p.ID), string(b)); err != nil {
 		return err

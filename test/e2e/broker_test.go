@@ -58,7 +58,7 @@ func TestServeCredentialBroker(t *testing.T) {
 	opts := daemonOpts{bin: airlockBin, fi: fi, env: []string{"SSL_CERT_FILE=" + fi.CAFile}}
 	d := startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24")
 	ctx := context.Background()
-	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "acme"})
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "acme", Roots: []string{testRoot(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}

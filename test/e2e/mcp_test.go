@@ -245,7 +245,7 @@ func unixHTTP(sock, key string) *http.Client {
 func TestServeMCP(t *testing.T) {
 	d := startDaemon(t, newDataDir(t))
 	ctx := context.Background()
-	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp"})
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp", Roots: []string{testRoot(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestServeMCP(t *testing.T) {
 	toolErrors(t, cs)
 
 	// The session is bound to the key that opened it.
-	other, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp-other"})
+	other, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp-other", Roots: []string{testRoot(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}

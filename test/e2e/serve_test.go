@@ -184,10 +184,15 @@ func (d *daemonProc) kill9() {
 	}
 }
 
-// tenant creates a tenant and returns a client with its key.
+// testRoot is the directory that holds every t.TempDir() of the test: the
+// host root its tenants are granted, so their workspaces lie under it.
+func testRoot(t *testing.T) string { return filepath.Dir(t.TempDir()) }
+
+// tenant creates a tenant, granted the test's temporary directories as
+// its host root, and returns a client with its key.
 func (d *daemonProc) tenant(t *testing.T, name string, q api.Quotas) *client.Client {
 	t.Helper()
-	tn, err := d.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: name, Quotas: q})
+	tn, err := d.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: name, Quotas: q, Roots: []string{testRoot(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +643,7 @@ func TestServeRestartAdopts(t *testing.T) {
 	data := newDataDir(t)
 	d := startDaemon(t, data)
 	ctx := context.Background()
-	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "r"})
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "r", Roots: []string{testRoot(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -938,7 +943,7 @@ func TestServeCLI(t *testing.T) {
 		}
 		return r
 	}
-	r := cli("", nil, "tenant", "create", "clia")
+	r := cli("", nil, "tenant", "create", "clia", "--root", testRoot(t))
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "airlock_tenant_") {
 		t.Fatalf("tenant create: %s", r)
 	}
