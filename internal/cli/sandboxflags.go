@@ -17,8 +17,8 @@ type sandboxFlags struct {
 func (s *sandboxFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&s.req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID`)
 	f.BoolVar(&s.req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image (for package installs)")
-	f.StringVar(&s.req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace (the host's files are never written)")
-	f.StringVar(&s.req.Repo, "repo", "", "host git repository to check out at /workspace")
+	f.StringVar(&s.req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace (the host's files are never written; a daemon's tenant: under its roots)")
+	f.StringVar(&s.req.Repo, "repo", "", "host git repository to check out at /workspace (a daemon's tenant: under its roots)")
 	f.StringVar(&s.req.Commit, "commit", "", "commit (or branch, tag) of --repo (default HEAD)")
 	f.StringArrayVarP(&s.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringVar(&s.memory, "memory", "", "memory limit (e.g. 512M; default 2G)")
