@@ -15,7 +15,7 @@ type sandboxFlags struct {
 }
 
 func (s *sandboxFlags) bind(f *pflag.FlagSet) {
-	f.StringVar(&s.req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID`)
+	f.StringVar(&s.req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID (a daemon's tenant: paths under its roots, registries the daemon lists)`)
 	f.BoolVar(&s.req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image (for package installs)")
 	f.StringVar(&s.req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace (the host's files are never written; a daemon's tenant: under its roots)")
 	f.StringVar(&s.req.Repo, "repo", "", "host git repository to check out at /workspace (a daemon's tenant: under its roots)")
