@@ -22,9 +22,9 @@ var ErrOutside = errors.New("not beneath the root")
 
 // Open opens p (absolute, clean) as an O_PATH descriptor. With root ""
 // it is opened as it is, links followed (a user's own path, airlock run).
-// Otherwise p must lie under root (absolute, clean, its real path) and is
-// resolved beneath it: root itself is opened without following any link,
-// and nothing below it may lead out.
+// Otherwise p must lie under root (absolute, clean) and is resolved
+// beneath it: root itself is the operator's (or the daemon's) and opened as
+// it is; nothing below it may lead out.
 func Open(root, p string) (*os.File, error) {
 	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
 		return nil, fmt.Errorf("%q: not an absolute, clean path", p)
@@ -42,7 +42,7 @@ func Open(root, p string) (*os.File, error) {
 	}
 	rfd, err := unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
 		return nil, &os.PathError{Op: "openat2", Path: root, Err: err}
