@@ -1016,6 +1016,23 @@ func TestServeCLI(t *testing.T) {
 	if r = cli("", env, "exec", id, "--", "true"); r.code != 125 || !strings.Contains(r.stderr, "no sandbox") {
 		t.Errorf("exec after rm: %s", r)
 	}
+	// Roots through the CLI: taken away, the workspace is refused; given
+	// back, listed.
+	if r = cli("", nil, "tenant", "update", "clia", "--no-roots"); r.code != 0 {
+		t.Errorf("tenant update --no-roots: %s", r)
+	}
+	if r = cli("", env, "create", "--workspace", ws); r.code == 0 || !strings.Contains(r.stderr, "roots the operator granted") {
+		t.Errorf("create without roots: %s", r)
+	}
+	if r = cli("", nil, "tenant", "update", "clia", "--root", testRoot(t)); r.code != 0 {
+		t.Errorf("tenant update --root: %s", r)
+	}
+	if r = cli("", nil, "tenant", "ls"); !strings.Contains(r.stdout, testRoot(t)) {
+		t.Errorf("tenant ls shows no root: %s", r)
+	}
+	if r = cli("", nil, "tenant", "update", "clia", "--root", data); r.code == 0 || !strings.Contains(r.stderr, "overlaps the daemon's own directory") {
+		t.Errorf("a root on the data directory: %s", r)
+	}
 	if r = cli("", nil, "kill-all", "--all", "--json"); r.code != 0 || !strings.Contains(r.stdout, "destroyed") {
 		t.Errorf("kill-all: %s", r)
 	}
