@@ -40,6 +40,15 @@ func TestTenantsAndSandboxes(t *testing.T) {
 	if err := s.SetTenantCPU(ctx, ida, now, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.SetTenantRoots(ctx, ida, `["/srv/a"]`); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.TenantByKey(ctx, HashKey("k1")); got.Roots != `["/srv/a"]` {
+		t.Errorf("roots: %q", got.Roots)
+	}
+	if err := s.SetTenantRoots(ctx, "nope", ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("roots of a missing tenant: %v", err)
+	}
 	b := Sandbox{ID: "x1", Tenant: ida, TenantName: "a", State: "running", Spec: "{}", Metadata: "{}", Trigger: "{}", Created: now, Expires: now.Add(time.Hour), IdleTimeout: time.Minute, LastActive: now, InitPid: 42}
 	if err := s.PutSandbox(ctx, b); err != nil {
 		t.Fatal(err)
