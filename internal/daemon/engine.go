@@ -102,7 +102,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		images.MaxBytes = cfg.ImageCacheBytes
 	}
 	if cfg.TenantImages {
-		images.Tenants, images.Registries, images.Dial = true, cfg.Registries, guardedDial()
+		images.Tenants, images.Registries = true, cfg.Registries
+		images.Dial = guardedDial(&egress.Guard{AllowNets: cfg.EgressAllowNets, Sandboxes: cfg.SubnetPool})
 	}
 	return &Engine{cfg: cfg, rt: rt, images: images}, nil
 }

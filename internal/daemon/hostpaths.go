@@ -127,10 +127,12 @@ func (h *hostFiles) close() {
 	}
 }
 
-// guardedDial dials a registry only at an address the egress guard allows
-// (never loopback, private, link-local or metadata), after DNS.
-func guardedDial() func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Control: (&egress.Guard{}).Control}
+// guardedDial dials a registry only at an address the egress guard g
+// allows (never the host's own, a sandbox's, loopback, private, link-local
+// or metadata; the operator's --egress-allow-net ranges open as for
+// sandboxes), after DNS.
+func guardedDial(g *egress.Guard) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Control: g.Control}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if errors.Is(err, egress.ErrBlockedAddress) {
