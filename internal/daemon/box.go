@@ -69,7 +69,7 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 		}
 		landlockOn = false
 	}
-	host, err := openHost(s)
+	host, err := e.openHost(s)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (s
 			return nil, fmt.Errorf("sandbox %s: its network: %w; destroyed", id, err)
 		}
 	}
-	host, err := openHost(s)
+	host, err := e.openHost(s)
 	var layout *image.Layout
 	if err == nil {
 		if layout, err = e.resolveImage(ctx, s, host); err != nil {

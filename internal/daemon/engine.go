@@ -289,7 +289,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		e.cfg.Warn(fmt.Sprintf("running WITHOUT Landlock (kernel ABI %d): writes are confined by the read-only mounts only", abi))
 	}
 
-	host, err := openHost(s)
+	host, err := e.openHost(s)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
@@ -25,10 +26,14 @@ type hostFiles struct {
 	image    *os.File // a rootfs directory, oci: layout or docker-archive: file
 	ws       *os.File
 	repo     *os.File
+	// tenantTree: the image is a rootfs directory of a tenant's root,
+	// used in place (not the daemon's snapshot), whose files the daemon
+	// only reads through the sandbox's mount.
+	tenantTree bool
 }
 
 // openHost opens the host paths s names.
-func openHost(s *spec.Spec) (_ *hostFiles, err error) {
+func (e *Engine) openHost(s *spec.Spec) (_ *hostFiles, err error) {
 	h := &hostFiles{confined: s.HostRoots != nil}
 	defer func() {
 		if err != nil {
@@ -39,6 +44,7 @@ func openHost(s *spec.Spec) (_ *hostFiles, err error) {
 		if h.image, err = h.open(s, "image", p, !strings.HasPrefix(s.Image, "docker-archive:")); err != nil {
 			return nil, err
 		}
+		h.tenantTree = h.confined && strings.HasPrefix(s.Image, "/") && !spec.Within(filepath.Join(e.cfg.DataDir, "snapshots"), p)
 	}
 	if s.Workspace != "" {
 		if h.ws, err = h.open(s, "workspace", s.Workspace, true); err != nil {
@@ -90,7 +96,7 @@ func (h *hostFiles) open(s *spec.Spec, field, p string, dir bool) (*os.File, err
 // CheckHostPaths opens the host paths of s as Start would, and closes
 // them (sandbox.Backend).
 func (e *Engine) CheckHostPaths(s *spec.Spec) error {
-	h, err := openHost(s)
+	h, err := e.openHost(s)
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,9 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 	// The host image's "/" tree is only its /etc template; its /usr is the
 	// host's own.
 	full := b.layout.Name != "host" && len(b.layout.Trees) > 0 && b.layout.Trees[0].Target == "/"
+	if full && b.host != nil && b.host.tenantTree {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "a sandbox of a tenant's own rootfs directory cannot be saved whole (its files are the tenant's on the host, not the daemon's to link): use an oci: or docker-archive: image, which the daemon unpacks into its cache")
+	}
 	if !full && b.writable {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "a writable host-image sandbox's root changes cannot become an image (its /usr is the host's): snapshot a sandbox of an OCI or directory image, or one without writable_rootfs")
 	}

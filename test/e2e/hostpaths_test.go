@@ -167,6 +167,26 @@ func TestServeTenantHostPaths(t *testing.T) {
 	if err := alice.Destroy(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A rootfs directory of the root works too, but is not linked into a
+	// snapshot: its files stay the tenant's, read only through the mount.
+	rootfs := filepath.Join(inside, "rootfs")
+	helper, _ := os.ReadFile(attackBin)
+	for _, dir := range []string{"bin", "etc"} {
+		_ = os.MkdirAll(filepath.Join(rootfs, dir), 0o755)
+	}
+	_ = os.WriteFile(filepath.Join(rootfs, "bin/attack"), helper, 0o755)
+	sb, err = alice.CreateSandbox(ctx, &api.CreateSandbox{Image: rootfs})
+	if err != nil {
+		t.Fatalf("a rootfs under the root: %v", err)
+	}
+	if out, _, _ := run(t, alice, sb.ID, &api.Exec{Cmd: []string{"/bin/attack", "stat", "/bin/attack"}}); !strings.Contains(out, "/bin/attack") {
+		t.Errorf("the granted rootfs: %q", out)
+	}
+	_, err = alice.Snapshot(ctx, sb.ID, "")
+	wantCode(t, "a whole snapshot of a tenant's rootfs directory", err, api.CodeFailedPrecondition)
+	if err := alice.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
 
 	// A swap race: the workspace directory and a link to the data
 	// directory change places while creates run. What a sandbox sees is
