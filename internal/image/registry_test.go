@@ -138,3 +138,14 @@ func TestTenantLayoutLinksAreRefusedAlike(t *testing.T) {
 		t.Errorf("the refusals differ: %v", msgs)
 	}
 }
+
+// A serving daemon never reads a tenant's image path by its name: only
+// through what was opened beneath the tenant's root.
+func TestTenantImagePathNeedsItsDescriptor(t *testing.T) {
+	s := tenantStore(t, nil)
+	for _, name := range []string{"/srv/t/rootfs", "oci:/srv/t/layout", "docker-archive:/srv/t/a.tar"} {
+		if _, err := s.Resolve(context.Background(), name, nil); !errors.Is(err, errdefs.ErrInternal) {
+			t.Errorf("%s by name: %v", name, err)
+		}
+	}
+}

@@ -49,6 +49,9 @@ func (s *Store) Resolve(ctx context.Context, name string, progress func(string))
 // directory, an oci: layout or a docker-archive: file) already opened, as
 // at: it is read only through at, never by its name. at nil opens the name.
 func (s *Store) ResolveAt(ctx context.Context, name string, at *os.File, progress func(string)) (*Layout, error) {
+	if s.Tenants && at == nil && (strings.HasPrefix(name, "/") || strings.HasPrefix(name, "oci:") || strings.HasPrefix(name, "docker-archive:")) {
+		return nil, fmt.Errorf("%w: image %s: a tenant's image path is read only once opened beneath its root", errdefs.ErrInternal, name)
+	}
 	switch {
 	case name == "" || name == "host":
 		return Host(filepath.Join(filepath.Dir(s.dir), "hostetc"))
