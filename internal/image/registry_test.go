@@ -14,14 +14,19 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
 const remoteBody = "REMOTE-BODY-7f3a"
 
-// registry is a loopback HTTP server that counts calls and answers every
+// fakeRegistry is a loopback HTTP server that counts calls and answers every
 // one with status and a body that must never reach a tenant.
-func registry(t *testing.T, status int) (host string, calls *atomic.Int64) {
+func fakeRegistry(t *testing.T, status int) (host string, calls *atomic.Int64) {
 	calls = &atomic.Int64{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -44,7 +49,7 @@ func tenantStore(t *testing.T, dial func(context.Context, string, string) (net.C
 // A tenant pulls only from a listed registry: anything else is refused
 // before a connection is made.
 func TestTenantPullsOnlyFromListedRegistries(t *testing.T) {
-	host, calls := registry(t, http.StatusOK)
+	host, calls := fakeRegistry(t, http.StatusOK)
 	dial := (&net.Dialer{}).DialContext
 	for _, listed := range [][]string{nil, {"docker.io"}, {"127.0.0.2:5000"}} {
 		_, err := tenantStore(t, dial, listed...).Resolve(context.Background(), host+"/x:latest", nil)
@@ -60,7 +65,7 @@ func TestTenantPullsOnlyFromListedRegistries(t *testing.T) {
 // What a registry answers is summarised, never repeated: not its body,
 // and a dial the guard refuses says so without a call.
 func TestRegistryAnswersAreSummarised(t *testing.T) {
-	host, calls := registry(t, http.StatusNotFound)
+	host, calls := fakeRegistry(t, http.StatusNotFound)
 	_, err := tenantStore(t, (&net.Dialer{}).DialContext, host).Resolve(context.Background(), host+"/x:latest", nil)
 	if err == nil || strings.Contains(err.Error(), remoteBody) || strings.Contains(err.Error(), "DENIED") || !strings.Contains(err.Error(), "HTTP 404") {
 		t.Errorf("a 404 with a body: %v", err)
@@ -147,5 +152,29 @@ func TestTenantImagePathNeedsItsDescriptor(t *testing.T) {
 		if _, err := s.Resolve(context.Background(), name, nil); !errors.Is(err, errdefs.ErrInternal) {
 			t.Errorf("%s by name: %v", name, err)
 		}
+	}
+}
+
+// A listed registry, reached by a dial the guard allows, serves tenants.
+func TestListedRegistryServesTenants(t *testing.T) {
+	srv := httptest.NewServer(registry.New())
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img, err := random.Image(1024, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(host + "/acme/tool:1")
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	s := tenantStore(t, (&net.Dialer{}).DialContext, host)
+	l, err := s.Resolve(context.Background(), ref.String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Done()
+	if want, _ := img.ConfigName(); l.Digest != want.String() {
+		t.Errorf("digest %s, want %s", l.Digest, want)
 	}
 }
