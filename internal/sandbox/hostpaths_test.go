@@ -56,7 +56,7 @@ func TestTenantHostPathsOnlyUnderRoots(t *testing.T) {
 	if !slices.Equal(tn.Roots, []string{root}) {
 		t.Errorf("roots kept as %v, want the real path once", tn.Roots)
 	}
-	p, err := s.Authenticate(ctx, tn.Key)
+	p, err := s.Authenticate(ctx, tn.Key, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestTenantHostPathsOnlyUnderRoots(t *testing.T) {
 	if _, err := s.UpdateTenant(ctx, admin, "acme", &api.UpdateTenant{Roots: &[]string{}}); err != nil {
 		t.Fatal(err)
 	}
-	p, _ = s.Authenticate(ctx, tn.Key)
+	p, _ = s.Authenticate(ctx, tn.Key, "")
 	if err := s.SetMCPSpec(ctx, p, &api.CreateSandbox{Workspace: filepath.Join(root, "ws")}); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("after the roots were taken: %v", err)
 	}
