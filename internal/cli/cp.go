@@ -77,7 +77,7 @@ and named. Names are shown quoted when they hold control characters.`,
 			}
 			defer body.Close()
 			for _, s := range skipped {
-				g.warn("cp: skipped " + untrusted.Quote(s) + " (not a regular file, directory or symlink)")
+				g.warn("cp: skipped " + untrusted.QuoteText(s)) // the daemon's names come quoted, with why
 			}
 			links, err := extractTar(dst, body)
 			for _, l := range links {
@@ -138,9 +138,10 @@ func tarLocal(src string, w io.Writer) (skipped []string, err error) {
 // extractTar unpacks r into the existing directory dst. Every path is
 // resolved inside dst by the kernel (openat2 RESOLVE_IN_ROOT) without
 // following any symlink, so no entry, and no symlink an earlier entry
-// made, can put a file outside dst; and a symlink is made only if it
+// made, can put a file outside dst; a symlink is made only if it
 // cannot resolve outside dst (untrusted.LinkInside): the others are
-// returned, described, in skipped.
+// returned, described, in skipped; a hard link only to a regular file the
+// archive itself wrote.
 func extractTar(dst string, r io.Reader) (skipped []string, err error) {
 	root, err := os.Open(dst)
 	if err != nil {
@@ -163,6 +164,7 @@ func extractTar(dst string, r io.Reader) (skipped []string, err error) {
 		return fd, name, err
 	}
 	tr := tar.NewReader(r)
+	regular := map[string]bool{} // the files this archive wrote: what its hard links may name
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -203,8 +205,25 @@ func extractTar(dst string, r io.Reader) (skipped []string, err error) {
 					err = cerr
 				}
 			}
+			if err == nil {
+				regular[rel] = true
+			}
 		case tar.TypeSymlink:
 			err = unix.Symlinkat(h.Linkname, pfd, name)
+		case tar.TypeLink:
+			// A further link of a file shipped once: only to a file this
+			// archive wrote, never following a symlink.
+			target := strings.TrimPrefix(path.Clean("/"+h.Linkname), "/")
+			if !regular[target] {
+				err = fmt.Errorf("a hard link to %s, which is not a file of this archive", untrusted.Quote(h.Linkname))
+				break
+			}
+			var tfd int
+			var tname string
+			if tfd, tname, err = openParent(target); err == nil {
+				err = unix.Linkat(tfd, tname, pfd, name, 0)
+				unix.Close(tfd)
+			}
 		}
 		unix.Close(pfd)
 		if err != nil {

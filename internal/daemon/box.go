@@ -213,8 +213,15 @@ func (b *Box) Usage() sandbox.Usage {
 }
 
 // frozen runs fn with the sandbox frozen (as it was, if paused already), so
-// that what the host reads is one consistent state no process changes.
+// that what the host reads is one consistent state no process changes. On
+// a dead sandbox it runs fn at once: nothing runs to be frozen, and the
+// destroy record never waits on another reader (a slow download).
 func (b *Box) frozen(fn func() error) error {
+	select {
+	case <-b.sb.Done():
+		return fn()
+	default:
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
@@ -232,30 +239,35 @@ func (b *Box) frozen(fn func() error) error {
 	return fn()
 }
 
-// Diff writes the unified diff of /workspace since creation.
-func (b *Box) Diff(w io.Writer) error {
+// Diff streams the unified diff of /workspace since creation, at most
+// about workspace.MaxDiffBytes (past it files are named, not diffed).
+func (b *Box) Diff(ctx context.Context, w io.Writer) error {
 	return b.frozen(func() error {
-		ch, err := workspace.Changes(b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
+		ch, err := workspace.Changes(ctx, b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
 		if err != nil {
 			return fmt.Errorf("workspace changes: %w", err)
 		}
-		return ch.WriteDiff(w)
+		return ch.WriteDiff(w, workspace.MaxDiffBytes)
 	})
 }
 
 // Changes lists what changed in /workspace (on the frozen sandbox) and
-// writes the patch to w.
-func (b *Box) Changes(w io.Writer) ([]sandbox.Change, error) {
-	var out []sandbox.Change
+// writes the patch to w, within ctx's time.
+func (b *Box) Changes(ctx context.Context, w io.Writer) (*sandbox.WorkspaceChanges, error) {
+	out := &sandbox.WorkspaceChanges{}
 	err := b.frozen(func() error {
-		ch, err := workspace.Changes(b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
+		ch, err := workspace.Changes(ctx, b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
 		if err != nil {
 			return err
 		}
 		for _, c := range ch.Changes {
-			out = append(out, sandbox.Change{Path: c.Path, Kind: string(c.Kind), Type: c.Type, Size: c.Size, SHA256: ch.Digest(c)})
+			out.Changes = append(out.Changes, sandbox.Change{Path: c.Path, Kind: string(c.Kind), Type: c.Type, Size: c.Size, SHA256: ch.Digest(c)})
 		}
-		return ch.WriteDiff(w)
+		for _, u := range ch.Unread {
+			out.Unread = append(out.Unread, u.String())
+		}
+		out.Truncated = ch.Truncated
+		return ch.WriteDiff(w, sandbox.MaxPatchBytes)
 	})
 	return out, err
 }
@@ -267,18 +279,19 @@ func (b *Box) ImageDigest() string { return b.layout.Digest }
 // Degraded lists the controls the sandbox runs without.
 func (b *Box) Degraded() []string { return b.degraded }
 
-// Archive writes a tar of /workspace/rel, read from the host by the
-// safe-access rules.
-func (b *Box) Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error) {
-	err = b.frozen(func() error {
-		var terr error
-		skipped, terr = workspace.Tar(b.sb.Workspace, rel, w, maxBytes)
-		return terr
+// Archive streams a tar of /workspace/rel, read from the host by the
+// safe-access rules (workspace.Tar).
+func (b *Box) Archive(ctx context.Context, rel string, maxBytes int64, start func(skipped []string) io.Writer) error {
+	err := b.frozen(func() error {
+		return workspace.Tar(ctx, b.sb.Workspace, rel, maxBytes, start)
 	})
-	if errors.Is(err, os.ErrNotExist) {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		err = fmt.Errorf("%w: /workspace/%s", errdefs.ErrNotFound, rel)
+	case errors.Is(err, workspace.ErrTooLarge):
+		err = errdefs.New(errdefs.ErrTooLarge, err.Error()+": download a smaller directory")
 	}
-	return skipped, err
+	return err
 }
 
 // Destroy kills every process of the sandbox and removes all it held.

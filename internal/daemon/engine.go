@@ -512,18 +512,26 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	if ro.Audit != nil {
 		_ = ro.Audit(res.SandboxID, "exec.end", "reported", map[string]any{"exit_code": ex.Code, "signal": ex.Signal, "error": ex.Error}, false)
 		destroyed := map[string]any{"reason": endReason(res), "limits": res.Limits, "cpu_seconds": stats.CPUTime.Seconds(), "memory_peak_bytes": stats.MemoryPeak}
-		if ch, err := workspace.Changes(wsDir, sb.WorkspaceUpper, sb.Workspace); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), sandbox.RecordTime)
+		if ch, err := workspace.Changes(ctx, wsDir, sb.WorkspaceUpper, sb.Workspace); err == nil {
 			destroyed["workspace"] = ch.Changes
+			if len(ch.Unread) > 0 {
+				destroyed["workspace_unread"] = ch.Unread
+			}
+			if ch.Truncated != "" {
+				destroyed["workspace_truncated"] = ch.Truncated
+			}
 		}
+		cancel()
 		_ = ro.Audit(res.SandboxID, "sandbox.destroyed", "observed", destroyed, false)
 	}
 	if ro.Diff != nil || ro.Export != "" {
-		ch, err := workspace.Changes(wsDir, sb.WorkspaceUpper, sb.Workspace)
+		ch, err := workspace.Changes(context.Background(), wsDir, sb.WorkspaceUpper, sb.Workspace)
 		if err != nil {
 			return res, fmt.Errorf("workspace changes: %w", err)
 		}
 		if ro.Diff != nil {
-			if err := ch.WriteDiff(ro.Diff); err != nil {
+			if err := ch.WriteDiff(ro.Diff, workspace.MaxDiffBytes); err != nil {
 				return res, err
 			}
 		}

@@ -5,7 +5,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -686,21 +685,17 @@ func (h *Handler) routes() []route {
 			return nil
 		}},
 		{"GET /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			// The tar is built whole first (on the frozen sandbox, capped),
-			// so that a failure is an error reply, not a cut archive.
-			var buf bytes.Buffer
-			skipped, err := s.Download(r.Context(), p, id(r), query(r, "path"), &buf)
-			if err != nil {
-				return err
-			}
-			w.Header().Set("Content-Type", "application/x-tar")
-			if len(skipped) > 0 {
-				b, _ := json.Marshal(skipped)
-				w.Header().Set("X-Airlock-Skipped", string(b))
-			}
-			w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-			_, err = buf.WriteTo(w)
-			return err
+			// The archive is counted first (on the frozen sandbox, capped),
+			// so that one too large is an error reply; then it is streamed,
+			// what it leaves out named before the first byte.
+			lw := &lazyWriter{w: w, contentType: "application/x-tar"}
+			err := s.Download(r.Context(), p, id(r), query(r, "path"), func(skipped []string) io.Writer {
+				if len(skipped) > 0 {
+					w.Header().Set("X-Airlock-Skipped", skippedHeader(skipped))
+				}
+				return lw
+			})
+			return cutShort(lw, err)
 		}},
 		{"POST /v1/sandboxes/{id}/snapshot", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			var req api.CreateSnapshot
@@ -730,15 +725,45 @@ func (h *Handler) routes() []route {
 			return nil
 		}},
 		{"GET /v1/sandboxes/{id}/diff", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			var buf bytes.Buffer
-			if err := s.Diff(r.Context(), p, id(r), &buf); err != nil {
-				return err
-			}
-			w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
-			_, err := buf.WriteTo(w)
-			return err
+			lw := &lazyWriter{w: w, contentType: "text/x-diff; charset=utf-8"}
+			return cutShort(lw, s.Diff(r.Context(), p, id(r), lw))
 		}},
 	}
+}
+
+// cutShort ends a streamed reply: an error before its first byte is an
+// error reply; after it, the connection is aborted, so that the client
+// sees a cut stream rather than a short one that looks whole.
+func cutShort(lw *lazyWriter, err error) error {
+	if err != nil && lw.started {
+		panic(http.ErrAbortHandler)
+	}
+	if err == nil {
+		lw.finish()
+	}
+	return err
+}
+
+// maxSkippedHeader caps the X-Airlock-Skipped header (clients refuse
+// headers past about 1 MiB).
+const maxSkippedHeader = 64 << 10
+
+// skippedHeader is the JSON list of skipped names, as many as fit
+// maxSkippedHeader, the last one counting the rest.
+func skippedHeader(skipped []string) string {
+	var n, size int
+	for ; n < len(skipped); n++ {
+		q, _ := json.Marshal(skipped[n])
+		if size += len(q) + 1; size > maxSkippedHeader-64 {
+			break
+		}
+	}
+	list := skipped[:n:n]
+	if n < len(skipped) {
+		list = append(list, fmt.Sprintf("… %d more not listed", len(skipped)-n))
+	}
+	b, _ := json.Marshal(list)
+	return string(b)
 }
 
 func nonNil(s []string) []string {

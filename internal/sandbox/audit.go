@@ -130,55 +130,69 @@ func Controls(degraded []string) map[string]any {
 	return c
 }
 
-// Caps on what one record says of a workspace's changes.
+// Caps on what one record says of a workspace's changes. Reading them
+// never holds up a destroy or the kill switch for long: the sandbox is
+// killed first, and the reading stops at RecordTime, saying so.
 const (
 	maxRecordedChanges = 1000
-	maxPatchBytes      = 1 << 20
+	MaxPatchBytes      = 1 << 20 // the patch stored beside the log
+	RecordTime         = 5 * time.Second
 )
 
 // workspaceChanges summarizes what changed in a sandbox's /workspace and
 // stores the patch (capped) beside the log.
 func (s *Service) workspaceChanges(b *box) map[string]any {
-	var patch cappedBuffer
-	patch.max = maxPatchBytes
-	changes, err := b.inst.Changes(&patch)
+	ctx, cancel := context.WithTimeout(context.Background(), RecordTime)
+	defer cancel()
+	patch := &cappedBuffer{max: MaxPatchBytes}
+	ch, err := b.inst.Changes(ctx, patch)
 	if err != nil {
 		return map[string]any{"error": err.Error()}
 	}
+	changes := ch.Changes
 	out := map[string]any{"changed": len(changes)}
+	if ch.Truncated != "" {
+		out["truncated"] = true
+		out["truncated_why"] = ch.Truncated
+	}
 	if len(changes) > maxRecordedChanges {
 		changes = changes[:maxRecordedChanges]
 		out["truncated"] = true
 	}
 	out["paths"] = changes
-	if patch.Len() > 0 && s.cfg.PatchDir != "" {
-		sum := sha256.Sum256(patch.Bytes())
+	if len(ch.Unread) > 0 {
+		out["unread"] = ch.Unread
+	}
+	if patch.buf.Len() > 0 && s.cfg.PatchDir != "" {
+		sum := sha256.Sum256(patch.buf.Bytes())
 		name := b.rec.ID + "-" + hex.EncodeToString(sum[:8]) + ".patch"
 		if err := os.MkdirAll(s.cfg.PatchDir, 0o700); err == nil {
-			if err := os.WriteFile(filepath.Join(s.cfg.PatchDir, name), patch.Bytes(), 0o600); err == nil {
-				out["patch"] = map[string]any{"file": name, "sha256": hex.EncodeToString(sum[:]), "bytes": patch.Len(), "truncated": patch.cut}
+			if err := os.WriteFile(filepath.Join(s.cfg.PatchDir, name), patch.buf.Bytes(), 0o600); err == nil {
+				out["patch"] = map[string]any{"file": name, "sha256": hex.EncodeToString(sum[:]), "bytes": patch.buf.Len(), "truncated": patch.cut}
 			}
 		}
 	}
 	return out
 }
 
-// cappedBuffer keeps the first max bytes written to it.
+// cappedBuffer keeps the first max bytes written to it. Its only method is
+// Write, so no shortcut (io.WriteString, io.Copy's ReadFrom) passes the
+// cap.
 type cappedBuffer struct {
-	bytes.Buffer
+	buf bytes.Buffer
 	max int
 	cut bool
 }
 
 func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room < len(p) {
+	if room := c.max - c.buf.Len(); room < len(p) {
 		c.cut = true
 		if room > 0 {
-			c.Buffer.Write(p[:room])
+			c.buf.Write(p[:room])
 		}
 		return len(p), nil
 	}
-	return c.Buffer.Write(p)
+	return c.buf.Write(p)
 }
 
 // MaxEgressRecords caps the egress records one sandbox makes per second:

@@ -388,43 +388,63 @@ func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string
 	}
 }
 
-// Download writes a tar of /workspace/rel, read from the host by the
-// safe-access rules on the frozen sandbox (not through the agent).
-func (s *Service) Download(ctx context.Context, t *Principal, id, p string, w io.Writer) (skipped []string, err error) {
-	p, err = cleanPath(p)
+// Download streams a tar of /workspace/rel, read from the host by the
+// safe-access rules on the frozen sandbox (not through the agent). start
+// is called before the first byte, with what the archive leaves out, once
+// it is known to fit (past MaxArchiveBytes: too_large, nothing sent), and
+// returns where the archive goes. The call is recorded before the first
+// byte; what was sent is noted after the last (file.sent).
+func (s *Service) Download(ctx context.Context, t *Principal, id, p string, start func(skipped []string) io.Writer) error {
+	p, err := cleanPath(p)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rel, ok := strings.CutPrefix(p, "/workspace")
 	if !ok || (rel != "" && rel[0] != '/') {
-		return nil, errdefs.Invalid("download reads /workspace (or a path under it) from the host; read other files with cat")
+		return errdefs.Invalid("download reads /workspace (or a path under it) from the host; read other files with cat")
 	}
 	b, err := s.use(t, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	dg := newStreamDigest()
-	skipped, err = b.inst.Archive(strings.TrimPrefix(rel, "/"), io.MultiWriter(w, digestWriter{dg}), MaxArchiveBytes)
-	if err != nil {
-		return skipped, err
+	var recErr error
+	err = b.inst.Archive(ctx, strings.TrimPrefix(rel, "/"), MaxArchiveBytes, func(skipped []string) io.Writer {
+		if recErr = s.fileRecord(ctx, b, "download", p, "", map[string]any{"skipped": skipped}); recErr != nil {
+			return failWriter{recErr} // nothing leaves unrecorded
+		}
+		return io.MultiWriter(start(skipped), digestWriter{dg})
+	})
+	if recErr != nil {
+		return recErr
 	}
-	return skipped, s.fileRecord(ctx, b, "download", p, "", map[string]any{"tar": dg.summary(), "skipped": skipped})
+	s.note(b.who(), "file.sent", "observed", map[string]any{"op": "download", "path": p, "tar": dg.summary(), "complete": err == nil})
+	return err
 }
+
+// failWriter refuses every write with its error.
+type failWriter struct{ err error }
+
+func (f failWriter) Write([]byte) (int, error) { return 0, f.err }
 
 type digestWriter struct{ d *streamDigest }
 
 func (w digestWriter) Write(p []byte) (int, error) { w.d.add(p); return len(p), nil }
 
-// Diff writes the unified diff of the sandbox's /workspace since creation
-// (names only for binary files, deletions and special files).
+// Diff streams the unified diff of the sandbox's /workspace since creation
+// (names only for binary files, deletions and special files), at most
+// about workspace's MaxDiffBytes; past it files are named, and the diff
+// ends by saying so. The call is recorded before the first byte.
 func (s *Service) Diff(ctx context.Context, t *Principal, id string, w io.Writer) error {
 	b, err := s.use(t, id)
 	if err != nil {
 		return err
 	}
-	dg := newStreamDigest()
-	if err := b.inst.Diff(io.MultiWriter(w, digestWriter{dg})); err != nil {
+	if err := s.fileRecord(ctx, b, "diff", "/workspace", "", nil); err != nil {
 		return err
 	}
-	return s.fileRecord(ctx, b, "diff", "/workspace", "", map[string]any{"patch": dg.summary()})
+	dg := newStreamDigest()
+	err = b.inst.Diff(ctx, io.MultiWriter(w, digestWriter{dg}))
+	s.note(b.who(), "file.sent", "observed", map[string]any{"op": "diff", "path": "/workspace", "patch": dg.summary(), "complete": err == nil})
+	return err
 }

@@ -46,15 +46,21 @@ type Instance interface {
 	Pause() error
 	Resume() error
 	Usage() Usage
-	Diff(w io.Writer) error
-	// Changes lists what changed in /workspace and writes the patch to w.
-	Changes(w io.Writer) ([]Change, error)
+	// Diff streams the diff of /workspace to w; the walk stops where ctx
+	// ends.
+	Diff(ctx context.Context, w io.Writer) error
+	// Changes lists what changed in /workspace and writes the patch to w,
+	// within ctx's time and the caps of one record.
+	Changes(ctx context.Context, w io.Writer) (*WorkspaceChanges, error)
 	// Degraded lists the controls the sandbox runs without (an explicit
 	// opt-out the host needed).
 	Degraded() []string
 	// ImageDigest is the content digest of its image ("" for the host's).
 	ImageDigest() string
-	Archive(rel string, w io.Writer, maxBytes int64) (skipped []string, err error)
+	// Archive streams a tar of /workspace/rel to the writer start returns;
+	// start is called, with what the archive leaves out, once it is
+	// known to fit maxBytes and before the first byte.
+	Archive(ctx context.Context, rel string, maxBytes int64, start func(skipped []string) io.Writer) error
 	Snapshot(maxBytes int64) (*SnapshotFiles, error)
 	// Destroy kills every process and removes what the sandbox held on the
 	// host, except what Release gives back: its workspace stays readable
@@ -70,6 +76,14 @@ type Change struct {
 	Type   string `json:"type"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256,omitempty"` // new contents of a regular file
+}
+
+// WorkspaceChanges is what changed in /workspace, as far as the reading's
+// budget went.
+type WorkspaceChanges struct {
+	Changes   []Change
+	Unread    []string // what the walk could not read, and why
+	Truncated string   // why Changes stops short ("" when whole)
 }
 
 // SnapshotFiles is what a snapshot saved on the host.

@@ -128,21 +128,21 @@ type gateInstance struct {
 	once                   sync.Once
 }
 
-func (i *gateInstance) Socket() string        { return i.socket }
-func (i *gateInstance) InitPid() int          { return 1 }
-func (i *gateInstance) Done() <-chan struct{} { return i.done }
-func (i *gateInstance) OOM() <-chan struct{}  { return nil }
-func (i *gateInstance) Pause() error          { return nil }
-func (i *gateInstance) Resume() error         { return nil }
-func (i *gateInstance) Usage() Usage          { return Usage{} }
-func (i *gateInstance) Diff(io.Writer) error  { return nil }
-func (i *gateInstance) Changes(io.Writer) ([]Change, error) {
-	return nil, nil
+func (i *gateInstance) Socket() string                        { return i.socket }
+func (i *gateInstance) InitPid() int                          { return 1 }
+func (i *gateInstance) Done() <-chan struct{}                 { return i.done }
+func (i *gateInstance) OOM() <-chan struct{}                  { return nil }
+func (i *gateInstance) Pause() error                          { return nil }
+func (i *gateInstance) Resume() error                         { return nil }
+func (i *gateInstance) Usage() Usage                          { return Usage{} }
+func (i *gateInstance) Diff(context.Context, io.Writer) error { return nil }
+func (i *gateInstance) Changes(context.Context, io.Writer) (*WorkspaceChanges, error) {
+	return &WorkspaceChanges{}, nil
 }
 func (i *gateInstance) Degraded() []string  { return nil }
 func (i *gateInstance) ImageDigest() string { return "" }
-func (i *gateInstance) Archive(string, io.Writer, int64) ([]string, error) {
-	return nil, nil
+func (i *gateInstance) Archive(context.Context, string, int64, func([]string) io.Writer) error {
+	return nil
 }
 func (i *gateInstance) Snapshot(int64) (*SnapshotFiles, error) {
 	return &SnapshotFiles{ID: i.content, Base: "host", Bytes: 1}, nil

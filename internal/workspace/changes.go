@@ -7,13 +7,13 @@ package workspace
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"slices"
 	"sort"
 	"unicode/utf8"
@@ -24,11 +24,14 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
-// Caps on what the host reads back.
+// Caps on what the host reads back (see walk.go for the walk's own).
 const (
-	MaxDiffFile    = 1 << 20 // files larger than this are named, not diffed
-	MaxChanges     = 100000  // entries in one change set
-	MaxDeletedWalk = 100000  // lower entries listed under a deleted directory
+	MaxDiffFile     = 1 << 20   // files larger than this are named, not diffed
+	MaxChanges      = 100000    // entries in one change set
+	MaxChangeBytes  = 16 << 20  // bytes of names (paths, link targets) in one change set
+	MaxCompareBytes = 256 << 20 // content read to tell a copied-up file from a changed one
+	MaxDiffBytes    = 64 << 20  // a diff's text, unless its caller gives less
+	MaxHashedBytes  = 256 << 20 // content Digest reads for one change set
 )
 
 // Kind of change.
@@ -47,43 +50,68 @@ type Change struct {
 	Type string `json:"type"` // file, dir, symlink, fifo, socket, device
 	Size int64  `json:"size"`
 	Link string `json:"link,omitempty"`
+	// HardLink names an earlier path of the same file (a regular file
+	// with several links is read once).
+	HardLink string `json:"hardlink,omitempty"`
 }
 
 // Set is the changes of one sandbox's workspace.
 type Set struct {
-	Changes   []Change
-	Truncated bool
-	lower     *os.File // nil: the workspace started empty
-	upper     *os.File
-	merged    *os.File
+	Changes []Change
+	// Unread names the subtrees the walk could not read, and why; every
+	// other change is listed.
+	Unread []Unread
+	// Truncated says why Changes stops short ("" when it is whole).
+	Truncated string
+
+	ctx      context.Context
+	lower    *os.File // nil: the workspace started empty
+	upper    *os.File
+	merged   *os.File
+	w        *walker
+	links    links
+	names    int64             // bytes of names in Changes
+	compared int64             // content read by sameContent
+	hashed   int64             // content read by Digest
+	digests  map[string]string // Digest's, by path
 }
 
 // Changes compares the overlay's upper layer with the original workspace
 // lowerDir ("" when it started empty). upper and merged are the directory
-// descriptors the sandbox's init handed over.
-func Changes(lowerDir string, upper, merged *os.File) (*Set, error) {
+// descriptors the sandbox's init handed over. The walk stops where ctx
+// ends (its deadline is the walk's time budget) and says so in Unread.
+func Changes(ctx context.Context, lowerDir string, upper, merged *os.File) (*Set, error) {
 	up, err := reopen(upper)
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{upper: up, merged: merged}
+	s := &Set{ctx: ctx, upper: up, merged: merged, w: newWalker(ctx), links: links{}, digests: map[string]string{}}
 	if lowerDir != "" {
 		if s.lower, err = os.OpenFile(lowerDir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.walk(""); err != nil {
-		return nil, err
-	}
+	s.walk(up, s.lower, "", 0)
+	s.Unread = s.w.Unread()
 	sort.Slice(s.Changes, func(i, j int) bool { return s.Changes[i].Path < s.Changes[j].Path })
 	return s, nil
 }
 
+// full reports whether the change list is at its cap.
+func (s *Set) full() bool { return s.Truncated != "" }
+
 func (s *Set) add(c Change) {
-	if len(s.Changes) >= MaxChanges {
-		s.Truncated = true
+	switch {
+	case s.full():
+		return
+	case len(s.Changes) >= MaxChanges:
+		s.Truncated = fmt.Sprintf("more than %d changes", MaxChanges)
+		return
+	case s.names+int64(len(c.Path)+len(c.Link)+len(c.HardLink)) > MaxChangeBytes:
+		s.Truncated = fmt.Sprintf("more than %d bytes of changed paths", MaxChangeBytes)
 		return
 	}
+	s.names += int64(len(c.Path) + len(c.Link) + len(c.HardLink))
 	s.Changes = append(s.Changes, c)
 }
 
@@ -104,39 +132,28 @@ func typeOf(mode uint32) string {
 	}
 }
 
-// lowerStat stats rel in the original workspace without following links.
-func (s *Set) lowerStat(rel string) (unix.Stat_t, bool) {
-	if s.lower == nil {
-		return unix.Stat_t{}, false
-	}
-	dir, err := openDir(s.lower, path.Dir(rel))
-	if err != nil {
-		return unix.Stat_t{}, false
-	}
-	defer dir.Close()
-	st, err := lstatAt(dir, path.Base(rel))
-	return st, err == nil
-}
-
-func (s *Set) walk(rel string) error {
-	d, names, err := listDir(s.upper, rel)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
+// walk lists the changes under upper directory d at rel; l is the lower
+// directory at the same place (nil when there is none).
+func (s *Set) walk(d, l *os.File, rel string, depth int) {
+	names := s.w.list(d, rel)
 	if rel != "" && isOpaque(d) {
-		s.deleteLower(rel, names)
+		s.deleteLower(l, rel, names, depth)
 	}
 	for _, name := range names {
-		if s.Truncated {
-			return nil
+		if s.full() || s.w.stopped(rel) {
+			return
 		}
-		p := path.Join(rel, name)
+		p := join(rel, name)
 		st, err := lstatAt(d, name)
 		if err != nil {
 			continue
 		}
-		lst, inLower := s.lowerStat(p)
+		var lst unix.Stat_t
+		inLower := false
+		if l != nil {
+			lst, err = lstatAt(l, name)
+			inLower = err == nil
+		}
 		kind := Added
 		if inLower {
 			kind = Modified
@@ -145,30 +162,39 @@ func (s *Set) walk(rel string) error {
 		case unix.S_IFCHR:
 			if st.Rdev == 0 { // an overlay whiteout: deleted
 				if inLower {
-					s.deleted(p, lst)
+					s.deleted(l, name, p, lst, depth)
 				}
 				continue
 			}
 			s.add(Change{Path: p, Kind: kind, Type: "device"})
 		case unix.S_IFDIR:
-			if !inLower || lst.Mode&unix.S_IFMT != unix.S_IFDIR {
+			lowerDir := inLower && lst.Mode&unix.S_IFMT == unix.S_IFDIR
+			if !lowerDir {
 				if inLower {
-					s.deleted(p, lst)
+					s.deleted(l, name, p, lst, depth)
 				}
 				s.add(Change{Path: p, Kind: Added, Type: "dir"})
 			}
-			if err := s.walk(p); err != nil {
-				return err
+			sub := s.w.enter(d, name, p, depth+1)
+			if sub == nil {
+				continue
+			}
+			var lsub *os.File
+			if lowerDir {
+				lsub = s.w.enter(l, name, p, depth+1)
+			}
+			s.walk(sub, lsub, p, depth+1)
+			sub.Close()
+			if lsub != nil {
+				lsub.Close()
 			}
 		case unix.S_IFREG:
-			c := Change{Path: p, Kind: kind, Type: "file", Size: st.Size}
-			if inLower && lst.Mode&unix.S_IFMT == unix.S_IFREG && lst.Size == st.Size && lst.Mode == st.Mode {
-				if same, _ := s.sameContent(p); same {
-					continue // copied up for metadata only, content unchanged
-				}
+			c := Change{Path: p, Kind: kind, Type: "file", Size: st.Size, HardLink: s.links.first(&st, p)}
+			if inLower && lst.Mode&unix.S_IFMT == unix.S_IFREG && lst.Size == st.Size && lst.Mode == st.Mode && s.sameContent(l, d, name, st.Size) {
+				continue // copied up for metadata only, content unchanged
 			}
 			if inLower && lst.Mode&unix.S_IFMT != unix.S_IFREG {
-				s.deleted(p, lst)
+				s.deleted(l, name, p, lst, depth)
 				c.Kind = Added
 			}
 			s.add(c)
@@ -180,40 +206,42 @@ func (s *Set) walk(rel string) error {
 			s.add(Change{Path: p, Kind: kind, Type: typeOf(st.Mode)})
 		}
 	}
-	return nil
 }
 
-// deleted records rel as deleted, and everything under it if a directory.
-func (s *Set) deleted(rel string, st unix.Stat_t) {
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		s.deleteLower(rel, nil)
+// deleted records name of lower directory l (at p) as deleted, and
+// everything under it if a directory.
+func (s *Set) deleted(l *os.File, name, p string, st unix.Stat_t, depth int) {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		s.add(Change{Path: p, Kind: Deleted, Type: typeOf(st.Mode), Size: st.Size})
 		return
 	}
-	s.add(Change{Path: rel, Kind: Deleted, Type: typeOf(st.Mode), Size: st.Size})
+	sub := s.w.enter(l, name, p, depth+1)
+	if sub == nil {
+		return
+	}
+	defer sub.Close()
+	s.deleteLower(sub, p, nil, depth+1)
 }
 
-// deleteLower records every lower entry under rel, except the names kept,
-// as deleted (an opaque or replaced directory).
-func (s *Set) deleteLower(rel string, keep []string) {
-	if s.lower == nil {
+// deleteLower records every entry of lower directory l (at rel) as
+// deleted, except the names kept (sorted): an opaque or replaced
+// directory.
+func (s *Set) deleteLower(l *os.File, rel string, keep []string, depth int) {
+	if l == nil {
 		return
 	}
-	d, err := openDir(s.lower, rel)
-	if err != nil {
-		return
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(MaxDeletedWalk)
-	slices.Sort(names)
-	for _, n := range names {
-		if slices.Contains(keep, n) {
+	for _, n := range s.w.list(l, rel) {
+		if s.full() || s.w.stopped(rel) {
+			return
+		}
+		if _, kept := slices.BinarySearch(keep, n); kept {
 			continue
 		}
-		st, err := lstatAt(d, n)
+		st, err := lstatAt(l, n)
 		if err != nil {
 			continue
 		}
-		s.deleted(path.Join(rel, n), st)
+		s.deleted(l, n, join(rel, n), st, depth)
 	}
 }
 
@@ -223,16 +251,20 @@ func isOpaque(d *os.File) bool {
 	return err == nil && n > 0 && buf[0] == 'y'
 }
 
-func (s *Set) sameContent(rel string) (bool, error) {
-	a, err := readCapped(s.lower, rel, MaxDiffFile)
-	if err != nil {
-		return false, err
+// sameContent reports whether file name of lower directory l and of upper
+// directory u hold the same bytes, within the set's compare budget (past
+// it the file counts as changed).
+func (s *Set) sameContent(l, u *os.File, name string, size int64) bool {
+	if size > MaxDiffFile || s.compared+2*size > MaxCompareBytes {
+		return false
 	}
-	b, err := readCapped(s.upper, rel, MaxDiffFile)
+	s.compared += 2 * size
+	a, err := readCapped(l, name, MaxDiffFile)
 	if err != nil {
-		return false, err
+		return false
 	}
-	return bytes.Equal(a, b), nil
+	b, err := readCapped(u, name, MaxDiffFile)
+	return err == nil && bytes.Equal(a, b)
 }
 
 func isText(b []byte) bool {
@@ -240,38 +272,74 @@ func isText(b []byte) bool {
 	return bytes.IndexByte(head, 0) < 0 && utf8.Valid(b)
 }
 
+// countWriter counts what passes through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // WriteDiff writes a unified diff of the text changes; binary, oversized,
-// special and deleted files are named.
-func (s *Set) WriteDiff(w io.Writer) error {
+// special and deleted files are named, a file's further hard links are
+// named once its content was. Once about maxBytes are written (or the set's
+// time is up) the remaining files are named, not diffed, and the diff ends
+// by saying so, and by naming what the walk could not read.
+func (s *Set) WriteDiff(w io.Writer, maxBytes int64) error {
+	cw := &countWriter{w: w}
+	var read int64
+	notDiffed := 0
 	for i := range s.Changes {
 		c := &s.Changes[i]
 		var err error
 		switch c.Type {
 		case "file":
-			err = s.fileDiff(w, c)
+			switch {
+			case c.HardLink != "":
+				_, err = fmt.Fprintf(cw, "%s file %s (a hard link to %s: the same content)\n", c.Kind, untrusted.Quote(c.Path), untrusted.Quote(c.HardLink))
+			case cw.n >= maxBytes || read >= 4*maxBytes || s.ctx.Err() != nil:
+				notDiffed++
+				_, err = fmt.Fprintf(cw, "%s file %s (%d bytes, not diffed: the diff is past its budget)\n", c.Kind, untrusted.Quote(c.Path), c.Size)
+			default:
+				err = s.fileDiff(cw, c, &read)
+			}
 		case "symlink":
-			_, err = fmt.Fprintf(w, "%s symlink %s -> %s\n", c.Kind, untrusted.Quote(c.Path), untrusted.Quote(c.Link))
+			_, err = fmt.Fprintf(cw, "%s symlink %s -> %s\n", c.Kind, untrusted.Quote(c.Path), untrusted.Quote(c.Link))
 		case "dir":
 			if c.Kind == Added {
-				_, err = fmt.Fprintf(w, "new directory %s\n", untrusted.Quote(c.Path))
+				_, err = fmt.Fprintf(cw, "new directory %s\n", untrusted.Quote(c.Path))
 			} else {
-				_, err = fmt.Fprintf(w, "deleted directory %s\n", untrusted.Quote(c.Path))
+				_, err = fmt.Fprintf(cw, "deleted directory %s\n", untrusted.Quote(c.Path))
 			}
 		default:
-			_, err = fmt.Fprintf(w, "%s %s %s (not shown)\n", c.Kind, c.Type, untrusted.Quote(c.Path))
+			_, err = fmt.Fprintf(cw, "%s %s %s (not shown)\n", c.Kind, c.Type, untrusted.Quote(c.Path))
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if s.Truncated {
-		_, err := fmt.Fprintf(w, "airlock: more than %d changes; the rest are not shown\n", MaxChanges)
+	if notDiffed > 0 {
+		if _, err := fmt.Fprintf(cw, "airlock: the diff reached its budget (%d bytes, or its time): %d files are named above, not diffed\n", maxBytes, notDiffed); err != nil {
+			return err
+		}
+	}
+	for _, u := range s.Unread {
+		if _, err := fmt.Fprintf(cw, "airlock: not read: %s\n", u); err != nil {
+			return err
+		}
+	}
+	if s.Truncated != "" {
+		_, err := fmt.Fprintf(cw, "airlock: %s; the rest are not shown\n", s.Truncated)
 		return err
 	}
 	return nil
 }
 
-func (s *Set) fileDiff(w io.Writer, c *Change) error {
+func (s *Set) fileDiff(w io.Writer, c *Change, read *int64) error {
 	var old, cur []byte
 	var err error
 	if c.Kind != Added {
@@ -284,6 +352,7 @@ func (s *Set) fileDiff(w io.Writer, c *Change) error {
 			return s.named(w, c, err)
 		}
 	}
+	*read += int64(len(old) + len(cur))
 	if !isText(old) || !isText(cur) {
 		_, err := fmt.Fprintf(w, "Binary files %s and %s differ\n", side("a", c.Path, c.Kind != Added), side("b", c.Path, c.Kind != Deleted))
 		return err
@@ -319,11 +388,17 @@ func side(prefix, p string, exists bool) string {
 	return untrusted.Quote(prefix + "/" + p)
 }
 
+// MaxExportBytes caps the file content an export writes: past it files
+// are skipped and named. Regular files are copied by their data only
+// (holes stay holes), and a file with several links is copied once.
+const MaxExportBytes = 64 << 30
+
 // Export copies the workspace as the sandbox left it into dst, which must
-// not exist yet. Only directories, regular files (sparse-aware), both
-// without setuid or setgid bits, and symlinks that cannot resolve outside
-// dst (untrusted.LinkInside) are written; everything else is skipped and
-// named in the returned list.
+// not exist yet. Only directories, regular files (sparse-aware; further
+// hard links of a file as links), both without setuid or setgid bits, and
+// symlinks that cannot resolve outside dst (untrusted.LinkInside) are
+// written; everything else, and what the walk could not read, is skipped
+// and named in the returned list.
 func (s *Set) Export(dst string) (skipped []string, err error) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
@@ -338,9 +413,12 @@ func (s *Set) Export(dst string) (skipped []string, err error) {
 		return nil, err
 	}
 	defer src.Close()
-	owner := exportOwner()
-	err = exportDir(src, out, "", owner, &skipped)
-	return skipped, err
+	e := &exporter{root: out, owner: exportOwner(), w: newWalker(s.ctx), links: links{}, max: MaxExportBytes}
+	err = e.dir(src, out, "", 0)
+	for _, u := range e.w.Unread() {
+		e.skipped = append(e.skipped, u.String())
+	}
+	return e.skipped, err
 }
 
 // exportOwner is the invoking user behind sudo, so exported files belong to
@@ -354,76 +432,111 @@ func exportOwner() [2]int {
 	return o
 }
 
-func exportDir(src, out *os.File, rel string, owner [2]int, skipped *[]string) error {
-	d, names, err := listDir(src, rel)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	for _, name := range names {
-		p := path.Join(rel, name)
-		st, err := lstatAt(d, name)
+// exporter is one export's walk: where it writes, what it has written.
+type exporter struct {
+	root    *os.File // the export's directory
+	owner   [2]int
+	w       *walker
+	links   links
+	max     int64 // bytes of file data at most
+	total   int64
+	skipped []string
+}
+
+// dir exports the entries of source directory src (at rel) into out.
+func (e *exporter) dir(src, out *os.File, rel string, depth int) error {
+	for _, name := range e.w.list(src, rel) {
+		if e.w.stopped(rel) {
+			return nil
+		}
+		p := join(rel, name)
+		st, err := lstatAt(src, name)
 		if err != nil {
 			continue
 		}
 		perm := hostMode(st.Mode)
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			if err := unix.Mkdirat(int(out.Fd()), p, perm|0o700); err != nil {
+			if err := unix.Mkdirat(int(out.Fd()), name, perm|0o700); err != nil {
 				return fmt.Errorf("export mkdir %s: %w", p, err)
 			}
-			_ = unix.Fchownat(int(out.Fd()), p, owner[0], owner[1], unix.AT_SYMLINK_NOFOLLOW)
-			if err := exportDir(src, out, p, owner, skipped); err != nil {
+			_ = unix.Fchownat(int(out.Fd()), name, e.owner[0], e.owner[1], unix.AT_SYMLINK_NOFOLLOW)
+			sub := e.w.enter(src, name, p, depth+1)
+			if sub == nil {
+				continue
+			}
+			subOut, err := openIn(out, name, unix.O_RDONLY|unix.O_DIRECTORY)
+			if err != nil {
+				sub.Close()
+				return fmt.Errorf("export %s: %w", p, err)
+			}
+			err = e.dir(sub, subOut, p, depth+1)
+			sub.Close()
+			subOut.Close()
+			if err != nil {
 				return err
 			}
 		case unix.S_IFREG:
-			if err := exportFile(src, out, p, perm, owner); err != nil {
+			if err := e.file(src, out, name, p, &st, perm); err != nil {
 				return err
 			}
 		case unix.S_IFLNK:
 			buf := make([]byte, unix.PathMax)
-			n, err := unix.Readlinkat(int(d.Fd()), name, buf)
+			n, err := unix.Readlinkat(int(src.Fd()), name, buf)
 			if err != nil {
 				continue
 			}
 			target := string(buf[:n])
 			if !untrusted.LinkInside(p, target) {
-				*skipped = append(*skipped, fmt.Sprintf("%s (symlink to %s: it could resolve outside the export)", untrusted.Quote(p), untrusted.Quote(target)))
+				e.skipped = append(e.skipped, fmt.Sprintf("%s (symlink to %s: it could resolve outside the export)", untrusted.Quote(p), untrusted.Quote(target)))
 				continue
 			}
-			if err := unix.Symlinkat(target, int(out.Fd()), p); err != nil {
+			if err := unix.Symlinkat(target, int(out.Fd()), name); err != nil {
 				return fmt.Errorf("export symlink %s: %w", p, err)
 			}
-			_ = unix.Fchownat(int(out.Fd()), p, owner[0], owner[1], unix.AT_SYMLINK_NOFOLLOW)
+			_ = unix.Fchownat(int(out.Fd()), name, e.owner[0], e.owner[1], unix.AT_SYMLINK_NOFOLLOW)
 		default:
-			*skipped = append(*skipped, fmt.Sprintf("%s (%s)", untrusted.Quote(p), typeOf(st.Mode)))
+			e.skipped = append(e.skipped, fmt.Sprintf("%s (%s)", untrusted.Quote(p), typeOf(st.Mode)))
 		}
 	}
 	return nil
 }
 
-func exportFile(src, out *os.File, rel string, perm uint32, owner [2]int) error {
-	in, fi, err := openRegular(src, rel)
+// file exports regular file name of src (at p): a further link of a file
+// already exported becomes a hard link to it.
+func (e *exporter) file(src, out *os.File, name, p string, st *unix.Stat_t, perm uint32) error {
+	if first := e.links.first(st, p); first != "" {
+		if unix.Linkat(int(e.root.Fd()), first, int(out.Fd()), name, 0) == nil {
+			return nil
+		}
+	}
+	cost := min(st.Size, st.Blocks*512) // holes are not written
+	if e.total+cost > e.max {
+		e.skipped = append(e.skipped, fmt.Sprintf("%s (%d bytes: the export passed its cap of %d bytes)", p, cost, e.max))
+		return nil
+	}
+	e.total += cost
+	in, fi, err := openRegular(src, name)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	fd, err := unix.Openat(int(out.Fd()), rel, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+	fd, err := unix.Openat(int(out.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
-		return fmt.Errorf("export create %s: %w", rel, err)
+		return fmt.Errorf("export create %s: %w", p, err)
 	}
-	f := os.NewFile(uintptr(fd), rel)
+	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
 	if err := copySparse(f, in, fi.Size()); err != nil {
-		return fmt.Errorf("export copy %s: %w", rel, err)
+		return fmt.Errorf("export copy %s: %w", p, err)
 	}
 	// Set the mode explicitly: umask is not ours to trust, and perm has no
 	// setuid or setgid (hostMode).
 	if err := f.Chmod(os.FileMode(perm)); err != nil {
 		return err
 	}
-	if owner[0] >= 0 {
-		_ = f.Chown(owner[0], owner[1])
+	if e.owner[0] >= 0 {
+		_ = f.Chown(e.owner[0], e.owner[1])
 	}
 	return nil
 }
@@ -433,12 +546,25 @@ const MaxHashedFile = 64 << 20
 
 // Digest is the SHA-256 (hex) of a changed regular file's new contents,
 // read from the merged view by the safe-access rules; "" for what is not a
-// regular file now, or is larger than MaxHashedFile.
+// regular file now, is larger than MaxHashedFile, or is past the set's
+// MaxHashedBytes or its time. A file's hard links share its digest (it is
+// read once).
 func (s *Set) Digest(c Change) string {
-	if c.Type != "file" || c.Kind == Deleted || c.Size > MaxHashedFile {
+	if c.Type != "file" || c.Kind == Deleted || c.Size > MaxHashedFile || s.ctx.Err() != nil {
 		return ""
 	}
-	f, fi, err := openRegular(s.merged, c.Path)
+	p := c.Path
+	if c.HardLink != "" {
+		p = c.HardLink
+	}
+	if d, ok := s.digests[p]; ok {
+		return d
+	}
+	if s.hashed+c.Size > MaxHashedBytes {
+		return ""
+	}
+	s.hashed += c.Size
+	f, fi, err := openRegular(s.merged, p)
 	if err != nil {
 		return ""
 	}
@@ -447,5 +573,7 @@ func (s *Set) Digest(c Change) string {
 	if _, err := io.Copy(h, io.LimitReader(f, min(fi.Size(), MaxHashedFile))); err != nil {
 		return ""
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	d := hex.EncodeToString(h.Sum(nil))
+	s.digests[p] = d
+	return d
 }

@@ -3,6 +3,8 @@ package workspace
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,7 +56,7 @@ func TestChangesFromUpperLayer(t *testing.T) {
 		t.Skipf("no user xattrs here: %v", err)
 	}
 	_ = os.Symlink("/etc/shadow", filepath.Join(upper, "evil"))
-	set, err := Changes(lower, openPath(t, upper), openPath(t, upper))
+	set, err := Changes(context.Background(), lower, openPath(t, upper), openPath(t, upper))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func TestChangesFromUpperLayer(t *testing.T) {
 		t.Fatalf("changes\n got %s\nwant %s", strings.Join(got, ","), want)
 	}
 	var diff bytes.Buffer
-	if err := set.WriteDiff(&diff); err != nil {
+	if err := set.WriteDiff(&diff, MaxDiffBytes); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{"-one\n+two\n", "--- a/b.txt\n+++ /dev/null\n", "added symlink evil -> /etc/shadow"} {
@@ -179,7 +181,7 @@ func TestTarStripsSetID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if _, err := Tar(openPath(t, ws), ".", &buf, 1<<20); err != nil {
+	if err := Tar(context.Background(), openPath(t, ws), ".", 1<<20, func([]string) io.Writer { return &buf }); err != nil {
 		t.Fatal(err)
 	}
 	tr := tar.NewReader(&buf)
@@ -205,12 +207,12 @@ func TestDiffQuotesHostileNames(t *testing.T) {
 	mkfiles(t, upper, map[string]string{"bin\x1b[31m": "\x00\x01"})
 	_ = os.Symlink("t\x1b[2J", filepath.Join(upper, "link\r"))
 	_ = os.Mkdir(filepath.Join(upper, "dir\x07"), 0o755)
-	set, err := Changes("", openPath(t, upper), openPath(t, upper))
+	set, err := Changes(context.Background(), "", openPath(t, upper), openPath(t, upper))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var diff bytes.Buffer
-	if err := set.WriteDiff(&diff); err != nil {
+	if err := set.WriteDiff(&diff, MaxDiffBytes); err != nil {
 		t.Fatal(err)
 	}
 	d := diff.String()

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -29,6 +30,8 @@ type Writer struct {
 	hash  hash.Hash // content digest of what was written, in walk order
 	max   int64     // bytes of file content at most
 	total int64
+	links links             // a source file's first path, when it has several links
+	inode map[string]uint64 // the inode written for such a first path
 }
 
 // NewWriter writes under the directory dst (which must exist), digesting
@@ -38,7 +41,7 @@ func NewWriter(dst string, h hash.Hash, maxBytes int64) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{root: f, hash: h, max: maxBytes}, nil
+	return &Writer{root: f, hash: h, max: maxBytes, links: links{}, inode: map[string]uint64{}}, nil
 }
 
 // Written is the bytes of file content written so far.
@@ -177,6 +180,49 @@ func (w *Writer) file(rel string, src *os.File, size int64, mode, uid, gid uint3
 	return w.ownAt(pfd, name, mode, uid, gid, false)
 }
 
+// link makes rel a further hard link of first, a file this writer wrote
+// (a source file with several links is written once). It reports false,
+// having written nothing, when first is no longer that file.
+func (w *Writer) link(rel, first string) (bool, error) {
+	ino, ok := w.inode[first]
+	if !ok {
+		return false, nil
+	}
+	tfd, tname, err := w.parent(first)
+	if err != nil {
+		return false, nil
+	}
+	defer unix.Close(tfd)
+	var st unix.Stat_t
+	if unix.Fstatat(tfd, tname, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Ino != ino || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false, nil
+	}
+	pfd, name, err := w.parent(rel)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(pfd)
+	if err := removeAt(pfd, name); err != nil {
+		return false, err
+	}
+	w.record('h', rel, 0, 0, 0, first)
+	return true, unix.Linkat(tfd, tname, pfd, name, 0)
+}
+
+// remember notes the inode written at rel, the first path of a source
+// file with several links.
+func (w *Writer) remember(rel string) {
+	pfd, name, err := w.parent(rel)
+	if err != nil {
+		return
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		w.inode[rel] = st.Ino
+	}
+}
+
 // symlink makes rel a symlink to target (never followed here).
 func (w *Writer) symlink(rel, target string, uid, gid uint32) error {
 	w.record('l', rel, 0, uid, gid, target)
@@ -201,34 +247,45 @@ type Owner func(uid, gid uint32) (uint32, uint32)
 // ApplyUpper applies an overlay upper layer (a sandbox's writable layer,
 // read through the descriptor upper) onto the destination: new and changed
 // entries are written, whiteouts delete, an opaque directory replaces what
-// was there. Devices, sockets and fifos are skipped and named.
+// was there. Devices, sockets and fifos are skipped and named, and so is
+// what the walk could not read (walk.go).
 func (w *Writer) ApplyUpper(upper *os.File, owner Owner) (skipped []string, err error) {
-	r, err := reopen(upper)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return skipped, w.copyTree(r, ".", owner, true, &skipped)
+	return w.copyFrom(upper, owner, true)
 }
 
 // CopyTree writes the whole tree read through root (a merged view) into
 // the destination.
 func (w *Writer) CopyTree(root *os.File, owner Owner) (skipped []string, err error) {
+	return w.copyFrom(root, owner, false)
+}
+
+func (w *Writer) copyFrom(root *os.File, owner Owner, overlay bool) (skipped []string, err error) {
 	r, err := reopen(root)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return skipped, w.copyTree(r, ".", owner, false, &skipped)
+	c := &copier{w: w, walk: newWalker(context.Background()), owner: owner, overlay: overlay}
+	err = c.tree(r, ".", 0)
+	for _, u := range c.walk.Unread() {
+		skipped = append(skipped, u.String())
+	}
+	return skipped, err
 }
 
-func (w *Writer) copyTree(src *os.File, rel string, owner Owner, overlay bool, skipped *[]string) error {
-	d, names, err := listDir(src, rel)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if overlay && rel != "." && isOpaque(d) {
+// copier is one walk of a source tree into a Writer.
+type copier struct {
+	w       *Writer
+	walk    *walker
+	owner   Owner
+	overlay bool // the source is an overlay upper layer
+}
+
+// tree copies the entries of source directory src (at rel).
+func (c *copier) tree(src *os.File, rel string, depth int) error {
+	w := c.w
+	names := c.walk.list(src, rel)
+	if c.overlay && rel != "." && isOpaque(src) {
 		// Everything the base had here is gone: start the directory empty.
 		pfd, name, err := w.parent(rel)
 		if err != nil {
@@ -250,23 +307,42 @@ func (w *Writer) copyTree(src *os.File, rel string, owner Owner, overlay bool, s
 		w.record('o', rel, 0, 0, 0, "")
 	}
 	for _, name := range names {
-		p := path.Join(rel, name)
-		st, err := lstatAt(d, name)
+		if c.walk.stopped(rel) {
+			return nil
+		}
+		p := join(rel, name)
+		st, err := lstatAt(src, name)
 		if err != nil {
 			continue
 		}
-		uid, gid := owner(st.Uid, st.Gid)
+		uid, gid := c.owner(st.Uid, st.Gid)
 		mode := hostMode(st.Mode)
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			if err := w.dir(p, mode, uid, gid); err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
-			if err := w.copyTree(src, p, owner, overlay, skipped); err != nil {
+			sub := c.walk.enter(src, name, p, depth+1)
+			if sub == nil {
+				continue
+			}
+			err := c.tree(sub, p, depth+1)
+			sub.Close()
+			if err != nil {
 				return err
 			}
 		case unix.S_IFREG:
-			f, fi, err := openRegular(src, p)
+			first := w.links.first(&st, p)
+			if first != "" {
+				done, err := w.link(p, first)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				if done {
+					continue
+				}
+			}
+			f, fi, err := openRegular(src, name)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
@@ -275,9 +351,12 @@ func (w *Writer) copyTree(src *os.File, rel string, owner Owner, overlay bool, s
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
+			if first == "" && st.Nlink > 1 {
+				w.remember(p)
+			}
 		case unix.S_IFLNK:
 			buf := make([]byte, unix.PathMax)
-			n, err := unix.Readlinkat(int(d.Fd()), name, buf)
+			n, err := unix.Readlinkat(int(src.Fd()), name, buf)
 			if err != nil {
 				return err
 			}
@@ -285,16 +364,16 @@ func (w *Writer) copyTree(src *os.File, rel string, owner Owner, overlay bool, s
 				return fmt.Errorf("%s: %w", p, err)
 			}
 		case unix.S_IFCHR:
-			if overlay && st.Rdev == 0 { // a whiteout: deleted in this layer
+			if c.overlay && st.Rdev == 0 { // a whiteout: deleted in this layer
 				w.record('w', p, 0, 0, 0, "")
 				if err := w.remove(p); err != nil {
 					return fmt.Errorf("%s: %w", p, err)
 				}
 				continue
 			}
-			*skipped = append(*skipped, p)
+			c.walk.skip(p, typeOf(st.Mode)+": not saved")
 		default:
-			*skipped = append(*skipped, p)
+			c.walk.skip(p, typeOf(st.Mode)+": not saved")
 		}
 	}
 	return nil

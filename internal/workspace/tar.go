@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,100 +14,180 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Tar writes the tree at rel under root (a sandbox's merged workspace) to
-// w as a tar stream, reading it from the host by the safe-access rules:
-// openat2 confined to root, no symlink or magic-link following, regular
-// files and directories only (symlinks are recorded, never followed; other
-// types are skipped and named in skipped). At most maxBytes of file
-// content is written; past it Tar fails with ErrTooLarge. No setuid or
-// setgid bit is recorded (hostMode): root unpacking the archive would
-// otherwise get them.
-func Tar(root *os.File, rel string, w io.Writer, maxBytes int64) (skipped []string, err error) {
+// MaxTarEntries caps the entries of one archive.
+const MaxTarEntries = 100_000
+
+// Tar writes the tree at rel under root (a sandbox's merged workspace) as
+// a tar stream, reading it from the host by the safe-access rules: a walk
+// by directory descriptors (walk.go), no symlink or magic-link following,
+// regular files and directories only (symlinks are recorded, never
+// followed; a file's further hard links are hard-link entries, its content
+// shipped once; other types, and what the walk could not read, are
+// skipped and named). No setuid or setgid bit is recorded (hostMode): root
+// unpacking the archive would otherwise get them.
+//
+// The tree is walked twice, on a sandbox that does not change meanwhile
+// (frozen): first to count it — more than maxBytes of file content or
+// MaxTarEntries entries fails with ErrTooLarge before anything is written
+// —, then to write it. start is called between the two with what will be
+// skipped and returns where the stream goes, so that a caller can answer
+// an error, or say what is left out, before the first byte.
+func Tar(ctx context.Context, root *os.File, rel string, maxBytes int64, start func(skipped []string) io.Writer) error {
 	rel = strings.Trim(path.Clean("/"+rel), "/")
-	if rel == "" {
-		rel = "."
-	}
 	r, err := reopen(root)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer r.Close()
-	tw := tar.NewWriter(w)
-	var total int64
-	var walk func(rel string) error
-	add := func(rel string, st unix.Stat_t, dir *os.File, name string) error {
-		h := &tar.Header{Name: rel, Mode: int64(hostMode(st.Mode)), ModTime: timeOf(st), Format: tar.FormatPAX}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
-			if err := tw.WriteHeader(h); err != nil {
-				return err
-			}
-			return walk(rel)
-		case unix.S_IFLNK:
-			buf := make([]byte, unix.PathMax)
-			n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
-			if err != nil {
-				return err
-			}
-			h.Typeflag, h.Linkname = tar.TypeSymlink, string(buf[:n])
-			return tw.WriteHeader(h)
-		case unix.S_IFREG:
-			f, fi, err := openRegular(r, rel)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if total += fi.Size(); total > maxBytes {
-				return fmt.Errorf("%w: more than %d bytes under %s", ErrTooLarge, maxBytes, rel)
-			}
-			h.Typeflag, h.Size = tar.TypeReg, fi.Size()
-			if err := tw.WriteHeader(h); err != nil {
-				return err
-			}
-			_, err = io.CopyN(tw, f, fi.Size())
+	plan := &tarWalk{w: newWalker(ctx), links: links{}}
+	if err := plan.run(r, rel); err != nil {
+		return err
+	}
+	switch {
+	case plan.bytes > maxBytes:
+		return fmt.Errorf("%w: more than %d bytes of files under /workspace/%s", ErrTooLarge, maxBytes, rel)
+	case plan.entries > MaxTarEntries:
+		return fmt.Errorf("%w: more than %d entries under /workspace/%s", ErrTooLarge, MaxTarEntries, rel)
+	}
+	var skipped []string
+	for _, u := range plan.w.Unread() {
+		skipped = append(skipped, u.String())
+	}
+	tw := tar.NewWriter(start(skipped))
+	// The second walk ships exactly what the first counted: the same
+	// limits, and no time limit of its own (the first one's end is where
+	// both stop).
+	out := &tarWalk{w: newWalker(context.Background()), links: links{}, tw: tw, budget: plan.bytes, stopAt: plan.entries}
+	if err := out.run(r, rel); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// tarWalk is one walk of Tar: counting (tw nil) or writing.
+type tarWalk struct {
+	w       *walker
+	links   links
+	tw      *tar.Writer
+	budget  int64 // writing: bytes of content at most (what was counted)
+	stopAt  int   // writing: entries at most (what was counted)
+	bytes   int64 // content bytes
+	entries int
+}
+
+func (t *tarWalk) run(r *os.File, rel string) error {
+	if rel == "" {
+		return t.dir(r, ".", 0)
+	}
+	// Down to rel's parent, one name at a time.
+	parts := strings.Split(rel, "/")
+	d := r
+	for i, name := range parts[:len(parts)-1] {
+		sub, err := openIn(d, name, unix.O_RDONLY|unix.O_DIRECTORY)
+		if d != r {
+			d.Close()
+		}
+		if err != nil {
+			return notExist(strings.Join(parts[:i+1], "/"), err)
+		}
+		d = sub
+	}
+	if d != r {
+		defer d.Close()
+	}
+	name := parts[len(parts)-1]
+	st, err := lstatAt(d, name)
+	if err != nil {
+		return notExist(rel, err)
+	}
+	return t.add(d, name, rel, st, len(parts))
+}
+
+func notExist(rel string, err error) error {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return fmt.Errorf("%s: %w", rel, os.ErrNotExist)
+	}
+	return err
+}
+
+func (t *tarWalk) dir(d *os.File, rel string, depth int) error {
+	for _, n := range t.w.list(d, rel) {
+		if t.w.stopped(rel) {
+			return nil
+		}
+		st, err := lstatAt(d, n)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if err := t.add(d, n, join(rel, n), st, depth); err != nil {
 			return err
 		}
-		skipped = append(skipped, rel)
+	}
+	return nil
+}
+
+// add puts entry name of directory dir (at p) in the archive.
+func (t *tarWalk) add(dir *os.File, name, p string, st unix.Stat_t, depth int) error {
+	if t.tw != nil && t.entries >= t.stopAt {
 		return nil
 	}
-	walk = func(rel string) error {
-		d, names, err := listDir(r, rel)
+	h := &tar.Header{Name: p, Mode: int64(hostMode(st.Mode)), ModTime: timeOf(st), Format: tar.FormatPAX}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		h.Typeflag, h.Name = tar.TypeDir, p+"/"
+		if err := t.header(h); err != nil {
+			return err
+		}
+		sub := t.w.enter(dir, name, p, depth+1)
+		if sub == nil {
+			return nil
+		}
+		defer sub.Close()
+		return t.dir(sub, p, depth+1)
+	case unix.S_IFLNK:
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
 		if err != nil {
 			return err
 		}
-		defer d.Close()
-		for _, n := range names {
-			st, err := lstatAt(d, n)
-			if err != nil {
-				continue // gone meanwhile
-			}
-			if err := add(path.Join(rel, n), st, d, n); err != nil {
-				return err
-			}
+		h.Typeflag, h.Linkname = tar.TypeSymlink, string(buf[:n])
+		return t.header(h)
+	case unix.S_IFREG:
+		if first := t.links.first(&st, p); first != "" {
+			h.Typeflag, h.Linkname = tar.TypeLink, first
+			return t.header(h)
 		}
+		if t.tw == nil {
+			t.bytes += st.Size
+			t.entries++
+			return nil
+		}
+		f, fi, err := openRegular(dir, name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if t.bytes += fi.Size(); t.bytes > t.budget {
+			return fmt.Errorf("%w: %s grew while the sandbox was frozen", ErrTooLarge, p)
+		}
+		h.Typeflag, h.Size = tar.TypeReg, fi.Size()
+		if err := t.header(h); err != nil {
+			return err
+		}
+		_, err = io.CopyN(t.tw, f, fi.Size())
+		return err
+	}
+	t.w.skip(p, typeOf(st.Mode)+": not archived")
+	return nil
+}
+
+// header counts an entry, and writes it when writing.
+func (t *tarWalk) header(h *tar.Header) error {
+	t.entries++
+	if t.tw == nil {
 		return nil
 	}
-	if rel == "." {
-		err = walk(".")
-	} else {
-		parent, name := path.Split(rel)
-		var d *os.File
-		if d, err = openDir(r, strings.TrimSuffix(parent, "/")); err == nil {
-			var st unix.Stat_t
-			if st, err = lstatAt(d, name); err == nil {
-				err = add(rel, st, d, name)
-			}
-			d.Close()
-		}
-	}
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return skipped, fmt.Errorf("%s: %w", rel, os.ErrNotExist)
-		}
-		return skipped, err
-	}
-	return skipped, tw.Close()
+	return t.tw.WriteHeader(h)
 }
 
 func timeOf(st unix.Stat_t) time.Time { return time.Unix(st.Mtim.Sec, st.Mtim.Nsec) }

@@ -1,0 +1,191 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
+)
+
+// Every reading of a sandbox's tree on the host — the change set, the
+// diff, the archive, the export, the snapshot — walks it the same way and
+// pays for it in bytes, not files:
+//
+//   - by directory descriptors: each directory is opened relative to its
+//     parent's descriptor, one name at a time (openat2 without following
+//     symlinks or magic links, without crossing mounts), so no syscall
+//     ever gets a path longer than one name;
+//   - what it cannot read — a subtree deeper than MaxDepth levels, names
+//     past MaxPath bytes, a directory of more than MaxDirEntries entries,
+//     an open that fails, a walk whose time ran out — is named (Unread)
+//     and the walk goes on with everything else, so one hostile corner
+//     never hides the rest;
+//   - a regular file with several links is read, shipped or copied once:
+//     the others are written as its links (links);
+//   - every reader has a byte budget and says what it left out.
+
+// Caps of every walk.
+const (
+	MaxDepth      = 256              // directory levels below the walk's root
+	MaxPath       = unix.PathMax - 1 // bytes of a path below the walk's root
+	MaxDirEntries = 100_000          // entries read from one directory
+	maxUnread     = 1000             // unread subtrees named; the rest counted
+)
+
+// Unread is what a walk left out, and why.
+type Unread struct {
+	Path string `json:"path"`
+	Why  string `json:"why"`
+}
+
+// String is the path, quoted when it must be (untrusted.Quote), and why.
+func (u Unread) String() string { return untrusted.Quote(u.Path) + " (" + u.Why + ")" }
+
+// walker is the state of one walk: when it must stop, and what it left out.
+type walker struct {
+	ctx    context.Context
+	unread []Unread
+	more   int  // unread entries past maxUnread
+	late   bool // ctx ended: everything after is unread
+}
+
+// newWalker starts a walk that stops where ctx ends (nil: never).
+func newWalker(ctx context.Context) *walker {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return &walker{ctx: ctx}
+}
+
+// skip names what the walk leaves out.
+func (w *walker) skip(p, why string) {
+	if p == "" {
+		p = "."
+	}
+	if len(w.unread) < maxUnread {
+		w.unread = append(w.unread, Unread{p, why})
+		return
+	}
+	w.more++
+}
+
+// Unread lists what the walk left out (the last entry counts the rest
+// when there were more than can be named).
+func (w *walker) Unread() []Unread {
+	if w.more == 0 {
+		return w.unread
+	}
+	return append(slices.Clip(w.unread), Unread{"…", fmt.Sprintf("%d more not read", w.more)})
+}
+
+// stopped reports whether the walk's time is up (named once, where it
+// stopped).
+func (w *walker) stopped(at string) bool {
+	if w.late {
+		return true
+	}
+	if err := w.ctx.Err(); err != nil {
+		w.late = true
+		why := "the walk's time budget ran out here: this and what follows were not read"
+		if errors.Is(err, context.Canceled) {
+			why = "the walk was cancelled here: this and what follows were not read"
+		}
+		w.skip(at, why)
+		return true
+	}
+	return false
+}
+
+// join is the path of name in the directory at rel ("" or "." is the
+// walk's root); for naming only, never given to a syscall.
+func join(rel, name string) string {
+	if rel == "" || rel == "." {
+		return name
+	}
+	return rel + "/" + name
+}
+
+// list reads the names of directory d (at rel), sorted: at most
+// MaxDirEntries, and none whose path would pass MaxPath; what it leaves
+// out is named.
+func (w *walker) list(d *os.File, rel string) []string {
+	names, err := d.Readdirnames(MaxDirEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		w.skip(rel, "not read: "+errText(err))
+	}
+	if len(names) > MaxDirEntries {
+		names = names[:MaxDirEntries]
+		w.skip(rel, fmt.Sprintf("more than %d entries: the rest were not read", MaxDirEntries))
+	}
+	long := 0
+	names = slices.DeleteFunc(names, func(n string) bool {
+		if len(join(rel, n)) > MaxPath {
+			long++
+			return true
+		}
+		return false
+	})
+	if long > 0 {
+		w.skip(rel, fmt.Sprintf("%d entries whose paths are longer than %d bytes were not read", long, MaxPath))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// enter opens directory name of d (at path p, depth levels below the
+// root), or names it unread and returns nil.
+func (w *walker) enter(d *os.File, name, p string, depth int) *os.File {
+	if depth > MaxDepth {
+		w.skip(p, fmt.Sprintf("deeper than %d levels: not read", MaxDepth))
+		return nil
+	}
+	sub, err := openIn(d, name, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		w.skip(p, "not read: "+errText(err))
+		return nil
+	}
+	return sub
+}
+
+// errText is an error's text without the path (the walk names it).
+func errText(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// linkKey identifies a regular file that has several links. The change
+// time is part of it: overlayfs can report a copied-up file under its
+// lower origin's inode number, so (dev, ino) alone could pair a changed
+// file with an unchanged lower sibling; a copy-up has a ctime of its own,
+// and nobody can set one.
+type linkKey struct {
+	dev, ino uint64
+	ctime    unix.Timespec
+	size     int64
+}
+
+// links remembers the first path met of each multiply-linked file.
+type links map[linkKey]string
+
+// first returns the path of a link to st's file met earlier in the walk;
+// otherwise it records p as that file's first link and returns "".
+func (l links) first(st *unix.Stat_t, p string) string {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
+		return ""
+	}
+	k := linkKey{uint64(st.Dev), st.Ino, st.Ctim, st.Size}
+	if f, ok := l[k]; ok {
+		return f
+	}
+	l[k] = p
+	return ""
+}
