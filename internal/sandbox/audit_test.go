@@ -3,8 +3,12 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -70,5 +74,55 @@ func TestFindingsShareTheEgressCap(t *testing.T) {
 	}
 	if len(a.recs) != MaxEgressRecords || b.egressDropped.Load() != 2*MaxEgressRecords {
 		t.Errorf("%d records, %d dropped", len(a.recs), b.egressDropped.Load())
+	}
+}
+
+// patchWriter is an Instance whose workspace changes write a huge patch
+// by every shortcut a writer can be reached through.
+type patchWriter struct {
+	Instance
+	deadline time.Duration
+}
+
+func (p *patchWriter) Changes(ctx context.Context, w io.Writer) (*WorkspaceChanges, error) {
+	if d, ok := ctx.Deadline(); ok {
+		p.deadline = time.Until(d)
+	}
+	chunk := strings.Repeat("+x\n", 1<<16)
+	for range 40 {
+		if _, err := io.WriteString(w, chunk); err != nil {
+			return nil, err
+		}
+		if _, err := io.Copy(w, strings.NewReader(chunk)); err != nil {
+			return nil, err
+		}
+	}
+	return &WorkspaceChanges{Changes: []Change{{Path: "a", Kind: "added", Type: "file"}}, Unread: []string{"deep (deeper than 256 levels: not read)"}}, nil
+}
+
+// Regression: cappedBuffer embedded bytes.Buffer, so io.WriteString (and
+// io.Copy) went around its Write and a 473 MB patch landed beside the log.
+// The destroy record's reading has a deadline of RecordTime.
+func TestPatchBesideTheLogIsCapped(t *testing.T) {
+	dir := t.TempDir()
+	s := New(Config{PatchDir: dir})
+	inst := &patchWriter{}
+	out := s.workspaceChanges(&box{rec: store.Sandbox{ID: "sb", Tenant: "t"}, inst: inst})
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("patch files: %v", ents)
+	}
+	fi, _ := ents[0].Info()
+	if fi.Size() != MaxPatchBytes {
+		t.Errorf("the patch is %d bytes, cap %d", fi.Size(), MaxPatchBytes)
+	}
+	if p, _ := out["patch"].(map[string]any); p["truncated"] != true {
+		t.Errorf("the record does not say the patch was cut: %v", out["patch"])
+	}
+	if u, _ := out["unread"].([]string); len(u) != 1 {
+		t.Errorf("the record does not name what was not read: %v", out)
+	}
+	if inst.deadline <= 0 || inst.deadline > RecordTime {
+		t.Errorf("the reading's deadline is %v away, want at most %v", inst.deadline, RecordTime)
 	}
 }

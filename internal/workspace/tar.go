@@ -34,13 +34,8 @@ const MaxTarEntries = 100_000
 // an error, or say what is left out, before the first byte.
 func Tar(ctx context.Context, root *os.File, rel string, maxBytes int64, start func(skipped []string) io.Writer) error {
 	rel = strings.Trim(path.Clean("/"+rel), "/")
-	r, err := reopen(root)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
 	plan := &tarWalk{w: newWalker(ctx), links: links{}}
-	if err := plan.run(r, rel); err != nil {
+	if err := plan.run(root, rel); err != nil {
 		return err
 	}
 	switch {
@@ -58,7 +53,7 @@ func Tar(ctx context.Context, root *os.File, rel string, maxBytes int64, start f
 	// limits, and no time limit of its own (the first one's end is where
 	// both stop).
 	out := &tarWalk{w: newWalker(context.Background()), links: links{}, tw: tw, budget: plan.bytes, stopAt: plan.entries}
-	if err := out.run(r, rel); err != nil {
+	if err := out.run(root, rel); err != nil {
 		return err
 	}
 	return tw.Close()
@@ -75,7 +70,14 @@ type tarWalk struct {
 	entries int
 }
 
-func (t *tarWalk) run(r *os.File, rel string) error {
+// run walks the tree at rel under root (through a descriptor of its own:
+// a directory's read position is per descriptor).
+func (t *tarWalk) run(root *os.File, rel string) error {
+	r, err := reopen(root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
 	if rel == "" {
 		return t.dir(r, ".", 0)
 	}
