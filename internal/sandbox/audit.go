@@ -135,6 +135,7 @@ func Controls(degraded []string) map[string]any {
 // killed first, and the reading stops at RecordTime, saying so.
 const (
 	maxRecordedChanges = 1000
+	maxRecordedUnread  = 100
 	MaxPatchBytes      = 1 << 20 // the patch stored beside the log
 	RecordTime         = 5 * time.Second
 )
@@ -160,7 +161,9 @@ func (s *Service) workspaceChanges(b *box) map[string]any {
 		out["truncated"] = true
 	}
 	out["paths"] = changes
-	if len(ch.Unread) > 0 {
+	if n := len(ch.Unread); n > maxRecordedUnread {
+		out["unread"] = append(ch.Unread[:maxRecordedUnread:maxRecordedUnread], fmt.Sprintf("… %d more", n-maxRecordedUnread))
+	} else if n > 0 {
 		out["unread"] = ch.Unread
 	}
 	if patch.buf.Len() > 0 && s.cfg.PatchDir != "" {
