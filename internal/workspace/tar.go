@@ -106,7 +106,7 @@ func (t *tarWalk) run(root *os.File, rel string) error {
 }
 
 func notExist(rel string, err error) error {
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENAMETOOLONG) {
 		return fmt.Errorf("%s: %w", rel, os.ErrNotExist)
 	}
 	return err
