@@ -63,6 +63,14 @@ func vm(t *testing.T, pid int, field string) int64 {
 	return 0
 }
 
+// resetPeak starts PID's VmHWM again from its VmRSS (clear_refs 5).
+func resetPeak(t *testing.T, pid int) {
+	t.Helper()
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // downloadAll reads a whole download, counting its bytes and entries.
 func downloadAll(t *testing.T, c *client.Client, id, p string) (size int64, names map[string]byte, skipped []string) {
 	t.Helper()
@@ -125,6 +133,7 @@ func TestServeHardLinksCostOnce(t *testing.T) {
 		return sb.ID
 	}
 	id := mk()
+	resetPeak(t, pid)
 	rss0 := vm(t, pid, "VmRSS")
 
 	diff, err := c.Diff(ctx, id)
@@ -271,4 +280,39 @@ func TestRunReadsHostileTrees(t *testing.T) {
 		t.Errorf("the export does not name the deep subtree:\n%.2000s", r.stderr)
 	}
 	noResidue(t)
+}
+
+// The attack: 80 distinct 1 MiB text files, an 80 MiB diff. The diff
+// streams, stops diffing at its budget, names the rest and says so; the
+// daemon does not hold it in memory.
+func TestServeDiffSaysWhatItLeftOut(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	c := d.tenant(t, "budget", api.Quotas{})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e; cd /workspace
+yes 'a line of sixty-three bytes of text, repeated to make one MiB.' | head -c 1048576 > base
+for i in $(seq 80); do sed "s/^/$i /" base > f$i; done; rm base`
+	if out, stderr, end := run(t, c, sb.ID, sh(script)); end.ExitCode != 0 {
+		t.Fatalf("%s %s", out, stderr)
+	}
+	pid := d.cmd.Process.Pid
+	resetPeak(t, pid)
+	rss0 := vm(t, pid, "VmRSS")
+	diff, err := c.Diff(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grew := vm(t, pid, "VmHWM") - rss0
+	t.Logf("diff: %d bytes; daemon peak growth %d MiB", len(diff), grew>>20)
+	if len(diff) > 70<<20 || !strings.Contains(diff, "not diffed: the diff is past its budget") || !strings.Contains(diff, "airlock: the diff reached its budget") {
+		t.Errorf("the diff is %d bytes, or does not say what it left out", len(diff))
+	}
+	if grew > 128<<20 {
+		t.Errorf("the daemon's peak memory grew by %d MiB for a streamed diff", grew>>20)
+	}
 }
