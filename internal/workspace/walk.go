@@ -35,6 +35,8 @@ const (
 	MaxDepth      = 256              // directory levels below the walk's root
 	MaxPath       = unix.PathMax - 1 // bytes of a path below the walk's root
 	MaxDirEntries = 100_000          // entries read from one directory
+	MaxWalkNames  = 64 << 20         // bytes of names one walk reads (held along its path)
+	maxLinkPaths  = 16 << 20         // bytes of first-link paths one walk remembers
 	maxUnread     = 1000             // unread subtrees named; the rest counted
 )
 
@@ -51,8 +53,10 @@ func (u Unread) String() string { return untrusted.Quote(u.Path) + " (" + u.Why 
 type walker struct {
 	ctx    context.Context
 	unread []Unread
-	more   int  // unread entries past maxUnread
-	late   bool // ctx ended: everything after is unread
+	more   int   // unread entries past maxUnread
+	late   bool  // ctx ended: everything after is unread
+	names  int64 // bytes of names read so far
+	max    int64 // MaxWalkNames
 }
 
 // newWalker starts a walk that stops where ctx ends (nil: never).
@@ -60,7 +64,7 @@ func newWalker(ctx context.Context) *walker {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return &walker{ctx: ctx}
+	return &walker{ctx: ctx, max: MaxWalkNames}
 }
 
 // skip names what the walk leaves out.
@@ -115,6 +119,9 @@ func join(rel, name string) string {
 // MaxDirEntries, and none whose path would pass MaxPath; what it leaves
 // out is named.
 func (w *walker) list(d *os.File, rel string) []string {
+	if w.names > w.max {
+		return nil
+	}
 	names, err := d.Readdirnames(MaxDirEntries + 1)
 	if err != nil && !errors.Is(err, io.EOF) {
 		w.skip(rel, "not read: "+errText(err))
@@ -122,6 +129,13 @@ func (w *walker) list(d *os.File, rel string) []string {
 	if len(names) > MaxDirEntries {
 		names = names[:MaxDirEntries]
 		w.skip(rel, fmt.Sprintf("more than %d entries: the rest were not read", MaxDirEntries))
+	}
+	for i, n := range names {
+		if w.names += int64(len(n)) + 16; w.names > w.max {
+			w.skip(rel, fmt.Sprintf("the walk read more than %d bytes of names: this directory's rest and what follows were not read", w.max))
+			names = names[:i]
+			break
+		}
 	}
 	long := 0
 	names = slices.DeleteFunc(names, func(n string) bool {
@@ -173,19 +187,31 @@ type linkKey struct {
 	size     int64
 }
 
-// links remembers the first path met of each multiply-linked file.
-type links map[linkKey]string
+// links remembers the first path met of each multiply-linked file, up to
+// maxLinkPaths bytes of paths; past it further files are read as if they
+// had one link (their cost still counts against the reader's budget).
+type links struct {
+	m     map[linkKey]string
+	bytes int64
+}
 
 // first returns the path of a link to st's file met earlier in the walk;
 // otherwise it records p as that file's first link and returns "".
-func (l links) first(st *unix.Stat_t, p string) string {
+func (l *links) first(st *unix.Stat_t, p string) string {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
 		return ""
 	}
 	k := linkKey{uint64(st.Dev), st.Ino, st.Ctim, st.Size}
-	if f, ok := l[k]; ok {
+	if f, ok := l.m[k]; ok {
 		return f
 	}
-	l[k] = p
+	if l.bytes+int64(len(p)) > maxLinkPaths {
+		return ""
+	}
+	if l.m == nil {
+		l.m = map[linkKey]string{}
+	}
+	l.m[k] = p
+	l.bytes += int64(len(p))
 	return ""
 }

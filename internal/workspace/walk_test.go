@@ -318,3 +318,44 @@ func TestWalkStopsWhenItsTimeIsUp(t *testing.T) {
 		t.Errorf("changes %v, unread %v", set.Changes, set.Unread)
 	}
 }
+
+// A walk holds the names along its path: past its budget of name bytes it
+// stops reading directories, and says where.
+func TestWalkKeepsItsNameBudget(t *testing.T) {
+	root := t.TempDir()
+	for i := range 50 {
+		mkfiles(t, root, map[string]string{"d" + itoa(i%5) + "/" + strings.Repeat("n", 100) + itoa(i): ""})
+	}
+	w := newWalker(context.Background())
+	w.max = 3 * (116 * 10) // three directories' worth
+	d := openPath(t, root)
+	top, _ := reopen(d)
+	defer top.Close()
+	read := 0
+	for _, n := range w.list(top, "") {
+		sub := w.enter(top, n, n, 1)
+		if sub == nil {
+			continue
+		}
+		read += len(w.list(sub, n))
+		sub.Close()
+	}
+	if read >= 50 || !unreadHas(w.Unread(), "d", "bytes of names") {
+		t.Errorf("read %d names, unread %v", read, w.Unread())
+	}
+}
+
+// The links a walk remembers are capped in bytes; past the cap a file is
+// read as if it had one link (its cost then counts against the reader).
+func TestLinksRememberedAreCapped(t *testing.T) {
+	var l links
+	st := unix.Stat_t{Mode: unix.S_IFREG, Nlink: 2, Ino: 1}
+	l.bytes = maxLinkPaths - 3
+	if l.first(&st, "long-path") != "" || l.first(&st, "other") != "" {
+		t.Error("a link past the cap was paired")
+	}
+	st.Ino = 2
+	if l.first(&st, "ab") != "" || l.first(&st, "cd") != "ab" {
+		t.Error("a link within the cap was not paired")
+	}
+}
