@@ -96,9 +96,9 @@ func (w *walker) stopped(at string) bool {
 	}
 	if err := w.ctx.Err(); err != nil {
 		w.late = true
-		why := "the walk's time budget ran out here: this and what follows were not read"
+		why := "the walk's time budget ran out in this directory: its rest and what follows were not read"
 		if errors.Is(err, context.Canceled) {
-			why = "the walk was cancelled here: this and what follows were not read"
+			why = "the walk was cancelled in this directory: its rest and what follows were not read"
 		}
 		w.skip(at, why)
 		return true
