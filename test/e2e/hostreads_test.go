@@ -208,7 +208,8 @@ func TestServeHardLinksCostOnce(t *testing.T) {
 // The attack: a tree deeper than PATH_MAX (and one deeper than 256
 // levels) beside a changed README. Before, the diff, the download, the
 // destroy record and `run --diff` failed whole and the README edit never
-// reached the reviewer; now each shows it and names the deep subtrees.
+// reached the reviewer; now each shows it and names the deep subtrees, and
+// so does a snapshot.
 func TestServeDeepTreeHidesNothing(t *testing.T) {
 	data := newDataDir(t)
 	d := startDaemon(t, data)
@@ -234,6 +235,20 @@ func TestServeDeepTreeHidesNothing(t *testing.T) {
 	_, names, skipped := downloadAll(t, c, sb.ID, "/workspace")
 	if _, ok := names["README"]; !ok || !strings.Contains(strings.Join(skipped, "\n"), "x/"+long) {
 		t.Errorf("download: README in it %v, skipped %.300q", ok, skipped)
+	}
+	sn, err := c.Snapshot(ctx, sb.ID, "")
+	if err != nil {
+		t.Fatalf("the snapshot failed whole: %v", err)
+	}
+	if !strings.Contains(strings.Join(sn.Skipped, "\n"), "x/"+long) {
+		t.Errorf("the snapshot does not name the deep subtree: %.300q", sn.Skipped)
+	}
+	from, err := c.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + sn.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := run(t, c, from.ID, sh("cat /workspace/README /workspace/zz-after")); out != "backdoor\nafter\n" {
+		t.Errorf("a sandbox from the snapshot reads %q", out)
 	}
 	if err := c.Destroy(ctx, sb.ID); err != nil {
 		t.Fatal(err)
