@@ -19,8 +19,11 @@ import (
 //
 //   - by directory descriptors: each directory is opened relative to its
 //     parent's descriptor, one name at a time (openat2 without following
-//     symlinks or magic links, without crossing mounts), so no syscall
-//     ever gets a path longer than one name;
+//     symlinks or magic links, without crossing mounts), so the walk
+//     never gives a syscall more than one name; what is read after it (a
+//     diff's hunks, a digest) or written into a snapshot is named by its
+//     path below the root, at most MaxPath bytes, resolved by openat2
+//     confined to the root;
 //   - what it cannot read — a subtree deeper than MaxDepth levels, names
 //     past MaxPath bytes, a directory of more than MaxDirEntries entries,
 //     an open that fails, a walk whose time ran out — is named (Unread)
