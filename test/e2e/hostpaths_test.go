@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -129,22 +128,7 @@ func TestServeTenantHostPaths(t *testing.T) {
 	// The MCP door: a session whose initialization names the data
 	// directory gets no sandbox of it.
 	hc := unixHTTP(d.sock, an.Key)
-	post := func(sid, body string) (string, string) {
-		req, _ := http.NewRequest("POST", "http://airlock/mcp", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-		if sid != "" {
-			req.Header.Set("Mcp-Session-Id", sid)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.Header.Get("Mcp-Session-Id"), string(b)
-	}
+	post := func(sid, body string) (string, string) { return mcpPost(t, hc, sid, body) }
 	sid, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"},"_meta":{"airlock/sandbox":{"workspace":"`+data+`"}}}}`)
 	if sid != "" {
 		post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)

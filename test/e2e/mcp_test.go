@@ -234,6 +234,26 @@ func (k *keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return k.base.RoundTrip(r)
 }
 
+// mcpPost sends one JSON-RPC message to /mcp in session sid ("" opens
+// one) and returns the session id and the answer's body.
+func mcpPost(t *testing.T, hc *http.Client, sid, body string) (string, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://airlock/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Header.Get("Mcp-Session-Id"), string(b)
+}
+
 func unixHTTP(sock, key string) *http.Client {
 	return &http.Client{Transport: &keyTransport{key: key, sock: sock, base: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -319,22 +339,7 @@ func TestServeMCP(t *testing.T) {
 	other2 := buggyProject(t)
 	_ = os.WriteFile(filepath.Join(other2, "named.txt"), []byte("from the named spec\n"), 0o644)
 	hc := unixHTTP(d.sock, tn.Key)
-	post := func(sid, body string) (string, string) {
-		req, _ := http.NewRequest("POST", "http://airlock/mcp", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-		if sid != "" {
-			req.Header.Set("Mcp-Session-Id", sid)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.Header.Get("Mcp-Session-Id"), string(b)
-	}
+	post := func(sid, body string) (string, string) { return mcpPost(t, hc, sid, body) }
 	sid, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"},"_meta":{"airlock/sandbox":{"workspace":"`+other2+`"}}}}`)
 	post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	if _, out := post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"named.txt"}}}`); !strings.Contains(out, "from the named spec") {
