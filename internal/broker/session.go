@@ -63,6 +63,19 @@ func (s *Session) Inspect(in *egress.Inspected) egress.Verdict {
 			return v
 		}
 	}
+	// A placeholder in the URL is stripped before any grant judges the
+	// URL: stripping after the judgement would send a path or query the
+	// grant never saw ("/shop/.<placeholder>./x" becomes "/shop/../x").
+	if u := in.Req.URL; u != nil {
+		for _, part := range []*string{&u.Path, &u.RawPath, &u.RawQuery} {
+			if locs := Placeholders(*part); len(locs) > 0 {
+				for _, l := range locs {
+					v.Findings = append(v.Findings, s.placeholder((*part)[l[0]:l[1]], "url", "placeholder outside its grant"))
+				}
+				*part = tokenPattern().ReplaceAllString(*part, "")
+			}
+		}
+	}
 	swapped := ""
 	for gi := range s.grants {
 		g := &s.grants[gi]
@@ -122,16 +135,6 @@ func (s *Session) Inspect(in *egress.Inspected) egress.Verdict {
 			in.Req.Header.Del(name)
 		} else {
 			in.Req.Header[name] = kept
-		}
-	}
-	if u := in.Req.URL; u != nil {
-		for _, part := range []*string{&u.Path, &u.RawPath, &u.RawQuery} {
-			if locs := Placeholders(*part); len(locs) > 0 {
-				for _, l := range locs {
-					v.Findings = append(v.Findings, s.placeholder((*part)[l[0]:l[1]], "url", "placeholder outside its grant"))
-				}
-				*part = tokenPattern().ReplaceAllString(*part, "")
-			}
 		}
 	}
 	if locs := Placeholders(string(in.Body)); len(locs) > 0 {
