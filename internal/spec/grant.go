@@ -293,9 +293,13 @@ func segmentOK(seg string) bool {
 }
 
 // NormalPath returns the decoded segments of u's path, or false when the
-// path is not in normal form: dot segments and empty segments, anything of
-// notNormal, or a segment segmentOK refuses.
+// path is not in normal form: an opaque URL, dot segments and empty
+// segments, anything of notNormal, or a segment segmentOK refuses.
 func NormalPath(u *url.URL) ([]string, bool) {
+	if u.Opaque != "" {
+		// "GET https:x/y" has no path: it is sent on as "GET x/y".
+		return nil, false
+	}
 	raw := u.EscapedPath()
 	if raw == "" {
 		raw = "/"

@@ -215,3 +215,25 @@ func FuzzRequestRule(f *testing.F) {
 		}
 	})
 }
+
+// A request line such as "GET https:repos/acme/other" parses with an empty
+// path and an opaque part, which a proxy sends on as the request target
+// ("GET repos/acme/other"): it is no path in normal form, and matches no
+// rule, "GET /" included.
+func TestRequestRuleRefusesOpaqueTargets(t *testing.T) {
+	for _, rule := range []string{"GET /", "GET /**", "GET /repos/**"} {
+		r, err := ParseRequestRule(rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, target := range []string{"https:repos/acme/other", "http:repos/x", "foo:bar", "https:%2F%2Fevil.test/x"} {
+			u, err := url.ParseRequestURI(target)
+			if err != nil || u.Opaque == "" {
+				t.Fatalf("%s: %v %#v", target, err, u)
+			}
+			if r.Matches("GET", u) {
+				t.Errorf("%s matched %q (sent on as %q)", rule, target, u.RequestURI())
+			}
+		}
+	}
+}
