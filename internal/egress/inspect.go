@@ -69,6 +69,10 @@ func (p *Proxy) inspect(req *http.Request, host string, port int, viaTLS bool, e
 		}
 		in.Body = buf
 	}
+	// Request trailers arrive after the body, past what the inspector is
+	// shown: none is sent on. (The request sent on is a clone of req made
+	// now; trailers read later land in req, not in the clone.)
+	req.Trailer = nil
 	v := p.cfg.Inspector.Inspect(in)
 	if req.Body != nil && req.Body != http.NoBody {
 		rest := req.Body
