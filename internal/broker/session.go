@@ -189,11 +189,9 @@ func (s *Session) scan(in *egress.Inspected, v *egress.Verdict) string {
 	for _, f := range fs {
 		v.Findings = append(v.Findings, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: act})
 	}
-	switch s.policy {
-	case "block":
-		f := v.Findings[0]
-		return fmt.Sprintf("secret scan: the request's %s holds what looks like a credential (rule %s, fingerprint %s); this sandbox's policy blocks it", f.Where, f.Rule, f.Fingerprint)
-	case "redact":
+	if s.policy == "block" || s.policy == "redact" {
+		// Redacted under block too: the request is refused, but the
+		// record of it shows its path.
 		texts := make([]string, len(vals))
 		for i, p := range vals {
 			texts[i] = *p
@@ -206,6 +204,10 @@ func (s *Session) scan(in *egress.Inspected, v *egress.Verdict) string {
 			in.Req.URL.RawPath = ""
 		}
 		in.Body = append([]byte(body), in.Body[min(len(in.Body), MaxScanBody):]...)
+	}
+	if s.policy == "block" {
+		f := v.Findings[0]
+		return fmt.Sprintf("secret scan: the request's %s holds what looks like a credential (rule %s, fingerprint %s); this sandbox's policy blocks it", f.Where, f.Rule, f.Fingerprint)
 	}
 	return ""
 }

@@ -118,7 +118,9 @@ func (m *mitm) handle(w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusMisdirectedRequest, fmt.Sprintf("Host %q does not match the TLS server name %q", r.Host, host))
 		return
 	}
-	if v := p.inspect(r, host, port, true, &ev); v.Refuse != "" {
+	v := p.inspect(r, host, port, true, &ev)
+	ev.Path = r.URL.Path // as inspected: stripped of placeholders, a found key redacted
+	if v.Refuse != "" {
 		deny(http.StatusForbidden, v.Refuse)
 		return
 	}

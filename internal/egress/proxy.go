@@ -291,7 +291,9 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 		return false
 	}
 	if p.cfg.Inspector != nil {
-		if v := p.inspect(req, host, port, false, &ev); v.Refuse != "" {
+		v := p.inspect(req, host, port, false, &ev)
+		ev.Path = req.URL.Path // as inspected: stripped of placeholders, a found key redacted
+		if v.Refuse != "" {
 			p.refuse(c, req, ev, http.StatusForbidden, v.Refuse)
 			return false
 		}
