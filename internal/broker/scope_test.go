@@ -44,3 +44,61 @@ func TestGrantJudgesTheURLAfterPlaceholdersAreStripped(t *testing.T) {
 		}
 	}
 }
+
+// A grant covers its methods; a POST saying "X-HTTP-Method-Override:
+// DELETE" (Google APIs, Laravel, Express's method-override) or carrying
+// "_method=DELETE" (Rails, Laravel, Spring) is a DELETE to those servers,
+// and gets no credential.
+func TestGrantRefusesMethodOverrides(t *testing.T) {
+	now := time.Now()
+	b := testBroker(&now)
+	sp := grantSpec(t, 443, 0)
+	sp.Grants[0].Allow = []string{"GET,POST /repos/acme/shop/issues/**"}
+	if err := sp.ValidateLongLived(); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := b.Session("sbx", sp, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := sp.Grants[0].Token
+	form := "application/x-www-form-urlencoded"
+	multi := "multipart/form-data; boundary=XX"
+	part := func(name string) string {
+		return "--XX\r\nContent-Disposition: form-data; " + name + "\r\n\r\nDELETE\r\n--XX--\r\n"
+	}
+	for _, c := range []struct {
+		name, query, header, ct, body string
+		complete, want                bool
+	}{
+		{"plain", "", "", "", "", true, true},
+		{"a form without _method", "", "", form, "title=x", true, true},
+		{"a multipart form without _method", "", "", multi, part(`name="title"`), true, true},
+		{"X-HTTP-Method-Override", "", "X-HTTP-Method-Override", "", "", true, false},
+		{"X-HTTP-Method", "", "X-HTTP-Method", "", "", true, false},
+		{"X-Method-Override", "", "X-Method-Override", "", "", true, false},
+		{"_method in the query", "_method=DELETE", "", "", "", true, false},
+		{"_method encoded in the query", "_m%65thod=DELETE", "", "", "", true, false},
+		{"_method in a form", "", "", form, "a=1&%5Fmethod=DELETE", true, false},
+		{"a form past what was read", "", "", form, "a=1", false, false},
+		{"_method in a multipart form", "", "", multi, part(`name="_method"`), true, false},
+		{"_method encoded in a multipart form", "", "", multi, part(`name*=utf-8''%5Fmethod`), true, false},
+	} {
+		u := "https://api.test/repos/acme/shop/issues/1"
+		if c.query != "" {
+			u += "?" + c.query
+		}
+		req, _ := http.NewRequest("POST", u, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if c.header != "" {
+			req.Header.Set(c.header, "DELETE")
+		}
+		if c.ct != "" {
+			req.Header.Set("Content-Type", c.ct)
+		}
+		sess.Inspect(&egress.Inspected{Req: req, Host: "api.test", Port: 443, TLS: true, Body: []byte(c.body), Complete: c.complete})
+		if got := strings.Contains(req.Header.Get("Authorization"), realSecret); got != c.want {
+			t.Errorf("%s: credential sent %v, want %v", c.name, got, c.want)
+		}
+	}
+}

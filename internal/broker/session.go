@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/url"
 	"sort"
 	"strings"
 
@@ -96,6 +101,8 @@ func (s *Session) Inspect(in *egress.Inspected) egress.Verdict {
 			err = fmt.Errorf("not over TLS")
 		case !c.Allows(in.Host, in.Port, in.Req.Method, in.Req.URL):
 			err = fmt.Errorf("%w: %s %s is not in grant %s's rules", ErrOutOfScope, in.Req.Method, in.Req.URL.EscapedPath(), g.Secret)
+		case methodOverride(in) != "":
+			err = fmt.Errorf("%w: %s asks the server for another method than %s", ErrOutOfScope, methodOverride(in), in.Req.Method)
 		}
 		if err != nil {
 			in.Req.Header.Del(g.Header)
@@ -282,4 +289,64 @@ func credential(g *spec.Grant, secret, clientUser string) string {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+secret))
 	}
 	return secret
+}
+
+// overrideHeaders are the headers through which common servers and
+// frameworks (Google APIs, Laravel, Express's method-override, ...) let a
+// request stand for another method.
+var overrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// methodOverride names what in a request asks the server to treat it as
+// another method (a header, or a "_method" parameter of the query or of a
+// form body, as Rails, Laravel and Spring read it); "" when nothing does.
+// A grant covers the request's own method only, so such a request gets
+// no credential.
+func methodOverride(in *egress.Inspected) string {
+	for _, h := range overrideHeaders {
+		if _, ok := in.Req.Header[h]; ok {
+			return "header " + h
+		}
+	}
+	if u := in.Req.URL; u != nil && u.RawQuery != "" {
+		if q, err := url.ParseQuery(u.RawQuery); err != nil || q.Has("_method") {
+			return "the query's _method"
+		}
+	}
+	ct := strings.ToLower(in.Req.Header.Get("Content-Type"))
+	switch {
+	case strings.HasPrefix(ct, "application/x-www-form-urlencoded"):
+		if q, err := url.ParseQuery(string(in.Body)); !in.Complete || err != nil || q.Has("_method") {
+			return "a form's _method"
+		}
+	case strings.HasPrefix(ct, "multipart/"):
+		if !in.Complete || multipartNames(in.Req.Header.Get("Content-Type"), in.Body, func(n string) bool {
+			return strings.Contains(strings.ToLower(n), "method")
+		}) {
+			return "a form's _method"
+		}
+	}
+	return ""
+}
+
+// multipartNames reports whether a part of a multipart body has a name
+// hit accepts, or the body does not parse.
+func multipartNames(ct string, body []byte, hit func(string) bool) bool {
+	_, params, err := mime.ParseMediaType(ct)
+	if err != nil || params["boundary"] == "" {
+		return true
+	}
+	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		part, err := r.NextRawPart()
+		if err == io.EOF {
+			return false
+		}
+		if err != nil {
+			return true
+		}
+		_, dp, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+		if err != nil && part.Header.Get("Content-Disposition") != "" || hit(dp["name"]) {
+			return true
+		}
+	}
 }
