@@ -399,15 +399,17 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev Event, want string) {
 		return
 	}
 	ev.SNI = strings.ToLower(ch.SNI)
+	// The host named, as every other decision reads it: no trailing dot.
+	sni := strings.TrimSuffix(ev.SNI, ".")
 	if want == "" {
-		ev.Host = ev.SNI
+		ev.Host = sni
 		d := p.cfg.Policy.Check(ev.Host, ev.Port)
 		ev.Rule = d.Rule
 		if !d.Allowed {
 			deny(fmt.Sprintf("%s:%d %s", ev.Host, ev.Port, d.Reason))
 			return
 		}
-	} else if !strings.EqualFold(ev.SNI, want) {
+	} else if sni != want {
 		deny(fmt.Sprintf("SNI %q does not match the CONNECT host %q", ev.SNI, want))
 		return
 	}
@@ -475,18 +477,23 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-// splitHostPort splits "host:port" or "[v6]:port" or a bare host.
+// splitHostPort splits "host:port" or "[v6]:port" or a bare host; the
+// host comes back in lower case without a trailing dot ("api.test." is
+// "api.test" to DNS and servers, and must be to the policy and the
+// inspector too).
 func splitHostPort(s string, def int) (string, int) {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		return strings.Trim(strings.ToLower(s), "[]"), def
+		return canonHost(strings.Trim(s, "[]")), def
 	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 1 || n > 65535 {
-		return strings.ToLower(host), -1
+		return canonHost(host), -1
 	}
-	return strings.ToLower(host), n
+	return canonHost(host), n
 }
+
+func canonHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
