@@ -91,7 +91,9 @@ func TestGuard(t *testing.T) {
 		"192.0.2.10", "198.51.100.7", "203.0.113.1", "2001:db8::1", "3fff::1",
 		// Ways to an embedded IPv4 address.
 		"::10.0.0.1", "2002:a00:1::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2", "192.88.99.1",
-		"198.18.0.1", "2001:2::1", "fec0::1", "192.0.0.170"} {
+		"198.18.0.1", "2001:2::1", "fec0::1", "192.0.0.170",
+		// Azure's WireServer; IPv4-translated (SIIT) and the rest of ::/8.
+		"168.63.129.16", "::ffff:0:a00:1", "::ffff:0:a9fe:a9fe", "ff:ff::1"} {
 		if err := g.Check(netip.MustParseAddr(s)); !errors.Is(err, ErrBlockedAddress) {
 			t.Errorf("%s allowed", s)
 		}

@@ -18,6 +18,7 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("100.64.0.0/10"),     // CGNAT
 	netip.MustParsePrefix("127.0.0.0/8"),       // loopback
 	netip.MustParsePrefix("169.254.0.0/16"),    // link-local, cloud metadata
+	netip.MustParsePrefix("168.63.129.16/32"),  // Azure's WireServer (a platform address, not the internet)
 	netip.MustParsePrefix("172.16.0.0/12"),     // private
 	netip.MustParsePrefix("192.0.0.0/24"),      // IETF protocol assignments
 	netip.MustParsePrefix("192.0.2.0/24"),      // documentation (TEST-NET-1)
@@ -31,6 +32,7 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("::/128"),            // unspecified
 	netip.MustParsePrefix("::1/128"),           // loopback
 	netip.MustParsePrefix("::/96"),             // IPv4-compatible (deprecated; reaches embedded IPv4)
+	netip.MustParsePrefix("::/8"),              // reserved by the IETF: IPv4-translated ::ffff:0:a.b.c.d (SIIT) and the rest
 	netip.MustParsePrefix("::ffff:0:0/96"),     // IPv4-mapped (checked unmapped too)
 	netip.MustParsePrefix("64:ff9b::/96"),      // NAT64
 	netip.MustParsePrefix("64:ff9b:1::/48"),    // local NAT64
