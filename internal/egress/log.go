@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,8 +42,10 @@ type Recorder struct {
 	enc     *json.Encoder
 	allowed int
 	denied  map[string]int
-	limits  []string
-	sink    func(Event)
+	// deniedOther counts denials of hosts past the first maxDeniedHosts.
+	deniedOther int
+	limits      []string
+	sink        func(Event)
 	// lost counts events the log writer refused (a full disk, say), and
 	// writeErr is its first error: the run says so instead of going on
 	// as if the record were whole.
@@ -76,7 +79,14 @@ func (r *Recorder) Record(e Event) {
 	case e.Decision == "allowed" && e.Kind != "dns":
 		r.allowed++
 	case e.Decision == "denied":
-		r.denied[e.Host]++
+		// Names come from the sandbox (an SNI of 64 KiB, a new one each
+		// time): the summary keeps a bounded number of short ones.
+		h := clip(e.Host, maxRecordedHost)
+		if _, ok := r.denied[h]; ok || len(r.denied) < maxDeniedHosts {
+			r.denied[h]++
+		} else {
+			r.deniedOther++
+		}
 	}
 	if r.sink != nil {
 		r.sink(e)
@@ -114,7 +124,7 @@ func (r *Recorder) Limits() []string {
 func (r *Recorder) Summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
+	n := r.deniedOther
 	type hc struct {
 		host  string
 		count int
@@ -138,7 +148,10 @@ func (r *Recorder) Summary() string {
 				parts = append(parts, "...")
 				break
 			}
-			parts = append(parts, fmt.Sprintf("%s x%d", h.host, h.count))
+			parts = append(parts, fmt.Sprintf("%s x%d", printable(h.host), h.count))
+		}
+		if r.deniedOther > 0 && len(hosts) < 5 {
+			parts = append(parts, fmt.Sprintf("other hosts x%d", r.deniedOther))
 		}
 		s += " (" + strings.Join(parts, ", ") + ")"
 	}
@@ -150,4 +163,50 @@ func plural(n int, w string) string {
 		return w
 	}
 	return w + "s"
+}
+
+// Bounds on what a sandbox's names and paths take in the record: the
+// summary's distinct denied hosts, and the lengths of an event's fields (a
+// DNS name has at most 253 bytes; an SNI, a Host header or a path may have
+// megabytes, every one of which went to the audit log).
+const (
+	maxDeniedHosts  = 64
+	maxRecordedHost = 260
+	maxRecordedPath = 2048
+	maxRecordedText = 1024
+)
+
+// clip shortens s to at most n bytes, saying how long it was.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s...(%d bytes)", s[:n-20], len(s))
+}
+
+// printable is s for a terminal: quoted when it holds anything but
+// printable ASCII (an escape sequence in an SNI is the sandbox's, not the
+// operator's terminal's).
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return strconv.QuoteToASCII(s)
+		}
+	}
+	return s
+}
+
+// clipEvent bounds the fields of e a sandbox chose.
+func clipEvent(e *Event) {
+	e.Host = clip(e.Host, maxRecordedHost)
+	e.SNI = clip(e.SNI, maxRecordedHost)
+	e.Path = clip(e.Path, maxRecordedPath)
+	e.Method = clip(e.Method, 32)
+	e.QType = clip(e.QType, 32)
+	e.Reason = clip(e.Reason, maxRecordedText)
+	e.Addr = clip(e.Addr, maxRecordedHost)
+	for i := range e.Findings {
+		e.Findings[i].Reason = clip(e.Findings[i].Reason, maxRecordedText)
+		e.Findings[i].Where = clip(e.Findings[i].Where, maxRecordedText)
+	}
 }

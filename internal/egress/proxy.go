@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -219,6 +220,7 @@ func (p *Proxy) accept(ln net.Listener, serve func(net.Conn)) {
 func (p *Proxy) record(e Event) {
 	e.Time = time.Now().UTC()
 	e.Sandbox = p.cfg.Sandbox
+	clipEvent(&e)
 	p.cfg.Recorder.Record(e)
 }
 
@@ -232,12 +234,37 @@ func (p *Proxy) addOut(n int64) error {
 	return nil
 }
 
+// maxHeaderBytes bounds a request's line and headers, as net/http's
+// server does (http.ReadRequest alone reads a line of any length into
+// memory: a sandbox's gigabyte-long path was the daemon's gigabyte).
+const maxHeaderBytes = http.DefaultMaxHeaderBytes + 4096
+
+// readRequest reads one request from br, whose reads come from lr, with
+// its line and headers held to maxHeaderBytes; the body and whatever
+// follows (a tunnel) are not limited. ok is false when the connection is
+// done (answered already when the header was too large).
+func (p *Proxy) readRequest(c net.Conn, br *bufio.Reader, lr *io.LimitedReader) (*http.Request, bool) {
+	lr.N = maxHeaderBytes
+	req, err := http.ReadRequest(br)
+	exhausted := lr.N <= 0
+	lr.N = math.MaxInt64
+	if err != nil {
+		if exhausted {
+			p.refuse(c, nil, Event{Kind: "http"}, http.StatusRequestHeaderFieldsTooLarge,
+				fmt.Sprintf("request line and headers longer than %d bytes", http.DefaultMaxHeaderBytes))
+		}
+		return nil, false
+	}
+	return req, true
+}
+
 // explicit serves HTTP_PROXY clients: absolute-form requests and CONNECT.
 func (p *Proxy) explicit(c net.Conn) {
-	br := bufio.NewReader(c)
+	lr := &io.LimitedReader{R: c}
+	br := bufio.NewReader(lr)
 	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		req, ok := p.readRequest(c, br, lr)
+		if !ok {
 			return
 		}
 		if req.Method == http.MethodConnect {
@@ -262,10 +289,11 @@ func (p *Proxy) explicit(c net.Conn) {
 // transparentHTTP serves port 80 traffic that ignored the proxy variables:
 // every request on the connection is judged by its Host header.
 func (p *Proxy) transparentHTTP(c net.Conn) {
-	br := bufio.NewReader(c)
+	lr := &io.LimitedReader{R: c}
+	br := bufio.NewReader(lr)
 	for {
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		req, ok := p.readRequest(c, br, lr)
+		if !ok {
 			return
 		}
 		host, _ := splitHostPort(req.Host, 80)
