@@ -23,6 +23,10 @@ type mitm struct {
 	p   *Proxy
 	srv *http.Server
 	ln  *chanListener
+	// slots holds a place for each request in flight: HTTP/2 carries many
+	// on one connection, each with up to MaxInspectBody of body in
+	// memory, and all of them together get the connection cap.
+	slots chan struct{}
 }
 
 // conn is one intercepted connection: where it goes, and a signal for the
@@ -36,7 +40,7 @@ type mitmConn struct {
 type mitmKey struct{}
 
 func newMITM(p *Proxy) *mitm {
-	m := &mitm{p: p, ln: newChanListener()}
+	m := &mitm{p: p, ln: newChanListener(), slots: make(chan struct{}, p.cfg.MaxConns)}
 	conns := sync.Map{} // *tls.Conn -> *mitmConn
 	m.srv = &http.Server{
 		Handler:           http.HandlerFunc(m.handle),
@@ -102,6 +106,12 @@ func (m *mitm) handle(w http.ResponseWriter, r *http.Request) {
 	mc, _ := r.Context().Value(mitmKey{}).(*mitmConn)
 	if mc == nil {
 		http.Error(w, "airlock egress: no connection", http.StatusInternalServerError)
+		return
+	}
+	select {
+	case m.slots <- struct{}{}:
+		defer func() { <-m.slots }()
+	case <-r.Context().Done():
 		return
 	}
 	p := m.p
