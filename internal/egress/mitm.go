@@ -134,6 +134,10 @@ func (m *mitm) handle(w http.ResponseWriter, r *http.Request) {
 		deny(http.StatusForbidden, v.Refuse)
 		return
 	}
+	if err := p.addOut(headerBytes(r)); err != nil {
+		deny(http.StatusForbidden, fmt.Sprintf("egress byte limit (%d bytes) reached", p.cfg.MaxBytesOut))
+		return
+	}
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	out.URL.Scheme = "https"

@@ -326,6 +326,10 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 			return false
 		}
 	}
+	if err := p.addOut(headerBytes(req)); err != nil {
+		p.refuse(c, req, ev, http.StatusForbidden, fmt.Sprintf("egress byte limit (%d bytes) reached", p.cfg.MaxBytesOut))
+		return false
+	}
 	out := req.Clone(req.Context())
 	out.RequestURI = ""
 	out.URL.Scheme = "http"
@@ -488,6 +492,19 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev Event, want string) {
 	ev.Decision = "allowed"
 	ev.DurationMS = ms(time.Since(start))
 	p.record(ev)
+}
+
+// headerBytes is about what a request's line and headers take on the
+// wire: they go out too, and count against the byte cap like a body (a
+// megabyte of headers a request, and no body, passed any cap).
+func headerBytes(r *http.Request) int64 {
+	n := len(r.Method) + len(r.URL.RequestURI()) + len(r.Host) + 20
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
 }
 
 // hopHeaders belong to one hop and are not sent on.

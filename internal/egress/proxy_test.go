@@ -349,3 +349,27 @@ func TestProxyRefusesTheHostsAddresses(t *testing.T) {
 		t.Errorf("summary %q", s)
 	}
 }
+
+// The byte cap counted bodies only: a request's line and headers (up to a
+// megabyte each) went out uncounted, so requests without a body passed
+// any cap.
+func TestProxyByteLimitCountsHeaders(t *testing.T) {
+	_, rec, ports := startProxy(t)
+	port := strings.Fields(ports)[0]
+	c := proxyClient()
+	refused := false
+	for i := 0; i < 40 && !refused; i++ { // 40 x 64 KiB: 2.5 MiB against a 1 MiB cap
+		req, _ := http.NewRequest("GET", "http://allowed.test:"+port+"/x", nil)
+		req.Header.Set("X-Data", strings.Repeat("x", 64<<10))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		refused = resp.StatusCode == 403
+	}
+	if l := rec.Limits(); !refused || len(l) != 1 || l[0] != "bytes-out" {
+		t.Fatalf("2.5 MiB of headers passed a 1 MiB cap (limits %v)", l)
+	}
+}
