@@ -324,6 +324,16 @@ func TestProxyServesOnlyItsPeer(t *testing.T) {
 			break
 		}
 	}
+	// The proxy records a request once its answer is written: the client
+	// may read the answer first.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(events)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(events) != 2 {
