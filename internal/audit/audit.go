@@ -19,6 +19,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -204,15 +205,25 @@ func (l *Log) resume(path string) error {
 	defer f.Close()
 	var last *Record
 	var good int64
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
+	// Lines are read whole, however long: a record is as long as its data
+	// (a sandbox's names can make it tens of MiB), and cutting at a line
+	// merely found long would delete it and every record after it, with a
+	// chain that still verifies.
+	rd := bufio.NewReaderSize(f, 1<<20)
+	for {
+		line, err := rd.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			break // a torn last line (no newline) is not kept
+		}
+		if err != nil {
+			return err
+		}
 		var r Record
-		if json.Unmarshal(sc.Bytes(), &r) != nil {
+		if json.Unmarshal(line, &r) != nil {
 			break
 		}
 		last = &r
-		good += int64(len(sc.Bytes())) + 1
+		good += int64(len(line))
 	}
 	if err := f.Truncate(good); err != nil {
 		return err

@@ -302,3 +302,50 @@ func FuzzVerifyCatchesEveryEdit(f *testing.F) {
 		}
 	})
 }
+
+// A record longer than any line buffer (a sandbox's names can make one:
+// a destroy record lists up to 1000 changed paths and link targets of
+// 4 KiB each, JSON-escaped six-fold) survives a restart, and so does
+// everything after it: resuming the chain must not cut the segment at a
+// line it merely found long.
+func TestResumeKeepsLongRecords(t *testing.T) {
+	l, dir, key, head := newLog(t, Options{})
+	if err := l.Commit(context.Background(), Record{Kind: "before"}); err != nil {
+		t.Fatal(err)
+	}
+	long, _ := json.Marshal(map[string]string{"path": strings.Repeat("\x01", 3<<20)}) // 18 MiB escaped
+	if err := l.Commit(context.Background(), Record{Kind: "long", Data: long}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(context.Background(), Record{Kind: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := Open(dir, key, Options{OnHead: func(h Head) { headMu.Lock(); *head = h; headMu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Commit(context.Background(), Record{Kind: "restarted"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Verify(dir, key.Public().(ed25519.PublicKey), head, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	segs, _ := Segments(dir)
+	for _, p := range segs {
+		if _, err := readSegment(p, 0, func(r *Record) error { kinds = append(kinds, r.Kind); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := strings.Join(kinds, " ")
+	if !strings.Contains(got, "before long after") || !strings.Contains(got, "restarted") {
+		t.Errorf("records after the restart: %s (summary %+v)", got, s)
+	}
+}
