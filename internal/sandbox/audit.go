@@ -136,8 +136,13 @@ func Controls(degraded []string) map[string]any {
 const (
 	maxRecordedChanges = 1000
 	maxRecordedUnread  = 100
-	MaxPatchBytes      = 1 << 20 // the patch stored beside the log
-	RecordTime         = 5 * time.Second
+	// maxRecordedBytes caps the JSON of the paths one record lists, and a
+	// quarter of it the names of what was not read: a sandbox chooses
+	// them, 4 KiB each and six times that escaped, so 1000 of them would
+	// be a record of tens of MiB, one per destroy or download.
+	maxRecordedBytes = 1 << 20
+	MaxPatchBytes    = 1 << 20 // the patch stored beside the log
+	RecordTime       = 5 * time.Second
 )
 
 // workspaceChanges summarizes what changed in a sandbox's /workspace and
@@ -156,15 +161,13 @@ func (s *Service) workspaceChanges(b *box) map[string]any {
 		out["truncated"] = true
 		out["truncated_why"] = ch.Truncated
 	}
-	if len(changes) > maxRecordedChanges {
-		changes = changes[:maxRecordedChanges]
+	if kept, left := capRecorded(changes, maxRecordedChanges, maxRecordedBytes); left > 0 {
+		changes = kept
 		out["truncated"] = true
 	}
 	out["paths"] = changes
-	if n := len(ch.Unread); n > maxRecordedUnread {
-		out["unread"] = append(ch.Unread[:maxRecordedUnread:maxRecordedUnread], fmt.Sprintf("… %d more", n-maxRecordedUnread))
-	} else if n > 0 {
-		out["unread"] = ch.Unread
+	if len(ch.Unread) > 0 {
+		out["unread"] = recordedNames(ch.Unread)
 	}
 	if patch.buf.Len() > 0 && s.cfg.PatchDir != "" {
 		sum := sha256.Sum256(patch.buf.Bytes())
@@ -302,4 +305,28 @@ func policyHash(allow, deny []string) string {
 	slices.Sort(d)
 	sum := sha256.Sum256([]byte("allow\x00" + strings.Join(a, "\x00") + "\x00deny\x00" + strings.Join(d, "\x00")))
 	return hex.EncodeToString(sum[:])
+}
+
+// capRecorded keeps the first entries of list, at most maxItems of them
+// and maxBytes of their JSON, and says how many it left out.
+func capRecorded[T any](list []T, maxItems, maxBytes int) (kept []T, left int) {
+	size := 0
+	for i, e := range list {
+		b, _ := json.Marshal(e)
+		if size += len(b) + 1; i == maxItems || size > maxBytes {
+			return list[:i:i], len(list) - i
+		}
+	}
+	return list, 0
+}
+
+// recordedNames is a list of names a sandbox chose (what a reading left
+// out) as a record holds it: capped (capRecorded), the last entry counting
+// the rest.
+func recordedNames(names []string) []string {
+	kept, left := capRecorded(names, maxRecordedUnread, maxRecordedBytes/4)
+	if left > 0 {
+		kept = append(kept, fmt.Sprintf("… %d more", left))
+	}
+	return kept
 }

@@ -126,3 +126,46 @@ func TestPatchBesideTheLogIsCapped(t *testing.T) {
 		t.Errorf("the reading's deadline is %v away, want at most %v", inst.deadline, RecordTime)
 	}
 }
+
+// hugeNames is an Instance whose workspace holds the longest names a
+// sandbox can make, as many as a record lists: control bytes, escaped
+// six-fold in JSON.
+type hugeNames struct{ Instance }
+
+func (hugeNames) Changes(ctx context.Context, w io.Writer) (*WorkspaceChanges, error) {
+	long := strings.Repeat("\x01", 4095)
+	out := &WorkspaceChanges{}
+	for range 2000 {
+		out.Changes = append(out.Changes, Change{Path: long, Kind: "added", Type: "file"})
+		out.Unread = append(out.Unread, long+" (fifo: not archived)")
+	}
+	return out, nil
+}
+
+// Regression: the destroy record listed 1000 changed paths and 100
+// unread names whatever their length: a sandbox's names made it about
+// 27 MiB (and a download's record, its skipped names, 20).
+func TestRecordOfHugeNamesIsCapped(t *testing.T) {
+	s := New(Config{})
+	out := s.workspaceChanges(&box{rec: store.Sandbox{ID: "sb", Tenant: "t"}, inst: hugeNames{}})
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 2*maxRecordedBytes {
+		t.Errorf("the record is %d bytes", len(b))
+	}
+	if out["truncated"] != true || out["changed"] != 2000 {
+		t.Errorf("the record does not say it left paths out: truncated %v, changed %v", out["truncated"], out["changed"])
+	}
+	u, _ := out["unread"].([]string)
+	if len(u) == 0 || !strings.HasPrefix(u[len(u)-1], "… ") {
+		t.Errorf("the record does not count the unread names it left out: %d of them", len(u))
+	}
+	ch, _ := hugeNames{}.Changes(context.Background(), nil)
+	if r := recordedNames(ch.Unread); len(r) == 0 {
+		t.Error("no skipped name recorded")
+	} else if b, _ := json.Marshal(r); len(b) > maxRecordedBytes {
+		t.Errorf("a download's skipped names take %d bytes of its record", len(b))
+	}
+}

@@ -410,7 +410,7 @@ func (s *Service) Download(ctx context.Context, t *Principal, id, p string, star
 	dg := newStreamDigest()
 	var recErr error
 	err = b.inst.Archive(ctx, strings.TrimPrefix(rel, "/"), MaxArchiveBytes, func(skipped []string) io.Writer {
-		if recErr = s.fileRecord(ctx, b, "download", p, "", map[string]any{"skipped": skipped}); recErr != nil {
+		if recErr = s.fileRecord(ctx, b, "download", p, "", map[string]any{"skipped": recordedNames(skipped)}); recErr != nil {
 			return failWriter{recErr} // nothing leaves unrecorded
 		}
 		return io.MultiWriter(start(skipped), digestWriter{dg})
