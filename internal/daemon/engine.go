@@ -514,9 +514,17 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		destroyed := map[string]any{"reason": endReason(res), "limits": res.Limits, "cpu_seconds": stats.CPUTime.Seconds(), "memory_peak_bytes": stats.MemoryPeak}
 		ctx, cancel := context.WithTimeout(context.Background(), sandbox.RecordTime)
 		if ch, err := workspace.Changes(ctx, wsDir, sb.WorkspaceUpper, sb.Workspace); err == nil {
-			destroyed["workspace"] = ch.Changes
-			if len(ch.Unread) > 0 {
-				destroyed["workspace_unread"] = ch.Unread
+			// Capped as the daemon's record is: a sandbox chooses the names.
+			changes, left := sandbox.CapRecorded(ch.Changes, sandbox.MaxRecordedChanges, sandbox.MaxRecordedBytes)
+			destroyed["workspace"] = changes
+			if left > 0 {
+				destroyed["workspace_left_out"] = left
+			}
+			if unread, left := sandbox.CapRecorded(ch.Unread, sandbox.MaxRecordedChanges, sandbox.MaxRecordedBytes/4); len(unread) > 0 {
+				destroyed["workspace_unread"] = unread
+				if left > 0 {
+					destroyed["workspace_unread_left_out"] = left
+				}
 			}
 			if ch.Truncated != "" {
 				destroyed["workspace_truncated"] = ch.Truncated

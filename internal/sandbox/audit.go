@@ -134,13 +134,13 @@ func Controls(degraded []string) map[string]any {
 // never holds up a destroy or the kill switch for long: the sandbox is
 // killed first, and the reading stops at RecordTime, saying so.
 const (
-	maxRecordedChanges = 1000
+	MaxRecordedChanges = 1000
 	maxRecordedUnread  = 100
-	// maxRecordedBytes caps the JSON of the paths one record lists, and a
+	// MaxRecordedBytes caps the JSON of the paths one record lists, and a
 	// quarter of it the names of what was not read: a sandbox chooses
 	// them, 4 KiB each and six times that escaped, so 1000 of them would
 	// be a record of tens of MiB, one per destroy or download.
-	maxRecordedBytes = 1 << 20
+	MaxRecordedBytes = 1 << 20
 	MaxPatchBytes    = 1 << 20 // the patch stored beside the log
 	RecordTime       = 5 * time.Second
 )
@@ -161,7 +161,7 @@ func (s *Service) workspaceChanges(b *box) map[string]any {
 		out["truncated"] = true
 		out["truncated_why"] = ch.Truncated
 	}
-	if kept, left := capRecorded(changes, maxRecordedChanges, maxRecordedBytes); left > 0 {
+	if kept, left := CapRecorded(changes, MaxRecordedChanges, MaxRecordedBytes); left > 0 {
 		changes = kept
 		out["truncated"] = true
 	}
@@ -307,9 +307,9 @@ func policyHash(allow, deny []string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// capRecorded keeps the first entries of list, at most maxItems of them
+// CapRecorded keeps the first entries of list, at most maxItems of them
 // and maxBytes of their JSON, and says how many it left out.
-func capRecorded[T any](list []T, maxItems, maxBytes int) (kept []T, left int) {
+func CapRecorded[T any](list []T, maxItems, maxBytes int) (kept []T, left int) {
 	size := 0
 	for i, e := range list {
 		b, _ := json.Marshal(e)
@@ -321,10 +321,10 @@ func capRecorded[T any](list []T, maxItems, maxBytes int) (kept []T, left int) {
 }
 
 // recordedNames is a list of names a sandbox chose (what a reading left
-// out) as a record holds it: capped (capRecorded), the last entry counting
+// out) as a record holds it: capped (CapRecorded), the last entry counting
 // the rest.
 func recordedNames(names []string) []string {
-	kept, left := capRecorded(names, maxRecordedUnread, maxRecordedBytes/4)
+	kept, left := CapRecorded(names, maxRecordedUnread, MaxRecordedBytes/4)
 	if left > 0 {
 		kept = append(kept, fmt.Sprintf("… %d more", left))
 	}

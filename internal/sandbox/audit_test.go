@@ -152,7 +152,7 @@ func TestRecordOfHugeNamesIsCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) > 2*maxRecordedBytes {
+	if len(b) > 2*MaxRecordedBytes {
 		t.Errorf("the record is %d bytes", len(b))
 	}
 	if out["truncated"] != true || out["changed"] != 2000 {
@@ -165,7 +165,7 @@ func TestRecordOfHugeNamesIsCapped(t *testing.T) {
 	ch, _ := hugeNames{}.Changes(context.Background(), nil)
 	if r := recordedNames(ch.Unread); len(r) == 0 {
 		t.Error("no skipped name recorded")
-	} else if b, _ := json.Marshal(r); len(b) > maxRecordedBytes {
+	} else if b, _ := json.Marshal(r); len(b) > MaxRecordedBytes {
 		t.Errorf("a download's skipped names take %d bytes of its record", len(b))
 	}
 }
