@@ -65,7 +65,7 @@ func (s *Service) Snapshot(ctx context.Context, t *Principal, id string, req *ap
 	}
 	if err := s.commit(ctx, b.who(), "sandbox.snapshot", "observed", map[string]any{
 		"snapshot": rec.ID, "content": files.ID, "name": req.Name, "base": files.Base, "root": files.Root, "bytes": files.Bytes,
-		"skipped": files.Skipped, "workspace": s.workspaceChanges(b),
+		"skipped": recordedNames(files.Skipped), "workspace": s.workspaceChanges(b),
 	}); err != nil {
 		return nil, err
 	}
