@@ -164,7 +164,7 @@ func serveMCP(ctx context.Context, g *globals, backend mcp.Backend, req api.Crea
 			g.warn("mcp: no changes in /workspace")
 			return
 		}
-		fmt.Fprint(g.stderr, d)
+		fmt.Fprint(forTerminal(g.stderr), d)
 	})
 	if endErr != nil {
 		g.warn("mcp: destroy the sandbox: " + endErr.Error())

@@ -545,7 +545,7 @@ func diffCmd(g *globals) *cobra.Command {
 		if err != nil {
 			return apiErr(err)
 		}
-		_, err = io.WriteString(g.stdout, d)
+		_, err = io.WriteString(forTerminal(g.stdout), d)
 		return err
 	}
 	return c

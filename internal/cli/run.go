@@ -214,7 +214,7 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 		ro.NetLog = f
 	}
 	if diff {
-		ro.Diff = os.Stdout
+		ro.Diff = forTerminal(os.Stdout)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
