@@ -290,6 +290,7 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 	allowed, denied := map[string]int{}, map[string]int{}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	var files []string
+	changed := -1 // as the destroy record counts them (it lists at most 1000)
 	for _, r := range recs {
 		d := get(r)
 		switch r.Kind {
@@ -310,6 +311,9 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 		case "sandbox.destroyed":
 			fmt.Fprintf(w, "ended %s: %s\n", r.Time.Format(time.RFC3339), q(d["reason"]))
 			if ws, ok := d["workspace"].(map[string]any); ok {
+				if n, ok := ws["changed"].(float64); ok {
+					changed = int(n)
+				}
 				if paths, ok := ws["paths"].([]any); ok {
 					for _, p := range paths {
 						if m, ok := p.(map[string]any); ok {
@@ -336,7 +340,11 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 	for h, n := range denied {
 		fmt.Fprintf(w, "  denied %s (x%d)\n", h, n)
 	}
-	fmt.Fprintf(w, "files changed in /workspace: %d\n", len(files))
+	if changed > len(files) {
+		fmt.Fprintf(w, "files changed in /workspace: %d (%d listed)\n", changed, len(files))
+	} else {
+		fmt.Fprintf(w, "files changed in /workspace: %d\n", len(files))
+	}
 	for _, f := range files {
 		fmt.Fprintln(w, "  "+f)
 	}

@@ -80,3 +80,18 @@ func TestReportQuotesSandboxNames(t *testing.T) {
 		t.Fatalf("raw bytes in the report:\n%q", s)
 	}
 }
+
+// audit report counts the files changed as the destroy record does, not
+// by the paths it lists: a record lists at most 1000 (and 1 MiB of them),
+// so a sandbox that changed more must not read as one that changed fewer.
+func TestReportCountsEveryChange(t *testing.T) {
+	b, _ := json.Marshal(map[string]any{"reason": "exit", "workspace": map[string]any{"changed": 5000, "truncated": true,
+		"paths": []any{map[string]any{"kind": "added", "path": "a", "size": 1}, map[string]any{"kind": "added", "path": "b", "size": 1}}}})
+	var out bytes.Buffer
+	if err := writeReport(&out, []*audit.Record{{Kind: "sandbox.destroyed", Sandbox: "sb", Time: time.Now(), Data: b}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "files changed in /workspace: 5000 (2 listed)") {
+		t.Errorf("report:\n%s", s)
+	}
+}
