@@ -79,7 +79,7 @@ and named. Names are shown quoted when they hold control characters.`,
 			for _, s := range skipped {
 				g.warn("cp: skipped " + untrusted.QuoteText(s)) // the daemon's names come quoted, with why
 			}
-			links, err := extractTar(dst, body)
+			links, err := extractTarFrom(dst, body, archiveBase(spath))
 			for _, l := range links {
 				g.warn("cp: skipped " + l)
 			}
@@ -143,6 +143,24 @@ func tarLocal(src string, w io.Writer) (skipped []string, err error) {
 // returned, described, in skipped; a hard link only to a regular file the
 // archive itself wrote.
 func extractTar(dst string, r io.Reader) (skipped []string, err error) {
+	return extractTarFrom(dst, r, "")
+}
+
+// archiveBase is the directory a download of the sandbox path p names its
+// entries under ("" for /workspace itself or a path right below it): the
+// daemon names them by their path below /workspace, and cp keeps only
+// the base name.
+func archiveBase(p string) string {
+	rel := strings.Trim(path.Clean("/"+strings.TrimPrefix(path.Clean(p), "/workspace")), "/")
+	if d := path.Dir(rel); d != "." {
+		return d
+	}
+	return ""
+}
+
+// extractTarFrom is extractTar of an archive whose entries are all under
+// base ("": none), written without it.
+func extractTarFrom(dst string, r io.Reader, base string) (skipped []string, err error) {
 	root, err := os.Open(dst)
 	if err != nil {
 		return nil, errdefs.Invalid("cp: " + err.Error())
@@ -174,6 +192,13 @@ func extractTar(dst string, r io.Reader) (skipped []string, err error) {
 			return skipped, fmt.Errorf("cp: bad archive: %w", err)
 		}
 		rel := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		if base != "" {
+			var ok bool
+			if rel, ok = strings.CutPrefix(rel, base+"/"); !ok {
+				skipped = append(skipped, fmt.Sprintf("%s (not under %s)", untrusted.Quote(h.Name), untrusted.Quote(base)))
+				continue
+			}
+		}
 		if rel == "" {
 			continue
 		}
@@ -214,7 +239,11 @@ func extractTar(dst string, r io.Reader) (skipped []string, err error) {
 			// A further link of a file shipped once: only to a file this
 			// archive wrote, never following a symlink.
 			target := strings.TrimPrefix(path.Clean("/"+h.Linkname), "/")
-			if !regular[target] {
+			inBase := true
+			if base != "" {
+				target, inBase = strings.CutPrefix(target, base+"/")
+			}
+			if !inBase || !regular[target] {
 				err = fmt.Errorf("a hard link to %s, which is not a file of this archive", untrusted.Quote(h.Linkname))
 				break
 			}

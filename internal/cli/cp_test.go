@@ -3,9 +3,14 @@ package cli
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/workspace"
 )
 
 type entry struct {
@@ -91,4 +96,49 @@ func FuzzExtractTarStaysInside(f *testing.F) {
 			t.Fatalf("written outside the destination: %v", ents)
 		}
 	})
+}
+
+// cp SANDBOX:/workspace/a/b DIR writes DIR/b: the daemon names a
+// download's entries by their path below /workspace (a/b/...), and cp
+// keeps the base name, hard links included. Before, the entry a/b/ was
+// made under DIR's missing a/, and cp failed.
+func TestExtractNestedDownload(t *testing.T) {
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "a/b/c"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "a/b/c/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(src, "a/b/c/f"), filepath.Join(src, "a/b/g")); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, p := range []string{"/workspace/a/b", "/workspace/a/b/", "/workspace/a/b/c/f"} {
+		var buf bytes.Buffer
+		if err := workspace.Tar(context.Background(), root, strings.TrimPrefix(p, "/workspace"), 1<<20, func([]string) io.Writer { return &buf }); err != nil {
+			t.Fatal(err)
+		}
+		dst := t.TempDir()
+		skipped, err := extractTarFrom(dst, &buf, archiveBase(p))
+		if err != nil || len(skipped) > 0 {
+			t.Fatalf("%s: %v %v", p, err, skipped)
+		}
+		want := "b/c/f"
+		if strings.HasSuffix(p, "/f") {
+			want = "f"
+		}
+		if b, err := os.ReadFile(filepath.Join(dst, want)); err != nil || string(b) != "x" {
+			t.Errorf("%s: %s: %q %v", p, want, b, err)
+		}
+	}
+	for p, want := range map[string]string{"/workspace": "", "/workspace/out": "", "/workspace/a/b": "a", "/workspace/a/b/c/": "a/b", "/workspace/../x/y": "x"} {
+		if got := archiveBase(p); got != want {
+			t.Errorf("archiveBase(%q) = %q, want %q", p, got, want)
+		}
+	}
 }
