@@ -154,6 +154,21 @@ func TestServeHostileNamesAndLinks(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(local, "out", "sub", "ok")); err != nil || string(b) != "r\n" {
 		t.Errorf("a link inside: %q %v", b, err)
 	}
+	// A nested path keeps its base name: out/sub lands as sub, its hard
+	// link as a link (the archive names both by their path below
+	// /workspace).
+	if r = cli("exec", id, "--", "sh", "-c", "echo h > out/sub/f && ln out/sub/f out/sub/hard"); r.code != 0 {
+		t.Fatalf("exec: %s", r)
+	}
+	nested := t.TempDir()
+	if r = cli("cp", id+":/workspace/out/sub", nested); r.code != 0 {
+		t.Fatalf("cp of a nested path: %s", r)
+	}
+	a, err1 := os.Stat(filepath.Join(nested, "sub", "f"))
+	b, err2 := os.Stat(filepath.Join(nested, "sub", "hard"))
+	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+		t.Errorf("cp of a nested path: %v %v", err1, err2)
+	}
 
 	if r = cli("rm", id); r.code != 0 {
 		t.Fatalf("rm: %s", r)
