@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -81,7 +83,11 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 	}
 	out := &sandbox.SnapshotFiles{Base: b.image}
 	h := sha256.New()
-	fmt.Fprintf(h, "base\x00%s\x00", b.image)
+	digest := b.layout.Digest
+	if digest == "" && strings.HasPrefix(b.image, parent+"/") {
+		digest = b.image // an earlier snapshot's root: named by its content
+	}
+	snapshotBase(h, b.image, digest, full, tmp)
 	err = b.frozen(func() error {
 		base, err := b.sb.UIDBase()
 		if err != nil {
@@ -151,4 +157,23 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 		// The same content was saved before: keep that copy.
 	}
 	return out, nil
+}
+
+// snapshotBase starts a snapshot's content digest with what its root was
+// copied from. The digest names the snapshot's files, and a snapshot of
+// equal digest keeps the files saved first, whoever saved them: so a root
+// copied from an image counts by the image's content digest, not its name
+// (a registry tag, an oci: path, resolved anew at each create, can stand
+// for other content at another time, or for another tenant); a root
+// copied from an image without one (a directory) is never shared (unique:
+// a name of this save's own).
+func snapshotBase(h io.Writer, image, digest string, full bool, unique string) {
+	fmt.Fprintf(h, "base\x00%s\x00", image)
+	switch {
+	case !full: // no root saved: the image is resolved again at each create
+	case digest != "":
+		fmt.Fprintf(h, "digest\x00%s\x00", digest)
+	default:
+		fmt.Fprintf(h, "unique\x00%s\x00", unique)
+	}
 }
