@@ -414,6 +414,7 @@ func (s *Set) Export(dst string) (skipped []string, err error) {
 	}
 	defer src.Close()
 	e := &exporter{root: out, owner: exportOwner(), w: newWalker(s.ctx), links: links{}, max: MaxExportBytes}
+	_ = out.Chown(e.owner[0], e.owner[1]) // the export's own directory too
 	err = e.dir(src, out, "", 0)
 	for _, u := range e.w.Unread() {
 		e.skipped = append(e.skipped, u.String())

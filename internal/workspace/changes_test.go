@@ -225,3 +225,26 @@ func TestDiffQuotesHostileNames(t *testing.T) {
 		}
 	}
 }
+
+// An export made through sudo belongs to the invoking user, its top
+// directory included: before, only what is inside was chowned, and the
+// user could not add, rename or remove anything at the export's top.
+func TestExportBelongsToTheSudoUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	t.Setenv("SUDO_UID", "4242")
+	t.Setenv("SUDO_GID", "4343")
+	ws := t.TempDir()
+	mkfiles(t, ws, map[string]string{"f": "x", "d/g": "y"})
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := (&Set{merged: openPath(t, ws)}).Export(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"", "f", "d", "d/g"} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(out, p), &st); err != nil || st.Uid != 4242 || st.Gid != 4343 {
+			t.Errorf("%q: owner %d:%d, %v", p, st.Uid, st.Gid, err)
+		}
+	}
+}
