@@ -332,3 +332,52 @@ for i in $(seq 80); do sed "s/^/$i /" base > f$i; done; rm base`
 		t.Errorf("the daemon's peak memory grew by %d MiB for a streamed diff", grew>>20)
 	}
 }
+
+// A sandbox fills its workspace with the longest paths it can make, of
+// control bytes (six times their length in JSON), as many as a record
+// lists, and also has them skipped (fifos): the destroy and download
+// records stay small, and the daemon's audit log keeps every record
+// across a restart. Before, the destroy record was about 24 MiB and the
+// download's 20, and a restart cut the log at the first line past 16 MiB.
+func TestServeHugeNamesKeepTheAuditLog(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	c := d.tenant(t, "huge", api.Quotas{})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `n=$(printf '\001%.0s' $(seq 240)); d=.; for i in $(seq 15); do d="$d/$n"; done; mkdir -p "$d" && cd "$d" && for i in $(seq 1100); do mkfifo "$n$i"; done`
+	if out, stderr, end := run(t, c, sb.ID, sh(script)); end.ExitCode != 0 {
+		t.Fatalf("making the names: %s %s", out, stderr)
+	}
+	_, _, skipped := downloadAll(t, c, sb.ID, "/workspace")
+	if len(skipped) == 0 {
+		t.Fatal("the download skipped nothing")
+	}
+	if err := c.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(data, "audit", "*.log"))
+	longest, kinds := 0, map[string]bool{}
+	for _, p := range segs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			longest = max(longest, len(l))
+			var r struct{ Kind string }
+			if json.Unmarshal([]byte(l), &r) == nil {
+				kinds[r.Kind] = true
+			}
+		}
+	}
+	if longest > 4<<20 {
+		t.Errorf("an audit record of %d bytes", longest)
+	}
+	if !kinds["file.download"] || !kinds["sandbox.destroyed"] {
+		t.Errorf("records: %v", kinds)
+	}
+}
