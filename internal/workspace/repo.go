@@ -73,12 +73,59 @@ func fromRepo(src *git.Repository, repo, rev, dir, id string) (string, func(), e
 	return ws, cleanup, nil
 }
 
+// MaxRepoEntries and MaxRepoBytes cap what one checkout writes on the host:
+// paths (each tree entry counts every time a tree is reached, as checkout
+// writes it every time: a "git bomb" of ten trees naming one tree ten times
+// is a few hundred bytes and 10^9 files) and bytes of file content (as the
+// objects declare them).
+const (
+	MaxRepoEntries = 1 << 20
+	MaxRepoBytes   = 8 << 30
+)
+
+// measure walks tree and refuses it before anything is written when its
+// checkout would pass MaxRepoEntries or MaxRepoBytes.
+func measure(src *git.Repository, tree *object.Tree) error {
+	var entries, bytes int64
+	sizes := map[plumbing.Hash]int64{}
+	w := object.NewTreeWalker(tree, true, nil)
+	defer w.Close()
+	for {
+		_, e, err := w.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if entries++; entries > MaxRepoEntries {
+			return fmt.Errorf("%w: the commit's tree has more than %d entries (a checkout is capped)", errdefs.ErrTooLarge, MaxRepoEntries)
+		}
+		if !e.Mode.IsFile() {
+			continue
+		}
+		n, ok := sizes[e.Hash]
+		if !ok {
+			if n, err = src.Storer.EncodedObjectSize(e.Hash); err != nil {
+				return err
+			}
+			sizes[e.Hash] = n
+		}
+		if bytes += n; n < 0 || bytes > MaxRepoBytes {
+			return fmt.Errorf("%w: the commit's files hold more than %d bytes (a checkout is capped)", errdefs.ErrTooLarge, MaxRepoBytes)
+		}
+	}
+}
+
 func checkout(src *git.Repository, commit *object.Commit, ws string) error {
-	dst, err := git.PlainInit(ws, false)
+	tree, err := commit.Tree()
 	if err != nil {
 		return err
 	}
-	tree, err := commit.Tree()
+	if err := measure(src, tree); err != nil {
+		return err
+	}
+	dst, err := git.PlainInit(ws, false)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,161 @@
+package workspace
+
+import (
+	"bytes"
+	"compress/zlib"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+)
+
+func putBlob(t *testing.T, r *git.Repository, b string) plumbing.Hash {
+	o := r.Storer.NewEncodedObject()
+	o.SetType(plumbing.BlobObject)
+	w, _ := o.Writer()
+	w.Write([]byte(b))
+	w.Close()
+	h, err := r.Storer.SetEncodedObject(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func putTree(t *testing.T, r *git.Repository, es []object.TreeEntry) plumbing.Hash {
+	tr := &object.Tree{Entries: es}
+	o := r.Storer.NewEncodedObject()
+	if err := tr.Encode(o); err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.Storer.SetEncodedObject(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func putCommit(t *testing.T, r *git.Repository, tree plumbing.Hash) plumbing.Hash {
+	c := &object.Commit{Author: object.Signature{Name: "t", Email: "t@t", When: time.Unix(0, 0)}, Committer: object.Signature{Name: "t", Email: "t@t", When: time.Unix(0, 0)}, TreeHash: tree, Message: "x"}
+	o := r.Storer.NewEncodedObject()
+	if err := c.Encode(o); err != nil {
+		t.Fatal(err)
+	}
+	h, err := r.Storer.SetEncodedObject(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// A tree naming "a" twice, first a link out and then a directory, writes
+// nothing through the link.
+func TestRepoDuplicateNamesWriteNothingOutside(t *testing.T) {
+	target := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "repo")
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := putBlob(t, r, target)
+	pw := putBlob(t, r, "pwned\n")
+	sub := putTree(t, r, []object.TreeEntry{{Name: "pwned", Mode: filemode.Regular, Hash: pw}})
+	top := putTree(t, r, []object.TreeEntry{{Name: "a", Mode: filemode.Symlink, Hash: link}, {Name: "a", Mode: filemode.Dir, Hash: sub}})
+	c := putCommit(t, r, top)
+	f, _ := os.Open(dir)
+	defer f.Close()
+	ws, cl, err := FromRepoBeneath(f, dir, c.String(), t.TempDir(), "x")
+	if err == nil {
+		t.Logf("checked out at %s", ws)
+	}
+	if cl != nil {
+		defer cl()
+	}
+	ents, _ := os.ReadDir(target)
+	for _, e := range ents {
+		t.Errorf("written outside: %s", e.Name())
+	}
+}
+
+// A "git bomb" (nine trees, each naming the next ten times: a few hundred
+// bytes, 10^9 files) is refused before a file is written, in seconds; it
+// used to walk and write on the host with no end, holding the create.
+func TestRepoCheckoutBombCapped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := putBlob(t, r, "x")
+	mode := filemode.Regular
+	for lvl := 0; lvl < 9; lvl++ {
+		var es []object.TreeEntry
+		for i := 0; i < 10; i++ {
+			es = append(es, object.TreeEntry{Name: string(rune('a' + i)), Mode: mode, Hash: h})
+		}
+		h = putTree(t, r, es)
+		mode = filemode.Dir
+	}
+	c := putCommit(t, r, h)
+	f, _ := os.Open(dir)
+	defer f.Close()
+	done := make(chan error, 1)
+	tmp := t.TempDir()
+	go func() {
+		_, _, err := FromRepoBeneath(f, dir, c.String(), tmp, "x")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errdefs.ErrTooLarge) {
+			t.Errorf("a git bomb: %v, want too large", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a git bomb: still checking out after 30 s")
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Errorf("a refused checkout left %d entries", len(ents))
+	}
+}
+
+// A blob whose header declares more than MaxRepoBytes is refused by its
+// declared size, before it is read.
+func TestRepoCheckoutBytesCapped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw bytes.Buffer
+	zw := zlib.NewWriter(&raw)
+	fmt.Fprintf(zw, "blob %d\x00x", int64(MaxRepoBytes)+1)
+	zw.Close()
+	big := plumbing.NewHash("00000000000000000000000000000000000000aa")
+	obj := filepath.Join(dir, ".git", "objects", big.String()[:2], big.String()[2:])
+	if err := os.MkdirAll(filepath.Dir(obj), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(obj, raw.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	top := putTree(t, r, []object.TreeEntry{{Name: "big", Mode: filemode.Regular, Hash: big}})
+	c := putCommit(t, r, top)
+	f, _ := os.Open(dir)
+	defer f.Close()
+	tmp := t.TempDir()
+	if _, cl, err := FromRepoBeneath(f, dir, c.String(), tmp, "x"); !errors.Is(err, errdefs.ErrTooLarge) {
+		if cl != nil {
+			cl()
+		}
+		t.Errorf("a blob declaring %d bytes: %v, want too large", int64(MaxRepoBytes)+1, err)
+	}
+}
