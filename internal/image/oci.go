@@ -41,6 +41,13 @@ type Meta struct {
 	WorkDir  string    `json:"workdir,omitempty"`
 }
 
+// MaxConfigBytes caps an image's config blob, read whole into memory;
+// MaxLayers caps its layers (each a fetch and an unpack).
+const (
+	MaxConfigBytes = 16 << 20
+	MaxLayers      = 1024
+)
+
 var platform = v1.Platform{OS: "linux", Architecture: "amd64"}
 
 // open opens image ref, reading its host path through at when that is set.
@@ -167,6 +174,19 @@ func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progr
 		return nil, err
 	}
 	defer done()
+	// go-containerregistry reads a config blob whole into memory, as far
+	// as its manifest declares: a manifest declaring gigabytes would end
+	// the daemon. Check what it declares first.
+	man, err := img.Manifest()
+	if err != nil {
+		return nil, hostile("%s: manifest: %v", ref, err)
+	}
+	if man.Config.Size > MaxConfigBytes || man.Config.Size < 0 {
+		return nil, hostile("%s: its config declares %d bytes (at most %d)", ref, man.Config.Size, MaxConfigBytes)
+	}
+	if len(man.Layers) > MaxLayers {
+		return nil, hostile("%s: %d layers (at most %d)", ref, len(man.Layers), MaxLayers)
+	}
 	id, err := img.ConfigName()
 	if err != nil {
 		return nil, hostile("%s: no config digest: %v", ref, err)
