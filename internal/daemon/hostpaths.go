@@ -44,7 +44,12 @@ func (e *Engine) openHost(s *spec.Spec) (_ *hostFiles, err error) {
 		if h.image, err = h.open(s, "image", p, !strings.HasPrefix(s.Image, "docker-archive:")); err != nil {
 			return nil, err
 		}
-		h.tenantTree = h.confined && strings.HasPrefix(s.Image, "/") && !spec.Within(filepath.Join(e.cfg.DataDir, "snapshots"), p)
+		snaps := filepath.Join(e.cfg.DataDir, "snapshots")
+		ours := spec.Within(snaps, p)
+		if real, err := filepath.EvalSymlinks(snaps); err == nil && !ours {
+			ours = spec.Within(real, p)
+		}
+		h.tenantTree = h.confined && strings.HasPrefix(s.Image, "/") && !ours
 	}
 	if s.Workspace != "" {
 		if h.ws, err = h.open(s, "workspace", s.Workspace, true); err != nil {

@@ -36,6 +36,11 @@ func (e *Engine) SnapshotPaths(id string) (root, ws string, err error) {
 		return "", "", errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
 	}
 	dir := e.snapshotDir(id)
+	// Real paths: they become host roots of the sandbox's spec, which are
+	// opened without following links (a data directory behind a link).
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	if _, err := os.Stat(filepath.Join(dir, "workspace")); err != nil {
 		return "", "", fmt.Errorf("%w: snapshot %s: %v", errdefs.ErrNotFound, id, err)
 	}

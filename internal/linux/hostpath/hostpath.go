@@ -23,8 +23,8 @@ var ErrOutside = errors.New("not beneath the root")
 // Open opens p (absolute, clean) as an O_PATH descriptor. With root ""
 // it is opened as it is, links followed (a user's own path, airlock run).
 // Otherwise p must lie under root (absolute, clean) and is resolved
-// beneath it: root itself is the operator's (or the daemon's) and opened as
-// it is; nothing below it may lead out.
+// beneath it: root is a real path (as roots are kept) and opened without
+// following a link; nothing below it may lead out.
 func Open(root, p string) (*os.File, error) {
 	if !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
 		return nil, fmt.Errorf("%q: not an absolute, clean path", p)
@@ -40,10 +40,17 @@ func Open(root, p string) (*os.File, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: %w %s", p, ErrOutside, root)
 	}
+	// The root is kept by its real path: a link in it now means its name
+	// was swapped since it was granted (a tenant that can rename its root,
+	// say /home/alice/work, for a link to the data directory), so it is not
+	// followed.
 	rfd, err := unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s: %w %s (the root's own path now passes through a link)", p, ErrOutside, root)
+	}
 	if err != nil {
 		return nil, &os.PathError{Op: "openat2", Path: root, Err: err}
 	}

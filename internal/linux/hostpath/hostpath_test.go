@@ -111,3 +111,42 @@ func FuzzOpenStaysBeneathRoot(f *testing.F) {
 		}
 	})
 }
+
+// A root is kept by its real path. If its name is later swapped for a link
+// (a tenant able to rename its own root, /home/alice/work, points it at the
+// daemon's data directory), nothing is opened through it.
+func TestOpenRefusesARootSwappedForALink(t *testing.T) {
+	root, secret := tree(t)
+	if err := os.WriteFile(filepath.Join(secret, "admin.key"), []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(root, root+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, root); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{root, filepath.Join(root, "admin.key")} {
+		f, err := Open(root, p)
+		if err == nil {
+			f.Close()
+			t.Errorf("%s: opened through a root swapped for a link", p)
+		} else if !errors.Is(err, ErrOutside) {
+			t.Errorf("%s: %v, want ErrOutside", p, err)
+		}
+	}
+	// A parent of the root swapped for a link is refused alike.
+	parent := filepath.Dir(root)
+	moved := parent + ".moved"
+	if err := os.Rename(parent, moved); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(parent); os.Rename(moved, parent) })
+	if err := os.Symlink(moved, parent); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := Open(root, filepath.Join(root, "admin.key")); err == nil {
+		f.Close()
+		t.Error("opened through a root whose parent is now a link")
+	}
+}
