@@ -30,10 +30,17 @@ func hostile(format string, a ...any) error {
 // be written outside the root: ".." components, entries below a symlink,
 // hard links that leave the root or point at anything but a regular file,
 // and device nodes are refused with ErrHostile.
+// MaxImageEntries caps the tar entries of one image, all layers together.
+const MaxImageEntries = 1 << 21
+
 type unpacker struct {
 	root     int
 	maxBytes int64
 	written  int64
+	// entries counts the tar entries of every layer, up to maxEntries:
+	// empty files cost no bytes but an inode each, and their headers
+	// compress to almost nothing.
+	entries, maxEntries int64
 	// created holds the paths this layer has written, which its own
 	// whiteouts must not remove.
 	created map[string]bool
@@ -46,7 +53,7 @@ func newUnpacker(rootDir string, maxBytes int64, progress func(int64)) (*unpacke
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", rootDir, err)
 	}
-	return &unpacker{root: fd, maxBytes: maxBytes, progress: progress}, nil
+	return &unpacker{root: fd, maxBytes: maxBytes, maxEntries: MaxImageEntries, progress: progress}, nil
 }
 
 func (u *unpacker) close() { unix.Close(u.root) }
@@ -155,6 +162,9 @@ func (u *unpacker) applyLayer(ctx context.Context, r io.Reader) error {
 		}
 		if err != nil {
 			return hostile("corrupt layer: %v", err)
+		}
+		if u.entries++; u.entries > u.maxEntries {
+			return fmt.Errorf("%w: image has more than %d entries", errdefs.ErrResourceExhausted, u.maxEntries)
 		}
 		if err := u.entry(hdr, tr); err != nil {
 			return err

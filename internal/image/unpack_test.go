@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
 type entry struct {
@@ -175,5 +177,37 @@ func TestSystemAccounts(t *testing.T) {
 	}
 	if got := systemAccounts("", "base", 2); got != "base" {
 		t.Fatalf("empty: %q", got)
+	}
+}
+
+// Empty files cost no bytes of the cache cap: a layer of millions of them
+// (a few MB compressed) filled the data directory's inodes. Entries are
+// counted across layers.
+func TestUnpackCapsEntries(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("unpacking with image ownership needs root (chown)")
+	}
+	root := filepath.Join(t.TempDir(), "rootfs")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u, err := newUnpacker(root, 1<<30, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.close()
+	if u.maxEntries != MaxImageEntries {
+		t.Fatalf("maxEntries %d, want %d", u.maxEntries, MaxImageEntries)
+	}
+	u.maxEntries = 10
+	var es []entry
+	for i := 0; i < 6; i++ {
+		es = append(es, entry{name: string(rune('a' + i)), typ: tar.TypeReg})
+	}
+	if err := u.applyLayer(context.Background(), layer(t, es...)); err != nil {
+		t.Fatalf("six entries: %v", err)
+	}
+	if err := u.applyLayer(context.Background(), layer(t, es...)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("twelve entries over two layers, cap ten: %v", err)
 	}
 }
