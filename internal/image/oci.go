@@ -3,10 +3,12 @@ package image
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,8 +46,9 @@ type Meta struct {
 // MaxConfigBytes caps an image's config blob, read whole into memory;
 // MaxLayers caps its layers (each a fetch and an unpack).
 const (
-	MaxConfigBytes = 16 << 20
-	MaxLayers      = 1024
+	maxLayerTrailer = 1 << 20
+	MaxConfigBytes  = 16 << 20
+	MaxLayers       = 1024
 )
 
 var platform = v1.Platform{OS: "linux", Architecture: "amd64"}
@@ -191,6 +194,17 @@ func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progr
 	if err != nil {
 		return nil, hostile("%s: no config digest: %v", ref, err)
 	}
+	// The cache is keyed by config digest, and shared by every tenant: the
+	// config must be the one its digest names, and (in unpack) every layer
+	// the one the config names, or one tenant's layout could fill the
+	// cache entry of a public image another tenant pulls.
+	raw, err := img.RawConfigFile()
+	if err != nil {
+		return nil, hostile("%s: config: %v", ref, err)
+	}
+	if sum := sha256.Sum256(raw); id.Algorithm != "sha256" || hex.EncodeToString(sum[:]) != id.Hex {
+		return nil, hostile("%s: its config is not the one its digest %s names", ref, id)
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, hostile("%s: config: %v", ref, err)
@@ -236,14 +250,30 @@ func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1
 		return nil, err
 	}
 	defer u.close()
+	if len(cf.RootFS.DiffIDs) != len(layers) {
+		return nil, hostile("%s: %d layers, and its config names %d", ref, len(layers), len(cf.RootFS.DiffIDs))
+	}
 	for i, l := range layers {
 		rep.layer = fmt.Sprintf("layer %d/%d", i+1, len(layers))
 		rc, err := l.Uncompressed()
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
 		}
-		err = u.applyLayer(ctx, rc)
+		// Hash what is unpacked, and the rest of the stream after the
+		// archive's end (padding, within a bound), against the config.
+		h := sha256.New()
+		tee := io.TeeReader(rc, h)
+		err = u.applyLayer(ctx, tee)
+		if err == nil {
+			var n int64
+			if n, err = io.Copy(io.Discard, io.LimitReader(tee, maxLayerTrailer+1)); err == nil && n > maxLayerTrailer {
+				err = hostile("more than %d bytes after the archive's end", maxLayerTrailer)
+			}
+		}
 		rc.Close()
+		if want := cf.RootFS.DiffIDs[i]; err == nil && (want.Algorithm != "sha256" || hex.EncodeToString(h.Sum(nil)) != want.Hex) {
+			err = hostile("it is not the layer its config names (%s)", want)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
 		}
