@@ -494,6 +494,15 @@ func (s *Store) Sandboxes(ctx context.Context, states ...string) ([]Sandbox, err
 	return out, rows.Err()
 }
 
+// SandboxByID is one sandbox's record (ErrNotFound when there is none).
+func (s *Store) SandboxByID(ctx context.Context, id string) (Sandbox, error) {
+	b, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, ErrNotFound
+	}
+	return b, err
+}
+
 // PruneEnded deletes records of sandboxes that ended before t.
 func (s *Store) PruneEnded(ctx context.Context, t time.Time) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM sandboxes WHERE ended != 0 AND ended < ?`, t.UnixMilli())
