@@ -1,6 +1,7 @@
 package image
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -84,6 +86,9 @@ func (s *Store) open(ctx context.Context, ref string, at *os.File) (img v1.Image
 		}
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
 			return nil, done, s.hide(ref, fmt.Errorf("%w: --image %s: not a readable file", errdefs.ErrNotFound, ref))
+		}
+		if err := checkArchive(p); err != nil {
+			return nil, done, s.hide(ref, err)
 		}
 		img, err := tarball.ImageFromPath(p, nil)
 		if err != nil {
@@ -454,4 +459,55 @@ func (s *Store) evict(keep string) {
 			s.log.Info("image evicted", "id", all[i].ID, "names", all[i].Names, "size", all[i].Size)
 		}
 	}
+}
+
+// maxArchiveEntries caps the entries of a docker-archive file (its layers
+// and descriptions: a few per layer).
+const maxArchiveEntries = 100000
+
+// checkArchive reads the headers of docker-archive p and refuses it when
+// its manifest.json or an image config it names is larger than
+// MaxConfigBytes: go-containerregistry reads both whole into memory, and a
+// tenant's archive (in its root) could hold gigabytes there.
+func checkArchive(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sizes := map[string]int64{}
+	var manifest []byte
+	tr := tar.NewReader(f)
+	for n := 0; ; n++ {
+		if n >= maxArchiveEntries {
+			return hostile("docker-archive: more than %d entries", maxArchiveEntries)
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return hostile("docker-archive: %v", err)
+		}
+		name := path.Clean(hdr.Name)
+		sizes[name] = hdr.Size
+		if name == "manifest.json" {
+			if hdr.Size > MaxConfigBytes {
+				return hostile("docker-archive: manifest.json of %d bytes (at most %d)", hdr.Size, MaxConfigBytes)
+			}
+			if manifest, err = io.ReadAll(io.LimitReader(tr, MaxConfigBytes)); err != nil {
+				return hostile("docker-archive: %v", err)
+			}
+		}
+	}
+	var m []struct{ Config string }
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return hostile("docker-archive: manifest.json: %v", err)
+	}
+	for _, d := range m {
+		if sizes[path.Clean(d.Config)] > MaxConfigBytes {
+			return hostile("docker-archive: config %s of %d bytes (at most %d)", d.Config, sizes[path.Clean(d.Config)], MaxConfigBytes)
+		}
+	}
+	return nil
 }
