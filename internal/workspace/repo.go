@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/go-git/go-billy/v5"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
@@ -42,7 +46,7 @@ func FromRepoBeneath(root *os.File, name, rev, dir, id string) (string, func(), 
 		return "", nil, err
 	}
 	st := filesystem.NewStorageWithOptions(dot, cache.NewObjectLRUDefault(), filesystem.Options{AlternatesFS: dot})
-	src, err := git.Open(st, nil)
+	src, err := git.Open(&boundedStorage{Storage: st, dot: dot}, nil)
 	if err != nil {
 		return "", nil, errdefs.Invalid(fmt.Sprintf("--repo %s: not a git repository with a .git directory", name))
 	}
@@ -81,7 +85,78 @@ func fromRepo(src *git.Repository, repo, rev, dir, id string) (string, func(), e
 const (
 	MaxRepoEntries = 1 << 20
 	MaxRepoBytes   = 8 << 30
+	// MaxRepoObject caps one object: go-git holds each in memory whole.
+	MaxRepoObject = 512 << 20
 )
+
+// boundedStorage reads a tenant's loose objects itself: go-git inflates a
+// loose object into memory until its zlib stream ends, whatever size its
+// header declares, so "blob 1" over 200 MB of zeros (200 KB on disk) cost
+// the daemon over a gigabyte. Here an object is read up to its declared
+// size (at most MaxRepoObject) and refused when its content is longer or
+// shorter. Packed objects are go-git's.
+type boundedStorage struct {
+	*filesystem.Storage
+	dot billy.Filesystem
+}
+
+func (b *boundedStorage) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	hex := h.String()
+	f, err := b.dot.Open(path.Join("objects", hex[:2], hex[2:]))
+	if err != nil {
+		return b.Storage.EncodedObject(t, h)
+	}
+	defer f.Close()
+	r, err := objfile.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("object %s: %w", hex, err)
+	}
+	defer r.Close()
+	typ, size, err := r.Header()
+	if err != nil {
+		return nil, fmt.Errorf("object %s: %w", hex, err)
+	}
+	if size < 0 || size > MaxRepoObject {
+		return nil, fmt.Errorf("%w: object %s declares %d bytes (at most %d)", errdefs.ErrTooLarge, hex, size, MaxRepoObject)
+	}
+	if t != plumbing.AnyObject && t != typ {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	o := &plumbing.MemoryObject{}
+	o.SetType(typ)
+	o.SetSize(size)
+	w, err := o.Writer()
+	if err != nil {
+		return nil, err
+	}
+	n, err := io.Copy(w, io.LimitReader(r, size+1))
+	if err != nil {
+		return nil, fmt.Errorf("object %s: %w", hex, err)
+	}
+	if n != size {
+		return nil, fmt.Errorf("%w: object %s is not the size its header declares", errdefs.ErrInvalidArgument, hex)
+	}
+	if r.Hash() != h {
+		return nil, fmt.Errorf("%w: object %s is not the object its name says", errdefs.ErrInvalidArgument, hex)
+	}
+	return o, nil
+}
+
+func (b *boundedStorage) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	hex := h.String()
+	f, err := b.dot.Open(path.Join("objects", hex[:2], hex[2:]))
+	if err != nil {
+		return b.Storage.EncodedObjectSize(h)
+	}
+	defer f.Close()
+	r, err := objfile.NewReader(f)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	_, size, err := r.Header()
+	return size, err
+}
 
 // measure walks tree and refuses it before anything is written when its
 // checkout would pass MaxRepoEntries or MaxRepoBytes.
@@ -110,6 +185,9 @@ func measure(src *git.Repository, tree *object.Tree) error {
 				return err
 			}
 			sizes[e.Hash] = n
+		}
+		if n > MaxRepoObject {
+			return fmt.Errorf("%w: a file of the commit declares %d bytes (at most %d)", errdefs.ErrTooLarge, n, MaxRepoObject)
 		}
 		if bytes += n; n < 0 || bytes > MaxRepoBytes {
 			return fmt.Errorf("%w: the commit's files hold more than %d bytes (a checkout is capped)", errdefs.ErrTooLarge, MaxRepoBytes)

@@ -5,8 +5,11 @@ import (
 	"compress/zlib"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -157,5 +160,76 @@ func TestRepoCheckoutBytesCapped(t *testing.T) {
 			cl()
 		}
 		t.Errorf("a blob declaring %d bytes: %v, want too large", int64(MaxRepoBytes)+1, err)
+	}
+}
+
+// A loose object whose header declares 1 byte over 64 MiB of zeros (64 KB
+// on disk): go-git inflated it whole into memory (over a gigabyte for
+// 200 KB on disk). It is read up to its declared size and refused.
+func TestRepoLyingObjectHeaderIsBounded(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&raw, zlib.BestSpeed)
+	fmt.Fprintf(zw, "blob 1\x00")
+	if _, err := io.Copy(zw, io.LimitReader(zeroReader{}, 64<<20)); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	big := plumbing.NewHash("00000000000000000000000000000000000000bb")
+	obj := filepath.Join(dir, ".git", "objects", big.String()[:2], big.String()[2:])
+	if err := os.MkdirAll(filepath.Dir(obj), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(obj, raw.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	top := putTree(t, r, []object.TreeEntry{{Name: "big", Mode: filemode.Regular, Hash: big}})
+	c := putCommit(t, r, top)
+	f, _ := os.Open(dir)
+	defer f.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, cl, err := FromRepoBeneath(f, dir, c.String(), t.TempDir(), "x")
+	runtime.ReadMemStats(&after)
+	if cl != nil {
+		cl()
+	}
+	if err == nil {
+		t.Error("a lying object was checked out")
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+		t.Errorf("a lying object of %d bytes on disk cost %d MiB", raw.Len(), n>>20)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// Packed repositories still check out (their objects are go-git's to read).
+func TestRepoBeneathPacked(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	hash := commitRepo(t, dir)
+	out, err := exec.Command("git", "-C", dir, "gc", "-q").CombinedOutput()
+	if err != nil {
+		t.Skipf("git gc: %v %s", err, out)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ".git", "objects", "pack", "*.pack")); len(m) == 0 {
+		t.Fatal("git gc made no pack")
+	}
+	f, _ := os.Open(dir)
+	defer f.Close()
+	ws, cl, err := FromRepoBeneath(f, dir, hash, t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl()
+	if b, err := os.ReadFile(filepath.Join(ws, "README")); err != nil || string(b) != "hello\n" {
+		t.Errorf("checkout: %q %v", b, err)
 	}
 }
