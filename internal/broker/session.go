@@ -153,6 +153,41 @@ func (s *Session) Inspect(in *egress.Inspected) egress.Verdict {
 	return v
 }
 
+// Redact is the record's scan: every credential the scanner finds in
+// texts, and every placeholder, is replaced by [REDACTED:rule] and named
+// by a finding (its keyed fingerprint), whatever the scan policy (under
+// record the request goes on unchanged; its record does not keep the
+// value). A scanner that cannot run leaves nothing of the texts.
+func (s *Session) Redact(texts, where []string) []egress.Finding {
+	parts := make([]Part, len(texts))
+	for i, t := range texts {
+		parts[i] = Part{Text: t}
+	}
+	fs, err := s.b.ScanParts(parts, '\n')
+	if err != nil {
+		for i := range texts {
+			texts[i] = "[REDACTED: the secret scanner is unavailable]"
+		}
+		return nil
+	}
+	const why = "redacted in the record"
+	var out []egress.Finding
+	for _, f := range fs {
+		out = append(out, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: "redacted", Reason: why})
+	}
+	RedactParts(texts, fs)
+	for i := range texts {
+		locs := Placeholders(texts[i])
+		for _, l := range locs {
+			out = append(out, egress.Finding{Rule: PlaceholderRule, Fingerprint: s.b.cfg.Keys.Fingerprint(texts[i][l[0]:l[1]]), Where: where[i], Action: "redacted", Reason: why})
+		}
+		if len(locs) > 0 {
+			texts[i] = tokenPattern().ReplaceAllString(texts[i], "[REDACTED:"+PlaceholderRule+"]")
+		}
+	}
+	return out
+}
+
 func (s *Session) placeholder(tok, where, reason string) egress.Finding {
 	return egress.Finding{Rule: PlaceholderRule, Fingerprint: s.b.cfg.Keys.Fingerprint(tok), Where: where, Action: "stripped", Reason: reason}
 }

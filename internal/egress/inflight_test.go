@@ -29,6 +29,8 @@ type holdAll struct {
 
 func (h *holdAll) Intercepts(host string, _ int) bool           { return host == "allowed.test" }
 func (h *holdAll) Certificate(string) (*tls.Certificate, error) { return &h.cert, nil }
+func (h *holdAll) Redact([]string, []string) []Finding          { return nil }
+
 func (h *holdAll) Inspect(*Inspected) Verdict {
 	n := h.now.Add(1)
 	for {

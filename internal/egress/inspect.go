@@ -16,6 +16,12 @@ type Inspector interface {
 	Intercepts(host string, port int) bool
 	Certificate(host string) (*tls.Certificate, error)
 	Inspect(r *Inspected) Verdict
+	// Redact replaces, in place, every credential it finds in texts
+	// (what a sandbox chose that goes into the record of a decision: a
+	// host, a path, a reason naming them) with [REDACTED:rule], and
+	// returns a finding for each, named by where[i]. Whatever the scan
+	// policy did to the request, its record never holds the value.
+	Redact(texts, where []string) []Finding
 }
 
 // MaxInspectBody is how much of a request body is read and inspected

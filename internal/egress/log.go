@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -177,11 +178,15 @@ const (
 )
 
 // clip shortens s to at most n bytes, saying how long it was.
-func clip(s string, n int) string {
-	if len(s) <= n {
+func clip(s string, n int) string { return clipAs(s, n, len(s)) }
+
+// clipAs shortens s to at most n bytes, saying it was total bytes long
+// (s may be a redacted copy of what the sandbox sent, and shorter).
+func clipAs(s string, n, total int) string {
+	if len(s) <= n && total <= n {
 		return s
 	}
-	return fmt.Sprintf("%s...(%d bytes)", s[:n-20], len(s))
+	return fmt.Sprintf("%s...(%d bytes)", s[:min(len(s), n-20)], total)
 }
 
 // printable is s for a terminal: quoted when it holds anything but
@@ -196,17 +201,58 @@ func printable(s string) string {
 	return s
 }
 
-// clipEvent bounds the fields of e a sandbox chose.
-func clipEvent(e *Event) {
-	e.Host = clip(e.Host, maxRecordedHost)
-	e.SNI = clip(e.SNI, maxRecordedHost)
-	e.Path = clip(e.Path, maxRecordedPath)
-	e.Method = clip(e.Method, 32)
-	e.QType = clip(e.QType, 32)
-	e.Reason = clip(e.Reason, maxRecordedText)
-	e.Addr = clip(e.Addr, maxRecordedHost)
+// recordedField is a field of an event whose text a sandbox chose (in
+// whole or in part: a reason names a host or a path), the bytes of it
+// the record keeps, and what a finding in it is called.
+type recordedField struct {
+	text  *string
+	max   int
+	where string
+}
+
+func recordedFields(e *Event) []recordedField {
+	fs := []recordedField{
+		{&e.Host, maxRecordedHost, "host"}, {&e.SNI, maxRecordedHost, "sni"}, {&e.Path, maxRecordedPath, "url"},
+		{&e.Method, 32, "method"}, {&e.QType, 32, "qtype"}, {&e.Reason, maxRecordedText, "reason"}, {&e.Addr, maxRecordedHost, "addr"},
+	}
 	for i := range e.Findings {
-		e.Findings[i].Reason = clip(e.Findings[i].Reason, maxRecordedText)
-		e.Findings[i].Where = clip(e.Findings[i].Where, maxRecordedText)
+		f := &e.Findings[i]
+		fs = append(fs, recordedField{&f.Reason, maxRecordedText, "a finding's reason"}, recordedField{&f.Where, maxRecordedText, "a finding's place"})
+	}
+	return fs
+}
+
+// redactMargin is how far past what the record keeps of a field the
+// scanner reads, so that a credential the cut runs through is found
+// whole (and redacted) rather than kept in part.
+const redactMargin = 512
+
+// recordable makes e fit for the record: every field a sandbox chose is
+// bounded, and, when in is set, holds no credential the secret scanner
+// finds: each is replaced by [REDACTED:rule] and named by a finding
+// (keyed fingerprint, never the value) unless the event has one of the
+// same value already. The request itself is what the scan policy made
+// it; only the record is redacted.
+func recordable(e *Event, in Inspector) {
+	fields := recordedFields(e)
+	texts := make([]string, len(fields))
+	where := make([]string, len(fields))
+	total := make([]int, len(fields))
+	for i, f := range fields {
+		total[i] = len(*f.text)
+		texts[i] = (*f.text)[:min(total[i], f.max+redactMargin)]
+		where[i] = f.where
+	}
+	var found []Finding
+	if in != nil {
+		found = in.Redact(texts, where)
+	}
+	for i, f := range fields {
+		*f.text = clipAs(texts[i], f.max, total[i])
+	}
+	for _, f := range found {
+		if !slices.ContainsFunc(e.Findings, func(g Finding) bool { return g.Fingerprint == f.Fingerprint }) {
+			e.Findings = append(e.Findings, f)
+		}
 	}
 }

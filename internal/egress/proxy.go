@@ -220,7 +220,7 @@ func (p *Proxy) accept(ln net.Listener, serve func(net.Conn)) {
 func (p *Proxy) record(e Event) {
 	e.Time = time.Now().UTC()
 	e.Sandbox = p.cfg.Sandbox
-	clipEvent(&e)
+	recordable(&e, p.cfg.Inspector)
 	p.cfg.Recorder.Record(e)
 }
 

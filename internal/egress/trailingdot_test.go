@@ -27,6 +27,8 @@ func (i *interceptOne) Certificate(h string) (*tls.Certificate, error) {
 	i.asked = append(i.asked, h)
 	return nil, fmt.Errorf("test: no certificate")
 }
+func (i *interceptOne) Redact([]string, []string) []Finding { return nil }
+
 func (i *interceptOne) Inspect(*Inspected) Verdict { return Verdict{} }
 
 // "allowed.test." is the host "allowed.test" to the policy, to DNS and to
