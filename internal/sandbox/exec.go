@@ -113,19 +113,21 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	req = &r
 	req.Cmd = slices.Clone(req.Cmd)
 	req.Env = maps.Clone(req.Env)
+	// What the record keeps of argv: redacted whatever the policy.
+	argv := slices.Clone(req.Cmd)
 	fields := make([]field, 0, len(req.Cmd)+len(req.Env)+1)
 	for i := range req.Cmd {
-		fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &req.Cmd[i]})
+		fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &req.Cmd[i], &argv[i]})
 	}
 	envVals := make(map[string]*string, len(req.Env))
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		v := req.Env[k]
 		envVals[k] = &v
-		fields = append(fields, field{"env " + k, &v})
+		fields = append(fields, field{"env " + k, &v, nil})
 	}
 	stdinText := string(req.Stdin)
 	if len(req.Stdin) > 0 {
-		fields = append(fields, field{"stdin", &stdinText})
+		fields = append(fields, field{"stdin", &stdinText, nil})
 	}
 	if err := s.scanCall(ctx, t, b.who(), "exec", fields); err != nil {
 		return err
@@ -164,7 +166,7 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	recorded := make(chan error, 1)
 	go func() {
 		recorded <- s.commit(ctx, w, "exec.start", "observed", map[string]any{
-			"exec_id": execID, "argv": req.Cmd, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
+			"exec_id": execID, "argv": argv, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
 			"background": req.Background, "tag": req.Tag, "tty": req.TTY != nil, "timeout": req.Timeout, "stdin_bytes": len(req.Stdin),
 		})
 	}()
@@ -431,7 +433,7 @@ func (s *Service) Input(ctx context.Context, t *Principal, id string, pid uint32
 	}
 	if len(in.Data) > 0 {
 		text := string(in.Data)
-		if err := s.scanCall(ctx, t, b.who(), "input", []field{{"stdin", &text}}); err != nil {
+		if err := s.scanCall(ctx, t, b.who(), "input", []field{{"stdin", &text, nil}}); err != nil {
 			return err
 		}
 		in = &api.Input{Data: []byte(text), EOF: in.EOF}

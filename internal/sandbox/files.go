@@ -121,7 +121,7 @@ func (s *Service) WriteFile(ctx context.Context, t *Principal, id, p, user strin
 		return err
 	}
 	if text := string(data); utf8.ValidString(text) {
-		if err := s.scanCall(ctx, t, b.who(), "write", []field{{"file " + p, &text}}); err != nil {
+		if err := s.scanCall(ctx, t, b.who(), "write", []field{{"file " + p, &text, nil}}); err != nil {
 			return err
 		}
 		data = []byte(text)
@@ -152,7 +152,7 @@ func (s *Service) Edit(ctx context.Context, t *Principal, id string, req *api.Ed
 	}
 	r := *req
 	req = &r
-	if err := s.scanCall(ctx, t, b.who(), "edit", []field{{"the new text for " + p, &req.New}}); err != nil {
+	if err := s.scanCall(ctx, t, b.who(), "edit", []field{{"the new text for " + p, &req.New, nil}}); err != nil {
 		return err
 	}
 	res, err := b.agent.files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
@@ -372,7 +372,7 @@ func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string
 				return skipped, errdefs.Invalid("upload: " + rerr.Error())
 			}
 			if text := string(data); utf8.ValidString(text) {
-				if err := s.scanFields(ctx, t, b.who(), "upload", []field{{"file " + target, &text}}, bud); err != nil {
+				if err := s.scanFields(ctx, t, b.who(), "upload", []field{{"file " + target, &text, nil}}, bud); err != nil {
 					return skipped, err
 				}
 				data = []byte(text)

@@ -343,7 +343,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	env := make([]field, 0, len(sp.Env))
 	for i, kv := range sp.Env {
 		k, _, _ := strings.Cut(kv, "=")
-		env = append(env, field{"env " + k, &sp.Env[i]})
+		env = append(env, field{"env " + k, &sp.Env[i], nil})
 	}
 	if err := s.scanCall(ctx, t, who{tenant: t.ID}, "create", env); err != nil {
 		return nil, err

@@ -30,9 +30,14 @@ const (
 )
 
 // field is one value of a call the scanner reads, named for messages.
+// shown, when set, is the copy of it a record keeps: it is given the
+// value with every credential found redacted, whatever the policy (under
+// record the call goes on with the value unchanged; its record does not
+// keep it).
 type field struct {
 	where string
 	val   *string
+	shown *string
 }
 
 // scanBudget is what is left of one call's scanning allowance; an
@@ -116,17 +121,22 @@ func (s *Service) scanFields(ctx context.Context, t *Principal, w who, call stri
 			return err
 		}
 	}
+	texts := make([]string, len(fields))
+	for i := range fields {
+		texts[i] = parts[i].Text
+	}
+	broker.RedactParts(texts, fs)
+	for i, f := range fields {
+		if f.shown != nil {
+			*f.shown = texts[i] + (*f.val)[len(parts[i].Text):]
+		}
+	}
 	first := fs[0]
 	switch policy {
 	case "block":
 		return errdefs.New(errdefs.ErrSecretDetected, fmt.Sprintf("secret scan: %s holds what looks like a credential (rule %s: %s); the tenant's scan policy blocks the call (put credentials in secrets and grants instead)",
 			fields[first.Part].where, first.Rule, strings.TrimSuffix(first.Description, ".")))
 	case "redact":
-		texts := make([]string, len(fields))
-		for i := range fields {
-			texts[i] = parts[i].Text
-		}
-		broker.RedactParts(texts, fs)
 		for i, f := range fields {
 			*f.val = texts[i] + (*f.val)[len(parts[i].Text):]
 		}

@@ -27,7 +27,7 @@ func TestScanPolicies(t *testing.T) {
 		argv := []string{"curl", "-H", "Authorization: token " + pastedKey, "https://api.github.com"}
 		fields := []field{}
 		for i := range argv {
-			fields = append(fields, field{"argv", &argv[i]})
+			fields = append(fields, field{"argv", &argv[i], nil})
 		}
 		err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields)
 		switch policy {
@@ -62,7 +62,7 @@ func TestScanLeavesCleanCallsAlone(t *testing.T) {
 	vals := []string{"go", "test", "./...", "GITHUB_TOKEN=alk_" + strings.Repeat("eyJzYngiOiJhYmMifQ", 3) + "." + strings.Repeat("A", 43)}
 	fields := []field{}
 	for i := range vals {
-		fields = append(fields, field{"argv", &vals[i]})
+		fields = append(fields, field{"argv", &vals[i], nil})
 	}
 	if err := s.scanCall(context.Background(), &Principal{Tenant: "t"}, who{}, "exec", fields); err != nil || len(a.recs) != 0 {
 		t.Errorf("%v, %d records", err, len(a.recs))
@@ -163,7 +163,7 @@ func TestScanFindingsPerCallAreCapped(t *testing.T) {
 			sb.WriteByte('\n')
 		}
 		text := sb.String()
-		err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "write", []field{{"file /w", &text}})
+		err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "write", []field{{"file /w", &text, nil}})
 		if policy == "block" != errors.Is(err, errdefs.ErrSecretDetected) {
 			t.Fatalf("%s: %v", policy, err)
 		}
@@ -203,7 +203,7 @@ func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 	second := pastedKey // nothing left of the budget: unread
 	vals := []string{first, second}
 	err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: "redact"}, who{tenant: "t"}, "exec",
-		[]field{{"argv[0]", &vals[0]}, {"argv[1]", &vals[1]}})
+		[]field{{"argv[0]", &vals[0], nil}, {"argv[1]", &vals[1], nil}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 	p := &Principal{Tenant: "t", ScanPolicy: "record"}
 	for i := 0; i < 40; i++ {
 		text := strings.Repeat("z", 4<<10)
-		if err := s.scanFields(context.Background(), p, who{}, "upload", []field{{fmt.Sprintf("file /f%d", i), &text}}, bud); err != nil {
+		if err := s.scanFields(context.Background(), p, who{}, "upload", []field{{fmt.Sprintf("file /f%d", i), &text, nil}}, bud); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -270,7 +270,7 @@ func FuzzScanCallIsBounded(f *testing.F) {
 		for i := range vals {
 			vals[i] = []string{a, b}[i%2]
 			orig[i] = vals[i]
-			fields[i] = field{fmt.Sprintf("argv[%d]", i), &vals[i]}
+			fields[i] = field{fmt.Sprintf("argv[%d]", i), &vals[i], nil}
 		}
 		audit := &memAudit{}
 		s.cfg.Audit = audit
@@ -293,4 +293,39 @@ func FuzzScanCallIsBounded(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Under record the call went on unchanged, and so did its exec.start
+// record: argv kept the pasted key. The copy a record keeps is redacted
+// whatever the policy; the finding names it by fingerprint.
+func TestRecordsKeepNoCredentialWhateverThePolicy(t *testing.T) {
+	const aws = "AKIAQ4ZT6WX2LR7NPJ3V"
+	for _, policy := range []string{"redact", "record"} {
+		a := &memAudit{}
+		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+		argv := []string{"aws", "--key", aws, "-H", "Authorization: token " + pastedKey, "s3", "ls"}
+		shown := slices.Clone(argv)
+		fields := []field{}
+		for i := range argv {
+			fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &argv[i], &shown[i]})
+		}
+		if err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields); err != nil {
+			t.Fatal(err)
+		}
+		if sent := strings.Join(argv, " "); strings.Contains(sent, aws) != (policy == "record") {
+			t.Errorf("%s: the command runs with %q", policy, sent)
+		}
+		kept := strings.Join(shown, " ")
+		if strings.Contains(kept, aws) || strings.Contains(kept, pastedKey) || !strings.Contains(kept, "[REDACTED:aws-access-token]") || !strings.Contains(kept, "[REDACTED:github-pat]") || shown[0] != "aws" {
+			t.Errorf("%s: the record keeps %q", policy, kept)
+		}
+		if len(a.recs) != 2 {
+			t.Errorf("%s: %d findings recorded", policy, len(a.recs))
+		}
+		for _, r := range a.recs {
+			if strings.Contains(string(r.Data), aws) || strings.Contains(string(r.Data), pastedKey) || !strings.Contains(string(r.Data), `"fingerprint":"hmac:`) {
+				t.Errorf("%s: record %s", policy, r.Data)
+			}
+		}
+	}
 }
