@@ -35,7 +35,9 @@ written here without following any symlink, so a hostile sandbox cannot
 make cp write outside the local directory. A symlink is written only if
 it cannot resolve outside the local directory (a relative target whose
 ".." components all come first and stay below it); others are skipped
-and named. Names are shown quoted when they hold control characters.`,
+and named. Files and directories keep their permission bits without
+group or other write (as umask 022), never setuid or setgid. Names are
+shown quoted when they hold control characters.`,
 		Args: cobra.ExactArgs(2),
 	}
 	k := addConn(c, g, false)
@@ -141,10 +143,17 @@ func tarLocal(src string, w io.Writer) (skipped []string, err error) {
 // made, can put a file outside dst; a symlink is made only if it
 // cannot resolve outside dst (untrusted.LinkInside): the others are
 // returned, described, in skipped; a hard link only to a regular file the
-// archive itself wrote.
+// archive itself wrote. Files and directories get the permission bits the
+// archive records without group or other write (extractPerm).
 func extractTar(dst string, r io.Reader) (skipped []string, err error) {
 	return extractTarFrom(dst, r, "")
 }
+
+// extractPerm is what cp keeps of a mode a sandbox chose: the
+// permission bits without group or other write (umask 022, whatever the
+// user's umask), never setuid, setgid or sticky. A sandbox must not make
+// the user's files writable by every user of the host.
+const extractPerm = 0o755
 
 // archiveBase is the directory a download of the sandbox path p names its
 // entries under ("" for /workspace itself or a path right below it): the
@@ -212,7 +221,7 @@ func extractTarFrom(dst string, r io.Reader, base string) (skipped []string, err
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			err = unix.Mkdirat(pfd, name, uint32(h.Mode&0o777)|0o700)
+			err = unix.Mkdirat(pfd, name, uint32(h.Mode&extractPerm)|0o700)
 			if errors.Is(err, unix.EEXIST) {
 				var st unix.Stat_t
 				if unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -221,7 +230,7 @@ func extractTarFrom(dst string, r io.Reader, base string) (skipped []string, err
 			}
 		case tar.TypeReg:
 			o := how(unix.O_WRONLY | unix.O_CREAT | unix.O_TRUNC)
-			o.Mode = uint64(h.Mode&0o777) | 0o600
+			o.Mode = uint64(h.Mode&extractPerm) | 0o600
 			var fd int
 			if fd, err = unix.Openat2(pfd, name, o); err == nil {
 				f := os.NewFile(uintptr(fd), rel)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/workspace"
+	"golang.org/x/sys/unix"
 )
 
 type entry struct {
@@ -139,6 +140,37 @@ func TestExtractNestedDownload(t *testing.T) {
 	for p, want := range map[string]string{"/workspace": "", "/workspace/out": "", "/workspace/a/b": "a", "/workspace/a/b/c/": "a/b", "/workspace/../x/y": "x"} {
 		if got := archiveBase(p); got != want {
 			t.Errorf("archiveBase(%q) = %q, want %q", p, got, want)
+		}
+	}
+}
+
+// cp wrote the modes a sandbox chose, up to the user's umask: with umask
+// 0 (or 002) a sandbox's 0666 file and 0777 directory were writable by
+// every user of the host. cp drops group and other write itself.
+func TestExtractTarDropsGroupAndOtherWrite(t *testing.T) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range []*tar.Header{
+		{Name: "open/", Typeflag: tar.TypeDir, Mode: 0o777},
+		{Name: "open/f", Typeflag: tar.TypeReg, Mode: 0o666},
+		{Name: "open/run", Typeflag: tar.TypeReg, Mode: 0o777},
+		{Name: "open/private", Typeflag: tar.TypeReg, Mode: 0o600},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = tw.Close()
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	dst := t.TempDir()
+	if _, err := extractTar(dst, &b); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{"open": os.ModeDir | 0o755, "open/f": 0o644, "open/run": 0o755, "open/private": 0o600} {
+		fi, err := os.Lstat(filepath.Join(dst, p))
+		if err != nil || fi.Mode() != want {
+			t.Errorf("%s: %v, want %v (%v)", p, fi.Mode(), want, err)
 		}
 	}
 }

@@ -125,7 +125,7 @@ Exit status:
 	f.StringVar(&s.Repo, "repo", "", "build /workspace from this git repository at --commit (objects only: no hooks, no config)")
 	f.StringVar(&s.Commit, "commit", "", "revision of --repo to check out")
 	f.BoolVar(&diff, "diff", false, "after the command, print a unified diff of what changed in /workspace (past about 64 MiB files are named, not diffed; what cannot be read is named)")
-	f.StringVar(&export, "export", "", "after the command, copy the resulting /workspace into this new directory (without setuid/setgid bits or links that could resolve outside it; a file's hard links stay links; what is skipped is named on stderr)")
+	f.StringVar(&export, "export", "", "after the command, copy the resulting /workspace into this new directory (without setuid/setgid bits, group or other write, or links that could resolve outside it; a file's hard links stay links; what is skipped is named on stderr)")
 	f.StringVar(&s.User, "user", "user", `run as "user" (uid 1000, no capabilities) or "root" (root inside the sandbox only)`)
 	f.StringArrayVarP(&s.Env, "env", "e", nil, "set KEY=VALUE in the command's environment (repeatable)")
 	f.BoolVarP(&s.TTY, "tty", "t", false, "relay through a terminal owned by the sandbox")

@@ -395,10 +395,10 @@ const MaxExportBytes = 64 << 30
 
 // Export copies the workspace as the sandbox left it into dst, which must
 // not exist yet. Only directories, regular files (sparse-aware; further
-// hard links of a file as links), both without setuid or setgid bits, and
-// symlinks that cannot resolve outside dst (untrusted.LinkInside) are
-// written; everything else, and what the walk could not read, is skipped
-// and named in the returned list.
+// hard links of a file as links), both without setuid, setgid, group or
+// other write bits (exportMode), and symlinks that cannot resolve outside
+// dst (untrusted.LinkInside) are written; everything else, and what the
+// walk could not read, is skipped and named in the returned list.
 func (s *Set) Export(dst string) (skipped []string, err error) {
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
@@ -455,7 +455,7 @@ func (e *exporter) dir(src, out *os.File, rel string, depth int) error {
 		if err != nil {
 			continue
 		}
-		perm := hostMode(st.Mode)
+		perm := exportMode(st.Mode)
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			if err := unix.Mkdirat(int(out.Fd()), name, perm|0o700); err != nil {
@@ -532,7 +532,7 @@ func (e *exporter) file(src, out *os.File, name, p string, st *unix.Stat_t, perm
 		return fmt.Errorf("export copy %s: %w", p, err)
 	}
 	// Set the mode explicitly: umask is not ours to trust, and perm has no
-	// setuid or setgid (hostMode).
+	// setuid, setgid, group or other write (exportMode).
 	if err := f.Chmod(os.FileMode(perm)); err != nil {
 		return err
 	}

@@ -169,6 +169,33 @@ func TestExportStripsSetID(t *testing.T) {
 	}
 }
 
+// Export set each mode as the sandbox left it: a sandbox made the user's
+// exported files and directories writable by every user of the host
+// (0666, 0777), whatever the user's umask. Export drops group and other
+// write, as a careful tool does; the rest of the mode is kept.
+func TestExportDropsGroupAndOtherWrite(t *testing.T) {
+	ws := t.TempDir()
+	mkfiles(t, ws, map[string]string{"open": "x", "run": "y", "private": "z", "world/f": "w", "tmp/f": "v"})
+	want := map[string]os.FileMode{"open": 0o644, "run": 0o755, "private": 0o600, "world": os.ModeDir | 0o755, "tmp": os.ModeDir | os.ModeSticky | 0o755, "world/f": 0o640}
+	for p, m := range map[string]os.FileMode{"open": 0o666, "run": 0o777, "private": 0o600, "world": 0o777, "tmp": 0o777 | os.ModeSticky, "world/f": 0o660} {
+		if err := os.Chmod(filepath.Join(ws, p), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := unix.Umask(0) // the export's process may have any umask
+	defer unix.Umask(old)
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := (&Set{merged: openPath(t, ws)}).Export(out); err != nil {
+		t.Fatal(err)
+	}
+	for p, m := range want {
+		fi, err := os.Lstat(filepath.Join(out, p))
+		if err != nil || fi.Mode() != m {
+			t.Errorf("%s: %v, want %v (%v)", p, fi.Mode(), m, err)
+		}
+	}
+}
+
 // The archive of a sandbox's files (cp, the archive endpoint) records no
 // setuid or setgid bit either.
 func TestTarStripsSetID(t *testing.T) {

@@ -146,3 +146,11 @@ func copySparse(dst, src *os.File, size int64) error {
 // directory's group to, whoever the file is mapped to: root, for what the
 // sandbox's root made.
 func hostMode(mode uint32) uint32 { return mode & (0o777 | unix.S_ISVTX) }
+
+// exportMode is the mode export gives what a sandbox made, in the user's
+// own tree: hostMode without group or other write (umask 022, applied
+// whatever the process's umask), as a careful tool does. A sandbox sets
+// every mode it likes; it must not make the user's files or directories
+// writable by every other user of the host. (Snapshots keep hostMode: what
+// they hold is shown only to sandboxes.)
+func exportMode(mode uint32) uint32 { return hostMode(mode) &^ 0o022 }

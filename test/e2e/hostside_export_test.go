@@ -39,10 +39,15 @@ func outside(t *testing.T, dir string) []string {
 
 func TestExportLinkChainStaysInside(t *testing.T) {
 	export := filepath.Join(t.TempDir(), "out")
-	r := airlock(t, "", "run", "--export", export, "--", "sh", "-c", "echo r > README; "+linkChain)
+	// The sandbox makes its files writable by everyone; the user's umask
+	// (0 here) must not be what keeps them from being so on the host.
+	old := syscall.Umask(0)
+	r := airlock(t, "", "run", "--export", export, "--", "sh", "-c", "echo r > README; "+worldWritable+linkChain)
+	syscall.Umask(old)
 	if r.code != 0 {
 		t.Fatalf("%s", r)
 	}
+	noneWritableByOthers(t, export)
 	if bad := outside(t, export); len(bad) > 0 {
 		t.Fatalf("the export holds links that resolve outside it: %v", bad)
 	}
@@ -63,6 +68,22 @@ func TestExportLinkChainStaysInside(t *testing.T) {
 		}
 	}
 	noResidue(t)
+}
+
+// worldWritable makes a file and a directory (with a file) writable by
+// every user.
+const worldWritable = `chmod 666 README; mkdir wide; echo w > wide/f; chmod 777 wide wide/f; `
+
+// noneWritableByOthers fails the test if what was written under dir from
+// worldWritable is writable by group or others, or was not written.
+func noneWritableByOthers(t *testing.T, dir string) {
+	t.Helper()
+	for p, want := range map[string]fs.FileMode{"README": 0o644, "wide": fs.ModeDir | 0o755, "wide/f": 0o755} {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		if err != nil || fi.Mode() != want {
+			t.Errorf("%s on the host: %v, want %v (%v)", p, fi.Mode(), want, err)
+		}
+	}
 }
 
 // hostileNames makes files whose names would erase a line, write the
@@ -120,7 +141,7 @@ func TestServeHostileNamesAndLinks(t *testing.T) {
 		t.Fatalf("create: %s", r)
 	}
 	id := strings.TrimSpace(r.stdout)
-	if r = cli("exec", id, "--", "sh", "-c", "mkdir out && cd out && echo r > README && "+hostileNames+"; "+linkChain); r.code != 0 {
+	if r = cli("exec", id, "--", "sh", "-c", "mkdir out && cd out && echo r > README && "+worldWritable+hostileNames+"; "+linkChain); r.code != 0 {
 		t.Fatalf("exec: %s", r)
 	}
 	r = cli("ls", "--depth", "2", id, "/workspace/out")
@@ -135,10 +156,13 @@ func TestServeHostileNamesAndLinks(t *testing.T) {
 	rawBytes(t, "diff", r.stdout+r.stderr)
 
 	local := t.TempDir()
+	old := syscall.Umask(0) // not what keeps the sandbox's modes off the host
 	r = cli("cp", id+":/workspace/out", local)
+	syscall.Umask(old)
 	if r.code != 0 {
 		t.Fatalf("cp out: %s", r)
 	}
+	noneWritableByOthers(t, filepath.Join(local, "out"))
 	rawBytes(t, "cp", r.stdout+r.stderr)
 	if bad := outside(t, local); len(bad) > 0 {
 		t.Fatalf("cp wrote links that resolve outside %s: %v", local, bad)
