@@ -284,6 +284,24 @@ func RedactParts(texts []string, fs []PartFinding) {
 	}
 }
 
+// Redacted is a copy of texts with every credential the scanner finds
+// (scanned in one pass, joined by newlines) replaced by
+// [REDACTED:rule], and the findings, for a record that must not keep
+// the values.
+func (b *Broker) Redacted(texts []string) ([]string, []PartFinding, error) {
+	parts := make([]Part, len(texts))
+	for i, t := range texts {
+		parts[i] = Part{Text: t}
+	}
+	fs, err := b.ScanParts(parts, '\n')
+	if err != nil {
+		return nil, nil, err
+	}
+	out := slices.Clone(texts)
+	RedactParts(out, fs)
+	return out, fs, nil
+}
+
 // Placeholders finds what looks like a token in text (offsets).
 func Placeholders(text string) [][]int {
 	if !strings.Contains(text, TokenPrefix) {

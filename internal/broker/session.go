@@ -159,23 +159,19 @@ func (s *Session) Inspect(in *egress.Inspected) egress.Verdict {
 // record the request goes on unchanged; its record does not keep the
 // value). A scanner that cannot run leaves nothing of the texts.
 func (s *Session) Redact(texts, where []string) []egress.Finding {
-	parts := make([]Part, len(texts))
-	for i, t := range texts {
-		parts[i] = Part{Text: t}
-	}
-	fs, err := s.b.ScanParts(parts, '\n')
+	red, fs, err := s.b.Redacted(texts)
 	if err != nil {
 		for i := range texts {
 			texts[i] = "[REDACTED: the secret scanner is unavailable]"
 		}
 		return nil
 	}
+	copy(texts, red)
 	const why = "redacted in the record"
 	var out []egress.Finding
 	for _, f := range fs {
 		out = append(out, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: "redacted", Reason: why})
 	}
-	RedactParts(texts, fs)
 	for i := range texts {
 		locs := Placeholders(texts[i])
 		for _, l := range locs {

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runtime"
 	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
 	"golang.org/x/sys/unix"
@@ -386,8 +387,9 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	// On the record before anything runs: a run that cannot be recorded
 	// does not start.
 	if ro.Audit != nil {
-		_ = ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": sandbox.RedactedSpec(*s), "image": s.Image, "image_digest": layout.Digest, "controls": sandbox.Controls(res.Degraded)}, false)
-		if err := ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": s.Command, "user": s.User, "cwd": "/workspace", "env": sandbox.RedactedSpec(*s).Env, "tty": s.TTY}, true); err != nil {
+		shown := e.recorded(s, res.SandboxID, ro.Audit)
+		_ = ro.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": shown, "image": s.Image, "image_digest": layout.Digest, "controls": sandbox.Controls(res.Degraded)}, false)
+		if err := ro.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": shown.Command, "user": s.User, "cwd": "/workspace", "env": shown.Env, "tty": s.TTY}, true); err != nil {
 			for _, f := range hostEnds {
 				f.Close()
 			}
@@ -674,4 +676,27 @@ func endReason(res *Result) string {
 		return res.Message
 	}
 	return "exit"
+}
+
+// recorded is s as a run's records show it (sandbox.RedactedSpec), its
+// command with every credential the scanner finds replaced by
+// [REDACTED:rule] and recorded as a finding by fingerprint: the command
+// runs as given; its record does not keep the value. A scanner that
+// cannot run leaves no command in the record.
+func (e *Engine) recorded(s *spec.Spec, id string, rec func(sandbox, kind, source string, data any, wait bool) error) spec.Spec {
+	r := sandbox.RedactedSpec(*s)
+	if e.cfg.Broker == nil {
+		return r
+	}
+	cmd, fs, err := e.cfg.Broker.Redacted(s.Command)
+	if err != nil {
+		r.Command = []string{"[REDACTED: the secret scanner is unavailable]"}
+		return r
+	}
+	r.Command = cmd
+	for _, f := range fs {
+		_ = rec(id, "secret.finding", "observed", map[string]any{"call": "run", "where": fmt.Sprintf("argv[%d]", f.Part), "rule": f.Rule, "rules": scan.RuleSet,
+			"fingerprint": e.cfg.Broker.Keys().Fingerprint(f.Secret), "action": "redacted", "reason": "redacted in the record; the command ran as given"}, false)
+	}
+	return r
 }

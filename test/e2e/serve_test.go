@@ -1607,7 +1607,10 @@ func TestServeAuditSurvivesKill9(t *testing.T) {
 // closing checkpoint: a log cut short fails verification.
 func TestRunAuditLog(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "run.audit")
-	r := airlock(t, "", "run", "--audit", logFile, "-e", "TOKEN=not-in-the-log", "--", "sh", "-c", "echo hi; exit 3")
+	// A key pasted in the command runs as given; the log keeps it
+	// redacted, and a finding by fingerprint.
+	const key = "AKIAQ4ZT6WX2LR7NPJ3V"
+	r := airlock(t, "", "run", "--audit", logFile, "-e", "TOKEN=not-in-the-log", "--", "sh", "-c", "echo hi "+key+"; exit 3")
 	if r.code != 3 {
 		t.Fatalf("%s", r)
 	}
@@ -1615,13 +1618,17 @@ func TestRunAuditLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"kind":"sandbox.created"`, `"kind":"exec.start"`, `"kind":"exec.end"`, `"exit_code":3`, `"kind":"sandbox.destroyed"`, `"closed":true`, `"TOKEN"`} {
+	for _, want := range []string{`"kind":"sandbox.created"`, `"kind":"exec.start"`, `"kind":"exec.end"`, `"exit_code":3`, `"kind":"sandbox.destroyed"`, `"closed":true`, `"TOKEN"`,
+		`echo hi [REDACTED:aws-access-token]; exit 3`, `"kind":"secret.finding"`, `"fingerprint":"hmac:`} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("the run's log lacks %s", want)
 		}
 	}
 	if bytes.Contains(b, []byte("not-in-the-log")) {
 		t.Error("an environment value was recorded")
+	}
+	if bytes.Contains(b, []byte(key)) || !strings.Contains(r.stdout, "hi "+key) {
+		t.Errorf("the key: in the log %v; the command printed %q", bytes.Contains(b, []byte(key)), r.stdout)
 	}
 	if v := airlock(t, "", "audit", "verify", logFile); v.code != 0 {
 		t.Fatalf("verify: %s", v)
