@@ -62,7 +62,7 @@ func TestInterceptedRequestsShareTheConnectionCap(t *testing.T) {
 	h := &holdAll{cert: selfSigned(t, "allowed.test"), release: make(chan struct{})}
 	_, _, ports := startProxyWith(t, func(c *Config) { c.Inspector = h; c.MaxConns = 4 })
 	tport := strings.Fields(ports)[1]
-	pu, _ := url.Parse("http://127.0.0.3:3128")
+	pu, _ := url.Parse("http://" + testListen + ":3128")
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu), DialContext: d.DialContext,
 		ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, MaxConnsPerHost: 1}}

@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +53,12 @@ func startProxy(t *testing.T, allow ...string) (*Proxy, *Recorder, string) {
 	return startProxyWith(t, nil, allow...)
 }
 
+// testListen is where the tests' proxies listen: an address of the
+// loopback range of this run's own, so that two runs of these tests on one
+// host (two checkouts, CI beside a developer) do not take each other's
+// ports.
+var testListen = fmt.Sprintf("127.%d.%d.3", 1+rand.IntN(254), 1+rand.IntN(254))
+
 // startProxyWith is startProxy with mod applied to the config first.
 func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *Recorder, string) {
 	t.Helper()
@@ -74,7 +82,7 @@ func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *
 	}
 	rec := NewRecorder(nil, nil)
 	cfg := Config{
-		Sandbox: "test", Listen: netip.MustParseAddr("127.0.0.3"), Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: p,
+		Sandbox: "test", Listen: netip.MustParseAddr(testListen), Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: p,
 		// The test's servers are on loopback: this "host" has no address
 		// of its own (TestGuard covers the host's addresses).
 		Guard:    &Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: noLocal},
@@ -92,7 +100,7 @@ func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *
 }
 
 func proxyClient() *http.Client {
-	u, _ := url.Parse("http://127.0.0.3:3128")
+	u, _ := url.Parse("http://" + testListen + ":3128")
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		Proxy: http.ProxyURL(u), TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 	}}
@@ -133,7 +141,7 @@ func TestProxyDecisions(t *testing.T) {
 	}
 
 	// Domain fronting: CONNECT to an allowed host, SNI of another.
-	conn, err := net.Dial("tcp", "127.0.0.3:3128")
+	conn, err := net.Dial("tcp", testListen+":3128")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +157,7 @@ func TestProxyDecisions(t *testing.T) {
 	conn.Close()
 
 	// Plain HTTP through a CONNECT tunnel: refused.
-	conn, _ = net.Dial("tcp", "127.0.0.3:3128")
+	conn, _ = net.Dial("tcp", testListen+":3128")
 	fmt.Fprintf(conn, "CONNECT allowed.test:%s HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", port)
 	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	b, _ := io.ReadAll(conn)
@@ -159,7 +167,7 @@ func TestProxyDecisions(t *testing.T) {
 	conn.Close()
 
 	// A second request on a kept-alive connection is checked again.
-	conn, _ = net.Dial("tcp", "127.0.0.3:3128")
+	conn, _ = net.Dial("tcp", testListen+":3128")
 	fmt.Fprintf(conn, "GET http://allowed.test:%s/a HTTP/1.1\r\nHost: allowed.test:%s\r\n\r\nGET http://evil.test:%s/b HTTP/1.1\r\nHost: evil.test:%s\r\n\r\n", port, port, port, port)
 	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	b, _ = io.ReadAll(conn)
@@ -170,7 +178,7 @@ func TestProxyDecisions(t *testing.T) {
 
 	// A Host header that disagrees with the URL is not what goes upstream:
 	// the checked host is.
-	conn, _ = net.Dial("tcp", "127.0.0.3:3128")
+	conn, _ = net.Dial("tcp", testListen+":3128")
 	fmt.Fprintf(conn, "GET http://allowed.test:%s/ HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n", port)
 	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
 	b, _ = io.ReadAll(conn)
@@ -214,7 +222,7 @@ func TestDNSForwarder(t *testing.T) {
 	ask := func(name string, qt uint16) *dns.Msg {
 		m := new(dns.Msg)
 		m.SetQuestion(dns.Fqdn(name), qt)
-		r, _, err := c.Exchange(m, "127.0.0.3:53")
+		r, _, err := c.Exchange(m, testListen+":53")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -242,14 +250,14 @@ func TestProxyConnectionCap(t *testing.T) {
 	_, rec, _ := startProxyWith(t, func(c *Config) { c.MaxConns = 2 })
 	var held []net.Conn
 	for i := 0; i < 2; i++ {
-		c, err := net.Dial("tcp", "127.0.0.3:3128")
+		c, err := net.Dial("tcp", testListen+":3128")
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, c)
 	}
 	time.Sleep(100 * time.Millisecond)
-	c, err := net.Dial("tcp", "127.0.0.3:3128")
+	c, err := net.Dial("tcp", testListen+":3128")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,11 +287,11 @@ func TestProxyServesOnlyItsPeer(t *testing.T) {
 	port := strings.Fields(ports)[0]
 	from := func(src string) *http.Client {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-		u, _ := url.Parse("http://127.0.0.3:3128")
+		u, _ := url.Parse("http://" + testListen + ":3128")
 		return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DialContext: d.DialContext}}
 	}
 	for _, p := range []int{PortExplicit, PortTransparentHTTP, PortTransparentTLS} {
-		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", fmt.Sprintf("127.0.0.3:%d", p))
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(p)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +306,7 @@ func TestProxyServesOnlyItsPeer(t *testing.T) {
 	m.SetQuestion("allowed.test.", dns.TypeA)
 	for _, network := range []string{"udp", "tcp"} {
 		dc := &dns.Client{Net: network, Timeout: time.Second, Dialer: &net.Dialer{Timeout: time.Second}}
-		if r, _, err := dc.Exchange(m, "127.0.0.3:53"); err == nil {
+		if r, _, err := dc.Exchange(m, testListen+":53"); err == nil {
 			t.Errorf("DNS over %s answered a stranger: %v", network, r)
 		}
 	}
@@ -311,7 +319,7 @@ func TestProxyServesOnlyItsPeer(t *testing.T) {
 		t.Errorf("the peer itself: %d %q", code, body)
 	}
 	dc := &dns.Client{Timeout: 3 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP("127.0.0.2")}}}
-	if r, _, err := dc.Exchange(m, "127.0.0.3:53"); err != nil || len(r.Answer) != 1 {
+	if r, _, err := dc.Exchange(m, testListen+":53"); err != nil || len(r.Answer) != 1 {
 		t.Errorf("DNS for the peer itself: %v %v", r, err)
 	}
 	// The request's record is written when its connection ends, which the
@@ -352,7 +360,7 @@ func TestProxyRefusesTheHostsAddresses(t *testing.T) {
 	}
 	m := new(dns.Msg)
 	m.SetQuestion("allowed.test.", dns.TypeA)
-	if r, _, err := (&dns.Client{Timeout: 3 * time.Second}).Exchange(m, "127.0.0.3:53"); err != nil || len(r.Answer) != 0 {
+	if r, _, err := (&dns.Client{Timeout: 3 * time.Second}).Exchange(m, testListen+":53"); err != nil || len(r.Answer) != 0 {
 		t.Errorf("the host's address given by DNS: %v %v", r, err)
 	}
 	if s := rec.Summary(); !strings.HasPrefix(s, "0 requests allowed, 2 denied") {

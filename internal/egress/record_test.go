@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,7 @@ func TestProxyBoundsWhatItRecords(t *testing.T) {
 		c.Recorder = NewRecorder(nil, func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
 	})
 	long := strings.Repeat("a", 60000) + ".test"
-	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", fmt.Sprintf("127.0.0.3:%d", PortTransparentTLS))
+	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortTransparentTLS)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestProxyBoundsRequestHeaders(t *testing.T) {
 	_, _, ports := startProxy(t)
 	port := strings.Fields(ports)[0]
 	for _, lport := range []int{PortExplicit, PortTransparentHTTP} {
-		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", fmt.Sprintf("127.0.0.3:%d", lport))
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(lport)))
 		if err != nil {
 			t.Fatal(err)
 		}

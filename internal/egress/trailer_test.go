@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +50,7 @@ func TestProxyDropsRequestTrailers(t *testing.T) {
 	// A body the inspector reads whole, and one past MaxInspectBody (the
 	// rest streams, the trailers last).
 	for _, n := range []int{3, MaxInspectBody + 10} {
-		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", fmt.Sprintf("127.0.0.3:%d", PortExplicit))
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +50,7 @@ func TestProxyInterceptsAHostWithATrailingDot(t *testing.T) {
 		if c.connect != "" {
 			port = PortExplicit
 		}
-		conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", fmt.Sprintf("127.0.0.3:%d", port))
+		conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(port)))
 		if err != nil {
 			t.Fatal(err)
 		}
