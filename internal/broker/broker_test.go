@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,11 @@ import (
 )
 
 const realSecret = "ghp_REALsecretVALUEthatMUSTneverLEAVE0001"
+
+// testListen is where the tests' proxies listen: an address of the
+// loopback range of this run's own, so that two runs of these tests on one
+// host do not take each other's ports.
+var testListen = netip.AddrFrom4([4]byte{127, byte(1 + mrand.IntN(254)), byte(1 + mrand.IntN(254)), 4})
 
 func testBroker(now *time.Time) *Broker {
 	return New(Config{Keys: EphemeralKeys(), Now: func() time.Time { return *now }, Secret: func(tenant, name string) ([]byte, error) {
@@ -296,7 +302,7 @@ func TestProxyActsForTheSandbox(t *testing.T) {
 	var evMu sync.Mutex
 	rec := egress.NewRecorder(nil, func(e egress.Event) { evMu.Lock(); events = append(events, e); evMu.Unlock() })
 	px, err := egress.Start(egress.Config{
-		Sandbox: "sbx1", Listen: netip.MustParseAddr("127.0.0.4"), Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
+		Sandbox: "sbx1", Listen: testListen, Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
 		// The fake API is on loopback: this "host" has no address of its own.
 		Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
 		Upstream: fakeDNS(t), Recorder: rec, Inspector: sess, UpstreamRoots: up.ca,
@@ -310,7 +316,7 @@ func TestProxyActsForTheSandbox(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(sess.CAPEM())
 	onlyOurs := roots
-	pu, _ := url.Parse("http://127.0.0.4:3128")
+	pu, _ := url.Parse("http://" + testListen.String() + ":3128")
 	client := func(h2 bool, pool *x509.CertPool) *http.Client {
 		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu), ForceAttemptHTTP2: h2, TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	}

@@ -66,7 +66,7 @@ func TestRecordHoldsNoCredentialWhateverThePolicy(t *testing.T) {
 			var events []egress.Event
 			rec := egress.NewRecorder(nil, func(e egress.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
 			px, err := egress.Start(egress.Config{
-				Sandbox: "sbx", Listen: netip.MustParseAddr("127.0.0.6"), Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
+				Sandbox: "sbx", Listen: testListen, Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
 				Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
 				Upstream: fakeDNS(t), Recorder: rec, Inspector: sess, UpstreamRoots: up.ca,
 			})
@@ -75,7 +75,7 @@ func TestRecordHoldsNoCredentialWhateverThePolicy(t *testing.T) {
 			}
 			roots := x509.NewCertPool()
 			roots.AppendCertsFromPEM(sess.CAPEM())
-			pu, _ := url.Parse("http://127.0.0.6:3128")
+			pu, _ := url.Parse("http://" + testListen.String() + ":3128")
 			c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}}
 			get := func(u, auth string) {
 				t.Helper()
