@@ -80,8 +80,9 @@ func TestCreateLimitsAndRemove(t *testing.T) {
 	}
 }
 
-// testHost is this host's cgroups under a parent of the tests' own (never
-// a live airlock's), or a skip where creating cgroups is impossible.
+// testHost is this host's cgroups under a parent of this test run's own
+// (never a live airlock's, nor another run's), or a skip where creating
+// cgroups is impossible.
 func testHost(t *testing.T) *Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -91,7 +92,7 @@ func testHost(t *testing.T) *Host {
 	if err != nil {
 		t.Skipf("this host offers no usable cgroups: %v", err)
 	}
-	h.Parent = "airlock-unittest"
+	h.Parent = fmt.Sprintf("airlock-unittest-%d", os.Getpid())
 	return h
 }
 
