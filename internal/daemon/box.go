@@ -94,7 +94,7 @@ func (e *Engine) Start(ctx context.Context, id string, s *spec.Spec) (_ sandbox.
 	defer reservation.Release()
 	b.wsDir = path(host.ws)
 	if s.Repo != "" {
-		dir, cleanup, err := e.checkout(s, host, id)
+		dir, cleanup, err := e.checkout(ctx, s, host, id)
 		if err != nil {
 			return nil, err
 		}

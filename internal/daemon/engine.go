@@ -317,8 +317,11 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	}()
 	wsDir := path(host.ws)
 	if s.Repo != "" {
-		dir, cleanup, err := e.checkout(s, host, res.SandboxID)
+		dir, cleanup, err := e.checkout(ctx, s, host, res.SandboxID)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ErrInterrupted
+			}
 			return nil, err
 		}
 		cleanups = append(cleanups, cleanup)

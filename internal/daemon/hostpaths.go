@@ -122,12 +122,13 @@ func (e *Engine) resolveImage(ctx context.Context, s *spec.Spec, h *hostFiles) (
 	return e.images.ResolveAt(ctx, s.Image, h.image, e.cfg.Warn)
 }
 
-// checkout makes the workspace of s's repo, through h.
-func (e *Engine) checkout(s *spec.Spec, h *hostFiles, id string) (string, func(), error) {
+// checkout makes the workspace of s's repo, through h; it stops when ctx
+// ends (the kill switch, a tenant's deletion).
+func (e *Engine) checkout(ctx context.Context, s *spec.Spec, h *hostFiles, id string) (string, func(), error) {
 	if h.confined {
-		return workspace.FromRepoBeneath(h.repo, s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
+		return workspace.FromRepoBeneath(ctx, h.repo, s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
 	}
-	return workspace.FromRepo(s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
+	return workspace.FromRepo(ctx, s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
 }
 
 func (h *hostFiles) close() {

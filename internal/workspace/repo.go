@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,31 +30,40 @@ import (
 // filter, fsmonitor or other command named in the repository's config can
 // execute, and nothing of that config (remotes, credential helpers, URLs
 // with tokens) is copied. The directory is dir/<id>; cleanup removes it.
-func FromRepo(repo, rev, dir, id string) (string, func(), error) {
+// The checkout stops when ctx ends, removes what it wrote and returns
+// ctx's error.
+func FromRepo(ctx context.Context, repo, rev, dir, id string) (string, func(), error) {
 	src, err := git.PlainOpenWithOptions(repo, &git.PlainOpenOptions{DetectDotGit: false, EnableDotGitCommonDir: false})
 	if err != nil {
 		return "", nil, errdefs.Invalid(fmt.Sprintf("--repo %s: not a git repository: %v", repo, err))
 	}
-	return fromRepo(src, repo, rev, dir, id)
+	return fromRepo(ctx, src, repo, rev, dir, id)
 }
 
 // FromRepoBeneath is FromRepo for a repository a tenant chose, open as
-// root: its files are read beneath that descriptor only (beneathFS), its
-// alternates too, and errors name no host file.
-func FromRepoBeneath(root *os.File, name, rev, dir, id string) (string, func(), error) {
+// root: its files are read beneath that descriptor only (beneathFS), and
+// errors name no host file. A repository that borrows objects from
+// another store (objects/info/alternates) is refused: the loose objects
+// of an alternate store would be go-git's to read, whole, past
+// boundedStorage; beneathFS never opens an alternates file, so one
+// written after this check is not read either.
+func FromRepoBeneath(ctx context.Context, root *os.File, name, rev, dir, id string) (string, func(), error) {
 	dot, err := (&beneathFS{root: root}).Chroot(".git")
 	if err != nil {
 		return "", nil, err
+	}
+	if _, err := dot.Lstat(alternatesFile); err == nil {
+		return "", nil, errdefs.Invalid(fmt.Sprintf("--repo %s: the repository borrows objects from another store (.git/%s), which airlock does not read for a tenant: run `git repack -a -d` in it and remove that file", name, alternatesFile))
 	}
 	st := filesystem.NewStorageWithOptions(dot, cache.NewObjectLRUDefault(), filesystem.Options{AlternatesFS: dot})
 	src, err := git.Open(&boundedStorage{Storage: st, dot: dot}, nil)
 	if err != nil {
 		return "", nil, errdefs.Invalid(fmt.Sprintf("--repo %s: not a git repository with a .git directory", name))
 	}
-	return fromRepo(src, name, rev, dir, id)
+	return fromRepo(ctx, src, name, rev, dir, id)
 }
 
-func fromRepo(src *git.Repository, repo, rev, dir, id string) (string, func(), error) {
+func fromRepo(ctx context.Context, src *git.Repository, repo, rev, dir, id string) (string, func(), error) {
 	h, err := src.ResolveRevision(plumbing.Revision(rev))
 	if err != nil {
 		return "", nil, errdefs.Invalid(fmt.Sprintf("--commit %s: %v", rev, err))
@@ -70,8 +80,11 @@ func fromRepo(src *git.Repository, repo, rev, dir, id string) (string, func(), e
 		return "", nil, err
 	}
 	cleanup := func() { _ = os.RemoveAll(ws) }
-	if err := checkout(src, commit, ws); err != nil {
+	if err := checkout(ctx, src, commit, ws); err != nil {
 		cleanup()
+		if cerr := ctx.Err(); cerr != nil {
+			return "", nil, fmt.Errorf("--repo %s --commit %s: checkout stopped: %w", repo, rev, cerr)
+		}
 		return "", nil, fmt.Errorf("--repo %s --commit %s: %w", repo, rev, err)
 	}
 	return ws, cleanup, nil
@@ -159,8 +172,9 @@ func (b *boundedStorage) EncodedObjectSize(h plumbing.Hash) (int64, error) {
 }
 
 // measure walks tree and refuses it before anything is written when its
-// checkout would pass MaxRepoEntries or MaxRepoBytes.
-func measure(src *git.Repository, tree *object.Tree) error {
+// checkout would pass MaxRepoEntries or MaxRepoBytes, or stops when ctx
+// ends.
+func measure(ctx context.Context, src *git.Repository, tree *object.Tree) error {
 	var entries, bytes int64
 	sizes := map[plumbing.Hash]int64{}
 	w := object.NewTreeWalker(tree, true, nil)
@@ -171,6 +185,9 @@ func measure(src *git.Repository, tree *object.Tree) error {
 			return nil
 		}
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if entries++; entries > MaxRepoEntries {
@@ -195,20 +212,28 @@ func measure(src *git.Repository, tree *object.Tree) error {
 	}
 }
 
-func checkout(src *git.Repository, commit *object.Commit, ws string) error {
+// checkout writes commit's tree and objects into ws, checking ctx before
+// each object it copies and each file, directory or link it writes.
+func checkout(ctx context.Context, src *git.Repository, commit *object.Commit, ws string) error {
 	tree, err := commit.Tree()
 	if err != nil {
 		return err
 	}
-	if err := measure(src, tree); err != nil {
+	if err := measure(ctx, src, tree); err != nil {
 		return err
 	}
 	dst, err := git.PlainInit(ws, false)
 	if err != nil {
 		return err
 	}
-	// Copy exactly the objects of this commit: itself, its trees, its blobs.
+	// Copy exactly the objects of this commit: itself, its trees, its
+	// blobs, each once.
+	copied := map[plumbing.Hash]bool{}
 	copyObj := func(h plumbing.Hash) error {
+		if err := ctx.Err(); err != nil || copied[h] {
+			return err
+		}
+		copied[h] = true
 		o, err := src.Storer.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
 			return err
@@ -248,12 +273,64 @@ func checkout(src *git.Repository, commit *object.Commit, ws string) error {
 	if err != nil {
 		return err
 	}
+	// go-git's checkout takes no context: its worktree refuses to write
+	// once ctx ends (outside go-git's own path checks).
+	wt.Filesystem = ctxFS{wt.Filesystem, ctx}
 	if err := wt.Checkout(&git.CheckoutOptions{Hash: commit.Hash, Force: true}); err != nil {
 		return err
 	}
 	// Leave the sandbox a repository it can work in: a plain detached HEAD,
 	// no remotes, no config beyond go-git's defaults.
 	return os.WriteFile(filepath.Join(ws, ".git", "description"), []byte("airlock workspace at "+commit.Hash.String()+"\n"), 0o644)
+}
+
+// ctxFS is a worktree filesystem whose writes fail once ctx ends.
+type ctxFS struct {
+	billy.Filesystem
+	ctx context.Context
+}
+
+func (fs ctxFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, error) {
+	if err := fs.ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := fs.Filesystem.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return ctxFile{f, fs.ctx}, nil
+}
+
+func (fs ctxFS) Create(name string) (billy.File, error) {
+	return fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+}
+
+func (fs ctxFS) MkdirAll(name string, perm os.FileMode) error {
+	if err := fs.ctx.Err(); err != nil {
+		return err
+	}
+	return fs.Filesystem.MkdirAll(name, perm)
+}
+
+func (fs ctxFS) Symlink(target, link string) error {
+	if err := fs.ctx.Err(); err != nil {
+		return err
+	}
+	return fs.Filesystem.Symlink(target, link)
+}
+
+// ctxFile is a file whose writes fail once ctx ends (a file is at most
+// MaxRepoObject bytes).
+type ctxFile struct {
+	billy.File
+	ctx context.Context
+}
+
+func (f ctxFile) Write(p []byte) (int, error) {
+	if err := f.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return f.File.Write(p)
 }
 
 // GCRepos removes workspace checkouts under dir whose sandbox is no longer

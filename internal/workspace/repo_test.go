@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,7 +64,7 @@ func TestRepoBeneathFollowsNoLinkOut(t *testing.T) {
 		t.Cleanup(func() { f.Close() })
 		return f
 	}
-	ws, cleanup, err := FromRepoBeneath(open(ok), ok, okHash, t.TempDir(), "a")
+	ws, cleanup, err := FromRepoBeneath(context.Background(), open(ok), ok, okHash, t.TempDir(), "a")
 	if err != nil {
 		t.Fatalf("a repository inside: %v", err)
 	}
@@ -72,7 +73,7 @@ func TestRepoBeneathFollowsNoLinkOut(t *testing.T) {
 	}
 	cleanup()
 	for name, dir := range map[string]string{"a .git linked out": linked, "alternates out": alt} {
-		if _, cleanup, err := FromRepoBeneath(open(dir), dir, hash, t.TempDir(), "b"); err == nil {
+		if _, cleanup, err := FromRepoBeneath(context.Background(), open(dir), dir, hash, t.TempDir(), "b"); err == nil {
 			cleanup()
 			t.Errorf("%s: checked out the host's repository", name)
 		}

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"bytes"
+	"context"
 	"compress/zlib"
 	"errors"
 	"fmt"
@@ -76,7 +77,7 @@ func TestRepoDuplicateNamesWriteNothingOutside(t *testing.T) {
 	c := putCommit(t, r, top)
 	f, _ := os.Open(dir)
 	defer f.Close()
-	ws, cl, err := FromRepoBeneath(f, dir, c.String(), t.TempDir(), "x")
+	ws, cl, err := FromRepoBeneath(context.Background(), f, dir, c.String(), t.TempDir(), "x")
 	if err == nil {
 		t.Logf("checked out at %s", ws)
 	}
@@ -114,7 +115,7 @@ func TestRepoCheckoutBombCapped(t *testing.T) {
 	done := make(chan error, 1)
 	tmp := t.TempDir()
 	go func() {
-		_, _, err := FromRepoBeneath(f, dir, c.String(), tmp, "x")
+		_, _, err := FromRepoBeneath(context.Background(), f, dir, c.String(), tmp, "x")
 		done <- err
 	}()
 	select {
@@ -155,7 +156,7 @@ func TestRepoCheckoutBytesCapped(t *testing.T) {
 	f, _ := os.Open(dir)
 	defer f.Close()
 	tmp := t.TempDir()
-	if _, cl, err := FromRepoBeneath(f, dir, c.String(), tmp, "x"); !errors.Is(err, errdefs.ErrTooLarge) {
+	if _, cl, err := FromRepoBeneath(context.Background(), f, dir, c.String(), tmp, "x"); !errors.Is(err, errdefs.ErrTooLarge) {
 		if cl != nil {
 			cl()
 		}
@@ -194,7 +195,7 @@ func TestRepoLyingObjectHeaderIsBounded(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, cl, err := FromRepoBeneath(f, dir, c.String(), t.TempDir(), "x")
+	_, cl, err := FromRepoBeneath(context.Background(), f, dir, c.String(), t.TempDir(), "x")
 	runtime.ReadMemStats(&after)
 	if cl != nil {
 		cl()
@@ -224,12 +225,137 @@ func TestRepoBeneathPacked(t *testing.T) {
 	}
 	f, _ := os.Open(dir)
 	defer f.Close()
-	ws, cl, err := FromRepoBeneath(f, dir, hash, t.TempDir(), "p")
+	ws, cl, err := FromRepoBeneath(context.Background(), f, dir, hash, t.TempDir(), "p")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl()
 	if b, err := os.ReadFile(filepath.Join(ws, "README")); err != nil || string(b) != "hello\n" {
 		t.Errorf("checkout: %q %v", b, err)
+	}
+}
+
+// writeLyingObject writes a loose object named h under objects, whose header
+// declares a commit of 1 byte over 64 MiB of zeros (64 KB on disk).
+func writeLyingObject(t *testing.T, objects string, h plumbing.Hash) int {
+	t.Helper()
+	var raw bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&raw, zlib.BestSpeed)
+	fmt.Fprintf(zw, "commit 1\x00")
+	if _, err := io.Copy(zw, io.LimitReader(zeroReader{}, 64<<20)); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	obj := filepath.Join(objects, h.String()[:2], h.String()[2:])
+	if err := os.MkdirAll(filepath.Dir(obj), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(obj, raw.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return raw.Len()
+}
+
+// The same lying object in an object store the repository names in its
+// alternates file (inside the repository): go-git read an alternate's
+// loose objects whole, past airlock's bounded reader. A tenant's
+// repository with alternates is refused, before any object is read.
+func TestRepoLyingObjectInAlternatesIsBounded(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	if _, err := git.PlainInit(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	c := plumbing.NewHash("00000000000000000000000000000000000000cc")
+	n := writeLyingObject(t, filepath.Join(dir, ".git", "alt", "objects"), c)
+	if err := os.MkdirAll(filepath.Join(dir, ".git", "objects", "info"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".git", "objects", "info", "alternates"), []byte("alt/objects\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(dir)
+	defer f.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, cl, err := FromRepoBeneath(context.Background(), f, dir, c.String(), t.TempDir(), "x")
+	runtime.ReadMemStats(&after)
+	if cl != nil {
+		cl()
+	}
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a repository with alternates: %v, want invalid", err)
+	}
+	if m := after.TotalAlloc - before.TotalAlloc; m > 16<<20 {
+		t.Errorf("a lying object of %d bytes on disk in an alternate store cost %d MiB", n, m>>20)
+	}
+	// An alternates file that appears after the check is never read.
+	dot, err := (&beneathFS{root: f}).Chroot(".git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"objects/info/alternates", "objects//info/../info/alternates", "/objects/info/alternates"} {
+		if g, err := dot.Open(name); err == nil {
+			g.Close()
+			t.Errorf("%s was opened", name)
+		}
+	}
+}
+
+// A checkout of 10,000 files (one blob, named 1,000 times in each of 10
+// directories) stops within a second of its create being cancelled (the
+// kill switch, a tenant's deletion), says so, and leaves nothing: it used
+// to write every file first.
+func TestRepoCheckoutStopsWhenCancelled(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	r, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := putBlob(t, r, "x\n")
+	var files, dirs []object.TreeEntry
+	for i := range 1000 {
+		files = append(files, object.TreeEntry{Name: fmt.Sprintf("f%04d", i), Mode: filemode.Regular, Hash: blob})
+	}
+	sub := putTree(t, r, files)
+	for i := range 10 {
+		dirs = append(dirs, object.TreeEntry{Name: fmt.Sprintf("d%03d", i), Mode: filemode.Dir, Hash: sub})
+	}
+	c := putCommit(t, r, putTree(t, r, dirs))
+	f, _ := os.Open(dir)
+	defer f.Close()
+	tmp := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, cl, err := FromRepoBeneath(ctx, f, dir, c.String(), tmp, "x")
+		if cl != nil {
+			cl()
+		}
+		done <- err
+	}()
+	// Cancel once the checkout is writing files.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(tmp, "x", "d000", "f0000")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the checkout wrote nothing in 30 s")
+		}
+	}
+	cancel()
+	cancelled := time.Now()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("a cancelled checkout: %v, want context.Canceled", err)
+		}
+		t.Logf("stopped %v after its cancellation", time.Since(cancelled))
+	case <-time.After(time.Second):
+		t.Fatal("a cancelled checkout still runs a second later")
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Errorf("a cancelled checkout left %d entries", len(ents))
 	}
 }

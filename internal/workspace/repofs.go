@@ -12,15 +12,21 @@ import (
 
 // beneathFS is a read-only billy filesystem over a directory descriptor: a
 // repository a tenant chose is read through it, so no link in it (a
-// symlinked .git/objects, an alternates file naming another repository)
-// reaches past the directory. Every open is openat2 with RESOLVE_BENEATH
-// and RESOLVE_NO_MAGICLINKS from the root descriptor.
+// symlinked .git/objects) reaches past the directory, and an alternates
+// file is never opened (FromRepoBeneath). Every open is openat2 with
+// RESOLVE_BENEATH and RESOLVE_NO_MAGICLINKS from the root descriptor.
 type beneathFS struct {
 	root *os.File
 	base string // a directory below root ("" for root itself)
 }
 
 var errReadOnly = errors.New("read-only: a repository is only read")
+
+// alternatesFile is where a repository names other object stores; it is
+// never opened for reading (FromRepoBeneath).
+const alternatesFile = "objects/info/alternates"
+
+var errAlternates = errors.New("a tenant repository's alternates are not read")
 
 func (fs *beneathFS) rel(name string) string {
 	p := path.Join(fs.base, strings.TrimPrefix(path.Clean("/"+name), "/"))
@@ -33,6 +39,9 @@ func (fs *beneathFS) rel(name string) string {
 func (fs *beneathFS) open(name string, flags int) (*os.File, error) {
 	rel := fs.rel(name)
 	if flags&unix.O_PATH == 0 {
+		if strings.HasSuffix("/"+rel, "/"+alternatesFile) {
+			return nil, &os.PathError{Op: "open", Path: name, Err: errAlternates}
+		}
 		flags |= unix.O_NONBLOCK // a fifo cannot block us
 	}
 	fd, err := unix.Openat2(int(fs.root.Fd()), rel, &unix.OpenHow{
