@@ -65,6 +65,7 @@ type Set struct {
 	Truncated string
 
 	ctx      context.Context
+	max      int      // changes listed at most (MaxChanges)
 	lower    *os.File // nil: the workspace started empty
 	upper    *os.File
 	merged   *os.File
@@ -85,7 +86,7 @@ func Changes(ctx context.Context, lowerDir string, upper, merged *os.File) (*Set
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{ctx: ctx, upper: up, merged: merged, w: newWalker(ctx), links: links{}, digests: map[string]string{}}
+	s := &Set{ctx: ctx, max: MaxChanges, upper: up, merged: merged, w: newWalker(ctx), links: links{}, digests: map[string]string{}}
 	if lowerDir != "" {
 		if s.lower, err = os.OpenFile(lowerDir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return nil, err
@@ -104,8 +105,8 @@ func (s *Set) add(c Change) {
 	switch {
 	case s.full():
 		return
-	case len(s.Changes) >= MaxChanges:
-		s.Truncated = fmt.Sprintf("more than %d changes", MaxChanges)
+	case len(s.Changes) >= s.max:
+		s.Truncated = fmt.Sprintf("more than %d changes", s.max)
 		return
 	case s.names+int64(len(c.Path)+len(c.Link)+len(c.HardLink)) > MaxChangeBytes:
 		s.Truncated = fmt.Sprintf("more than %d bytes of changed paths", MaxChangeBytes)
@@ -209,10 +210,12 @@ func (s *Set) walk(d, l *os.File, rel string, depth int) {
 }
 
 // deleted records name of lower directory l (at p) as deleted, and
-// everything under it if a directory.
+// everything under it if a directory. A directory is a change of its own,
+// so a deleted tree of empty directories costs the change list what it
+// costs the walk, and the walk stops where the list is full.
 func (s *Set) deleted(l *os.File, name, p string, st unix.Stat_t, depth int) {
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		s.add(Change{Path: p, Kind: Deleted, Type: typeOf(st.Mode), Size: st.Size})
+	s.add(Change{Path: p, Kind: Deleted, Type: typeOf(st.Mode), Size: st.Size})
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || s.full() {
 		return
 	}
 	sub := s.w.enter(l, name, p, depth+1)
@@ -227,7 +230,7 @@ func (s *Set) deleted(l *os.File, name, p string, st unix.Stat_t, depth int) {
 // deleted, except the names kept (sorted): an opaque or replaced
 // directory.
 func (s *Set) deleteLower(l *os.File, rel string, keep []string, depth int) {
-	if l == nil {
+	if l == nil || s.full() || s.w.stopped(rel) {
 		return
 	}
 	for _, n := range s.w.list(l, rel) {

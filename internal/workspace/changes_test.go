@@ -64,7 +64,7 @@ func TestChangesFromUpperLayer(t *testing.T) {
 	for _, c := range set.Changes {
 		got = append(got, string(c.Kind)+" "+c.Path)
 	}
-	want := "modified a.txt,deleted b.txt,deleted d/x,deleted d/y,added d/y2,deleted e/z,added evil,added new.txt"
+	want := "modified a.txt,deleted b.txt,deleted d/x,deleted d/y,added d/y2,deleted e,deleted e/z,added evil,added new.txt"
 	if strings.Join(got, ",") != want {
 		t.Fatalf("changes\n got %s\nwant %s", strings.Join(got, ","), want)
 	}
@@ -273,5 +273,46 @@ func TestExportBelongsToTheSudoUser(t *testing.T) {
 		if err := unix.Lstat(filepath.Join(out, p), &st); err != nil || st.Uid != 4242 || st.Gid != 4343 {
 			t.Errorf("%q: owner %d:%d, %v", p, st.Uid, st.Gid, err)
 		}
+	}
+}
+
+// A deleted lower tree of empty directories (nothing in it was listed as
+// a change) was walked whole whatever the change list held. Each deleted
+// directory is a change, and the walk of the lower tree stops where the
+// list is full, and says so.
+func TestDeletedLowerTreeStopsAtTheChangeCap(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("whiteouts are character devices: mknod needs root")
+	}
+	lower, upper := t.TempDir(), t.TempDir()
+	for i := range 40 {
+		for j := range 40 {
+			if err := os.MkdirAll(filepath.Join(lower, "gone", "d"+itoa(i), "e"+itoa(j)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := unix.Mknod(filepath.Join(upper, "gone"), unix.S_IFCHR, 0); err != nil {
+		t.Fatal(err)
+	}
+	up := openPath(t, upper)
+	u, err := reopen(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	s := &Set{ctx: context.Background(), max: 10, upper: u, merged: up, w: newWalker(context.Background()), digests: map[string]string{}}
+	if s.lower, err = os.Open(lower); err != nil {
+		t.Fatal(err)
+	}
+	defer s.lower.Close()
+	s.walk(u, s.lower, "", 0)
+	if len(s.Changes) != 10 || s.Truncated == "" || s.Changes[0].Path != "gone" || s.Changes[0].Type != "dir" {
+		t.Errorf("changes %v, truncated %q", s.Changes, s.Truncated)
+	}
+	// The walk read the names of "gone" and of one directory in it, not
+	// the 1,640 directories under it.
+	if s.w.names > 3*40*24 {
+		t.Errorf("the walk read %d bytes of names past a full change list", s.w.names)
 	}
 }

@@ -2,8 +2,8 @@ package workspace
 
 import (
 	"bytes"
-	"context"
 	"compress/zlib"
+	"context"
 	"errors"
 	"fmt"
 	"io"
