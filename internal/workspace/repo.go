@@ -8,7 +8,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-billy/v5"
 
@@ -16,9 +18,12 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"github.com/go-git/go-git/v5/plumbing/format/objfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
@@ -184,8 +189,11 @@ func measure(ctx context.Context, src *git.Repository, tree *object.Tree) error 
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		if err != nil {
+		if errors.Is(err, errdefs.ErrTooLarge) {
 			return err
+		}
+		if err != nil { // a malformed tree, a missing object, a name no checkout writes
+			return fmt.Errorf("%w: the commit's tree: %v", errdefs.ErrInvalidArgument, err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -269,14 +277,22 @@ func checkout(ctx context.Context, src *git.Repository, commit *object.Commit, w
 	if err := dst.Storer.SetReference(plumbing.NewHashReference(plumbing.HEAD, commit.Hash)); err != nil {
 		return err
 	}
-	wt, err := dst.Worktree()
+	// go-git's worktree checkout takes no context, and looks every path
+	// up from the top tree again, decoding each tree on the way (a
+	// directory of n files cost n decodes of n entries before the first
+	// file was written): the tree is written here in one pass.
+	idx := &index.Index{Version: 2}
+	top, err := os.OpenFile(ws, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	// go-git's checkout takes no context: its worktree refuses to write
-	// once ctx ends (outside go-git's own path checks).
-	wt.Filesystem = ctxFS{wt.Filesystem, ctx}
-	if err := wt.Checkout(&git.CheckoutOptions{Hash: commit.Hash, Force: true}); err != nil {
+	err = writeTree(ctx, dst.Storer, top, "", tree, idx)
+	top.Close()
+	if err != nil {
+		return err
+	}
+	sort.Slice(idx.Entries, func(i, j int) bool { return idx.Entries[i].Name < idx.Entries[j].Name })
+	if err := dst.Storer.SetIndex(idx); err != nil {
 		return err
 	}
 	// Leave the sandbox a repository it can work in: a plain detached HEAD,
@@ -284,53 +300,148 @@ func checkout(ctx context.Context, src *git.Repository, commit *object.Commit, w
 	return os.WriteFile(filepath.Join(ws, ".git", "description"), []byte("airlock workspace at "+commit.Hash.String()+"\n"), 0o644)
 }
 
-// ctxFS is a worktree filesystem whose writes fail once ctx ends.
-type ctxFS struct {
-	billy.Filesystem
-	ctx context.Context
+// checkoutName reports whether a checkout writes a tree entry of this
+// name: one path component, not "." or "..", and not a name that is, or
+// that another file system reads as, ".git" (any case, trailing dots or
+// spaces, the 8.3 short name).
+func checkoutName(n string) bool {
+	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") {
+		return false
+	}
+	l := strings.ToLower(strings.TrimRight(n, ". "))
+	return l != ".git" && l != "git~1"
 }
 
-func (fs ctxFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, error) {
-	if err := fs.ctx.Err(); err != nil {
-		return nil, err
+// writeTree writes tree t into directory d (at prefix: "" at the top, else
+// a path ending in "/"), checking ctx before each entry and each write,
+// and adds each file, link and submodule to idx. Each entry is created
+// anew beside its parent's descriptor, following no link: a tree naming
+// one name twice (a link, then a directory through it) is refused.
+func writeTree(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, prefix string, t *object.Tree, idx *index.Index) error {
+	for _, e := range t.Entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p := prefix + e.Name
+		if !checkoutName(e.Name) {
+			return fmt.Errorf("%w: the commit names %q, which a checkout does not write", errdefs.ErrInvalidArgument, p)
+		}
+		var err error
+		switch e.Mode {
+		case filemode.Dir:
+			err = writeDir(ctx, s, d, p, e, idx)
+		case filemode.Regular, filemode.Deprecated, filemode.Executable:
+			err = writeFile(ctx, s, d, p, e, idx)
+		case filemode.Symlink:
+			err = writeLink(s, d, p, e, idx)
+		case filemode.Submodule: // git leaves an empty directory
+			if err = unix.Mkdirat(int(d.Fd()), e.Name, 0o755); err == nil {
+				err = addEntry(idx, d, p, e)
+			}
+		default:
+			err = fmt.Errorf("%w: %q has mode %o", errdefs.ErrInvalidArgument, p, uint32(e.Mode))
+		}
+		if err != nil {
+			return err
+		}
 	}
-	f, err := fs.Filesystem.OpenFile(name, flag, perm)
+	return nil
+}
+
+func writeDir(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, p string, e object.TreeEntry, idx *index.Index) error {
+	if err := unix.Mkdirat(int(d.Fd()), e.Name, 0o755); err != nil {
+		return fmt.Errorf("mkdirat %s: %w", p, err)
+	}
+	sub, err := openIn(d, e.Name, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return nil, err
-	}
-	return ctxFile{f, fs.ctx}, nil
-}
-
-func (fs ctxFS) Create(name string) (billy.File, error) {
-	return fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
-}
-
-func (fs ctxFS) MkdirAll(name string, perm os.FileMode) error {
-	if err := fs.ctx.Err(); err != nil {
 		return err
 	}
-	return fs.Filesystem.MkdirAll(name, perm)
-}
-
-func (fs ctxFS) Symlink(target, link string) error {
-	if err := fs.ctx.Err(); err != nil {
+	defer sub.Close()
+	t, err := object.GetTree(s, e.Hash)
+	if err != nil {
 		return err
 	}
-	return fs.Filesystem.Symlink(target, link)
+	return writeTree(ctx, s, sub, p+"/", t, idx)
 }
 
-// ctxFile is a file whose writes fail once ctx ends (a file is at most
+func writeFile(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, p string, e object.TreeEntry, idx *index.Index) error {
+	perm := uint32(0o644)
+	if e.Mode == filemode.Executable {
+		perm = 0o755
+	}
+	fd, err := unix.Openat(int(d.Fd()), e.Name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+	if err != nil {
+		return fmt.Errorf("openat %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	b, err := object.GetBlob(s, e.Hash)
+	if err != nil {
+		return err
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if _, err := io.Copy(ctxWriter{f, ctx}, r); err != nil {
+		return err
+	}
+	return addEntry(idx, d, p, e)
+}
+
+func writeLink(s storer.EncodedObjectStorer, d *os.File, p string, e object.TreeEntry, idx *index.Index) error {
+	b, err := object.GetBlob(s, e.Hash)
+	if err != nil {
+		return err
+	}
+	if b.Size >= unix.PathMax {
+		return fmt.Errorf("%w: the link %q is %d bytes long", errdefs.ErrInvalidArgument, p, b.Size)
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	target, err := io.ReadAll(io.LimitReader(r, unix.PathMax))
+	if err != nil {
+		return err
+	}
+	if err := unix.Symlinkat(string(target), int(d.Fd()), e.Name); err != nil {
+		return fmt.Errorf("symlinkat %s: %w", p, err)
+	}
+	return addEntry(idx, d, p, e)
+}
+
+// addEntry adds entry e, written at p in d, to idx with what it was
+// written as.
+func addEntry(idx *index.Index, d *os.File, p string, e object.TreeEntry) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), e.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("fstatat %s: %w", p, err)
+	}
+	idx.Entries = append(idx.Entries, &index.Entry{
+		Name: p, Hash: e.Hash, Mode: e.Mode,
+		CreatedAt:  time.Unix(st.Ctim.Unix()),
+		ModifiedAt: time.Unix(st.Mtim.Unix()),
+		Dev:        uint32(st.Dev), Inode: uint32(st.Ino),
+		UID: st.Uid, GID: st.Gid, Size: uint32(st.Size),
+	})
+	return nil
+}
+
+// ctxWriter is a writer that fails once ctx ends (a file is at most
 // MaxRepoObject bytes).
-type ctxFile struct {
-	billy.File
+type ctxWriter struct {
+	w   io.Writer
 	ctx context.Context
 }
 
-func (f ctxFile) Write(p []byte) (int, error) {
-	if err := f.ctx.Err(); err != nil {
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return f.File.Write(p)
+	return c.w.Write(p)
 }
 
 // GCRepos removes workspace checkouts under dir whose sandbox is no longer
