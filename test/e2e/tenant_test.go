@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -145,6 +146,81 @@ func TestServeKillSwitchEndsCreatesInFlight(t *testing.T) {
 	}
 	if _, err := d.admin.KillAll(ctx, ""); err != nil {
 		t.Fatal(err)
+	}
+	noResidue(t)
+}
+
+// wideRepo makes a git repository at dir whose one commit holds dirs
+// directories of files files each (one blob), and returns the commit.
+func wideRepo(t *testing.T, dir string, dirs, files int) string {
+	t.Helper()
+	git := func(stdin string, args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	blob := git("x\n", "hash-object", "-w", "--stdin")
+	var sub, top strings.Builder
+	for i := range files {
+		fmt.Fprintf(&sub, "100644 blob %s\tf%06d\n", blob, i)
+	}
+	tree := git(sub.String(), "mktree")
+	for i := range dirs {
+		fmt.Fprintf(&top, "040000 tree %s\td%04d\n", tree, i)
+	}
+	return git("", "commit-tree", git(top.String(), "mktree"), "-m", "wide")
+}
+
+// Issue 12 (second pass): a repository checkout ignored cancellation, so
+// the kill switch waited for a create writing up to 1 Mi files on the
+// host. The kill switch now ends a create held in its checkout at once,
+// and the files it wrote are removed.
+func TestServeKillSwitchEndsACheckoutInFlight(t *testing.T) {
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	racer := d.tenant(t, "racer", api.Quotas{})
+	repo := filepath.Join(t.TempDir(), "repo")
+	commit := wideRepo(t, repo, 1000, 1000) // 10^6 files: the cap is 1 Mi
+	created := make(chan createAnswer, 1)
+	go func() {
+		sb, err := racer.CreateSandbox(ctx, &api.CreateSandbox{Repo: repo, Commit: commit})
+		created <- createAnswer{sb, err}
+	}()
+	tmp := filepath.Join(data, "tmp")
+	writing := func() bool {
+		m, _ := filepath.Glob(filepath.Join(tmp, "*", "d0000", "f000000"))
+		return len(m) > 0
+	}
+	for deadline := time.Now().Add(60 * time.Second); !writing(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the checkout wrote nothing in 60 s")
+		}
+	}
+	start := time.Now()
+	ids, err := d.admin.KillAll(ctx, "racer")
+	took := time.Since(start)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("kill-all: %v %v", ids, err)
+	}
+	t.Logf("the kill switch answered in %v", took)
+	if took > 5*time.Second {
+		t.Errorf("the kill switch waited %v for a checkout", took)
+	}
+	c := <-created
+	wantCode(t, "a create the kill switch ended in its checkout", c.err, api.CodeFailedPrecondition)
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Errorf("the ended checkout left %d entries in %s", len(ents), tmp)
+	}
+	if l, err := racer.Sandboxes(ctx); err != nil || len(l) != 0 {
+		t.Errorf("racer's sandboxes after the kill switch: %+v %v", l, err)
 	}
 	noResidue(t)
 }
