@@ -301,11 +301,12 @@ func checkout(ctx context.Context, src *git.Repository, commit *object.Commit, w
 }
 
 // checkoutName reports whether a checkout writes a tree entry of this
-// name: one path component, not "." or "..", and not a name that is, or
-// that another file system reads as, ".git" (any case, trailing dots or
-// spaces, the 8.3 short name).
+// name: one path component without control characters, not "." or "..",
+// and not a name that is, or that another file system reads as, ".git"
+// (any case, trailing dots or spaces, the 8.3 short name). go-git's tree
+// walker (measure) refuses these in whole paths too.
 func checkoutName(n string) bool {
-	if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") {
+	if n == "" || n == "." || n == ".." || strings.ContainsRune(n, '/') || strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return false
 	}
 	l := strings.ToLower(strings.TrimRight(n, ". "))
@@ -335,7 +336,9 @@ func writeTree(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, pr
 		case filemode.Symlink:
 			err = writeLink(s, d, p, e, idx)
 		case filemode.Submodule: // git leaves an empty directory
-			if err = unix.Mkdirat(int(d.Fd()), e.Name, 0o755); err == nil {
+			if err = unix.Mkdirat(int(d.Fd()), e.Name, 0o755); err != nil {
+				err = created("mkdirat", p, err)
+			} else {
 				err = addEntry(idx, d, p, e)
 			}
 		default:
@@ -350,7 +353,7 @@ func writeTree(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, pr
 
 func writeDir(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, p string, e object.TreeEntry, idx *index.Index) error {
 	if err := unix.Mkdirat(int(d.Fd()), e.Name, 0o755); err != nil {
-		return fmt.Errorf("mkdirat %s: %w", p, err)
+		return created("mkdirat", p, err)
 	}
 	sub, err := openIn(d, e.Name, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
@@ -371,7 +374,7 @@ func writeFile(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, p 
 	}
 	fd, err := unix.Openat(int(d.Fd()), e.Name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
-		return fmt.Errorf("openat %s: %w", p, err)
+		return created("openat", p, err)
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
@@ -408,9 +411,18 @@ func writeLink(s storer.EncodedObjectStorer, d *os.File, p string, e object.Tree
 		return err
 	}
 	if err := unix.Symlinkat(string(target), int(d.Fd()), e.Name); err != nil {
-		return fmt.Errorf("symlinkat %s: %w", p, err)
+		return created("symlinkat", p, err)
 	}
 	return addEntry(idx, d, p, e)
+}
+
+// created is the error of creating p with syscall op: a name the tree
+// holds twice is the tree's fault.
+func created(op, p string, err error) error {
+	if errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%w: the commit names %q twice", errdefs.ErrInvalidArgument, p)
+	}
+	return fmt.Errorf("%s %s: %w", op, p, err)
 }
 
 // addEntry adds entry e, written at p in d, to idx with what it was
