@@ -33,6 +33,23 @@ import (
 
 const realSecret = "ghp_REALsecretVALUEthatMUSTneverLEAVE0001"
 
+// startProxy runs sandbox sbx's egress proxy on this run's loopback
+// address, its decisions to rec, inspected by insp; upstream TLS is
+// verified against roots (nil: the host's). The fake API is on loopback:
+// this "host" has no address of its own.
+func startProxy(t *testing.T, sbx string, pol *egress.Policy, rec *egress.Recorder, insp egress.Inspector, roots *x509.CertPool) *egress.Proxy {
+	t.Helper()
+	px, err := egress.Start(egress.Config{
+		Sandbox: sbx, Listen: testListen, Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
+		Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
+		Upstream: fakeDNS(t), Recorder: rec, Inspector: insp, UpstreamRoots: roots,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return px
+}
+
 // testListen is where the tests' proxies listen: an address of the
 // loopback range of this run's own, so that two runs of these tests on one
 // host do not take each other's ports.
@@ -301,15 +318,7 @@ func TestProxyActsForTheSandbox(t *testing.T) {
 	var events []egress.Event
 	var evMu sync.Mutex
 	rec := egress.NewRecorder(nil, func(e egress.Event) { evMu.Lock(); events = append(events, e); evMu.Unlock() })
-	px, err := egress.Start(egress.Config{
-		Sandbox: "sbx1", Listen: testListen, Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
-		// The fake API is on loopback: this "host" has no address of its own.
-		Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
-		Upstream: fakeDNS(t), Recorder: rec, Inspector: sess, UpstreamRoots: up.ca,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	px := startProxy(t, "sbx1", pol, rec, sess, up.ca)
 	t.Cleanup(px.Close)
 
 	// The sandbox trusts its own CA (for granted hosts) and the world's.

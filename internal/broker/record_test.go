@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -47,14 +46,7 @@ func TestRecordHoldsNoSecretOfThePath(t *testing.T) {
 		var mu sync.Mutex
 		var events []egress.Event
 		rec := egress.NewRecorder(nil, func(e egress.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
-		px, err := egress.Start(egress.Config{
-			Sandbox: "sbx", Listen: testListen, Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
-			Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
-			Upstream: fakeDNS(t), Recorder: rec, Inspector: sess,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		px := startProxy(t, "sbx", pol, rec, sess, nil)
 		pu, _ := url.Parse("http://" + testListen.String() + ":3128")
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
 		for _, p := range []string{"/keys/" + key, "/tokens/" + tok} {

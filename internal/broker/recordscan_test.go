@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -65,14 +64,7 @@ func TestRecordHoldsNoCredentialWhateverThePolicy(t *testing.T) {
 			var mu sync.Mutex
 			var events []egress.Event
 			rec := egress.NewRecorder(nil, func(e egress.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
-			px, err := egress.Start(egress.Config{
-				Sandbox: "sbx", Listen: testListen, Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
-				Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
-				Upstream: fakeDNS(t), Recorder: rec, Inspector: sess, UpstreamRoots: up.ca,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			px := startProxy(t, "sbx", pol, rec, sess, up.ca)
 			roots := x509.NewCertPool()
 			roots.AppendCertsFromPEM(sess.CAPEM())
 			pu, _ := url.Parse("http://" + testListen.String() + ":3128")
