@@ -101,6 +101,7 @@ func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	m.Rcode = resp.Rcode
 	var withheld []string
+	check := d.p.cfg.Guard.Checker()
 	for _, rr := range resp.Answer {
 		a, ok := rr.(*dns.A)
 		if !ok {
@@ -108,7 +109,7 @@ func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		}
 		// An address the proxy would never dial is not given either.
 		ip, _ := netip.AddrFromSlice(a.A)
-		if err := d.p.cfg.Guard.Check(ip.Unmap()); err != nil {
+		if err := check(ip); err != nil {
 			withheld = append(withheld, err.Error())
 			continue
 		}

@@ -72,16 +72,27 @@ type Guard struct {
 var ErrBlockedAddress = errors.New("blocked destination")
 
 // Check returns an error naming why addr may not be dialled.
-func (g *Guard) Check(addr netip.Addr) error {
-	a := addr.Unmap()
-	if g.Sandboxes.IsValid() && g.Sandboxes.Contains(a) {
-		return fmt.Errorf("%w: %s is in the sandboxes' subnet pool %s, which is never dialled", ErrBlockedAddress, a, g.Sandboxes)
-	}
+func (g *Guard) Check(addr netip.Addr) error { return g.Checker()(addr) }
+
+// Checker reads the host's own addresses once and returns Check for the
+// addresses decided at this moment (the records of one DNS answer), so a
+// batch costs one read of the kernel's tables, not one per address.
+func (g *Guard) Checker() func(netip.Addr) error {
 	local := g.Local
 	if local == nil {
 		local = LocalPrefixes
 	}
 	own, err := local()
+	return func(addr netip.Addr) error { return g.check(addr, own, err) }
+}
+
+// check decides addr given the host's own prefixes (or the error that
+// kept them unknown: then nothing is dialled).
+func (g *Guard) check(addr netip.Addr, own []netip.Prefix, err error) error {
+	a := addr.Unmap()
+	if g.Sandboxes.IsValid() && g.Sandboxes.Contains(a) {
+		return fmt.Errorf("%w: %s is in the sandboxes' subnet pool %s, which is never dialled", ErrBlockedAddress, a, g.Sandboxes)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %s: the host's own addresses are unknown (%v), so nothing is dialled", ErrBlockedAddress, a, err)
 	}
