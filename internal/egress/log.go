@@ -6,10 +6,11 @@ import (
 	"io"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
 // Event is one egress decision: a request, a tunnel or a DNS query.
@@ -149,7 +150,7 @@ func (r *Recorder) Summary() string {
 				parts = append(parts, "...")
 				break
 			}
-			parts = append(parts, fmt.Sprintf("%s x%d", printable(h.host), h.count))
+			parts = append(parts, fmt.Sprintf("%s x%d", untrusted.Quote(h.host), h.count))
 		}
 		if r.deniedOther > 0 && len(hosts) < 5 {
 			parts = append(parts, fmt.Sprintf("other hosts x%d", r.deniedOther))
@@ -187,18 +188,6 @@ func clipAs(s string, n, total int) string {
 		return s
 	}
 	return fmt.Sprintf("%s...(%d bytes)", s[:min(len(s), n-20)], total)
-}
-
-// printable is s for a terminal: quoted when it holds anything but
-// printable ASCII (an escape sequence in an SNI is the sandbox's, not the
-// operator's terminal's).
-func printable(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] >= 0x7f {
-			return strconv.QuoteToASCII(s)
-		}
-	}
-	return s
 }
 
 // recordedField is a field of an event whose text a sandbox chose (in
