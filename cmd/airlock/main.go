@@ -9,9 +9,9 @@ import (
 	goruntime "runtime"
 	"runtime/debug"
 
-	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/confined/agent"
 	"github.com/airlock-sandbox/airlock/internal/cli"
-	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
 	"github.com/airlock-sandbox/airlock/internal/netns"
-	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
@@ -24,7 +24,7 @@ import (
 // a socket under the state directory instead of running one command.
 type Box struct {
 	e        *Engine
-	sb       *runtime.Sandbox
+	sb       wall.Sandbox
 	layout   *image.Layout
 	host     *hostFiles // the spec's host paths, open while the box lives
 	wsDir    string
@@ -132,7 +132,7 @@ func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (s
 		// The proxy lived in the old daemon: start it again on the same
 		// veth; the sandbox's connections through the old one were cut.
 		if net, err = e.adoptNetwork(s, id, pid); err != nil {
-			_ = sb.Close()
+			_ = sb.Destroy()
 			sb.CloseFiles()
 			return nil, fmt.Errorf("sandbox %s: its network: %w; destroyed", id, err)
 		}
@@ -145,7 +145,7 @@ func (e *Engine) Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (s
 		}
 	}
 	if err != nil {
-		_ = sb.Close()
+		_ = sb.Destroy()
 		sb.CloseFiles()
 		if net != nil {
 			net()
@@ -192,7 +192,7 @@ func (e *Engine) LongLived() []string {
 func (b *Box) Socket() string { return b.socket }
 
 // InitPid is init's host pid.
-func (b *Box) InitPid() int { return b.sb.InitPid }
+func (b *Box) InitPid() int { return b.sb.InitPid() }
 
 // Done is closed when the sandbox's init has exited.
 func (b *Box) Done() <-chan struct{} { return b.sb.Done() }
@@ -243,7 +243,7 @@ func (b *Box) frozen(fn func() error) error {
 // about workspace.MaxDiffBytes (past it files are named, not diffed).
 func (b *Box) Diff(ctx context.Context, w io.Writer) error {
 	return b.frozen(func() error {
-		ch, err := workspace.Changes(ctx, b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
+		ch, err := workspace.Changes(ctx, b.wsDir, b.sb.Layers().WorkspaceUpper, b.sb.Layers().Workspace)
 		if err != nil {
 			return fmt.Errorf("workspace changes: %w", err)
 		}
@@ -256,7 +256,7 @@ func (b *Box) Diff(ctx context.Context, w io.Writer) error {
 func (b *Box) Changes(ctx context.Context, w io.Writer) (*sandbox.WorkspaceChanges, error) {
 	out := &sandbox.WorkspaceChanges{}
 	err := b.frozen(func() error {
-		ch, err := workspace.Changes(ctx, b.wsDir, b.sb.WorkspaceUpper, b.sb.Workspace)
+		ch, err := workspace.Changes(ctx, b.wsDir, b.sb.Layers().WorkspaceUpper, b.sb.Layers().Workspace)
 		if err != nil {
 			return err
 		}
@@ -283,7 +283,7 @@ func (b *Box) Degraded() []string { return b.degraded }
 // safe-access rules (workspace.Tar).
 func (b *Box) Archive(ctx context.Context, rel string, maxBytes int64, start func(skipped []string) io.Writer) error {
 	err := b.frozen(func() error {
-		return workspace.Tar(ctx, b.sb.Workspace, rel, maxBytes, start)
+		return workspace.Tar(ctx, b.sb.Layers().Workspace, rel, maxBytes, start)
 	})
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -298,7 +298,7 @@ func (b *Box) Archive(ctx context.Context, rel string, maxBytes int64, start fun
 // The workspace stays readable (Changes) until Release.
 func (b *Box) Destroy() error {
 	b.closeOnce.Do(func() {
-		b.closeErr = b.sb.Close()
+		b.closeErr = b.sb.Destroy()
 		if b.net != nil {
 			b.net()
 			b.net = nil

@@ -11,7 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
-	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/wall/container"
 )
 
 // Check is one host prerequisite as `airlock doctor` reports it.
@@ -61,7 +61,7 @@ func Doctor(stateDir string) []Check {
 
 	idOK, idDetail := true, "open_tree + mount_setattr(MOUNT_ATTR_IDMAP) on the host's /usr"
 	if os.Geteuid() == 0 {
-		if err := runtime.ProbeIdmap("/usr"); err != nil {
+		if err := container.ProbeIdmap("/usr"); err != nil {
 			idOK, idDetail = false, err.Error()
 		}
 	} else {

@@ -23,8 +23,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
 	"github.com/airlock-sandbox/airlock/internal/netns"
-	"github.com/airlock-sandbox/airlock/internal/runtime"
-	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/container"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -70,7 +70,7 @@ type Config struct {
 // Engine runs sandboxes in this process.
 type Engine struct {
 	cfg    Config
-	rt     *runtime.Runtime
+	rt     *container.Wall
 	images *image.Store
 }
 
@@ -91,7 +91,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if !cfg.SubnetPool.IsValid() {
 		cfg.SubnetPool = netns.DefaultPool
 	}
-	rt, err := runtime.New(cfg.StateDir, cfg.Log)
+	rt, err := container.New(cfg.StateDir, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	defer cancel()
 	var (
 		mu      sync.Mutex // live and pending change together
-		live    *runtime.Sandbox
+		live    wall.Sandbox
 		pending os.Signal // received before the sandbox was live
 	)
 	var interrupted atomic.Bool
@@ -279,7 +279,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	} else if len(removed) > 0 {
 		e.cfg.Log.Info("gc removed dead sandboxes", "ids", removed)
 	}
-	res := &Result{SandboxID: runtime.NewID(), Image: s.Image}
+	res := &Result{SandboxID: container.NewID(), Image: s.Image}
 	landlockOn := true
 	if abi := landlock.ABI(); abi < landlock.MinABI {
 		if !s.Degraded("landlock") {
@@ -416,7 +416,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	destroy := func() {
 		if !destroyed {
 			destroyed = true
-			if err := sb.Close(); err != nil {
+			if err := sb.Destroy(); err != nil {
 				e.cfg.Warn("destroy: " + err.Error())
 			}
 		}
@@ -426,12 +426,12 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	// Relay the standard streams.
 	if o.TTY {
 		relay.Add(1)
-		go func() { defer relay.Done(); _, _ = io.Copy(stdio.Out, sb.PTY) }()
-		go func() { _, _ = io.Copy(sb.PTY, stdio.In) }()
+		go func() { defer relay.Done(); _, _ = io.Copy(stdio.Out, sb.Layers().PTY) }()
+		go func() { _, _ = io.Copy(sb.Layers().PTY, stdio.In) }()
 		if ro.Resize != nil {
 			go func() {
 				for sz := range ro.Resize {
-					_ = unix.IoctlSetWinsize(int(sb.PTY.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: sz[0], Col: sz[1]})
+					_ = unix.IoctlSetWinsize(int(sb.Layers().PTY.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: sz[0], Col: sz[1]})
 				}
 			}()
 		}
@@ -472,7 +472,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 	sb.Kill()
 	relay.Wait()
 	stats := sb.Stats()
-	diskFull := scratchFull(sb.WorkspaceUpper)
+	diskFull := scratchFull(sb.Layers().WorkspaceUpper)
 	destroy()
 	lap("destroyed")
 	if egressDone != nil {
@@ -518,7 +518,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		_ = ro.Audit(res.SandboxID, "exec.end", "reported", map[string]any{"exit_code": ex.Code, "signal": ex.Signal, "error": ex.Error}, false)
 		destroyed := map[string]any{"reason": endReason(res), "limits": res.Limits, "cpu_seconds": stats.CPUTime.Seconds(), "memory_peak_bytes": stats.MemoryPeak}
 		ctx, cancel := context.WithTimeout(context.Background(), sandbox.RecordTime)
-		if ch, err := workspace.Changes(ctx, wsDir, sb.WorkspaceUpper, sb.Workspace); err == nil {
+		if ch, err := workspace.Changes(ctx, wsDir, sb.Layers().WorkspaceUpper, sb.Layers().Workspace); err == nil {
 			// Capped as the daemon's record is: a sandbox chooses the names.
 			changes, left := sandbox.CapRecorded(ch.Changes, sandbox.MaxRecordedChanges, sandbox.MaxRecordedBytes)
 			destroyed["workspace"] = changes
@@ -539,7 +539,7 @@ func (e *Engine) Run(ctx context.Context, s *spec.Spec, stdio Stdio, ro RunOptio
 		_ = ro.Audit(res.SandboxID, "sandbox.destroyed", "observed", destroyed, false)
 	}
 	if ro.Diff != nil || ro.Export != "" {
-		ch, err := workspace.Changes(context.Background(), wsDir, sb.WorkspaceUpper, sb.Workspace)
+		ch, err := workspace.Changes(context.Background(), wsDir, sb.Layers().WorkspaceUpper, sb.Layers().Workspace)
 		if err != nil {
 			return res, fmt.Errorf("workspace changes: %w", err)
 		}
@@ -581,7 +581,7 @@ var rootCaps = []int{
 
 const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-func (e *Engine) options(s *spec.Spec, l *image.Layout, id string) *runtime.Options {
+func (e *Engine) options(s *spec.Spec, l *image.Layout, id string) *wall.Options {
 	host := s.Hostname
 	if host == "" {
 		host = "airlock-" + id[:8]
@@ -602,7 +602,7 @@ func (e *Engine) options(s *spec.Spec, l *image.Layout, id string) *runtime.Opti
 	}
 	env := []string{"PATH=" + path, "HOME=" + home, "TERM=" + term, "LANG=C.UTF-8"}
 	env = mergeEnv(env, s.Env)
-	o := &runtime.Options{
+	o := &wall.Options{
 		Writable:    s.WritableRootfs,
 		Root:        s.User == "root",
 		Home:        home,
@@ -620,20 +620,20 @@ func (e *Engine) options(s *spec.Spec, l *image.Layout, id string) *runtime.Opti
 		o.KeepCaps = rootCaps
 	}
 	for _, t := range l.Trees {
-		o.Trees = append(o.Trees, runtime.Tree{HostPath: t.HostPath, Target: t.Target})
+		o.Trees = append(o.Trees, wall.Tree{HostPath: t.HostPath, Target: t.Target})
 	}
 	for _, sl := range l.Symlinks {
-		o.Files = append(o.Files, nsinit.File{Path: strings.TrimPrefix(sl.Path, "/"), Link: sl.Target})
+		o.Files = append(o.Files, wall.File{Path: strings.TrimPrefix(sl.Path, "/"), Link: sl.Target})
 	}
-	u := runtime.SandboxUID
+	u := container.SandboxUID
 	o.Files = append(o.Files,
-		nsinit.File{Path: "etc/passwd", Mode: 0o644, Data: withLine(l.Passwd, fmt.Sprintf("user:x:%d:%d:airlock sandbox user:/home/user:/bin/sh", u, u), ":1000:")},
-		nsinit.File{Path: "etc/group", Mode: 0o644, Data: withLine(l.Group, fmt.Sprintf("user:x:%d:", u), ":1000:")},
-		nsinit.File{Path: "etc/hostname", Mode: 0o644, Data: host + "\n"},
-		nsinit.File{Path: "etc/hosts", Mode: 0o644, Data: "127.0.0.1\tlocalhost " + host + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
-		nsinit.File{Path: "etc/resolv.conf", Mode: 0o644, Data: "# airlock: this sandbox has no network\n"},
-		nsinit.File{Path: "home/user", Mode: os.ModeDir | 0o755, UID: uint32(u), GID: uint32(u)},
-		nsinit.File{Path: "root", Mode: os.ModeDir | 0o700},
+		wall.File{Path: "etc/passwd", Mode: 0o644, Data: withLine(l.Passwd, fmt.Sprintf("user:x:%d:%d:airlock sandbox user:/home/user:/bin/sh", u, u), ":1000:")},
+		wall.File{Path: "etc/group", Mode: 0o644, Data: withLine(l.Group, fmt.Sprintf("user:x:%d:", u), ":1000:")},
+		wall.File{Path: "etc/hostname", Mode: 0o644, Data: host + "\n"},
+		wall.File{Path: "etc/hosts", Mode: 0o644, Data: "127.0.0.1\tlocalhost " + host + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+		wall.File{Path: "etc/resolv.conf", Mode: 0o644, Data: "# airlock: this sandbox has no network\n"},
+		wall.File{Path: "home/user", Mode: os.ModeDir | 0o755, UID: uint32(u), GID: uint32(u)},
+		wall.File{Path: "root", Mode: os.ModeDir | 0o700},
 	)
 	return o
 }

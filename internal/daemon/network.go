@@ -16,8 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/netns"
-	"github.com/airlock-sandbox/airlock/internal/runtime"
-	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
@@ -28,7 +27,7 @@ var DefaultSubnetPool = netns.DefaultPool
 // network namespace with its veth and rules, and the proxy with its DNS
 // forwarder. It points the sandbox's resolv.conf and proxy variables at
 // them. done tears it all down (after the sandbox is gone) and sums up.
-func (e *Engine) network(s *spec.Spec, id string, o *runtime.Options, netLog io.Writer, sink func(egress.Event)) (done func() *EgressResult, err error) {
+func (e *Engine) network(s *spec.Spec, id string, o *wall.Options, netLog io.Writer, sink func(egress.Event)) (done func() *EgressResult, err error) {
 	pol, upstream, err := e.policy(s)
 	if err != nil {
 		return nil, err
@@ -194,7 +193,7 @@ var hostRoots = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/cer
 
 // trustSandboxCA puts the sandbox's CA in its trust store and in the
 // variables common TLS clients read.
-func (e *Engine) trustSandboxCA(o *runtime.Options, ca []byte) {
+func (e *Engine) trustSandboxCA(o *wall.Options, ca []byte) {
 	var bundle []byte
 	for _, p := range hostRoots {
 		if b, err := os.ReadFile(p); err == nil {
@@ -207,11 +206,11 @@ func (e *Engine) trustSandboxCA(o *runtime.Options, ca []byte) {
 	}
 	bundle = append(bundle, ca...)
 	o.Files = append(o.Files,
-		nsinit.File{Path: strings.TrimPrefix(sandboxCA, "/"), Mode: 0o644, Data: string(ca)},
-		nsinit.File{Path: strings.TrimPrefix(sandboxCABundle, "/"), Mode: 0o644, Data: string(bundle)},
+		wall.File{Path: strings.TrimPrefix(sandboxCA, "/"), Mode: 0o644, Data: string(ca)},
+		wall.File{Path: strings.TrimPrefix(sandboxCABundle, "/"), Mode: 0o644, Data: string(bundle)},
 		// Debian's and most images' system bundle, for clients that read
 		// no variable.
-		nsinit.File{Path: "etc/ssl/certs/ca-certificates.crt", Link: sandboxCABundle},
+		wall.File{Path: "etc/ssl/certs/ca-certificates.crt", Link: sandboxCABundle},
 	)
 	o.Env = mergeEnv(o.Env, []string{
 		"SSL_CERT_FILE=" + sandboxCABundle, "REQUESTS_CA_BUNDLE=" + sandboxCABundle, "CURL_CA_BUNDLE=" + sandboxCABundle,

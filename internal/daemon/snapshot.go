@@ -118,7 +118,7 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 			if err != nil {
 				return err
 			}
-			skipped, err := w.ApplyUpper(b.sb.RootUpper, owner)
+			skipped, err := w.ApplyUpper(b.sb.Layers().RootUpper, owner)
 			w.Close()
 			if err != nil {
 				return fmt.Errorf("snapshot: the root layer: %w", err)
@@ -138,7 +138,7 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 		}
 		// The workspace of a sandbox made from the snapshot belongs to its
 		// user: the host directory's owner (root here) is mapped to it.
-		skipped, err := w.CopyTree(b.sb.Workspace, func(uint32, uint32) (uint32, uint32) { return 0, 0 })
+		skipped, err := w.CopyTree(b.sb.Layers().Workspace, func(uint32, uint32) (uint32, uint32) { return 0, 0 })
 		w.Close()
 		if err != nil {
 			return fmt.Errorf("snapshot: /workspace: %w", err)

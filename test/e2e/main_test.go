@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/runtime"
+	"github.com/airlock-sandbox/airlock/internal/wall/container"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	airlockBin = filepath.Join(tmp, "airlock")
 	attackBin = filepath.Join(tmp, "attack")
 	stateDir = filepath.Join(tmp, "run")
-	scope = runtime.Scope(stateDir)
+	scope = container.Scope(stateDir)
 	dataDir = filepath.Join(tmp, "lib")
 	// `airlock run` keeps its audit logs under the user's state directory:
 	// the suite's own, not root's.
@@ -167,7 +167,7 @@ func reapStaleRuns(self string) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		sc := runtime.Scope(filepath.Join(d, "run"))
+		sc := container.Scope(filepath.Join(d, "run"))
 		for _, ctl := range []string{"pids", ""} {
 			ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup", ctl, sc))
 			for _, e := range ents {

@@ -1,4 +1,4 @@
-package runtime
+package container
 
 import (
 	"errors"
@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
-	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/wall"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,7 +76,7 @@ func (sb *Sandbox) releaseLocks() {
 	}
 	if sb.lock != nil {
 		sb.lock.Release()
-	} else if l, err := lockfile.TryLock(filepath.Join(sb.rt.stateDir, sandboxDir, sb.ID+".lock")); err == nil && l != nil {
+	} else if l, err := lockfile.TryLock(filepath.Join(sb.rt.stateDir, sandboxDir, sb.id+".lock")); err == nil && l != nil {
 		l.Release()
 	}
 }
@@ -85,7 +85,7 @@ func (sb *Sandbox) releaseLocks() {
 // made by an earlier daemon. It checks that pid is that sandbox's init
 // (alive, in the sandbox's cgroup, holding its lock) and returns
 // errdefs.ErrNotFound when it is not.
-func (rt *Runtime) Adopt(id string, pid int) (_ *Sandbox, err error) {
+func (rt *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 	gone := func(why string) error { return fmt.Errorf("%w: sandbox %s: %s", errdefs.ErrNotFound, id, why) }
 	if !rt.Live(id) {
 		return nil, gone("its lock is free (init is gone)")
@@ -109,7 +109,7 @@ func (rt *Runtime) Adopt(id string, pid int) (_ *Sandbox, err error) {
 	if err != nil || !strings.Contains(string(st), "\nNSpid:\t"+fmt.Sprint(pid)+"\t1\n") {
 		return nil, gone(fmt.Sprintf("pid %d is not a sandbox's init", pid))
 	}
-	sb := &Sandbox{ID: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: pidfd, exited: make(chan struct{}), agent: true, InitPid: pid}
+	sb := &Sandbox{id: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: pidfd, exited: make(chan struct{}), agent: true, initPid: pid}
 	sb.cg = rt.cgroups.Open(id)
 	// From here on the pid is the sandbox's init: a failure kills it, so
 	// that nothing unadopted runs on.
@@ -122,16 +122,16 @@ func (rt *Runtime) Adopt(id string, pid int) (_ *Sandbox, err error) {
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
 		return nil, gone("init exited while being adopted")
 	}
-	sb.WorkspaceUpper, err = reopen(pid, nsinit.AgentWorkspaceUpperFD)
+	sb.layers.WorkspaceUpper, err = reopen(pid, nsinit.AgentWorkspaceUpperFD)
 	if err != nil {
 		return nil, err
 	}
-	sb.Workspace, err = reopen(pid, nsinit.AgentWorkspaceFD)
+	sb.layers.Workspace, err = reopen(pid, nsinit.AgentWorkspaceFD)
 	if err != nil {
-		sb.WorkspaceUpper.Close()
+		sb.layers.WorkspaceUpper.Close()
 		return nil, err
 	}
-	sb.RootUpper, err = reopen(pid, nsinit.AgentRootUpperFD)
+	sb.layers.RootUpper, err = reopen(pid, nsinit.AgentRootUpperFD)
 	if err != nil {
 		sb.CloseFiles()
 		return nil, err
@@ -168,12 +168,9 @@ func reopen(pid, fd int) (*os.File, error) {
 	return f, nil
 }
 
-// Cgroup is the sandbox's cgroup (for accounting).
-func (sb *Sandbox) Cgroup() *cgroup.Cgroup { return sb.cg }
-
 // UIDBase is the host uid that root inside the sandbox maps to.
 func (sb *Sandbox) UIDBase() (uint32, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", sb.InitPid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", sb.initPid))
 	if err != nil {
 		return 0, err
 	}
@@ -190,7 +187,7 @@ func (sb *Sandbox) UIDBase() (uint32, error) {
 // Discard ends whatever is left of sandbox id that could not be adopted:
 // every process in its cgroup is killed, and once its lock is free its
 // cgroup and lock files are removed. It waits a few seconds at most.
-func (rt *Runtime) Discard(id string) error {
+func (rt *Wall) Discard(id string) error {
 	cg := rt.cgroups.Open(id)
 	for i := 0; i < 250; i++ {
 		procs := cg.Procs()

@@ -1,10 +1,12 @@
-// Package runtime is the host side of a sandbox: it leases a uid range,
+// Package container is airlock's default wall (internal/wall): its own
+// namespace launcher. It leases a uid range,
 // creates the cgroup, clones `airlock init` from a sealed copy of the binary
 // into fresh namespaces, hands it idmapped mount trees and a Config over the
 // sync socket, and tears everything down again. It makes the syscalls;
-// policy (what to run, with which limits) arrives already validated. It
-// imports internal/linux/* and nsinit (for the wire types), nothing above.
-package runtime
+// policy (what to run, with which limits) arrives already validated, as
+// wall.Options. It imports internal/wall, internal/linux/* and nsinit (for
+// the wire types), nothing above.
+package container
 
 import (
 	"crypto/rand"
@@ -21,12 +23,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
-	"github.com/airlock-sandbox/airlock/internal/runtime/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/wall"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,8 +61,8 @@ func Scope(stateDir string) string {
 	return "airlock-" + hex.EncodeToString(sum[:4])
 }
 
-// Runtime creates sandboxes on this host.
-type Runtime struct {
+// Wall creates sandboxes on this host (wall.Wall).
+type Wall struct {
 	stateDir string
 	log      *slog.Logger
 	cgroups  *cgroup.Host
@@ -69,8 +73,8 @@ type Runtime struct {
 
 // New checks the host's controls and prepares the state directory. Missing
 // cgroup controllers or seccomp are errors classed errdefs.ErrUnavailable.
-func New(stateDir string, log *slog.Logger) (*Runtime, error) {
-	rt := &Runtime{
+func New(stateDir string, log *slog.Logger) (*Wall, error) {
+	rt := &Wall{
 		stateDir: stateDir,
 		log:      log,
 		leases:   &uidLeases{dir: filepath.Join(stateDir, uidDir), first: firstUID, size: uidsPerSlot, slots: uidSlots},
@@ -107,60 +111,10 @@ func New(stateDir string, log *slog.Logger) (*Runtime, error) {
 	return rt, nil
 }
 
-// Tree is a host directory shown read-only inside the sandbox at Target,
-// with its ownership shifted into the sandbox's uid range.
-type Tree struct {
-	HostPath string
-	Target   string // "/" for a whole root filesystem
-}
-
-// Options describe one sandbox to create. They are produced from a
-// validated spec.Spec by internal/sandbox.
-type Options struct {
-	Trees     []Tree
-	Files     []nsinit.File
-	Writable  bool
-	Workspace string // host directory shown copy-on-write at /workspace
-
-	Root     bool // run the command as root inside (with KeepCaps)
-	KeepCaps []int
-	Home     string
-	Argv     []string
-	Env      []string
-	Cwd      string
-	Hostname string
-
-	TTY        bool
-	Rows, Cols uint16
-	// Stdio are the command's stdin, stdout and stderr when not on a TTY.
-	Stdio [3]*os.File
-
-	// NetNS, when set, is a network namespace made by the host (proxy
-	// mode); the sandbox joins it instead of getting an empty one of its own.
-	NetNS *os.File
-
-	// AgentSocket, when set, makes a long-lived sandbox: no command runs;
-	// init serves the agent on a unix socket bound at this host path, and
-	// the sandbox outlives the process that created it.
-	AgentSocket string
-	// DieWithCreator keeps a long-lived sandbox's parent-death signal: it
-	// dies with the process that made it (no daemon will adopt it).
-	DieWithCreator bool
-	// NProc caps each user's processes inside (RLIMIT_NPROC).
-	NProc uint64
-
-	MemoryBytes int64
-	CPUs        float64
-	Pids        int64
-	DiskBytes   int64
-	NoFile      uint64
-	Landlock    bool
-}
-
-// Sandbox is one live sandbox. Close releases everything it holds.
+// Sandbox is one live sandbox of this wall (wall.Sandbox).
 type Sandbox struct {
-	ID  string
-	rt  *Runtime
+	id  string
+	rt  *Wall
 	cmd *exec.Cmd
 	cg  *cgroup.Cgroup
 	uid *UIDRange
@@ -172,18 +126,10 @@ type Sandbox struct {
 	killed    sync.Once
 	closeOnce sync.Once
 
-	// WorkspaceUpper and Workspace are directory descriptors (O_PATH) on the
-	// sandbox's workspace upper layer and merged view; they stay valid after
-	// the sandbox is gone. PTY is the terminal's master side.
-	WorkspaceUpper *os.File
-	Workspace      *os.File
-	PTY            *os.File
-	// RootUpper (long-lived sandboxes) is the root's writable layer.
-	RootUpper *os.File
-	// Pid is the command's pid inside the sandbox.
-	Pid int
-	// InitPid is init's pid on the host.
-	InitPid int
+	// layers stay valid after the sandbox is gone, until CloseFiles.
+	layers wall.Layers
+	// initPid is init's pid on the host.
+	initPid int
 
 	pidfd  int           // init's pidfd
 	exited chan struct{} // closed when init has exited
@@ -201,13 +147,13 @@ func NewID() string {
 // it (a workspace checkout, say) until the sandbox is destroyed; gc treats
 // every locked id as alive.
 type Reservation struct {
-	ID   string
+	id   string
 	lock *lockfile.Lock
 	used bool
 }
 
 // Reserve takes the lock of a new sandbox id.
-func (rt *Runtime) Reserve(id string) (*Reservation, error) {
+func (rt *Wall) Reserve(id string) (wall.Reservation, error) {
 	l, err := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 	if err != nil {
 		return nil, err
@@ -215,8 +161,11 @@ func (rt *Runtime) Reserve(id string) (*Reservation, error) {
 	if l == nil {
 		return nil, fmt.Errorf("sandbox id %s is in use", id)
 	}
-	return &Reservation{ID: id, lock: l}, nil
+	return &Reservation{id: id, lock: l}, nil
 }
+
+// ID is the reserved id.
+func (r *Reservation) ID() string { return r.id }
 
 // Release gives the id up unless a sandbox was created with it (the
 // sandbox's Close releases it then).
@@ -228,7 +177,7 @@ func (r *Reservation) Release() {
 }
 
 // Live reports whether sandbox id is held by a live process.
-func (rt *Runtime) Live(id string) bool {
+func (rt *Wall) Live(id string) bool {
 	l, err := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 	if err != nil || l == nil {
 		return true
@@ -239,8 +188,12 @@ func (rt *Runtime) Live(id string) bool {
 
 // Create builds and starts a sandbox. On any error every step already taken
 // is undone and the reservation released.
-func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
-	id := r.ID
+func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err error) {
+	r, ok := wr.(*Reservation)
+	if !ok {
+		return nil, fmt.Errorf("container wall: a reservation of another wall")
+	}
+	id := r.id
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -249,7 +202,7 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 			}
 		}
 	}()
-	sb := &Sandbox{ID: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: -1, exited: make(chan struct{}), agent: o.AgentSocket != ""}
+	sb := &Sandbox{id: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: -1, exited: make(chan struct{}), agent: o.AgentSocket != ""}
 	t0 := time.Now()
 	lap := func(step string) { rt.log.Debug("create", "id", id, "step", step, "at", time.Since(t0)) }
 
@@ -322,10 +275,10 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 	}
 	child.Close()
 	sb.cmd = cmd
-	sb.InitPid = cmd.Process.Pid
+	sb.initPid = cmd.Process.Pid
 	lap("cloned")
 	undo = append(undo, func() { sb.kill(); _ = cmd.Wait() })
-	if sb.pidfd, err = unix.PidfdOpen(sb.InitPid, 0); err != nil {
+	if sb.pidfd, err = unix.PidfdOpen(sb.initPid, 0); err != nil {
 		return nil, fmt.Errorf("pidfd_open: %w", err)
 	}
 	// Closed and forgotten: a kill after this (an earlier undo step) must
@@ -357,7 +310,7 @@ func (rt *Runtime) Create(r *Reservation, o *Options) (_ *Sandbox, err error) {
 // cgroup for the clone, so that the child is born inside it and its cgroup
 // namespace is rooted there. Likewise the thread steps into the host-made
 // network namespace, which the child inherits, and steps back.
-func (rt *Runtime) start(cmd *exec.Cmd, cg *cgroup.Cgroup, netns *os.File) error {
+func (rt *Wall) start(cmd *exec.Cmd, cg *cgroup.Cgroup, netns *os.File) error {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	if netns != nil {
@@ -403,7 +356,7 @@ func (rt *Runtime) start(cmd *exec.Cmd, cg *cgroup.Cgroup, netns *os.File) error
 
 // configure builds the idmapped trees with init's user namespace, sends the
 // Config, and waits for init to report ready.
-func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
+func (rt *Wall) configure(sb *Sandbox, o *wall.Options) error {
 	pid := sb.cmd.Process.Pid
 	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
 	if err != nil {
@@ -423,7 +376,7 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 		Scratch:   filepath.Join(rt.stateDir, scratchDir),
 		DiskBytes: o.DiskBytes,
 		Writable:  o.Writable,
-		Files:     o.Files,
+		Files:     files(o.Files),
 		Home:      o.Home,
 		Argv:      o.Argv,
 		Env:       o.Env,
@@ -484,16 +437,15 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 		}
 		return fmt.Errorf("%w: init sent %q with %d descriptors", errdefs.ErrInternal, rep.Kind, len(fds))
 	}
-	sb.WorkspaceUpper = os.NewFile(uintptr(fds[0]), "ws-upper")
-	sb.Workspace = os.NewFile(uintptr(fds[1]), "ws")
+	sb.layers.WorkspaceUpper = os.NewFile(uintptr(fds[0]), "ws-upper")
+	sb.layers.Workspace = os.NewFile(uintptr(fds[1]), "ws")
 	switch {
 	case len(fds) > 2 && sb.agent:
-		sb.RootUpper = os.NewFile(uintptr(fds[2]), "root-upper")
+		sb.layers.RootUpper = os.NewFile(uintptr(fds[2]), "root-upper")
 	case len(fds) > 2:
-		sb.PTY = os.NewFile(uintptr(fds[2]), "pty")
+		sb.layers.PTY = os.NewFile(uintptr(fds[2]), "pty")
 	}
-	sb.Pid = rep.Pid
-	rt.log.Debug("init steps", "id", sb.ID, "steps", rep.Steps)
+	rt.log.Debug("init steps", "id", sb.id, "steps", rep.Steps)
 	return nil
 }
 
@@ -501,7 +453,7 @@ func (rt *Runtime) configure(sb *Sandbox, o *Options) error {
 // and gid) appears as hostID, the sandbox user; other owners stay unmapped.
 // The mapping needs a user namespace of its own, held by a short-lived
 // helper process.
-func (rt *Runtime) workspaceTree(dir string, hostID uint32) (int, error) {
+func (rt *Wall) workspaceTree(dir string, hostID uint32) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return -1, fmt.Errorf("%w: --workspace %s: %v", errdefs.ErrNotFound, dir, err)
@@ -544,26 +496,14 @@ func (rt *Runtime) workspaceTree(dir string, hostID uint32) (int, error) {
 	return fd, nil
 }
 
-// Exit is how a sandbox's command ended.
-type Exit struct {
-	Code   int
-	Signal int
-	// Error is set when the command could not start (Code 126 or 127).
-	Error string
-	// OOM is set when the kernel's OOM killer fired in the sandbox.
-	OOM bool
-	// InitDied is set when init vanished without reporting (killed).
-	InitDied bool
-}
-
 // Wait blocks until the command exits (or init dies) and returns how.
-func (sb *Sandbox) Wait() Exit {
+func (sb *Sandbox) Wait() wall.Exit {
 	var rep nsinit.Report
 	fds, err := nsinit.Recv(sb.sock, &rep)
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
-	ex := Exit{}
+	ex := wall.Exit{}
 	if err != nil || rep.Kind != "exit" {
 		ex.InitDied = true
 		ex.Code, ex.Signal = 128+int(unix.SIGKILL), int(unix.SIGKILL)
@@ -603,12 +543,23 @@ func (sb *Sandbox) kill() {
 }
 
 // Stats returns the kernel's accounting for the sandbox so far.
-func (sb *Sandbox) Stats() cgroup.Stats { return sb.cg.Stats() }
+func (sb *Sandbox) Stats() wall.Stats {
+	st := sb.cg.Stats()
+	return wall.Stats{CPUTime: st.CPUTime, MemoryPeak: st.MemoryPeak, OOMKills: st.OOMKills, PidsLimited: st.PidsLimited}
+}
 
-// Close destroys the sandbox: kills what is left, waits for init, removes
-// the cgroup and releases the leases. The workspace descriptors stay valid
-// until CloseFiles.
-func (sb *Sandbox) Close() error {
+// ID is the sandbox's id.
+func (sb *Sandbox) ID() string { return sb.id }
+
+// InitPid is init's pid on the host.
+func (sb *Sandbox) InitPid() int { return sb.initPid }
+
+// Layers are the descriptors of what the sandbox wrote, and its terminal.
+func (sb *Sandbox) Layers() wall.Layers { return sb.layers }
+
+// Destroy kills what is left, waits for init, removes the cgroup and
+// releases the leases. The layers' descriptors stay valid until CloseFiles.
+func (sb *Sandbox) Destroy() error {
 	var err error
 	sb.closeOnce.Do(func() {
 		sb.kill()
@@ -640,7 +591,8 @@ func (sb *Sandbox) Close() error {
 
 // CloseFiles closes the descriptors the sandbox handed out.
 func (sb *Sandbox) CloseFiles() {
-	for _, f := range []*os.File{sb.WorkspaceUpper, sb.Workspace, sb.PTY, sb.RootUpper} {
+	l := sb.layers
+	for _, f := range []*os.File{l.WorkspaceUpper, l.Workspace, l.PTY, l.RootUpper} {
 		if f != nil {
 			f.Close()
 		}
@@ -650,7 +602,7 @@ func (sb *Sandbox) CloseFiles() {
 // GC removes what dead sandboxes left behind: cgroups and lock files of
 // sandboxes whose holder is gone (an `airlock run` killed with SIGKILL). It
 // never touches a live sandbox: liveness is the flock its init holds.
-func (rt *Runtime) GC() (removed []string, err error) {
+func (rt *Wall) GC() (removed []string, err error) {
 	seen := map[string]bool{}
 	ents, _ := os.ReadDir(filepath.Join(rt.stateDir, sandboxDir))
 	for _, e := range ents {
@@ -698,7 +650,7 @@ func cutSuffix(s, suf string) (string, bool) {
 // ProbeIdmap checks that an idmapped mount of dir can be made here, with a
 // throwaway user namespace (for `airlock doctor`).
 func ProbeIdmap(dir string) error {
-	rt := &Runtime{}
+	rt := &Wall{}
 	fd, err := rt.workspaceTree(dir, firstUID)
 	if err != nil {
 		return err
@@ -706,3 +658,26 @@ func ProbeIdmap(dir string) error {
 	unix.Close(fd)
 	return nil
 }
+
+// files are o's files as init's wire type.
+func files(in []wall.File) []nsinit.File {
+	out := make([]nsinit.File, len(in))
+	for i, f := range in {
+		out[i] = nsinit.File{Path: f.Path, Mode: f.Mode, UID: f.UID, GID: f.GID, Data: f.Data, Link: f.Link}
+	}
+	return out
+}
+
+// Name is "container" (wall.Wall).
+func (rt *Wall) Name() string { return "container" }
+
+// Missing lists the controls this host lacks that a sandbox may run
+// without when its spec says so: Landlock.
+func (rt *Wall) Missing() []wall.Missing {
+	if abi := landlock.ABI(); abi < landlock.MinABI {
+		return []wall.Missing{{Control: "landlock", Detail: fmt.Sprintf("Landlock is unavailable (kernel ABI %d, need %d): writes are confined by the read-only mounts only", abi, landlock.MinABI)}}
+	}
+	return nil
+}
+var _ wall.Wall = (*Wall)(nil)
+var _ wall.Sandbox = (*Sandbox)(nil)
