@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/internal/daemon"
+	"github.com/airlock-sandbox/airlock/internal/doctor"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
@@ -24,7 +24,7 @@ airlock's controls rely on, and says what airlock refuses to do without each.
 It exits 1 when a required control is missing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			checks := daemon.Doctor(g.stateDir)
+			checks := doctor.Checks(g.stateDir)
 			failed := false
 			for _, c := range checks {
 				failed = failed || !c.OK && c.Required
@@ -72,7 +72,7 @@ airlock process is gone (killed with SIGKILL, say). Their processes died with
 them; gc never touches a live sandbox. Every airlock run does this too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.engine(g.warn)
+			eng, err := g.lifecycle(g.warn)
 			if err != nil {
 				return err
 			}
@@ -115,7 +115,7 @@ recently used images are evicted first, never one in use.`,
 		Short: "List cached images",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.engine(func(string) {})
+			eng, err := g.lifecycle(func(string) {})
 			if err != nil {
 				return err
 			}
@@ -140,7 +140,7 @@ recently used images are evicted first, never one in use.`,
 		Short: "Remove cached images (not those in use)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.engine(func(string) {})
+			eng, err := g.lifecycle(func(string) {})
 			if err != nil {
 				return err
 			}
@@ -165,7 +165,7 @@ recently used images are evicted first, never one in use.`,
 		Short: "Fetch and unpack an image into the cache without running anything",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.engine(g.warn)
+			eng, err := g.lifecycle(g.warn)
 			if err != nil {
 				return err
 			}

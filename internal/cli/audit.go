@@ -17,9 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
-	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/system"
 	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
@@ -48,7 +48,7 @@ func auditVerifyCmd(g *globals) *cobra.Command {
 		Short: "Check the log's chain, order, signatures and completeness; name the first bad record",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dir := daemon.AuditDir(g.dataDir)
+			dir := system.AuditDir(g.dataDir)
 			if len(args) == 1 {
 				dir = args[0]
 			}
@@ -104,9 +104,9 @@ func auditPublicKey(g *globals, dir, pubFile string) (ed25519.PublicKey, error) 
 		}
 		return pub, nil
 	}
-	keyFile := daemon.AuditKeyFile(g.dataDir)
+	keyFile := system.AuditKeyFile(g.dataDir)
 	if fi, err := os.Stat(dir); err == nil && fi.Mode().IsRegular() {
-		keyFile = filepath.Join(runStateDir(), "audit.key") // an `airlock run` log
+		keyFile = filepath.Join(system.RunStateDir(), "audit.key") // an `airlock run` log
 	}
 	if _, err := os.Stat(keyFile); err != nil {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no audit key at "+keyFile+": pass --pubkey")
@@ -126,7 +126,7 @@ func auditHead(g *globals, dir string) (*audit.Head, bool) {
 		live = flockHeld(f)
 		f.Close()
 	}
-	if filepath.Clean(dir) != filepath.Clean(daemon.AuditDir(g.dataDir)) {
+	if filepath.Clean(dir) != filepath.Clean(system.AuditDir(g.dataDir)) {
 		return nil, live
 	}
 	db, err := store.Open(filepath.Join(g.dataDir, "airlock.db"))
@@ -134,7 +134,7 @@ func auditHead(g *globals, dir string) (*audit.Head, bool) {
 		return nil, live
 	}
 	defer db.Close()
-	v, err := db.Meta(context.Background(), daemon.AuditHeadMeta)
+	v, err := db.Meta(context.Background(), system.AuditHeadMeta)
 	if err != nil || v == "" {
 		return nil, live
 	}
@@ -151,10 +151,10 @@ func auditPubkeyCmd(g *globals) *cobra.Command {
 		Short: "Print the audit log's public key (PEM), for verifying a copy elsewhere",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := os.Stat(daemon.AuditKeyFile(g.dataDir)); err != nil {
+			if _, err := os.Stat(system.AuditKeyFile(g.dataDir)); err != nil {
 				return errdefs.New(errdefs.ErrNotFound, "no audit key yet: it is made when the daemon first starts")
 			}
-			key, err := audit.LoadOrCreateKey(daemon.AuditKeyFile(g.dataDir))
+			key, err := audit.LoadOrCreateKey(system.AuditKeyFile(g.dataDir))
 			if err != nil {
 				return err
 			}
@@ -208,7 +208,7 @@ func auditQueryCmd(g *globals) *cobra.Command {
 				return err
 			}
 			enc := json.NewEncoder(g.stdout)
-			return audit.Read(cmd.Context(), daemon.AuditDir(g.dataDir), follow, func(r *audit.Record) error {
+			return audit.Read(cmd.Context(), system.AuditDir(g.dataDir), follow, func(r *audit.Record) error {
 				if f.match(r) {
 					return enc.Encode(r)
 				}
@@ -249,7 +249,7 @@ func auditReportCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var recs []*audit.Record
-			err := audit.Read(cmd.Context(), daemon.AuditDir(g.dataDir), false, func(r *audit.Record) error {
+			err := audit.Read(cmd.Context(), system.AuditDir(g.dataDir), false, func(r *audit.Record) error {
 				if r.Sandbox == args[0] {
 					recs = append(recs, r)
 				}

@@ -1,7 +1,8 @@
 // Package cli is airlock's command line: subcommands, flags, output (text
-// and --json). Results go to stdout, diagnostics to stderr. `run` embeds the
-// engine (internal/daemon) so it needs no daemon. It imports client,
-// internal/daemon and internal/sandbox, nothing lower.
+// and --json). Results go to stdout, diagnostics to stderr. `run`, `mcp`
+// and `serve` build their world with internal/system (the composition
+// root); the other commands talk to a daemon through the Go SDK (client),
+// and `airlock audit` reads the log on the host.
 package cli
 
 import (
@@ -15,10 +16,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/internal/broker"
-	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle"
+	"github.com/airlock-sandbox/airlock/internal/run"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
 // Version is set at build time with -ldflags "-X ...cli.Version=...".
@@ -39,11 +41,9 @@ type globals struct {
 	dnsUpstream string
 	pool        netip.Prefix
 	allowNets   []netip.Prefix
-	// secrets are run's --secret values, for its grants.
-	secrets map[string][]byte
-	log     *slog.Logger
-	stdout  io.Writer
-	stderr  io.Writer
+	log         *slog.Logger
+	stdout      io.Writer
+	stderr      io.Writer
 }
 
 // Main runs the command line and returns the process exit code.
@@ -102,30 +102,35 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
 		fmt.Fprintf(g.stderr, "airlock: %v\n", err)
 		if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) ||
 			errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) {
-			return daemon.ExitCreate
+			return run.ExitCreate
 		}
 		return 1
 	}
 }
 
-func (g *globals) engine(warn func(string)) (*daemon.Engine, error) {
-	if os.Geteuid() != 0 {
-		return nil, errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo")
-	}
+// systemOptions are what every mode of internal/system takes from the
+// global flags.
+func (g *globals) systemOptions(mode system.Mode) (system.Options, error) {
 	cacheBytes, err := spec.ParseSize(g.imageCache)
 	if err != nil {
-		return nil, fmt.Errorf("--image-cache-size: %w", err)
+		return system.Options{}, errdefs.Invalid("--image-cache-size: " + err.Error())
 	}
-	// A run's broker lives as long as the run: its keys, its tokens and
-	// the secrets given by --secret end with it.
-	secrets := g.secrets
-	b := broker.New(broker.Config{Keys: broker.EphemeralKeys(), Secret: func(_, name string) ([]byte, error) {
-		if v, ok := secrets[name]; ok {
-			return v, nil
-		}
-		return nil, errdefs.Invalid(fmt.Sprintf("grant: no secret %q: give it with --secret %s=env:VARIABLE or =file:PATH", name, name))
-	}})
-	return daemon.NewEngine(daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Warn: warn, Log: g.log, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, EgressAllowNets: g.allowNets, ImageCacheBytes: cacheBytes, Broker: b})
+	return system.Options{Mode: mode, StateDir: g.stateDir, DataDir: g.dataDir, Log: g.log, Warn: g.warn,
+		DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, EgressAllowNets: g.allowNets, ImageCacheBytes: cacheBytes}, nil
+}
+
+// lifecycle is the host's wall and lifecycle, for commands that manage
+// sandboxes' remains and images.
+func (g *globals) lifecycle(warn func(string)) (*lifecycle.Lifecycle, error) {
+	if os.Geteuid() != 0 {
+		return nil, errdefs.Unavailable("root is needed to manage the host's sandboxes and images: run this as root, or with sudo")
+	}
+	o, err := g.systemOptions(system.OneShot)
+	if err != nil {
+		return nil, err
+	}
+	o.Warn = warn
+	return system.NewLifecycle(o)
 }
 
 func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }

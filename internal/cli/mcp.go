@@ -19,11 +19,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
 func mcpCmd(g *globals) *cobra.Command {
@@ -104,31 +104,33 @@ Configuration for an MCP client (docs/mcp.md has more):
 		}
 		var b [4]byte
 		_, _ = rand.Read(b[:])
-		files := filepath.Join(runStateDir(), "mcp", time.Now().UTC().Format("20060102T150405Z")+"-"+hex.EncodeToString(b[:]))
+		files := filepath.Join(system.RunStateDir(), "mcp", time.Now().UTC().Format("20060102T150405Z")+"-"+hex.EncodeToString(b[:]))
 		if err := os.MkdirAll(files, 0o700); err != nil {
 			return err
 		}
-		cacheBytes, err := spec.ParseSize(g.imageCache)
+		o, err := g.systemOptions(system.Embedded)
 		if err != nil {
-			return fmt.Errorf("--image-cache-size: %w", err)
+			return err
 		}
-		return daemon.Serve(ctx, daemon.ServeConfig{
-			Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: g.log, Warn: g.warn, DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, ImageCacheBytes: cacheBytes},
-			Files:  files, Version: Version,
-			Embedded: func(ctx context.Context, svc *sandbox.Service) error {
-				admin := &sandbox.Principal{Admin: true}
-				if _, err := svc.CreateTenant(ctx, admin, &api.CreateTenant{Name: "local", ScanPolicy: scanPolicy}); err != nil {
+		o.Files, o.Version = files, Version
+		sys, err := system.New(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer sys.Close()
+		return sys.Embedded(ctx, func(ctx context.Context, svc *sandbox.Service) error {
+			admin := &sandbox.Principal{Admin: true}
+			if _, err := svc.CreateTenant(ctx, admin, &api.CreateTenant{Name: "local", ScanPolicy: scanPolicy}); err != nil {
+				return err
+			}
+			p := &sandbox.Principal{ID: "local", Tenant: "local", ScanPolicy: scanPolicy}
+			for _, name := range slices.Sorted(maps.Keys(local)) {
+				if _, err := svc.AddSecret(ctx, p, &api.AddSecret{Name: name, Value: string(local[name])}); err != nil {
 					return err
 				}
-				p := &sandbox.Principal{ID: "local", Tenant: "local", ScanPolicy: scanPolicy}
-				for _, name := range slices.Sorted(maps.Keys(local)) {
-					if _, err := svc.AddSecret(ctx, p, &api.AddSecret{Name: name, Value: string(local[name])}); err != nil {
-						return err
-					}
-				}
-				g.warn("mcp: the session's audit log is in " + files)
-				return serveMCP(ctx, g, &mcp.ServiceBackend{Service: svc, Principal: p}, req, export)
-			},
+			}
+			g.warn("mcp: the session's audit log is in " + files)
+			return serveMCP(ctx, g, &mcp.ServiceBackend{Service: svc, Principal: p}, req, export)
 		})
 	}
 	f := c.Flags()

@@ -2,13 +2,11 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,10 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
-	"github.com/airlock-sandbox/airlock/internal/audit"
-	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/run"
+	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
 func runCmd(g *globals) *cobra.Command {
@@ -146,7 +145,7 @@ Exit status:
 	f.StringVar(&egressBytes, "egress-bytes", "1G", "cap on bytes the sandbox sends out through the proxy")
 	f.IntVar(&s.Net.MaxConns, "max-conns", spec.DefaultMaxConns, "cap on concurrent proxied connections")
 	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
-	f.StringVar(&nets.pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 prefix from which each proxy-mode sandbox gets a /30")
+	f.StringVar(&nets.pool, "subnet-pool", sandboxnet.DefaultSubnetPool.String(), "IPv4 prefix from which each proxy-mode sandbox gets a /30")
 	f.StringArrayVar(&nets.allowNets, "egress-allow-net", nil, egressAllowNetHelp)
 	f.StringArrayVar(&grants, "grant", nil, grantHelp+"; the secret comes from --secret")
 	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants")
@@ -186,23 +185,32 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 	t0 := time.Now()
 	var err error
 	g.dnsUpstream = nets.dnsUpstream
-	g.secrets = nets.secrets
 	if g.pool, err = netip.ParsePrefix(nets.pool); err != nil {
 		return errdefs.Invalid(fmt.Sprintf("--subnet-pool %q: %v", nets.pool, err))
 	}
 	if g.allowNets, err = parseAllowNets(nets.allowNets); err != nil {
 		return err
 	}
-	eng, err := g.engine(g.warn)
+	sys, err := g.runSystem(nets)
 	g.log.Debug("engine ready", "at", time.Since(t0))
 	if err != nil {
 		if asJSON {
-			_ = printJSON(g.stdout, map[string]any{"exit_code": daemon.ExitCreate, "error": err.Error()})
+			_ = printJSON(g.stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
 		}
 		return err
 	}
-	stdio := daemon.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
-	ro := daemon.RunOptions{Export: export}
+	closed := false
+	closeSys := func() {
+		if !closed {
+			closed = true
+			if cerr := sys.Close(); cerr != nil {
+				g.warn("audit log " + sys.AuditFile + ": " + cerr.Error())
+			}
+		}
+	}
+	defer closeSys()
+	stdio := run.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
+	ro := run.Options{Export: export}
 	if nets.log == "-" {
 		ro.NetLog = g.stderr
 	} else if nets.log != "" {
@@ -221,63 +229,70 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 	defer signal.Stop(sigs)
 	ro.Signals = sigs
 	if s.TTY {
-		stdio.TTY = os.Stdin
-		if term.IsTerminal(int(os.Stdin.Fd())) {
-			if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
-				stdio.Cols, stdio.Rows = uint16(w), uint16(h)
-			}
-			old, err := term.MakeRaw(int(os.Stdin.Fd()))
-			if err != nil {
-				return fmt.Errorf("terminal raw mode: %w", err)
-			}
-			defer term.Restore(int(os.Stdin.Fd()), old)
-			winch := make(chan os.Signal, 1)
-			signal.Notify(winch, unix.SIGWINCH)
-			defer signal.Stop(winch)
-			resize := make(chan [2]uint16, 1)
-			go func() {
-				for range winch {
-					if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
-						resize <- [2]uint16{uint16(h), uint16(w)}
-					}
-				}
-			}()
-			ro.Resize = resize
-		}
-	}
-	alog, auditPath, err := openRunAudit(nets.audit)
-	if err != nil {
-		return err
-	}
-	ro.Audit = func(sandbox, kind, source string, data any, wait bool) error {
-		r := audit.Record{Kind: kind, Sandbox: sandbox, Source: source}
-		b, err := json.Marshal(data)
+		restore, err := attachTerminal(&stdio, &ro)
 		if err != nil {
 			return err
 		}
-		r.Data = b
-		if wait {
-			return alog.Commit(context.Background(), r)
+		defer restore()
+	}
+	res, err := sys.Run(context.Background(), s, stdio, ro)
+	closeSys()
+	return g.runOutcome(s, res, err, asJSON)
+}
+
+// runSystem builds the one-shot system: root, the run's secrets, its log.
+func (g *globals) runSystem(nets netFlags) (*system.System, error) {
+	if os.Geteuid() != 0 {
+		return nil, errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo")
+	}
+	o, err := g.systemOptions(system.OneShot)
+	if err != nil {
+		return nil, err
+	}
+	o.Secrets, o.RunAudit = nets.secrets, nets.audit
+	return system.New(context.Background(), o)
+}
+
+// attachTerminal puts the user's terminal in raw mode for -t and follows
+// its size; restore puts it back.
+func attachTerminal(stdio *run.Stdio, ro *run.Options) (restore func(), err error) {
+	stdio.TTY = os.Stdin
+	if !term.IsTerminal(int(os.Stdin.Fd())) {
+		return func() {}, nil
+	}
+	if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
+		stdio.Cols, stdio.Rows = uint16(w), uint16(h)
+	}
+	old, err := term.MakeRaw(int(os.Stdin.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("terminal raw mode: %w", err)
+	}
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, unix.SIGWINCH)
+	resize := make(chan [2]uint16, 1)
+	go func() {
+		for range winch {
+			if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
+				resize <- [2]uint16{uint16(h), uint16(w)}
+			}
 		}
-		if err := alog.Append(r); err != nil {
-			g.warn("audit: " + err.Error())
-		}
-		return nil
-	}
-	res, err := eng.Run(context.Background(), s, stdio, ro)
-	if cerr := alog.Close(); cerr != nil {
-		g.warn("audit log " + auditPath + ": " + cerr.Error())
-	}
-	if res != nil {
-		res.Audit = auditPath
-	}
-	if errors.Is(err, daemon.ErrInterrupted) {
+	}()
+	ro.Resize = resize
+	return func() {
+		signal.Stop(winch)
+		_ = term.Restore(int(os.Stdin.Fd()), old)
+	}, nil
+}
+
+// runOutcome tells the user how the run went and chooses the exit status.
+func (g *globals) runOutcome(s *spec.Spec, res *run.Result, err error, asJSON bool) error {
+	if errors.Is(err, run.ErrInterrupted) {
 		g.warn(err.Error())
 		return exitError{128 + int(unix.SIGINT)}
 	}
 	if res == nil {
 		if asJSON && err != nil {
-			_ = printJSON(g.stdout, map[string]any{"exit_code": daemon.ExitCreate, "error": err.Error()})
+			_ = printJSON(g.stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
 		}
 		return err
 	}
@@ -307,34 +322,4 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 		return exitError{res.ExitCode}
 	}
 	return nil
-}
-
-// runStateDir is the user's state directory for airlock run.
-func runStateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "airlock")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = "/root"
-	}
-	return filepath.Join(home, ".local", "state", "airlock")
-}
-
-// openRunAudit starts a run's own audit log: path, or a new file under the
-// user's state directory, signed with the user's key (made on first use).
-func openRunAudit(path string) (*audit.Log, string, error) {
-	dir := runStateDir()
-	if path == "" {
-		path = filepath.Join(dir, "runs", time.Now().UTC().Format("20060102T150405.000000000Z")+".audit")
-	}
-	key, err := audit.LoadOrCreateKey(filepath.Join(dir, "audit.key"))
-	if err != nil {
-		return nil, "", fmt.Errorf("audit key: %w", err)
-	}
-	l, err := audit.OpenFile(path, key, audit.Options{})
-	if err != nil {
-		return nil, "", errdefs.Invalid("--audit: " + err.Error())
-	}
-	return l, path, nil
 }

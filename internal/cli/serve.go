@@ -16,10 +16,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/internal/daemon"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
-	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
+	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
 // serveFile is `airlock serve --config FILE` (YAML or JSON; unknown keys
@@ -144,24 +144,28 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			if err != nil {
 				return errdefs.Invalid("--subnet-pool: " + err.Error())
 			}
-			cacheBytes, err := spec.ParseSize(g.imageCache)
+			g.log, g.pool, g.allowNets = log, prefix, opened
+			o, err := g.systemOptions(system.Daemon)
 			if err != nil {
-				return errdefs.Invalid("--image-cache-size: " + err.Error())
+				return err
+			}
+			o.Warn = func(m string) { log.Warn(m) }
+			o.Socket, o.TCP, o.TLSCert, o.TLSKey, o.AdminKeyFile, o.NoAudit, o.OTLPEndpoint, o.Version = socket, tcp, cert, key, adminKey, noAudit, otlp, Version
+			o.MCPSessionTimeout, o.MaxBackground, o.MaxBackgroundPerTenant, o.Registries = mcpIdle, maxBackground, maxBackgroundTenant, registries
+			o.Ready = func(file string, created bool) {
+				if created {
+					fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
+				}
+				fmt.Fprintf(g.stderr, "airlock: serving on %s\n", socket)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
 			defer stop()
-			return daemon.Serve(ctx, daemon.ServeConfig{
-				Engine: daemon.Config{StateDir: g.stateDir, DataDir: g.dataDir, Log: log, Warn: func(m string) { log.Warn(m) },
-					SubnetPool: prefix, EgressAllowNets: opened, ImageCacheBytes: cacheBytes, DNSUpstream: g.dnsUpstream},
-				Socket: socket, TCP: tcp, TLSCert: cert, TLSKey: key, AdminKeyFile: adminKey, NoAudit: noAudit, OTLPEndpoint: otlp, Version: Version,
-				MCPSessionTimeout: mcpIdle, MaxBackground: maxBackground, MaxBackgroundPerTenant: maxBackgroundTenant, Registries: registries,
-				Ready: func(file string, created bool) {
-					if created {
-						fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
-					}
-					fmt.Fprintf(g.stderr, "airlock: serving on %s\n", socket)
-				},
-			})
+			sys, err := system.New(ctx, o)
+			if err != nil {
+				return err
+			}
+			defer sys.Close()
+			return sys.Serve(ctx)
 		},
 	}
 	f := c.Flags()
@@ -173,7 +177,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.StringVar(&key, "tls-key", "", "TLS private key (PEM) for --tcp")
 	f.StringVar(&adminKey, "admin-key-file", "", "where the admin key is written (default DATA_DIR/admin.key)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
-	f.StringVar(&pool, "subnet-pool", daemon.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
+	f.StringVar(&pool, "subnet-pool", sandboxnet.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
 	f.StringArrayVar(&allowNets, "egress-allow-net", nil, egressAllowNetHelp)
 	f.StringVar(&g.dnsUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
 	_ = f.MarkHidden("dns-upstream")

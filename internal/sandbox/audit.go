@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
@@ -151,7 +153,7 @@ func (s *Service) workspaceChanges(b *box) map[string]any {
 	ctx, cancel := context.WithTimeout(context.Background(), RecordTime)
 	defer cancel()
 	patch := &cappedBuffer{max: MaxPatchBytes}
-	ch, err := b.inst.Changes(ctx, patch)
+	ch, err := b.inst.Changes(ctx, patch, MaxPatchBytes)
 	if err != nil {
 		return map[string]any{"error": err.Error()}
 	}
@@ -205,6 +207,22 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 // a sandbox must not be able to flood the log. What is dropped is counted
 // and recorded (audit.dropped) once a second.
 const MaxEgressRecords = 500
+
+// egressSink is what sandbox id's egress proxy tells the service: each
+// decision is counted and recorded, with one secret.finding record per
+// finding.
+func (s *Service) egressSink(id string) func(egress.Event) {
+	return func(ev egress.Event) {
+		s.cfg.Metrics.Egress.WithLabelValues(ev.Decision).Inc()
+		s.NoteEgress(id, ev)
+		for _, f := range ev.Findings {
+			s.NoteFinding(id, map[string]any{
+				"call": "egress", "where": f.Where, "rule": f.Rule, "fingerprint": f.Fingerprint, "action": f.Action,
+				"reason": f.Reason, "host": ev.Host, "method": ev.Method, "path": ev.Path, "rules": scan.RuleSet,
+			})
+		}
+	}
+}
 
 // NoteEgress records one decision of sandbox id's egress proxy or DNS
 // forwarder (observed by the host).

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"io"
 	"os"
 	"strings"
@@ -77,14 +78,14 @@ func TestFindingsShareTheEgressCap(t *testing.T) {
 	}
 }
 
-// patchWriter is an Instance whose workspace changes write a huge patch
+// patchWriter is an Host whose workspace changes write a huge patch
 // by every shortcut a writer can be reached through.
 type patchWriter struct {
-	Instance
+	Host
 	deadline time.Duration
 }
 
-func (p *patchWriter) Changes(ctx context.Context, w io.Writer) (*WorkspaceChanges, error) {
+func (p *patchWriter) Changes(ctx context.Context, w io.Writer, _ int64) (*lifecycle.WorkspaceChanges, error) {
 	if d, ok := ctx.Deadline(); ok {
 		p.deadline = time.Until(d)
 	}
@@ -97,7 +98,7 @@ func (p *patchWriter) Changes(ctx context.Context, w io.Writer) (*WorkspaceChang
 			return nil, err
 		}
 	}
-	return &WorkspaceChanges{Changes: []Change{{Path: "a", Kind: "added", Type: "file"}}, Unread: []string{"deep (deeper than 256 levels: not read)"}}, nil
+	return &lifecycle.WorkspaceChanges{Changes: []lifecycle.Change{{Path: "a", Kind: "added", Type: "file"}}, Unread: []string{"deep (deeper than 256 levels: not read)"}}, nil
 }
 
 // Regression: cappedBuffer embedded bytes.Buffer, so io.WriteString (and
@@ -127,16 +128,16 @@ func TestPatchBesideTheLogIsCapped(t *testing.T) {
 	}
 }
 
-// hugeNames is an Instance whose workspace holds the longest names a
+// hugeNames is an Host whose workspace holds the longest names a
 // sandbox can make, as many as a record lists: control bytes, escaped
 // six-fold in JSON.
-type hugeNames struct{ Instance }
+type hugeNames struct{ Host }
 
-func (hugeNames) Changes(ctx context.Context, w io.Writer) (*WorkspaceChanges, error) {
+func (hugeNames) Changes(ctx context.Context, w io.Writer, _ int64) (*lifecycle.WorkspaceChanges, error) {
 	long := strings.Repeat("\x01", 4095)
-	out := &WorkspaceChanges{}
+	out := &lifecycle.WorkspaceChanges{}
 	for range 2000 {
-		out.Changes = append(out.Changes, Change{Path: long, Kind: "added", Type: "file"})
+		out.Changes = append(out.Changes, lifecycle.Change{Path: long, Kind: "added", Type: "file"})
 		out.Unread = append(out.Unread, long+" (fifo: not archived)")
 	}
 	return out, nil
@@ -162,7 +163,7 @@ func TestRecordOfHugeNamesIsCapped(t *testing.T) {
 	if len(u) == 0 || !strings.HasPrefix(u[len(u)-1], "… ") {
 		t.Errorf("the record does not count the unread names it left out: %d of them", len(u))
 	}
-	ch, _ := hugeNames{}.Changes(context.Background(), nil)
+	ch, _ := hugeNames{}.Changes(context.Background(), nil, 0)
 	if r := recordedNames(ch.Unread); len(r) == 0 {
 		t.Error("no skipped name recorded")
 	} else if b, _ := json.Marshal(r); len(b) > MaxRecordedBytes {

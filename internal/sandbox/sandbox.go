@@ -2,7 +2,7 @@
 // live sandboxes per tenant, their state machine (running ⇄ paused →
 // ended), quotas, TTL and idle expiry, the kill switch, re-adoption after a
 // daemon restart, and every call on a sandbox's agent. It talks to the host
-// through the Backend interface (internal/daemon) and keeps its records in
+// through the Backend interface (internal/lifecycle) and keeps its records in
 // internal/store; the HTTP adapter (internal/httpapi) sits on top.
 package sandbox
 
@@ -25,33 +25,28 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/broker"
+	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
-// Usage is the kernel's accounting for one sandbox.
-type Usage struct {
-	CPU                   time.Duration
-	Memory, MemoryPeak    int64
-	OOMKills, PidsLimited int64
-}
-
-// Instance is one live sandbox on the host.
-type Instance interface {
+// Host is one sandbox as the host keeps it (*lifecycle.Sandbox).
+type Host interface {
 	Socket() string // the agent's host-side socket
 	InitPid() int
 	Done() <-chan struct{} // closed when the sandbox's init has exited
 	OOM() <-chan struct{}  // closed when the OOM killer fired in it
 	Pause() error
 	Resume() error
-	Usage() Usage
+	Usage() lifecycle.Usage
 	// Diff streams the diff of /workspace to w; the walk stops where ctx
 	// ends.
 	Diff(ctx context.Context, w io.Writer) error
-	// Changes lists what changed in /workspace and writes the patch to w,
-	// within ctx's time and the caps of one record.
-	Changes(ctx context.Context, w io.Writer) (*WorkspaceChanges, error)
+	// Changes lists what changed in /workspace and writes the patch (at
+	// most maxPatch bytes) to w, within ctx's time.
+	Changes(ctx context.Context, w io.Writer, maxPatch int64) (*lifecycle.WorkspaceChanges, error)
 	// Degraded lists the controls the sandbox runs without (an explicit
 	// opt-out the host needed).
 	Degraded() []string
@@ -61,7 +56,7 @@ type Instance interface {
 	// start is called, with what the archive leaves out, once it is
 	// known to fit maxBytes and before the first byte.
 	Archive(ctx context.Context, rel string, maxBytes int64, start func(skipped []string) io.Writer) error
-	Snapshot(maxBytes int64) (*SnapshotFiles, error)
+	Snapshot(maxBytes int64) (*lifecycle.SnapshotFiles, error)
 	// Destroy kills every process and removes what the sandbox held on the
 	// host, except what Release gives back: its workspace stays readable
 	// (Changes) in between.
@@ -69,36 +64,12 @@ type Instance interface {
 	Release()
 }
 
-// Change is one path of /workspace that changed.
-type Change struct {
-	Path   string `json:"path"`
-	Kind   string `json:"kind"` // added, modified, deleted
-	Type   string `json:"type"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256,omitempty"` // new contents of a regular file
-}
-
-// WorkspaceChanges is what changed in /workspace, as far as the reading's
-// budget went.
-type WorkspaceChanges struct {
-	Changes   []Change
-	Unread    []string // what the walk could not read, and why
-	Truncated string   // why Changes stops short ("" when whole)
-}
-
-// SnapshotFiles is what a snapshot saved on the host.
-type SnapshotFiles struct {
-	ID      string // digest of the content
-	Base    string // the sandbox's image
-	Root    bool   // a whole root filesystem was saved (else: Base is the root)
-	Bytes   int64  // file content written
-	Skipped []string
-}
-
-// Backend makes and adopts sandboxes on the host.
+// Backend makes and adopts sandboxes on the host (the lifecycle:
+// NewBackend).
 type Backend interface {
-	Start(ctx context.Context, id string, s *spec.Spec) (Instance, error)
-	Adopt(ctx context.Context, id string, s *spec.Spec, pid int) (Instance, error)
+	// Create makes sandbox id; onEgress sees its egress decisions.
+	Create(ctx context.Context, id string, s *spec.Spec, onEgress func(egress.Event)) (Host, error)
+	Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(egress.Event)) (Host, error)
 	// SnapshotPaths says where a snapshot's root ("" when it has none)
 	// and workspace are; RemoveSnapshot deletes its files.
 	SnapshotPaths(id string) (root, ws string, err error)
@@ -109,9 +80,30 @@ type Backend interface {
 	// LongLived lists the long-lived sandboxes the host holds, whether
 	// recorded or not.
 	LongLived() []string
-	// CheckHostPaths opens the host paths of s as Start would, and closes
+	// CheckHostPaths opens the host paths of s as Create would, and closes
 	// them: a spec kept for later (MCP) is refused now, not at its use.
 	CheckHostPaths(s *spec.Spec) error
+}
+
+// NewBackend is the service's backend: the lifecycle.
+func NewBackend(l *lifecycle.Lifecycle) Backend { return lifecycleBackend{l} }
+
+type lifecycleBackend struct{ *lifecycle.Lifecycle }
+
+func (b lifecycleBackend) Create(ctx context.Context, id string, s *spec.Spec, onEgress func(egress.Event)) (Host, error) {
+	sb, err := b.Lifecycle.Create(ctx, id, s, lifecycle.Options{OnEgress: onEgress})
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (b lifecycleBackend) Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(egress.Event)) (Host, error) {
+	sb, err := b.Lifecycle.Adopt(ctx, id, s, pid, onEgress)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
 }
 
 // Defaults.
@@ -189,7 +181,7 @@ type box struct {
 	mu     sync.Mutex
 	rec    store.Sandbox
 	spec   spec.Spec
-	inst   Instance
+	inst   Host
 	agent  *agentClient
 	ending bool
 	ended  chan struct{} // closed once it is destroyed and recorded
@@ -362,7 +354,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	}
 	defer s.settle(pc)
 	t0 := time.Now()
-	inst, err := s.cfg.Backend.Start(ctx, id, &sp)
+	inst, err := s.cfg.Backend.Create(ctx, id, &sp, s.egressSink(id))
 	if err != nil {
 		if kerr := s.killedCreate(pc, nil); kerr != nil {
 			return nil, kerr
@@ -478,7 +470,7 @@ func (s *Service) settle(pc *pendingCreate) {
 // killedCreate says whether the kill switch ended create pc; if so it
 // destroys inst (when there is one), records the end, and returns the
 // error the create answers.
-func (s *Service) killedCreate(pc *pendingCreate, inst Instance) error {
+func (s *Service) killedCreate(pc *pendingCreate, inst Host) error {
 	s.mu.Lock()
 	reason := pc.killed
 	s.mu.Unlock()
@@ -585,7 +577,7 @@ func (s *Service) describe(b *box, usage bool) *api.Sandbox {
 	b.mu.Lock()
 	rec := b.rec
 	b.mu.Unlock()
-	var u *Usage
+	var u *lifecycle.Usage
 	if usage {
 		x := b.inst.Usage()
 		u = &x
@@ -593,7 +585,7 @@ func (s *Service) describe(b *box, usage bool) *api.Sandbox {
 	return describeRecord(rec, u)
 }
 
-func describeRecord(r store.Sandbox, u *Usage) *api.Sandbox {
+func describeRecord(r store.Sandbox, u *lifecycle.Usage) *api.Sandbox {
 	var sp spec.Spec
 	_ = json.Unmarshal([]byte(r.Spec), &sp)
 	out := &api.Sandbox{
@@ -901,7 +893,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 		fail(fmt.Errorf("its record is unreadable: %v", err))
 		return
 	}
-	inst, err := s.cfg.Backend.Adopt(ctx, r.ID, &sp, r.InitPid)
+	inst, err := s.cfg.Backend.Adopt(ctx, r.ID, &sp, r.InitPid, s.egressSink(r.ID))
 	if err != nil {
 		fail(err)
 		return
@@ -997,7 +989,7 @@ func endLabel(reason string) string {
 }
 
 // discard ends an instance the service will not keep.
-func discard(inst Instance) {
+func discard(inst Host) {
 	_ = inst.Destroy()
 	inst.Release()
 }

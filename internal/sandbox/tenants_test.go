@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"io"
 	"net"
 	"net/http"
@@ -44,7 +46,7 @@ func newGateBackend(t *testing.T) *gateBackend {
 	return &gateBackend{t: t, started: make(chan string, 16), made: map[string]*gateInstance{}, snapshots: map[string]bool{}}
 }
 
-func (g *gateBackend) Start(ctx context.Context, id string, s *spec.Spec) (Instance, error) {
+func (g *gateBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func(egress.Event)) (Host, error) {
 	if g.gate != nil {
 		g.started <- id
 		if g.deaf {
@@ -71,7 +73,7 @@ func (g *gateBackend) Start(ctx context.Context, id string, s *spec.Spec) (Insta
 	return in, nil
 }
 
-func (g *gateBackend) Adopt(context.Context, string, *spec.Spec, int) (Instance, error) {
+func (g *gateBackend) Adopt(context.Context, string, *spec.Spec, int, func(egress.Event)) (Host, error) {
 	return nil, errors.New("no adoption here")
 }
 
@@ -134,18 +136,18 @@ func (i *gateInstance) Done() <-chan struct{}                 { return i.done }
 func (i *gateInstance) OOM() <-chan struct{}                  { return nil }
 func (i *gateInstance) Pause() error                          { return nil }
 func (i *gateInstance) Resume() error                         { return nil }
-func (i *gateInstance) Usage() Usage                          { return Usage{} }
+func (i *gateInstance) Usage() lifecycle.Usage                { return lifecycle.Usage{} }
 func (i *gateInstance) Diff(context.Context, io.Writer) error { return nil }
-func (i *gateInstance) Changes(context.Context, io.Writer) (*WorkspaceChanges, error) {
-	return &WorkspaceChanges{}, nil
+func (i *gateInstance) Changes(context.Context, io.Writer, int64) (*lifecycle.WorkspaceChanges, error) {
+	return &lifecycle.WorkspaceChanges{}, nil
 }
 func (i *gateInstance) Degraded() []string  { return nil }
 func (i *gateInstance) ImageDigest() string { return "" }
 func (i *gateInstance) Archive(context.Context, string, int64, func([]string) io.Writer) error {
 	return nil
 }
-func (i *gateInstance) Snapshot(int64) (*SnapshotFiles, error) {
-	return &SnapshotFiles{ID: i.content, Base: "host", Bytes: 1}, nil
+func (i *gateInstance) Snapshot(int64) (*lifecycle.SnapshotFiles, error) {
+	return &lifecycle.SnapshotFiles{ID: i.content, Base: "host", Bytes: 1}, nil
 }
 func (i *gateInstance) Destroy() error {
 	i.once.Do(func() { i.srv.Close(); close(i.done) })

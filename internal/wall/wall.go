@@ -19,6 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// SandboxUID is the unprivileged user a command runs as by default, inside
+// every wall.
+const SandboxUID = 1000
+
 // Wall is one isolation technology on this host.
 type Wall interface {
 	// Name is the wall's name as specs and doctor show it ("container").
@@ -132,7 +136,8 @@ type Sandbox interface {
 	Signal(sig unix.Signal) error
 	// Kill ends every process of the sandbox at once.
 	Kill()
-	// Done is closed when the sandbox's first process has exited.
+	// Done is closed when the sandbox's first process has exited (a
+	// one-shot sandbox's: once it is destroyed).
 	Done() <-chan struct{}
 	// OOM is closed when the OOM killer fired in the sandbox.
 	OOM() <-chan struct{}

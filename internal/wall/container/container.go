@@ -9,7 +9,6 @@
 package container
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -47,7 +46,7 @@ const (
 )
 
 // SandboxUID is the unprivileged user a command runs as by default.
-const SandboxUID = 1000
+const SandboxUID = wall.SandboxUID
 
 // Scope names what a state directory owns outside it (its cgroup parent,
 // its nftables tables): "airlock" for the default /run/airlock, and
@@ -134,13 +133,6 @@ type Sandbox struct {
 	pidfd  int           // init's pidfd
 	exited chan struct{} // closed when init has exited
 	agent  bool
-}
-
-// NewID returns a fresh sandbox id.
-func NewID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // Reservation holds a sandbox id's lock from before anything is made for
@@ -571,6 +563,7 @@ func (sb *Sandbox) Destroy() error {
 			<-sb.exited
 		} else {
 			_ = sb.cmd.Wait()
+			close(sb.exited)
 		}
 		if sb.oomStop != nil {
 			sb.oomStop()
@@ -672,12 +665,18 @@ func files(in []wall.File) []nsinit.File {
 func (rt *Wall) Name() string { return "container" }
 
 // Missing lists the controls this host lacks that a sandbox may run
-// without when its spec says so: Landlock.
-func (rt *Wall) Missing() []wall.Missing {
+// without when its spec says so (wall.Wall).
+func (rt *Wall) Missing() []wall.Missing { return Missing() }
+
+// Missing lists the controls this host lacks that a container sandbox may
+// run without when its spec says so: Landlock. The gate (internal/lifecycle)
+// and airlock doctor both read it.
+func Missing() []wall.Missing {
 	if abi := landlock.ABI(); abi < landlock.MinABI {
 		return []wall.Missing{{Control: "landlock", Detail: fmt.Sprintf("Landlock is unavailable (kernel ABI %d, need %d): writes are confined by the read-only mounts only", abi, landlock.MinABI)}}
 	}
 	return nil
 }
+
 var _ wall.Wall = (*Wall)(nil)
 var _ wall.Sandbox = (*Sandbox)(nil)

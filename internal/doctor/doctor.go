@@ -1,4 +1,7 @@
-package daemon
+// Package doctor checks, on this host and for real where it can, every
+// control airlock relies on (`airlock doctor`): what the container wall
+// needs, and what only some sandboxes need (nftables for proxy mode).
+package doctor
 
 import (
 	"fmt"
@@ -27,9 +30,9 @@ type Check struct {
 
 const refuse = "airlock run refuses to create sandboxes"
 
-// Doctor checks every control airlock relies on, on this host, for real
+// Checks checks every control airlock relies on, on this host, for real
 // where it can (it creates a user namespace and an idmapped mount).
-func Doctor(stateDir string) []Check {
+func Checks(stateDir string) []Check {
 	var out []Check
 	// need is a control airlock refuses to run without; note is not.
 	add := func(required bool, name string, ok bool, detail, without string) {
@@ -88,8 +91,13 @@ func Doctor(stateDir string) []Check {
 	}
 
 	need("seccomp", seccomp.Supported(), "Docker's default profile plus airlock's denials, x86_64 only", refuse)
-	abi := landlock.ABI()
-	need("landlock", abi >= landlock.MinABI, fmt.Sprintf("ABI %d (need %d)", abi, landlock.MinABI), refuse+" unless --allow-degraded landlock (then writes are confined by read-only mounts only, and it is said)")
+	llOK, llDetail := true, fmt.Sprintf("ABI %d (need %d)", landlock.ABI(), landlock.MinABI)
+	for _, m := range container.Missing() {
+		if m.Control == "landlock" {
+			llOK, llDetail = false, m.Detail
+		}
+	}
+	need("landlock", llOK, llDetail, refuse+" unless --allow-degraded landlock (then writes are confined by read-only mounts only, and it is said)")
 
 	nftOK, nftDetail := true, "nf_tables answers over netlink (for network policies; sandboxes have no network today)"
 	if conn, err := nftables.New(); err != nil {

@@ -1,4 +1,4 @@
-package daemon
+package lifecycle
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/linux/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
@@ -33,7 +32,7 @@ type hostFiles struct {
 }
 
 // openHost opens the host paths s names.
-func (e *Engine) openHost(s *spec.Spec) (_ *hostFiles, err error) {
+func (l *Lifecycle) openHost(s *spec.Spec) (_ *hostFiles, err error) {
 	h := &hostFiles{confined: s.HostRoots != nil}
 	defer func() {
 		if err != nil {
@@ -44,7 +43,7 @@ func (e *Engine) openHost(s *spec.Spec) (_ *hostFiles, err error) {
 		if h.image, err = h.open(s, "image", p, !strings.HasPrefix(s.Image, "docker-archive:")); err != nil {
 			return nil, err
 		}
-		snaps := filepath.Join(e.cfg.DataDir, "snapshots")
+		snaps := filepath.Join(l.cfg.DataDir, "snapshots")
 		ours := spec.Within(snaps, p)
 		if real, err := filepath.EvalSymlinks(snaps); err == nil && !ours {
 			ours = spec.Within(real, p)
@@ -98,10 +97,10 @@ func (h *hostFiles) open(s *spec.Spec, field, p string, dir bool) (*os.File, err
 	return nil, errdefs.Invalid(fmt.Sprintf("--%s %s: %v", field, p, err))
 }
 
-// CheckHostPaths opens the host paths of s as Start would, and closes
-// them (sandbox.Backend).
-func (e *Engine) CheckHostPaths(s *spec.Spec) error {
-	h, err := e.openHost(s)
+// CheckHostPaths opens the host paths of s as Create would, and closes
+// them: a spec kept for later is refused now, not at its use.
+func (l *Lifecycle) CheckHostPaths(s *spec.Spec) error {
+	h, err := l.openHost(s)
 	if err != nil {
 		return err
 	}
@@ -117,18 +116,13 @@ func path(f *os.File) string {
 	return hostpath.FDPath(f)
 }
 
-// resolveImage resolves s's image, reading its host path through h.
-func (e *Engine) resolveImage(ctx context.Context, s *spec.Spec, h *hostFiles) (*image.Layout, error) {
-	return e.images.ResolveAt(ctx, s.Image, h.image, e.cfg.Warn)
-}
-
 // checkout makes the workspace of s's repo, through h; it stops when ctx
 // ends (the kill switch, a tenant's deletion).
-func (e *Engine) checkout(ctx context.Context, s *spec.Spec, h *hostFiles, id string) (string, func(), error) {
+func (l *Lifecycle) checkout(ctx context.Context, s *spec.Spec, h *hostFiles, id string) (string, func(), error) {
 	if h.confined {
-		return workspace.FromRepoBeneath(ctx, h.repo, s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
+		return workspace.FromRepoBeneath(ctx, h.repo, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
 	}
-	return workspace.FromRepo(ctx, s.Repo, s.Commit, e.cfg.DataDir+"/tmp", id)
+	return workspace.FromRepo(ctx, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
 }
 
 func (h *hostFiles) close() {

@@ -1,4 +1,4 @@
-package daemon
+package lifecycle
 
 import (
 	"crypto/sha256"
@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
 )
 
@@ -25,17 +24,17 @@ import (
 
 var snapshotID = regexp.MustCompile(`^[0-9a-f]{24}$`)
 
-func (e *Engine) snapshotDir(id string) string {
-	return filepath.Join(e.cfg.DataDir, "snapshots", id)
+func snapshotDir(dataDir, id string) string {
+	return filepath.Join(dataDir, "snapshots", id)
 }
 
 // SnapshotPaths says where snapshot id's root and workspace are ("" for a
 // root it does not have).
-func (e *Engine) SnapshotPaths(id string) (root, ws string, err error) {
+func (l *Lifecycle) SnapshotPaths(id string) (root, ws string, err error) {
 	if !snapshotID.MatchString(id) {
 		return "", "", errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
 	}
-	dir := e.snapshotDir(id)
+	dir := snapshotDir(l.cfg.DataDir, id)
 	// Real paths: they become host roots of the sandbox's spec, which are
 	// opened without following links (a data directory behind a link).
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
@@ -51,11 +50,20 @@ func (e *Engine) SnapshotPaths(id string) (root, ws string, err error) {
 }
 
 // RemoveSnapshot deletes snapshot id's files.
-func (e *Engine) RemoveSnapshot(id string) error {
+func (l *Lifecycle) RemoveSnapshot(id string) error {
 	if !snapshotID.MatchString(id) {
 		return errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
 	}
-	return os.RemoveAll(e.snapshotDir(id))
+	return os.RemoveAll(snapshotDir(l.cfg.DataDir, id))
+}
+
+// SnapshotFiles is what a snapshot saved on the host.
+type SnapshotFiles struct {
+	ID      string // digest of the content
+	Base    string // the sandbox's image
+	Root    bool   // a whole root filesystem was saved (else: Base is the root)
+	Bytes   int64  // file content written
+	Skipped []string
 }
 
 // Snapshot saves the sandbox's filesystem state, on the frozen sandbox:
@@ -64,17 +72,17 @@ func (e *Engine) RemoveSnapshot(id string) error {
 // save (its /usr is the host's): its snapshot is the host image plus
 // /workspace, and with --writable-rootfs its root changes cannot be kept,
 // which is refused.
-func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
+func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 	// The host image's "/" tree is only its /etc template; its /usr is the
 	// host's own.
-	full := b.layout.Name != "host" && len(b.layout.Trees) > 0 && b.layout.Trees[0].Target == "/"
-	if full && b.host != nil && b.host.tenantTree {
+	full := sb.layout.Name != "host" && len(sb.layout.Trees) > 0 && sb.layout.Trees[0].Target == "/"
+	if full && sb.host != nil && sb.host.tenantTree {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "a sandbox of a tenant's own rootfs directory cannot be saved whole (its files are the tenant's on the host, not the daemon's to link): use an oci: or docker-archive: image, which the daemon unpacks into its cache")
 	}
-	if !full && b.writable {
+	if !full && sb.writable {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "a writable host-image sandbox's root changes cannot become an image (its /usr is the host's): snapshot a sandbox of an OCI or directory image, or one without writable_rootfs")
 	}
-	parent := filepath.Join(b.e.cfg.DataDir, "snapshots")
+	parent := filepath.Join(sb.dataDir, "snapshots")
 	if err := os.MkdirAll(parent, 0o711); err != nil {
 		return nil, err
 	}
@@ -86,15 +94,15 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 	if err := os.Chmod(tmp, 0o711); err != nil {
 		return nil, err
 	}
-	out := &sandbox.SnapshotFiles{Base: b.image}
+	out := &SnapshotFiles{Base: sb.image}
 	h := sha256.New()
-	digest := b.layout.Digest
-	if digest == "" && strings.HasPrefix(b.image, parent+"/") {
-		digest = b.image // an earlier snapshot's root: named by its content
+	digest := sb.layout.Digest
+	if digest == "" && strings.HasPrefix(sb.image, parent+"/") {
+		digest = sb.image // an earlier snapshot's root: named by its content
 	}
-	snapshotBase(h, b.image, digest, full, tmp)
-	err = b.frozen(func() error {
-		base, err := b.sb.UIDBase()
+	snapshotBase(h, sb.image, digest, full, tmp)
+	err = sb.frozen(func() error {
+		base, err := sb.w.UIDBase()
 		if err != nil {
 			return err
 		}
@@ -111,14 +119,14 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 			if err := os.Mkdir(root, 0o755); err != nil {
 				return err
 			}
-			if err := workspace.LinkTree(b.layout.Trees[0].HostPath, root); err != nil {
+			if err := workspace.LinkTree(sb.layout.Trees[0].HostPath, root); err != nil {
 				return fmt.Errorf("snapshot: the image: %w", err)
 			}
 			w, err := workspace.NewWriter(root, h, maxBytes)
 			if err != nil {
 				return err
 			}
-			skipped, err := w.ApplyUpper(b.sb.Layers().RootUpper, owner)
+			skipped, err := w.ApplyUpper(sb.w.Layers().RootUpper, owner)
 			w.Close()
 			if err != nil {
 				return fmt.Errorf("snapshot: the root layer: %w", err)
@@ -138,7 +146,7 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 		}
 		// The workspace of a sandbox made from the snapshot belongs to its
 		// user: the host directory's owner (root here) is mapped to it.
-		skipped, err := w.CopyTree(b.sb.Layers().Workspace, func(uint32, uint32) (uint32, uint32) { return 0, 0 })
+		skipped, err := w.CopyTree(sb.w.Layers().Workspace, func(uint32, uint32) (uint32, uint32) { return 0, 0 })
 		w.Close()
 		if err != nil {
 			return fmt.Errorf("snapshot: /workspace: %w", err)
@@ -154,7 +162,7 @@ func (b *Box) Snapshot(maxBytes int64) (_ *sandbox.SnapshotFiles, err error) {
 		return nil, err
 	}
 	out.ID = hex.EncodeToString(h.Sum(nil))[:24]
-	dir := b.e.snapshotDir(out.ID)
+	dir := snapshotDir(sb.dataDir, out.ID)
 	if err := os.Rename(tmp, dir); err != nil {
 		if _, serr := os.Stat(filepath.Join(dir, "workspace")); serr != nil {
 			return nil, err

@@ -1,0 +1,147 @@
+// Package lifecycle is the one path by which a sandbox is made, used and
+// destroyed, for `airlock run`, `airlock serve` and `airlock mcp` alike:
+// a validated spec is checked against the wall's controls (Landlock), its
+// host paths are opened (beneath a tenant's roots), its image resolved,
+// its id reserved, its workspace checked out, its network brought up
+// (internal/sandboxnet), and the prepared root, limits and namespace are
+// handed to a wall (internal/wall) to start. Teardown is the reverse, in
+// one place (Sandbox.Destroy, Sandbox.Release). A long-lived sandbox
+// serves the agent; a one-shot one runs its command with the caller's
+// streams (internal/run). Nothing here knows tenants, records or the API:
+// callers above (internal/sandbox, internal/run) do.
+package lifecycle
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
+	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/workspace"
+)
+
+// Config is the host's side of every sandbox.
+type Config struct {
+	StateDir string // default /run/airlock
+	DataDir  string // default /var/lib/airlock
+	Log      *slog.Logger
+	// Warn receives one-line warnings meant for the user (stderr).
+	Warn func(string)
+	// Net configures proxy-mode sandboxes' networks (its StateDir and
+	// logging are filled from here).
+	Net sandboxnet.Config
+	// ImageCacheBytes caps the OCI image cache (least recently used images
+	// are evicted past it); 0: image.DefaultCacheBytes.
+	ImageCacheBytes int64
+	// SandboxesDieWithUs makes long-lived sandboxes die with this process
+	// (airlock mcp's embedded service, which no later daemon adopts from).
+	SandboxesDieWithUs bool
+	// TenantImages makes images tenants' names (airlock serve): registry
+	// pulls only from Registries, dialled through the egress address
+	// guard; errors that say nothing of host files or registries' answers.
+	// Unset (airlock run, airlock mcp), any registry is pulled from.
+	TenantImages bool
+	Registries   []string
+}
+
+// Lifecycle makes sandboxes on one wall.
+type Lifecycle struct {
+	cfg    Config
+	wall   wall.Wall
+	images *image.Store
+}
+
+// New prepares the image store for sandboxes on w.
+func New(cfg Config, w wall.Wall) (*Lifecycle, error) {
+	if cfg.StateDir == "" {
+		cfg.StateDir = "/run/airlock"
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "/var/lib/airlock"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Warn == nil {
+		cfg.Warn = func(string) {}
+	}
+	cfg.Net.StateDir, cfg.Net.Log, cfg.Net.Warn = cfg.StateDir, cfg.Log, cfg.Warn
+	images, err := image.NewStore(cfg.DataDir+"/images", cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ImageCacheBytes > 0 {
+		images.MaxBytes = cfg.ImageCacheBytes
+	}
+	if cfg.TenantImages {
+		images.Tenants, images.Registries = true, cfg.Registries
+		images.Dial = guardedDial(cfg.Net.Guard())
+	}
+	return &Lifecycle{cfg: cfg, wall: w, images: images}, nil
+}
+
+// NewID returns a fresh sandbox id.
+func NewID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Images is the image store.
+func (l *Lifecycle) Images() *image.Store { return l.images }
+
+// Wall is the wall sandboxes are made on.
+func (l *Lifecycle) Wall() wall.Wall { return l.wall }
+
+// GC removes what dead sandboxes left behind.
+func (l *Lifecycle) GC() ([]string, error) {
+	ids, err := l.wall.GC()
+	if err2 := workspace.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
+		err = errors.Join(err, err2)
+	}
+	sandboxnet.Reap(l.cfg.StateDir)
+	// A long-lived sandbox's agent socket, once its sandbox is gone (its
+	// creator died without a word).
+	socks, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "agents", "*.sock"))
+	for _, s := range socks {
+		if id := strings.TrimSuffix(filepath.Base(s), ".sock"); !l.wall.Live(id) {
+			_ = os.Remove(s)
+		}
+	}
+	return ids, err
+}
+
+// Discard ends what is left of sandbox id that could not be adopted.
+func (l *Lifecycle) Discard(id string) error {
+	err := l.wall.Discard(id)
+	_ = os.Remove(l.agentSocket(id))
+	sandboxnet.Reap(l.cfg.StateDir)
+	if err2 := workspace.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
+		err = errors.Join(err, err2)
+	}
+	return err
+}
+
+// LongLived lists the long-lived sandboxes of this state directory: those
+// with an agent socket and a live holder.
+func (l *Lifecycle) LongLived() []string {
+	ents, _ := os.ReadDir(filepath.Join(l.cfg.StateDir, "agents"))
+	var ids []string
+	for _, en := range ents {
+		if id, ok := strings.CutSuffix(en.Name(), ".sock"); ok && l.wall.Live(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// agentSocket is where sandbox id's agent listens on the host.
+func (l *Lifecycle) agentSocket(id string) string {
+	return filepath.Join(l.cfg.StateDir, "agents", id+".sock")
+}

@@ -1,0 +1,158 @@
+package system
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
+	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+)
+
+// Serve runs the daemon until ctx ends: it adopts the sandboxes a previous
+// daemon left, serves the API, and on shutdown leaves every sandbox
+// running for the next daemon to adopt.
+func (s *System) Serve(ctx context.Context) error {
+	o := s.opts
+	if o.Mode != Daemon {
+		return fmt.Errorf("system: Serve needs the Daemon mode")
+	}
+	// One daemon per state directory.
+	lock, err := lockfile.TryLock(filepath.Join(o.StateDir, "daemon.lock"))
+	if err != nil {
+		return err
+	}
+	if lock == nil {
+		return fmt.Errorf("%w: another airlock serve runs on %s", errdefs.ErrFailedPrecondition, o.StateDir)
+	}
+	defer lock.Release()
+	svc := s.Service
+	created, err := svc.EnsureAdminKey(ctx, o.AdminKeyFile)
+	if err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	}
+	// Adopt what the last daemon left, then clear what nobody holds.
+	if err := svc.Recover(ctx); err != nil {
+		return fmt.Errorf("recover sandboxes: %w", err)
+	}
+	if removed, err := s.Lifecycle.GC(); err != nil {
+		o.Log.Warn("gc", "err", err)
+	} else if len(removed) > 0 {
+		o.Log.Info("gc removed dead sandboxes", "ids", removed)
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	runDone := make(chan struct{})
+	go func() { svc.Run(runCtx); close(runDone) }()
+
+	servers, errc, err := s.listen()
+	if err != nil {
+		return err
+	}
+	if o.Ready != nil {
+		o.Ready(o.AdminKeyFile, created)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	o.Log.Info("shutting down; sandboxes keep running for the next daemon")
+	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(sctx)
+	}
+	stopRun()
+	<-runDone // its last records go in before the log closes
+	_ = os.Remove(o.Socket)
+	return nil
+}
+
+// listen serves the API (and /mcp) on the unix socket, and with TLS on TCP
+// when asked.
+func (s *System) listen() ([]*http.Server, chan error, error) {
+	o := s.opts
+	h := httpapi.New(s.Service, o.Log, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mcpHTTP := &mcp.HTTP{Service: s.Service, Version: o.Version, SessionTimeout: o.MCPSessionTimeout, Log: o.Log, Refuse: httpapi.WriteError}
+	h.Mount("/mcp", mcpHTTP.Serve)
+	ln, err := listenSocket(o.Socket)
+	if err != nil {
+		return nil, nil, err
+	}
+	servers := []*http.Server{httpapi.Server(h)}
+	errc := make(chan error, 2)
+	go func() { errc <- servers[0].Serve(ln) }()
+	if o.TCP != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			return servers, errc, errdefs.Invalid("TLS certificate: " + err.Error())
+		}
+		tln, err := net.Listen("tcp", o.TCP)
+		if err != nil {
+			return servers, errc, err
+		}
+		srv := httpapi.Server(h)
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		servers = append(servers, srv)
+		go func() { errc <- srv.ServeTLS(tln, "", "") }()
+		o.Log.Info("listening", "tcp", tln.Addr().String())
+	}
+	o.Log.Info("listening", "socket", o.Socket)
+	return servers, errc, nil
+}
+
+// Embedded runs the service for fn, in this process (Embedded mode); when
+// fn returns, every sandbox it made is destroyed.
+func (s *System) Embedded(ctx context.Context, fn func(ctx context.Context, svc *sandbox.Service) error) error {
+	if s.opts.Mode != Embedded {
+		return fmt.Errorf("system: Embedded needs the Embedded mode")
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	go func() { s.Service.Run(runCtx); close(runDone) }()
+	err := fn(ctx, s.Service)
+	if _, kerr := s.Service.KillAll(context.WithoutCancel(ctx), &sandbox.Principal{Admin: true}, ""); kerr != nil {
+		s.opts.Log.Error("embedded: destroy the sandboxes", "err", kerr)
+	}
+	stopRun()
+	<-runDone
+	return err
+}
+
+// listenSocket listens on a root-only unix socket at path, replacing a
+// stale one but never a live daemon's.
+func listenSocket(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: a daemon already listens on %s", errdefs.ErrFailedPrecondition, path)
+	}
+	_ = os.Remove(path)
+	old := unix.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}

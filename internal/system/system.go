@@ -1,0 +1,299 @@
+// Package system is airlock's composition root: from one set of Options it
+// builds the wall, the lifecycle, the broker, the store, the audit log and
+// the service, wired for one of three modes — a one-shot run (`airlock
+// run`), an embedded service for one caller (`airlock mcp`), or the daemon
+// (`airlock serve`, which also listens). Everything is built in dependency
+// order; nothing is declared before it exists.
+package system
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/broker"
+	"github.com/airlock-sandbox/airlock/internal/cleanup"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle"
+	"github.com/airlock-sandbox/airlock/internal/run"
+	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/container"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Mode is what the system is built for.
+type Mode int
+
+const (
+	// OneShot is `airlock run`: one sandbox, one command, this process;
+	// an ephemeral broker holding the run's --secret values; the run's
+	// own audit log file.
+	OneShot Mode = iota
+	// Embedded is `airlock mcp`: the daemon's service in this process for
+	// one caller, its files in a session directory; no socket, no lock on
+	// the state directory, no adoption or sweep, host paths its own.
+	Embedded
+	// Daemon is `airlock serve`: tenants, the API, adoption after a
+	// restart.
+	Daemon
+)
+
+// Options configure a System.
+type Options struct {
+	Mode     Mode
+	StateDir string // default /run/airlock
+	DataDir  string // default /var/lib/airlock
+	// Files is where the service keeps its own state (database, admin
+	// key, audit log and keys, the broker's key). Default DataDir.
+	Files string
+	Log   *slog.Logger
+	// Warn receives one-line warnings meant for the user.
+	Warn func(string)
+
+	DNSUpstream     string
+	SubnetPool      netip.Prefix
+	EgressAllowNets []netip.Prefix
+	ImageCacheBytes int64
+	// Registries are the registries a daemon's tenants may pull from.
+	Registries []string
+
+	// OneShot: the values of `airlock run --secret`, for its grants; and
+	// the run's audit log file ("" for a new one under RunStateDir).
+	Secrets  map[string][]byte
+	RunAudit string
+
+	// Daemon: the API's listeners and limits.
+	Socket            string // the root-only unix socket (api.DefaultSocket)
+	TCP               string // an address to serve with TLS too
+	TLSCert, TLSKey   string
+	AdminKeyFile      string // default Files/admin.key
+	Database          string // default Files/airlock.db
+	ShutdownTimeout   time.Duration
+	MCPSessionTimeout time.Duration // default 30m
+	// NoAudit runs without the audit log: for benchmarks that measure what
+	// the log costs, never for service.
+	NoAudit bool
+	// OTLPEndpoint, when set, is an OpenTelemetry collector (OTLP/HTTP
+	// base URL) the audit records are exported to.
+	OTLPEndpoint string
+	// MaxBackground and MaxBackgroundPerTenant cap background commands
+	// (sandbox.Config); 0: the defaults.
+	MaxBackground, MaxBackgroundPerTenant int
+	Version                               string // airlock's, for MCP clients
+	// Ready is called once the API listens, with the admin key file and
+	// whether it was just written.
+	Ready func(adminKeyFile string, created bool)
+}
+
+// System is everything one airlock process runs sandboxes with.
+type System struct {
+	opts      Options
+	Wall      wall.Wall
+	Lifecycle *lifecycle.Lifecycle
+	Broker    *broker.Broker
+	// Audit is the log every record goes to (nil: none).
+	Audit *audit.Log
+	// AuditFile is a one-shot run's log.
+	AuditFile string
+	// Store and Service: Embedded and Daemon.
+	Store    *store.Store
+	Service  *sandbox.Service
+	Runner   *run.Runner // OneShot
+	registry *prometheus.Registry
+	closers  cleanup.Stack
+}
+
+// New builds a system for o.Mode. Close gives everything back.
+func New(ctx context.Context, o Options) (_ *System, err error) {
+	o.defaults()
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	s := &System{opts: o}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
+	if s.Wall, err = container.New(o.StateDir, o.Log); err != nil {
+		return nil, err
+	}
+	if o.Mode == OneShot {
+		return s, s.oneShot()
+	}
+	return s, s.service(ctx)
+}
+
+func (o *Options) defaults() {
+	if o.StateDir == "" {
+		o.StateDir = "/run/airlock"
+	}
+	if o.DataDir == "" {
+		o.DataDir = "/var/lib/airlock"
+	}
+	if o.Files == "" {
+		o.Files = o.DataDir
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Warn == nil {
+		o.Warn = func(string) {}
+	}
+	if o.Socket == "" {
+		o.Socket = api.DefaultSocket
+	}
+	if o.AdminKeyFile == "" {
+		o.AdminKeyFile = filepath.Join(o.Files, "admin.key")
+	}
+	if o.Database == "" {
+		o.Database = filepath.Join(o.Files, "airlock.db")
+	}
+	if o.MCPSessionTimeout == 0 {
+		o.MCPSessionTimeout = 30 * time.Minute
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 10 * time.Second
+	}
+}
+
+func (o *Options) check() error {
+	if (o.TLSCert == "") != (o.TLSKey == "") || (o.TCP != "" && o.TLSCert == "") {
+		return errdefs.Invalid("a TCP listener needs both a TLS certificate and key")
+	}
+	return nil
+}
+
+// lifecycleConfig is the lifecycle's share of the options.
+func (s *System) lifecycleConfig() lifecycle.Config {
+	o := s.opts
+	return lifecycle.Config{
+		StateDir: o.StateDir, DataDir: o.DataDir, Log: o.Log, Warn: o.Warn, ImageCacheBytes: o.ImageCacheBytes,
+		Net:                sandboxnet.Config{DNSUpstream: o.DNSUpstream, SubnetPool: o.SubnetPool, EgressAllowNets: o.EgressAllowNets, Broker: s.Broker},
+		SandboxesDieWithUs: o.Mode == Embedded,
+		// A daemon's images are its tenants' names.
+		TenantImages: o.Mode == Daemon, Registries: o.Registries,
+	}
+}
+
+// oneShot wires `airlock run`: a broker that lives as long as the run (its
+// keys, its tokens and the secrets given by --secret end with it), the
+// lifecycle, and the run's own audit log.
+func (s *System) oneShot() (err error) {
+	secrets := s.opts.Secrets
+	s.Broker = broker.New(broker.Config{Keys: broker.EphemeralKeys(), Secret: func(_, name string) ([]byte, error) {
+		if v, ok := secrets[name]; ok {
+			return v, nil
+		}
+		return nil, errdefs.Invalid(fmt.Sprintf("grant: no secret %q: give it with --secret %s=env:VARIABLE or =file:PATH", name, name))
+	}})
+	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {
+		return err
+	}
+	if s.Audit, s.AuditFile, err = openRunAudit(s.opts.RunAudit); err != nil {
+		return err
+	}
+	s.closers.Push(s.Audit.Close)
+	s.Runner = &run.Runner{Lifecycle: s.Lifecycle, Broker: s.Broker, Log: s.opts.Log, Warn: s.opts.Warn}
+	return nil
+}
+
+// service wires the long-lived service (Embedded and Daemon): the broker
+// with its key file, the lifecycle, the store, the audit log, the service.
+func (s *System) service(ctx context.Context) (err error) {
+	o := s.opts
+	s.registry = prometheus.NewRegistry()
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.Store, err = store.Open(o.Database); err != nil {
+		return err
+	}
+	s.closers.Push(s.Store.Close)
+	// The broker's keys live beside the database, where no sandbox looks.
+	keys, err := broker.LoadKeyFile(filepath.Join(o.Files, "broker.key"))
+	if err != nil {
+		return err
+	}
+	secrets := &secretValues{}
+	s.Broker = broker.New(broker.Config{Keys: keys, Dir: filepath.Join(o.Files, "broker"), Secret: secrets.value})
+	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {
+		return err
+	}
+	cfg := sandbox.Config{Backend: sandbox.NewBackend(s.Lifecycle), Store: s.Store, Log: o.Log, Metrics: sandbox.NewMetrics(s.registry), Broker: s.Broker,
+		MaxBackground: o.MaxBackground, MaxBackgroundPerTenant: o.MaxBackgroundPerTenant,
+		// The embedded service has one caller, root on this host: host
+		// paths are its own. A daemon's tenants name them only under their
+		// roots, which never touch these directories.
+		HostPaths: o.Mode == Embedded,
+		Reserved:  []string{o.StateDir, o.DataDir, o.Files, filepath.Dir(o.Database), filepath.Dir(o.AdminKeyFile), filepath.Dir(o.Socket)},
+	}
+	if err := s.openAudit(ctx); err != nil {
+		return err
+	}
+	if s.Audit != nil {
+		cfg.Audit, cfg.AuditDir, cfg.PatchDir = s.Audit, AuditDir(o.Files), filepath.Join(AuditDir(o.Files), "patches")
+	}
+	s.Service = sandbox.New(cfg)
+	secrets.svc = s.Service
+	return nil
+}
+
+// secretValues answers the broker's lookups from the service's sealed
+// secrets.
+type secretValues struct{ svc *sandbox.Service }
+
+func (v *secretValues) value(tenant, name string) ([]byte, error) {
+	return v.svc.SecretValue(tenant, name)
+}
+
+// openAudit opens the service's audit log (unless NoAudit), keeping its
+// head in the store, exporting to OTLP when asked.
+func (s *System) openAudit(ctx context.Context) error {
+	o := s.opts
+	if o.NoAudit {
+		o.Log.Warn("running WITHOUT an audit log (--no-audit): nothing sandboxes do is recorded")
+		return nil
+	}
+	var exp *audit.Exporter
+	if o.OTLPEndpoint != "" {
+		exp = audit.NewExporter(o.OTLPEndpoint)
+		s.closers.Do(func() {
+			exp.Close()
+			if exp.Dropped()+exp.Failed() > 0 {
+				o.Log.Warn("audit export incomplete", "dropped", exp.Dropped(), "refused", exp.Failed())
+			}
+		})
+	}
+	l, err := openAudit(ctx, o.Files, s.Store, o.Log, exp)
+	if err != nil {
+		return err
+	}
+	s.Audit = l
+	s.closers.Push(l.Close)
+	return nil
+}
+
+// Close gives back what New built, newest first.
+func (s *System) Close() error { return s.closers.Run() }
+
+// NewLifecycle builds only the wall and the lifecycle, for the commands
+// that manage the host's sandboxes and images without making any
+// (airlock gc, airlock image).
+func NewLifecycle(o Options) (*lifecycle.Lifecycle, error) {
+	o.defaults()
+	s := &System{opts: o}
+	w, err := container.New(o.StateDir, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	s.Wall = w
+	return lifecycle.New(s.lifecycleConfig(), w)
+}
