@@ -13,7 +13,7 @@ import (
 // the child inherits as fd 3. Exactly one typed struct crosses it in each
 // direction per step; descriptors ride along as SCM_RIGHTS.
 //
-//	host (internal/runtime)                 child (airlock init, PID 1)
+//	host (internal/wall/container)          child (airlock init, PID 1)
 //	clone(NEWUSER|NEWNS|NEWPID|NEWNET|
 //	      NEWUTS|NEWIPC|NEWCGROUP) ───────► blocks in recvmsg(fd 3)
 //	writes uid/gid maps (before exec)
