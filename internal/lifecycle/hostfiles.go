@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -130,20 +128,5 @@ func (h *hostFiles) close() {
 		if f != nil {
 			f.Close()
 		}
-	}
-}
-
-// guardedDial dials a registry only at an address the egress guard g
-// allows (never the host's own, a sandbox's, loopback, private, link-local
-// or metadata; the operator's --egress-allow-net ranges open as for
-// sandboxes), after DNS.
-func guardedDial(g *egress.Guard) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Control: g.Control}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if errors.Is(err, egress.ErrBlockedAddress) {
-			return nil, fmt.Errorf("%w: %v", errdefs.ErrPermissionDenied, err)
-		}
-		return c, err
 	}
 }

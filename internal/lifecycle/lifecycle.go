@@ -81,7 +81,7 @@ func New(cfg Config, w wall.Wall) (*Lifecycle, error) {
 	}
 	if cfg.TenantImages {
 		images.Tenants, images.Registries = true, cfg.Registries
-		images.Dial = guardedDial(cfg.Net.Guard())
+		images.Dial = cfg.Net.RegistryDial()
 	}
 	return &Lifecycle{cfg: cfg, wall: w, images: images}, nil
 }

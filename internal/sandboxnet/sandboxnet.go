@@ -8,6 +8,8 @@ package sandboxnet
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -77,6 +79,20 @@ type Net struct {
 // dialer share: c's allowed ranges, never the sandboxes' pool.
 func (c *Config) Guard() *egress.Guard {
 	return &egress.Guard{AllowNets: c.EgressAllowNets, Sandboxes: c.pool()}
+}
+
+// RegistryDial dials a registry only at an address the guard allows (never
+// the host's own, a sandbox's, loopback, private, link-local or metadata;
+// the operator's EgressAllowNets open as for sandboxes), after DNS.
+func (c *Config) RegistryDial() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Control: c.Guard().Control}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if errors.Is(err, egress.ErrBlockedAddress) {
+			return nil, fmt.Errorf("%w: %v", errdefs.ErrPermissionDenied, err)
+		}
+		return conn, err
+	}
 }
 
 func (c *Config) pool() netip.Prefix {
