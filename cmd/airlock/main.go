@@ -9,8 +9,8 @@ import (
 	goruntime "runtime"
 	"runtime/debug"
 
-	"github.com/airlock-sandbox/airlock/internal/confined/agent"
 	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/confined/agent"
 	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 )
 
