@@ -151,7 +151,40 @@ type rootfs struct {
 
 func (r *rootfs) p(parts ...string) string { return filepath.Join(append([]string{r.s}, parts...)...) }
 
+// assemble builds the sandbox's root at r.p("root") from the host's
+// detached trees (fds: the image's, one per Config.TreeTargets, then the
+// workspace's when Config.Workspace), in this order: the scratch, the
+// image, the writable places, /dev, /proc and /sys, the layers handed back.
 func (r *rootfs) assemble(fds []int) error {
+	if err := r.scratch(); err != nil {
+		return err
+	}
+	trees, ws := fds[:len(r.cfg.TreeTargets)], -1
+	if r.cfg.Workspace {
+		ws = fds[len(fds)-1]
+	}
+	root := r.p("root")
+	if err := r.image(root, trees); err != nil {
+		return err
+	}
+	if err := r.writable(root, ws); err != nil {
+		return err
+	}
+	if err := r.kernelFS(root); err != nil {
+		return err
+	}
+	if err := r.openLayers(root, ws); err != nil {
+		return err
+	}
+	if !r.cfg.Writable {
+		return mount.Remount(root, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
+	}
+	return nil
+}
+
+// scratch mounts the size-capped tmpfs everything writable lives on, makes
+// its directories, and generates the top layer.
+func (r *rootfs) scratch() error {
 	cfg := r.cfg
 	if err := mount.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
@@ -180,39 +213,40 @@ func (r *rootfs) assemble(fds []int) error {
 			return err
 		}
 	}
-	if err := r.generate(); err != nil {
-		return err
-	}
+	return r.generate()
+}
 
-	// The root: the generated layer over the image.
-	trees, ws := fds[:len(cfg.TreeTargets)], -1
-	if cfg.Workspace {
-		ws = fds[len(fds)-1]
+// overlayOpts are an overlay's mount options: read-only over lower when
+// upper is "", else writable into upper (with work as its work directory).
+func overlayOpts(lower, upper, work string) string {
+	o := "lowerdir=" + lower
+	if upper != "" {
+		o += ",upperdir=" + upper + ",workdir=" + work
 	}
-	root := r.p("root")
+	return o + ",userxattr"
+}
+
+// image mounts the root at root: the generated layer over the image's
+// trees (the detached mounts in trees, one per Config.TreeTargets), each
+// under a writable layer of its own with --writable-rootfs.
+func (r *rootfs) image(root string, trees []int) error {
+	cfg := r.cfg
 	full := len(cfg.TreeTargets) > 0 && cfg.TreeTargets[0] == "/"
-	ovl := func(lower, upper, work string) string {
-		o := "lowerdir=" + lower
-		if upper != "" {
-			o += ",upperdir=" + upper + ",workdir=" + work
-		}
-		return o + ",userxattr"
-	}
 	switch {
 	case full:
 		if err := mount.MoveTo(trees[0], r.p("image")); err != nil {
 			return err
 		}
-		opts := ovl(r.p("gen")+":"+r.p("image"), "", "")
+		opts := overlayOpts(r.p("gen")+":"+r.p("image"), "", "")
 		if cfg.Writable {
-			opts = ovl(r.p("gen")+":"+r.p("image"), r.p("rw/upper"), r.p("rw/work"))
+			opts = overlayOpts(r.p("gen")+":"+r.p("image"), r.p("rw/upper"), r.p("rw/work"))
 		}
 		if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return err
 		}
 		trees = trees[1:]
 	case cfg.Writable:
-		if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(r.p("gen"), r.p("rw/upper"), r.p("rw/work"))); err != nil {
+		if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, overlayOpts(r.p("gen"), r.p("rw/upper"), r.p("rw/work"))); err != nil {
 			return err
 		}
 	default:
@@ -242,27 +276,38 @@ func (r *rootfs) assemble(fds []int) error {
 		if err := mount.MoveTo(fd, lower); err != nil {
 			return err
 		}
-		if err := mount.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(lower, up+"/upper", up+"/work")); err != nil {
+		if err := mount.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, overlayOpts(lower, up+"/upper", up+"/work")); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	// Writable places, all on the scratch tmpfs.
+// writable mounts the writable places, all on the scratch tmpfs: the
+// workspace (the host's layer ws under a writable one, or an empty
+// directory when ws < 0), /tmp and the home directory.
+func (r *rootfs) writable(root string, ws int) error {
 	if ws >= 0 {
 		if err := mount.MoveTo(ws, r.p("ws/lower")); err != nil {
 			return err
 		}
-		if err := mount.Mount("overlay", filepath.Join(root, "workspace"), "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(r.p("ws/lower"), r.p("ws/upper"), r.p("ws/work"))); err != nil {
+		if err := mount.Mount("overlay", filepath.Join(root, "workspace"), "overlay", unix.MS_NOSUID|unix.MS_NODEV, overlayOpts(r.p("ws/lower"), r.p("ws/upper"), r.p("ws/work"))); err != nil {
 			return err
 		}
 	} else if err := mount.Bind(r.p("wsempty"), filepath.Join(root, "workspace"), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 		return err
 	}
-	for src, dst := range map[string]string{"tmp": "tmp", "home": cfg.Home} {
+	for src, dst := range map[string]string{"tmp": "tmp", "home": r.cfg.Home} {
 		if err := mount.Bind(r.p(src), filepath.Join(root, dst), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// kernelFS mounts /dev, /proc and /sys, masking what of them a sandbox
+// must not see.
+func (r *rootfs) kernelFS(root string) error {
 	if err := r.dev(root); err != nil {
 		return err
 	}
@@ -271,7 +316,7 @@ func (r *rootfs) assemble(fds []int) error {
 	}
 	// sysfs can be mounted only for a network namespace this user
 	// namespace owns; in a host-made one /sys is an empty directory.
-	if cfg.HostNet {
+	if r.cfg.HostNet {
 		if err := mount.MaskDir(filepath.Join(root, "sys")); err != nil {
 			return err
 		}
@@ -283,9 +328,14 @@ func (r *rootfs) assemble(fds []int) error {
 			return err
 		}
 	}
-	// The host reads the sandbox's changes through these, after it is gone:
-	// the layer holding every change (the overlay's upper layer, or the
-	// whole directory when the workspace started empty) and the merged view.
+	return nil
+}
+
+// openLayers opens what init hands the host (readyFDs). The host reads
+// the sandbox's changes through these, after it is gone: the layer
+// holding every change (the overlay's upper layer, or the whole directory
+// when the workspace started empty) and the merged view.
+func (r *rootfs) openLayers(root string, ws int) error {
 	changes := r.p("ws/upper")
 	if ws < 0 {
 		changes = r.p("wsempty")
@@ -299,15 +349,12 @@ func (r *rootfs) assemble(fds []int) error {
 	}
 	// A long-lived sandbox's root layer, for snapshots: every change to a
 	// whole-root image's root (with --writable-rootfs) lands here.
-	if cfg.Agent {
+	if r.cfg.Agent {
 		fd, err := unix.Open(r.p("rw/upper"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open the root layer: %w", err)
 		}
 		r.readyFDs = append(r.readyFDs, fd)
-	}
-	if !cfg.Writable {
-		return mount.Remount(root, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
 	}
 	return nil
 }
