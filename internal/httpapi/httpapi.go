@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -297,9 +298,17 @@ func pid(r *http.Request) (uint32, error) {
 	return uint32(n), nil
 }
 
+// routes is every route of the API, one group per resource.
 func (h *Handler) routes() []route {
-	s := h.svc
-	id := func(r *http.Request) string { return r.PathValue("id") }
+	return slices.Concat(h.daemonRoutes(), h.auditRoutes(), h.tenantRoutes(), h.mcpSpecRoutes(), h.secretRoutes(),
+		h.sandboxRoutes(), h.processRoutes(), h.fileRoutes(), h.workspaceRoutes(), h.snapshotRoutes())
+}
+
+// id is the sandbox (or snapshot) a route names.
+func id(r *http.Request) string { return r.PathValue("id") }
+
+// daemonRoutes are the daemon's own: health and metrics.
+func (h *Handler) daemonRoutes() []route {
 	return []route{
 		{"GET /v1/health", false, func(w http.ResponseWriter, r *http.Request, _ *sandbox.Principal) error {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -312,6 +321,13 @@ func (h *Handler) routes() []route {
 			h.metrics.ServeHTTP(w, r)
 			return nil
 		}},
+	}
+}
+
+// auditRoutes are the audit log, as far as the caller may read it.
+func (h *Handler) auditRoutes() []route {
+	s := h.svc
+	return []route{
 		{"GET /v1/audit", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			f := sandbox.AuditFilter{Sandbox: query(r, "sandbox"), Kind: query(r, "kind"), Trigger: query(r, "trigger")}
 			if v := query(r, "since"); v != "" {
@@ -331,6 +347,13 @@ func (h *Handler) routes() []route {
 			}
 			return nil
 		}},
+	}
+}
+
+// tenantRoutes are tenants and their keys.
+func (h *Handler) tenantRoutes() []route {
+	s := h.svc
+	return []route{
 		{"POST /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			var req api.CreateTenant
 			if err := decode(w, r, &req); err != nil {
@@ -351,6 +374,32 @@ func (h *Handler) routes() []route {
 			writeJSON(w, http.StatusOK, ts)
 			return nil
 		}},
+		{"PATCH /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			var req api.UpdateTenant
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			t, err := s.UpdateTenant(r.Context(), p, r.PathValue("name"), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, t)
+			return nil
+		}},
+		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			if err := s.DeleteTenant(r.Context(), p, r.PathValue("name")); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+	}
+}
+
+// mcpSpecRoutes are the spec of the sandboxes /mcp makes for a tenant.
+func (h *Handler) mcpSpecRoutes() []route {
+	s := h.svc
+	return []route{
 		{"GET /v1/mcp/spec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			spec, err := s.MCPSpec(r.Context(), p)
 			if err != nil {
@@ -370,6 +419,13 @@ func (h *Handler) routes() []route {
 			writeJSON(w, http.StatusOK, &req)
 			return nil
 		}},
+	}
+}
+
+// secretRoutes are a tenant's secrets.
+func (h *Handler) secretRoutes() []route {
+	s := h.svc
+	return []route{
 		{"POST /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			var req api.AddSecret
 			if err := decode(w, r, &req); err != nil {
@@ -409,25 +465,13 @@ func (h *Handler) routes() []route {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
-		{"PATCH /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			var req api.UpdateTenant
-			if err := decode(w, r, &req); err != nil {
-				return err
-			}
-			t, err := s.UpdateTenant(r.Context(), p, r.PathValue("name"), &req)
-			if err != nil {
-				return err
-			}
-			writeJSON(w, http.StatusOK, t)
-			return nil
-		}},
-		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			if err := s.DeleteTenant(r.Context(), p, r.PathValue("name")); err != nil {
-				return err
-			}
-			w.WriteHeader(http.StatusNoContent)
-			return nil
-		}},
+	}
+}
+
+// sandboxRoutes are sandboxes' lifecycle and the kill switch.
+func (h *Handler) sandboxRoutes() []route {
+	s := h.svc
+	return []route{
 		{"POST /v1/kill-all", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			var req api.KillAll
 			if err := decode(w, r, &req); err != nil {
@@ -502,6 +546,13 @@ func (h *Handler) routes() []route {
 			writeJSON(w, http.StatusOK, sb)
 			return nil
 		}},
+	}
+}
+
+// processRoutes are commands in a sandbox: exec and its processes.
+func (h *Handler) processRoutes() []route {
+	s := h.svc
+	return []route{
 		{"POST /v1/sandboxes/{id}/exec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			var req api.Exec
 			if err := decode(w, r, &req); err != nil {
@@ -571,6 +622,13 @@ func (h *Handler) routes() []route {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
+	}
+}
+
+// fileRoutes are a sandbox's files and directories.
+func (h *Handler) fileRoutes() []route {
+	s := h.svc
+	return []route{
 		{"GET /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			max, err := queryInt(r, "max_bytes", sandbox.MaxFileBytes)
 			if err != nil {
@@ -676,6 +734,13 @@ func (h *Handler) routes() []route {
 			sw := &streamWriter{ResponseWriter: w}
 			return s.Watch(r.Context(), p, id(r), query(r, "path"), query(r, "user"), rec, func(ev *api.WatchEvent) error { return sw.emit(ev) })
 		}},
+	}
+}
+
+// workspaceRoutes are a sandbox's workspace as a whole: archives in and out, its diff.
+func (h *Handler) workspaceRoutes() []route {
+	s := h.svc
+	return []route{
 		{"PUT /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			skipped, err := s.Upload(r.Context(), p, id(r), query(r, "path"), query(r, "user"), http.MaxBytesReader(w, r.Body, sandbox.MaxArchiveBytes+10<<20))
 			if err != nil {
@@ -697,6 +762,17 @@ func (h *Handler) routes() []route {
 			})
 			return cutShort(lw, err)
 		}},
+		{"GET /v1/sandboxes/{id}/diff", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+			lw := &lazyWriter{w: w, contentType: "text/x-diff; charset=utf-8"}
+			return cutShort(lw, s.Diff(r.Context(), p, id(r), lw))
+		}},
+	}
+}
+
+// snapshotRoutes are snapshots: made from a sandbox, listed, deleted.
+func (h *Handler) snapshotRoutes() []route {
+	s := h.svc
+	return []route{
 		{"POST /v1/sandboxes/{id}/snapshot", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
 			var req api.CreateSnapshot
 			if err := decode(w, r, &req); err != nil {
@@ -723,10 +799,6 @@ func (h *Handler) routes() []route {
 			}
 			w.WriteHeader(http.StatusNoContent)
 			return nil
-		}},
-		{"GET /v1/sandboxes/{id}/diff", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			lw := &lazyWriter{w: w, contentType: "text/x-diff; charset=utf-8"}
-			return cutShort(lw, s.Diff(r.Context(), p, id(r), lw))
 		}},
 	}
 }

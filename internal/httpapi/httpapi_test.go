@@ -52,3 +52,13 @@ func TestErrorClassesMapToCodes(t *testing.T) {
 		t.Errorf("an oversize body is %s", got)
 	}
 }
+
+// Every route but the health check asks for a key, whichever group it is
+// registered in.
+func TestOnlyHealthIsOpen(t *testing.T) {
+	for _, rt := range (&Handler{}).routes() {
+		if open := !rt.auth; open != (rt.pattern == "GET /v1/health") {
+			t.Errorf("%s: open %v", rt.pattern, open)
+		}
+	}
+}

@@ -97,276 +97,313 @@ func under(p string) string {
 	return p
 }
 
+// addTools registers the session's tools, each a method of the session.
 func (s *Session) addTools(srv *sdk.Server) {
-	sbOf := func(ctx context.Context, req *sdk.CallToolRequest) (Sandbox, error) {
-		return s.sandbox(ctx, req.Session)
+	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Description: "Run a shell command inside the sandbox (in /workspace unless cwd says otherwise) and return its exit code, stdout, stderr and how long it took. Use it to build, run tests, install packages or inspect the environment. Output past 32 KiB per stream is cut in the middle, marked."}, s.runCommand)
+	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Description: "Read a text file of the sandbox, optionally a range of lines (1-based, inclusive). Large files are cut at 256 KiB, marked; read them by line ranges."}, s.readFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Description: "Create or replace a file of the sandbox with the given content (missing directories are made)."}, s.writeFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "edit_file", Description: "Replace one exact occurrence of old_string with new_string in a file. old_string must occur exactly once: the call fails, saying so, when it is absent or found more than once (then include more surrounding text)."}, s.editFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Description: "List a directory of the sandbox recursively (default /workspace, depth 2), skipping .git unless asked. Each line: type, size, path."}, s.listFiles)
+	sdk.AddTool(srv, &sdk.Tool{Name: "search_files", Description: "Search file contents in the sandbox (grep, recursive, skipping .git and binary files). Returns path:line:text for each matching line."}, s.searchFiles)
+	sdk.AddTool(srv, &sdk.Tool{Name: "diff", Description: "The changes made to /workspace so far, as a unified diff (the session's result)."}, s.diff)
+	sdk.AddTool(srv, &sdk.Tool{Name: "network_log", Description: "What the sandbox tried to reach over the network and what the egress policy decided, with the reason for each refusal. Call it when a download, install or request fails, to explain the failure instead of retrying."}, s.networkLog)
+}
+
+func (s *Session) runCommand(ctx context.Context, req *sdk.CallToolRequest, in runIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
 	}
-	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Description: "Run a shell command inside the sandbox (in /workspace unless cwd says otherwise) and return its exit code, stdout, stderr and how long it took. Use it to build, run tests, install packages or inspect the environment. Output past 32 KiB per stream is cut in the middle, marked."},
-		func(ctx context.Context, req *sdk.CallToolRequest, in runIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			if strings.TrimSpace(in.Command) == "" {
-				return nil, nil, errors.New("command is empty")
-			}
-			timeout := in.TimeoutSeconds
-			if timeout <= 0 {
-				timeout = 300
-			}
-			timeout = min(timeout, 3600)
-			cwd := in.Cwd
-			if cwd != "" {
-				cwd = under(cwd)
-			}
-			stdout, stderr := newCapped(maxOutput), newCapped(maxOutput)
-			t0 := time.Now()
-			end, err := sb.Exec(ctx, &api.Exec{Cmd: []string{"sh", "-c", in.Command}, Cwd: cwd, Env: in.Env, Timeout: fmt.Sprintf("%ds", timeout)}, stdout, stderr)
-			if err != nil {
-				return nil, nil, toolErr(err)
-			}
-			took := time.Since(t0).Seconds()
-			var b strings.Builder
-			fmt.Fprintf(&b, "exit code: %d (took %.2f s)\n", end.ExitCode, took)
-			switch {
-			case end.TimedOut:
-				fmt.Fprintf(&b, "TIMED OUT after %d s: the command was killed\n", timeout)
-			case end.SandboxEnded:
-				fmt.Fprintf(&b, "THE SANDBOX ENDED while the command ran: %s\n", end.EndReason)
-			case end.Error != "":
-				fmt.Fprintf(&b, "error: %s\n", end.Error)
-			}
-			fmt.Fprintf(&b, "--- stdout ---\n%s", stdout)
-			if !strings.HasSuffix(stdout.String(), "\n") && stdout.Len() > 0 {
-				b.WriteString("\n")
-			}
-			fmt.Fprintf(&b, "--- stderr ---\n%s", stderr)
-			res := text("%s", b.String())
-			res.IsError = false
-			return res, nil, nil
-		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Description: "Read a text file of the sandbox, optionally a range of lines (1-based, inclusive). Large files are cut at 256 KiB, marked; read them by line ranges."},
-		func(ctx context.Context, req *sdk.CallToolRequest, in readIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			p := under(in.Path)
-			data, err := sb.ReadFile(ctx, p, 64<<20)
-			if err != nil {
-				return nil, nil, toolErr(err)
-			}
-			lines := strings.SplitAfter(string(data), "\n")
-			if len(lines) > 0 && lines[len(lines)-1] == "" {
-				lines = lines[:len(lines)-1]
-			}
-			first, last := max(in.StartLine, 1), in.EndLine
-			if last <= 0 || last > len(lines) {
-				last = len(lines)
-			}
-			if first > len(lines) && len(lines) > 0 {
-				return nil, nil, fmt.Errorf("%s has %d lines; start_line %d is past its end", p, len(lines), first)
-			}
-			body := ""
-			if first <= last {
-				body = strings.Join(lines[first-1:last], "")
-			}
-			cut := ""
-			if len(body) > maxReadBytes {
-				cut = fmt.Sprintf("\n[... cut at %d KiB: read the rest with start_line/end_line ...]\n", maxReadBytes>>10)
-				body = body[:maxReadBytes]
-			}
-			return text("%s (lines %d-%d of %d)\n%s%s", p, first, last, len(lines), body, cut), nil, nil
-		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Description: "Create or replace a file of the sandbox with the given content (missing directories are made)."},
-		func(ctx context.Context, req *sdk.CallToolRequest, in writeIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			p := under(in.Path)
-			if err := sb.WriteFile(ctx, p, []byte(in.Content)); err != nil {
-				return nil, nil, toolErr(err)
-			}
-			return text("wrote %d bytes to %s", len(in.Content), p), nil, nil
-		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "edit_file", Description: "Replace one exact occurrence of old_string with new_string in a file. old_string must occur exactly once: the call fails, saying so, when it is absent or found more than once (then include more surrounding text)."},
-		func(ctx context.Context, req *sdk.CallToolRequest, in editIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			p := under(in.Path)
-			if in.OldString == "" {
-				return nil, nil, errors.New("old_string is empty: to create or replace a whole file use write_file")
-			}
-			if err := sb.Edit(ctx, p, in.OldString, in.NewString); err != nil {
-				return nil, nil, toolErr(err)
-			}
-			return text("edited %s: replaced 1 occurrence", p), nil, nil
-		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Description: "List a directory of the sandbox recursively (default /workspace, depth 2), skipping .git unless asked. Each line: type, size, path."},
-		func(ctx context.Context, req *sdk.CallToolRequest, in listIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			p, depth := under(in.Path), in.Depth
-			if depth <= 0 {
-				depth = 2
-			}
-			depth = min(depth, 6)
-			ents, err := sb.ListDir(ctx, p, depth)
-			if err != nil {
-				return nil, nil, toolErr(err)
-			}
-			var b strings.Builder
-			n := 0
-			for _, e := range ents {
-				if !in.IncludeGit && (e.Name == ".git" || strings.Contains(e.Path, "/.git/")) {
-					continue
-				}
-				if n++; n > maxEntries {
-					fmt.Fprintf(&b, "[... more than %d entries: list a subdirectory ...]\n", maxEntries)
-					break
-				}
-				switch e.Type {
-				case "dir":
-					fmt.Fprintf(&b, "dir          %s/\n", untrusted.Quote(e.Path))
-				case "symlink":
-					fmt.Fprintf(&b, "link         %s -> %s\n", untrusted.Quote(e.Path), untrusted.Quote(e.Target))
-				default:
-					fmt.Fprintf(&b, "file %7d %s\n", e.Size, untrusted.Quote(e.Path))
-				}
-			}
-			if n == 0 {
-				return text("%s is empty", p), nil, nil
-			}
-			return text("%s", b.String()), nil, nil
-		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "search_files", Description: "Search file contents in the sandbox (grep, recursive, skipping .git and binary files). Returns path:line:text for each matching line."},
-		func(ctx context.Context, req *sdk.CallToolRequest, in searchIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			if in.Pattern == "" {
-				return nil, nil, errors.New("pattern is empty")
-			}
-			limit := in.MaxResults
-			if limit <= 0 {
-				limit = 100
-			}
-			limit = min(limit, maxMatches)
-			// -HZ: every match names its file, ended by a NUL, so a name
-			// holding a newline cannot forge a match line; names are then
-			// shown quoted.
-			argv := []string{"grep", "-rnIHZ", "--exclude-dir=.git"}
-			if in.IgnoreCase {
-				argv = append(argv, "-i")
-			}
-			if in.Fixed {
-				argv = append(argv, "-F")
-			}
-			if in.Glob != "" {
-				argv = append(argv, "--include="+in.Glob)
-			}
-			argv = append(argv, "-e", in.Pattern, "--", under(in.Path))
-			out, errb := newCapped(maxOutput*4), newCapped(maxOutput)
-			end, err := sb.Exec(ctx, &api.Exec{Cmd: argv, Timeout: "120s"}, out, errb)
-			if err != nil {
-				return nil, nil, toolErr(err)
-			}
-			switch end.ExitCode {
-			case 0:
-			case 1:
-				return text("no matches for %q in %s", in.Pattern, under(in.Path)), nil, nil
-			default:
-				return nil, nil, fmt.Errorf("search failed (exit %d): %s", end.ExitCode, strings.TrimSpace(errb.String()))
-			}
-			lines := matchLines(out.String())
-			more := ""
-			if len(lines) > limit {
-				more = fmt.Sprintf("[... %d more matching lines: narrow the search ...]\n", len(lines)-limit)
-				lines = lines[:limit]
-			}
-			return text("%s\n%s", strings.Join(lines, "\n"), more), nil, nil
-		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "diff", Description: "The changes made to /workspace so far, as a unified diff (the session's result)."},
-		func(ctx context.Context, req *sdk.CallToolRequest, _ diffIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			d, err := sb.Diff(ctx)
-			if err != nil {
-				return nil, nil, toolErr(err)
-			}
-			if d == "" {
-				return text("no changes in /workspace"), nil, nil
-			}
-			return text("%s", d), nil, nil
-		})
-	sdk.AddTool(srv, &sdk.Tool{Name: "network_log", Description: "What the sandbox tried to reach over the network and what the egress policy decided, with the reason for each refusal. Call it when a download, install or request fails, to explain the failure instead of retrying."},
-		func(ctx context.Context, req *sdk.CallToolRequest, in netIn) (*sdk.CallToolResult, any, error) {
-			sb, err := sbOf(ctx, req)
-			if err != nil {
-				return nil, nil, err
-			}
-			evs, err := sb.Egress(ctx)
-			if err != nil {
-				return nil, nil, toolErr(err)
-			}
-			limit := in.Limit
-			if limit <= 0 {
-				limit = 50
-			}
-			var lines []string
-			for _, raw := range evs {
-				var e struct {
-					Time                     time.Time
-					Kind, Host, Method, Path string
-					Port                     int
-					Decision, Reason, Rule   string
-					QType                    string `json:"qtype"`
-					Grant                    string
-					Findings                 []json.RawMessage
-				}
-				if json.Unmarshal(raw, &e) != nil {
-					continue
-				}
-				if in.OnlyRefused && e.Decision == "allowed" {
-					continue
-				}
-				// Hosts, methods and paths are what the sandbox sent: quoted.
-				target := untrusted.Quote(e.Host)
-				if e.Port != 0 {
-					target = fmt.Sprintf("%s:%d", target, e.Port)
-				}
-				what := strings.TrimSpace(untrusted.Quote(e.Method) + " " + untrusted.Quote(e.Path))
-				if e.Kind == "dns" {
-					what = "lookup " + untrusted.Quote(e.QType)
-				}
-				line := fmt.Sprintf("%s %-7s %-7s %s %s", e.Time.Format("15:04:05"), strings.ToUpper(e.Decision), e.Kind, target, what)
-				if e.Reason != "" {
-					line += " — " + e.Reason
-				}
-				if e.Grant != "" {
-					line += " (credential of grant " + e.Grant + " used)"
-				}
-				if len(e.Findings) > 0 {
-					line += fmt.Sprintf(" (%d finding(s) recorded)", len(e.Findings))
-				}
-				lines = append(lines, line)
-			}
-			if len(lines) == 0 {
-				return text("no network activity recorded for this sandbox yet"), nil, nil
-			}
-			if len(lines) > limit {
-				lines = lines[len(lines)-limit:]
-			}
-			return text("%s\n", strings.Join(lines, "\n")), nil, nil
-		})
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, nil, errors.New("command is empty")
+	}
+	timeout := in.TimeoutSeconds
+	if timeout <= 0 {
+		timeout = 300
+	}
+	timeout = min(timeout, 3600)
+	cwd := in.Cwd
+	if cwd != "" {
+		cwd = under(cwd)
+	}
+	stdout, stderr := newCapped(maxOutput), newCapped(maxOutput)
+	t0 := time.Now()
+	end, err := sb.Exec(ctx, &api.Exec{Cmd: []string{"sh", "-c", in.Command}, Cwd: cwd, Env: in.Env, Timeout: fmt.Sprintf("%ds", timeout)}, stdout, stderr)
+	if err != nil {
+		return nil, nil, toolErr(err)
+	}
+	res := text("%s", commandReport(end, time.Since(t0), timeout, stdout, stderr))
+	res.IsError = false
+	return res, nil, nil
+}
+
+// commandReport is run_command's answer: how the command ended, then its
+// output.
+func commandReport(end *api.ExecEnd, took time.Duration, timeout int, stdout, stderr *capped) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "exit code: %d (took %.2f s)\n", end.ExitCode, took.Seconds())
+	switch {
+	case end.TimedOut:
+		fmt.Fprintf(&b, "TIMED OUT after %d s: the command was killed\n", timeout)
+	case end.SandboxEnded:
+		fmt.Fprintf(&b, "THE SANDBOX ENDED while the command ran: %s\n", end.EndReason)
+	case end.Error != "":
+		fmt.Fprintf(&b, "error: %s\n", end.Error)
+	}
+	fmt.Fprintf(&b, "--- stdout ---\n%s", stdout)
+	if !strings.HasSuffix(stdout.String(), "\n") && stdout.Len() > 0 {
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "--- stderr ---\n%s", stderr)
+	return b.String()
+}
+
+func (s *Session) readFile(ctx context.Context, req *sdk.CallToolRequest, in readIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := under(in.Path)
+	data, err := sb.ReadFile(ctx, p, 64<<20)
+	if err != nil {
+		return nil, nil, toolErr(err)
+	}
+	res, err := lineRange(p, data, in.StartLine, in.EndLine)
+	return res, nil, err
+}
+
+// lineRange is read_file's answer: lines first to last (1-based,
+// inclusive; last <= 0 is the end) of the file p holding data, cut at
+// maxReadBytes.
+func lineRange(p string, data []byte, first, last int) (*sdk.CallToolResult, error) {
+	lines := strings.SplitAfter(string(data), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	first = max(first, 1)
+	if last <= 0 || last > len(lines) {
+		last = len(lines)
+	}
+	if first > len(lines) && len(lines) > 0 {
+		return nil, fmt.Errorf("%s has %d lines; start_line %d is past its end", p, len(lines), first)
+	}
+	body := ""
+	if first <= last {
+		body = strings.Join(lines[first-1:last], "")
+	}
+	cut := ""
+	if len(body) > maxReadBytes {
+		cut = fmt.Sprintf("\n[... cut at %d KiB: read the rest with start_line/end_line ...]\n", maxReadBytes>>10)
+		body = body[:maxReadBytes]
+	}
+	return text("%s (lines %d-%d of %d)\n%s%s", p, first, last, len(lines), body, cut), nil
+}
+
+func (s *Session) writeFile(ctx context.Context, req *sdk.CallToolRequest, in writeIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := under(in.Path)
+	if err := sb.WriteFile(ctx, p, []byte(in.Content)); err != nil {
+		return nil, nil, toolErr(err)
+	}
+	return text("wrote %d bytes to %s", len(in.Content), p), nil, nil
+}
+
+func (s *Session) editFile(ctx context.Context, req *sdk.CallToolRequest, in editIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := under(in.Path)
+	if in.OldString == "" {
+		return nil, nil, errors.New("old_string is empty: to create or replace a whole file use write_file")
+	}
+	if err := sb.Edit(ctx, p, in.OldString, in.NewString); err != nil {
+		return nil, nil, toolErr(err)
+	}
+	return text("edited %s: replaced 1 occurrence", p), nil, nil
+}
+
+func (s *Session) listFiles(ctx context.Context, req *sdk.CallToolRequest, in listIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, depth := under(in.Path), in.Depth
+	if depth <= 0 {
+		depth = 2
+	}
+	depth = min(depth, 6)
+	ents, err := sb.ListDir(ctx, p, depth)
+	if err != nil {
+		return nil, nil, toolErr(err)
+	}
+	return listing(p, ents, in.IncludeGit), nil, nil
+}
+
+// listing is list_files' answer: one line per entry (type, size, quoted
+// path), .git left out unless includeGit, at most maxEntries.
+func listing(p string, ents []api.FileEntry, includeGit bool) *sdk.CallToolResult {
+	var b strings.Builder
+	n := 0
+	for _, e := range ents {
+		if !includeGit && (e.Name == ".git" || strings.Contains(e.Path, "/.git/")) {
+			continue
+		}
+		if n++; n > maxEntries {
+			fmt.Fprintf(&b, "[... more than %d entries: list a subdirectory ...]\n", maxEntries)
+			break
+		}
+		switch e.Type {
+		case "dir":
+			fmt.Fprintf(&b, "dir          %s/\n", untrusted.Quote(e.Path))
+		case "symlink":
+			fmt.Fprintf(&b, "link         %s -> %s\n", untrusted.Quote(e.Path), untrusted.Quote(e.Target))
+		default:
+			fmt.Fprintf(&b, "file %7d %s\n", e.Size, untrusted.Quote(e.Path))
+		}
+	}
+	if n == 0 {
+		return text("%s is empty", p)
+	}
+	return text("%s", b.String())
+}
+
+func (s *Session) searchFiles(ctx context.Context, req *sdk.CallToolRequest, in searchIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.Pattern == "" {
+		return nil, nil, errors.New("pattern is empty")
+	}
+	limit := in.MaxResults
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, maxMatches)
+	out, errb := newCapped(maxOutput*4), newCapped(maxOutput)
+	end, err := sb.Exec(ctx, &api.Exec{Cmd: grepArgv(in), Timeout: "120s"}, out, errb)
+	if err != nil {
+		return nil, nil, toolErr(err)
+	}
+	switch end.ExitCode {
+	case 0:
+	case 1:
+		return text("no matches for %q in %s", in.Pattern, under(in.Path)), nil, nil
+	default:
+		return nil, nil, fmt.Errorf("search failed (exit %d): %s", end.ExitCode, strings.TrimSpace(errb.String()))
+	}
+	lines := matchLines(out.String())
+	more := ""
+	if len(lines) > limit {
+		more = fmt.Sprintf("[... %d more matching lines: narrow the search ...]\n", len(lines)-limit)
+		lines = lines[:limit]
+	}
+	return text("%s\n%s", strings.Join(lines, "\n"), more), nil, nil
+}
+
+// grepArgv is the command search_files runs.
+func grepArgv(in searchIn) []string {
+	// -HZ: every match names its file, ended by a NUL, so a name
+	// holding a newline cannot forge a match line; names are then
+	// shown quoted.
+	argv := []string{"grep", "-rnIHZ", "--exclude-dir=.git"}
+	if in.IgnoreCase {
+		argv = append(argv, "-i")
+	}
+	if in.Fixed {
+		argv = append(argv, "-F")
+	}
+	if in.Glob != "" {
+		argv = append(argv, "--include="+in.Glob)
+	}
+	return append(argv, "-e", in.Pattern, "--", under(in.Path))
+}
+
+func (s *Session) diff(ctx context.Context, req *sdk.CallToolRequest, _ diffIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := sb.Diff(ctx)
+	if err != nil {
+		return nil, nil, toolErr(err)
+	}
+	if d == "" {
+		return text("no changes in /workspace"), nil, nil
+	}
+	return text("%s", d), nil, nil
+}
+
+func (s *Session) networkLog(ctx context.Context, req *sdk.CallToolRequest, in netIn) (*sdk.CallToolResult, any, error) {
+	sb, err := s.sandbox(ctx, req.Session)
+	if err != nil {
+		return nil, nil, err
+	}
+	evs, err := sb.Egress(ctx)
+	if err != nil {
+		return nil, nil, toolErr(err)
+	}
+	limit := in.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	lines := egressLines(evs, in.OnlyRefused)
+	if len(lines) == 0 {
+		return text("no network activity recorded for this sandbox yet"), nil, nil
+	}
+	if len(lines) > limit {
+		lines = lines[len(lines)-limit:]
+	}
+	return text("%s\n", strings.Join(lines, "\n")), nil, nil
+}
+
+// egressLines are network_log's lines, one per egress decision (the data
+// of an egress audit record), refusals only if onlyRefused; what the
+// sandbox sent is quoted.
+func egressLines(evs []json.RawMessage, onlyRefused bool) []string {
+	var lines []string
+	for _, raw := range evs {
+		var e struct {
+			Time                     time.Time
+			Kind, Host, Method, Path string
+			Port                     int
+			Decision, Reason, Rule   string
+			QType                    string `json:"qtype"`
+			Grant                    string
+			Findings                 []json.RawMessage
+		}
+		if json.Unmarshal(raw, &e) != nil {
+			continue
+		}
+		if onlyRefused && e.Decision == "allowed" {
+			continue
+		}
+		// Hosts, methods and paths are what the sandbox sent: quoted.
+		target := untrusted.Quote(e.Host)
+		if e.Port != 0 {
+			target = fmt.Sprintf("%s:%d", target, e.Port)
+		}
+		what := strings.TrimSpace(untrusted.Quote(e.Method) + " " + untrusted.Quote(e.Path))
+		if e.Kind == "dns" {
+			what = "lookup " + untrusted.Quote(e.QType)
+		}
+		line := fmt.Sprintf("%s %-7s %-7s %s %s", e.Time.Format("15:04:05"), strings.ToUpper(e.Decision), e.Kind, target, what)
+		if e.Reason != "" {
+			line += " — " + e.Reason
+		}
+		if e.Grant != "" {
+			line += " (credential of grant " + e.Grant + " used)"
+		}
+		if len(e.Findings) > 0 {
+			line += fmt.Sprintf(" (%d finding(s) recorded)", len(e.Findings))
+		}
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 func (s *Session) addResources(srv *sdk.Server) {
@@ -391,8 +428,6 @@ func (s *Session) addResources(srv *sdk.Server) {
 	})
 }
 
-// capped keeps the first and last halves of what is written past max
-// bytes, and says how much it cut.
 // matchLines turns grep -HZ's output (name NUL line-number:text newline)
 // into "name:line-number:text" lines, the name quoted (untrusted.Quote).
 func matchLines(out string) []string {
@@ -412,6 +447,8 @@ func matchLines(out string) []string {
 	return lines
 }
 
+// capped keeps the first and last halves of what is written past max
+// bytes, and says how much it cut.
 type capped struct {
 	max        int
 	head, tail []byte

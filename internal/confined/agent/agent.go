@@ -1,6 +1,8 @@
 // Package agent is the in-sandbox agent: the process and filesystem
 // services (shaped on the wire like E2B's envd) and airlock's own file
 // calls, served by `airlock init` over a socket only the host can reach.
+// This package holds the server, the process service and the glue to
+// init's Launcher; the filesystem side is internal/confined/agent/files.
 // It runs inside the sandbox, so nothing it says is trusted by the host;
 // it in turn trusts its one caller, the host, only with paths inside the
 // sandbox's own view.
@@ -8,15 +10,10 @@ package agent
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/agentpb/agentpbconnect"
 	"github.com/airlock-sandbox/airlock/api/filesystem/filesystemconnect"
 	"github.com/airlock-sandbox/airlock/api/process/processconnect"
+	"github.com/airlock-sandbox/airlock/internal/confined/agent/files"
 )
 
 // Protocol is the agent protocol version. The host refuses an agent that
@@ -56,14 +54,14 @@ type Options struct {
 
 // Serve serves the agent until the listener fails.
 func Serve(o Options) error {
-	a := &agent{o: o, procs: newProcs()}
+	a := &agent{o: o, users: files.Users{UID: o.UID, GID: o.GID, Home: o.Home}, procs: newProcs()}
 	mux := http.NewServeMux()
 	// No compression: the host is on the other end of a unix socket, and
 	// gzip's pools would cost every idle agent memory.
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(MaxMessage), connect.WithCompression("gzip", nil, nil)}
 	mux.Handle(processconnect.NewProcessHandler(&processService{a}, opts...))
-	mux.Handle(filesystemconnect.NewFilesystemHandler(&fsService{a: a, watchers: map[string]*watcher{}}, opts...))
-	mux.Handle(agentpbconnect.NewAgentHandler(&filesService{a}, opts...))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(files.NewFilesystem(a.users), opts...))
+	mux.Handle(agentpbconnect.NewAgentHandler(&agentService{Calls: files.NewCalls(a.users), version: o.Version}, opts...))
 	srv := &http.Server{Handler: idle(mux), ReadHeaderTimeout: 10 * time.Second}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
@@ -95,90 +93,16 @@ func idle(h http.Handler) http.Handler {
 
 type agent struct {
 	o     Options
+	users files.Users
 	procs *procs
 }
 
-// user is who an operation runs as.
-type user struct {
-	name     string
-	uid, gid uint32
-	home     string
+// agentService is airlock's own Agent service: Hello, and the file calls.
+type agentService struct {
+	*files.Calls
+	version string
 }
 
-// userOf reads the user the way envd does: the user name of HTTP basic
-// authorization ("user" or "root"); the sandbox user when absent.
-func (a *agent) userOf(h http.Header) (user, error) {
-	name := "user"
-	if v, ok := strings.CutPrefix(h.Get("Authorization"), "Basic "); ok {
-		b, err := base64.StdEncoding.DecodeString(v)
-		if err != nil {
-			return user{}, connect.NewError(connect.CodeInvalidArgument, errors.New("bad authorization header"))
-		}
-		if n, _, _ := strings.Cut(string(b), ":"); n != "" {
-			name = n
-		}
-	}
-	return a.lookupUser(name)
-}
-
-func (a *agent) lookupUser(name string) (user, error) {
-	switch name {
-	case "", "user":
-		return user{"user", a.o.UID, a.o.GID, a.o.Home}, nil
-	case "root":
-		return user{"root", 0, 0, "/root"}, nil
-	}
-	return user{}, connect.NewError(connect.CodeInvalidArgument, errors.New("unknown user "+name+` (want "user" or "root")`))
-}
-
-// resolve makes p absolute (relative paths are taken from the user's home)
-// and clean. Every path is inside the sandbox's own root: the agent has no
-// other view.
-func resolve(u user, p string) (string, error) {
-	if p == "" {
-		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("path is empty"))
-	}
-	if strings.ContainsRune(p, 0) {
-		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("path contains NUL"))
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(u.home, p)
-	}
-	return filepath.Clean(p), nil
-}
-
-// fsError gives a filesystem error its Connect code.
-func fsError(err error) error {
-	var ce *connect.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ce):
-		return err
-	case errors.Is(err, fs.ErrNotExist):
-		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, fs.ErrExist):
-		return connect.NewError(connect.CodeAlreadyExists, err)
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
-		return connect.NewError(connect.CodePermissionDenied, err)
-	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EINVAL):
-		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return connect.NewError(connect.CodeResourceExhausted, err)
-	}
-	return connect.NewError(connect.CodeInternal, err)
-}
-
-// chownNew gives what the agent (root inside) created to the user it acts for.
-func chownNew(p string, u user) error {
-	if u.uid == 0 {
-		return nil
-	}
-	return os.Lchown(p, int(u.uid), int(u.gid))
-}
-
-type filesService struct{ a *agent }
-
-func (s *filesService) Hello(context.Context, *connect.Request[agentpb.HelloRequest]) (*connect.Response[agentpb.HelloResponse], error) {
-	return connect.NewResponse(&agentpb.HelloResponse{Protocol: Protocol, Version: s.a.o.Version}), nil
+func (s *agentService) Hello(context.Context, *connect.Request[agentpb.HelloRequest]) (*connect.Response[agentpb.HelloResponse], error) {
+	return connect.NewResponse(&agentpb.HelloResponse{Protocol: Protocol, Version: s.version}), nil
 }

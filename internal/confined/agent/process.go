@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api/process"
+	"github.com/airlock-sandbox/airlock/internal/confined/agent/files"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,7 +125,7 @@ func dataEvent(d *process.ProcessEvent_DataEvent) *process.ProcessEvent {
 }
 
 func (s *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	u, err := s.a.userOf(req.Header())
+	u, err := s.a.users.FromHeader(req.Header())
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func forward(ctx context.Context, p *proc, ch chan *process.ProcessEvent, send f
 
 // start launches one command and returns it with a subscription taken
 // before it ran, so that none of its output is missed.
-func (a *agent) start(u user, req *process.StartRequest) (*proc, chan *process.ProcessEvent, error) {
+func (a *agent) start(u files.User, req *process.StartRequest) (*proc, chan *process.ProcessEvent, error) {
 	cfg := req.GetProcess()
 	if cfg.GetCmd() == "" {
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
@@ -180,14 +181,14 @@ func (a *agent) start(u user, req *process.StartRequest) (*proc, chan *process.P
 	cwd := a.o.Cwd
 	if cfg.Cwd != nil {
 		var err error
-		if cwd, err = resolve(u, cfg.GetCwd()); err != nil {
+		if cwd, err = files.Resolve(u, cfg.GetCwd()); err != nil {
 			return nil, nil, err
 		}
 	}
 	env := append([]string{}, a.o.Env...)
-	env = setEnv(env, "HOME", u.home)
-	env = setEnv(env, "USER", u.name)
-	env = setEnv(env, "LOGNAME", u.name)
+	env = setEnv(env, "HOME", u.Home)
+	env = setEnv(env, "USER", u.Name)
+	env = setEnv(env, "LOGNAME", u.Name)
 	keys := make([]string, 0, len(cfg.GetEnvs()))
 	for k := range cfg.GetEnvs() {
 		keys = append(keys, k)
@@ -215,15 +216,15 @@ func (a *agent) start(u user, req *process.StartRequest) (*proc, chan *process.P
 	p := &proc{cfg: cfg, tag: req.GetTag(), subs: map[chan *process.ProcessEvent]struct{}{}}
 	attr := &syscall.ProcAttr{Dir: cwd, Env: env, Sys: &syscall.SysProcAttr{
 		Setsid:     true,
-		Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: []uint32{}},
+		Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{}},
 		Pdeathsig:  syscall.SIGKILL,
 	}}
 	var outputs []*os.File
 	if req.Pty != nil {
 		sz := req.GetPty().GetSize()
-		master, slave, err := a.o.Launcher.OpenPTY(u.uid, uint16(sz.GetRows()), uint16(sz.GetCols()))
+		master, slave, err := a.o.Launcher.OpenPTY(u.UID, uint16(sz.GetRows()), uint16(sz.GetCols()))
 		if err != nil {
-			return nil, nil, fsError(err)
+			return nil, nil, files.ConnectError(err)
 		}
 		closeAfter = append(closeAfter, slave)
 		p.pty = master
@@ -235,26 +236,26 @@ func (a *agent) start(u user, req *process.StartRequest) (*proc, chan *process.P
 		if req.GetStdin() {
 			r, w, err := os.Pipe()
 			if err != nil {
-				return nil, nil, fsError(err)
+				return nil, nil, files.ConnectError(err)
 			}
 			stdin, p.stdin = r, w
 		} else {
 			f, err := os.Open(os.DevNull)
 			if err != nil {
-				return nil, nil, fsError(err)
+				return nil, nil, files.ConnectError(err)
 			}
 			stdin = f
 		}
 		closeAfter = append(closeAfter, stdin)
 		or, ow, err := os.Pipe()
 		if err != nil {
-			return nil, nil, fsError(err)
+			return nil, nil, files.ConnectError(err)
 		}
 		er, ew, err := os.Pipe()
 		if err != nil {
 			or.Close()
 			ow.Close()
-			return nil, nil, fsError(err)
+			return nil, nil, files.ConnectError(err)
 		}
 		closeAfter = append(closeAfter, ow, ew)
 		attr.Files = []uintptr{stdin.Fd(), ow.Fd(), ew.Fd()}

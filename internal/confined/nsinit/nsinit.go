@@ -1,10 +1,11 @@
 // Package nsinit is the child side of a sandbox: `airlock init`, PID 1 of
-// the sandbox's namespaces. It assembles the root filesystem, pivots into
-// it, drops every privilege it will not hand on, confines itself with
-// no_new_privs, Landlock and seccomp (its children inherit all of it), then
-// starts the command as its child, reaps, forwards signals and reports the
-// exit status. It trusts only the host's Config and imports only
-// internal/linux/* (no net/http, no daemon code).
+// the sandbox's namespaces. It assembles the root filesystem (its
+// internal/confined/nsinit/rootfs), pivots into it, drops every privilege
+// it will not hand on, confines itself with no_new_privs, Landlock and
+// seccomp (its children inherit all of it), then starts the command as its
+// child, reaps, forwards signals and reports the exit status. It trusts
+// only the host's Config and imports only internal/linux/* and
+// internal/confined/nsinit/rootfs (no net/http, no daemon code).
 package nsinit
 
 import (
@@ -14,15 +15,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	goruntime "runtime"
 
+	"github.com/airlock-sandbox/airlock/internal/confined/nsinit/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
-	"github.com/airlock-sandbox/airlock/internal/linux/mount"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"golang.org/x/sys/unix"
 )
@@ -98,19 +98,18 @@ func run(cfg *Config, fds []int, serve func(Agent) error) (string, error) {
 	if cfg.Agent {
 		listener, fds = fds[len(fds)-1], fds[:len(fds)-1]
 	}
-	r := &rootfs{cfg: cfg, s: cfg.Scratch}
-	if err := r.assemble(fds); err != nil {
+	r, err := rootfs.Assemble(layout(cfg), fds)
+	if err != nil {
 		return "rootfs", err
 	}
 	lap("rootfs")
 	var master, slave *os.File
 	if cfg.TTY {
-		var err error
 		if master, slave, err = openPTY(cfg); err != nil {
 			return "pty", err
 		}
 	}
-	if err := r.pivot(); err != nil {
+	if err := r.Pivot(); err != nil {
 		return "pivot_root", err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -135,294 +134,9 @@ func run(cfg *Config, fds []int, serve func(Agent) error) (string, error) {
 		return "cwd", fmt.Errorf("working directory %q is not %q inside the root", wd, cfg.Cwd)
 	}
 	if cfg.Agent {
-		return "agent", serveAgent(cfg, listener, r.readyFDs, serve)
+		return "agent", serveAgent(cfg, listener, r.ReadyFDs, serve)
 	}
-	return "exec", startAndWait(cfg, r.readyFDs, master, slave)
-}
-
-// rootfs assembles the sandbox's root on one tmpfs owned by this mount
-// namespace. Everything writable lives on that tmpfs, so --disk caps all of
-// it and the kernel frees it when the sandbox's last reference goes.
-type rootfs struct {
-	cfg      *Config
-	s        string
-	readyFDs []int // workspace upper and merged, sent to the host
-}
-
-func (r *rootfs) p(parts ...string) string { return filepath.Join(append([]string{r.s}, parts...)...) }
-
-func (r *rootfs) assemble(fds []int) error {
-	cfg := r.cfg
-	if err := mount.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return err
-	}
-	if err := mount.Mount("tmpfs", r.s, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=755", cfg.DiskBytes)); err != nil {
-		return err
-	}
-	for _, d := range []string{"gen", "image", "root", "rw/upper", "rw/work", "tmp", "home", "shm", "wsempty", "ws/lower", "ws/upper", "ws/work"} {
-		if err := os.MkdirAll(r.p(d), 0o755); err != nil {
-			return err
-		}
-	}
-	user := func(p string, mode uint32) error {
-		if err := unix.Chown(p, int(cfg.UID), int(cfg.GID)); err != nil {
-			return fmt.Errorf("chown %s: %w", p, err)
-		}
-		return unix.Chmod(p, mode)
-	}
-	for p, mode := range map[string]uint32{r.p("tmp"): 0o1777, r.p("shm"): 0o1777} {
-		if err := unix.Chmod(p, mode); err != nil {
-			return err
-		}
-	}
-	for _, p := range []string{r.p("home"), r.p("wsempty"), r.p("ws/upper")} {
-		if err := user(p, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := r.generate(); err != nil {
-		return err
-	}
-
-	// The root: the generated layer over the image.
-	trees, ws := fds[:len(cfg.TreeTargets)], -1
-	if cfg.Workspace {
-		ws = fds[len(fds)-1]
-	}
-	root := r.p("root")
-	full := len(cfg.TreeTargets) > 0 && cfg.TreeTargets[0] == "/"
-	ovl := func(lower, upper, work string) string {
-		o := "lowerdir=" + lower
-		if upper != "" {
-			o += ",upperdir=" + upper + ",workdir=" + work
-		}
-		return o + ",userxattr"
-	}
-	switch {
-	case full:
-		if err := mount.MoveTo(trees[0], r.p("image")); err != nil {
-			return err
-		}
-		opts := ovl(r.p("gen")+":"+r.p("image"), "", "")
-		if cfg.Writable {
-			opts = ovl(r.p("gen")+":"+r.p("image"), r.p("rw/upper"), r.p("rw/work"))
-		}
-		if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return err
-		}
-		trees = trees[1:]
-	case cfg.Writable:
-		if err := mount.Mount("overlay", root, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(r.p("gen"), r.p("rw/upper"), r.p("rw/work"))); err != nil {
-			return err
-		}
-	default:
-		if err := mount.Bind(r.p("gen"), root, 0); err != nil {
-			return err
-		}
-	}
-	for i, t := range cfg.TreeTargets {
-		if full && i == 0 {
-			continue
-		}
-		target := filepath.Join(root, t)
-		fd := trees[0]
-		trees = trees[1:]
-		if !cfg.Writable {
-			if err := mount.MoveTo(fd, target); err != nil {
-				return err
-			}
-			continue
-		}
-		lower, up := r.p("sub", strconv.Itoa(i)), r.p("subrw", strconv.Itoa(i))
-		for _, d := range []string{lower, up + "/upper", up + "/work"} {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				return err
-			}
-		}
-		if err := mount.MoveTo(fd, lower); err != nil {
-			return err
-		}
-		if err := mount.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(lower, up+"/upper", up+"/work")); err != nil {
-			return err
-		}
-	}
-
-	// Writable places, all on the scratch tmpfs.
-	if ws >= 0 {
-		if err := mount.MoveTo(ws, r.p("ws/lower")); err != nil {
-			return err
-		}
-		if err := mount.Mount("overlay", filepath.Join(root, "workspace"), "overlay", unix.MS_NOSUID|unix.MS_NODEV, ovl(r.p("ws/lower"), r.p("ws/upper"), r.p("ws/work"))); err != nil {
-			return err
-		}
-	} else if err := mount.Bind(r.p("wsempty"), filepath.Join(root, "workspace"), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
-		return err
-	}
-	for src, dst := range map[string]string{"tmp": "tmp", "home": cfg.Home} {
-		if err := mount.Bind(r.p(src), filepath.Join(root, dst), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
-			return err
-		}
-	}
-	if err := r.dev(root); err != nil {
-		return err
-	}
-	if err := r.proc(root); err != nil {
-		return err
-	}
-	// sysfs can be mounted only for a network namespace this user
-	// namespace owns; in a host-made one /sys is an empty directory.
-	if cfg.HostNet {
-		if err := mount.MaskDir(filepath.Join(root, "sys")); err != nil {
-			return err
-		}
-	} else if err := mount.Mount("sysfs", filepath.Join(root, "sys"), "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return err
-	}
-	for _, d := range []string{"sys/firmware", "sys/kernel/security", "sys/kernel/debug"} {
-		if err := mount.MaskDir(filepath.Join(root, d)); err != nil {
-			return err
-		}
-	}
-	// The host reads the sandbox's changes through these, after it is gone:
-	// the layer holding every change (the overlay's upper layer, or the
-	// whole directory when the workspace started empty) and the merged view.
-	changes := r.p("ws/upper")
-	if ws < 0 {
-		changes = r.p("wsempty")
-	}
-	for _, p := range []string{changes, filepath.Join(root, "workspace")} {
-		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", p, err)
-		}
-		r.readyFDs = append(r.readyFDs, fd)
-	}
-	// A long-lived sandbox's root layer, for snapshots: every change to a
-	// whole-root image's root (with --writable-rootfs) lands here.
-	if cfg.Agent {
-		fd, err := unix.Open(r.p("rw/upper"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open the root layer: %w", err)
-		}
-		r.readyFDs = append(r.readyFDs, fd)
-	}
-	if !cfg.Writable {
-		return mount.Remount(root, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV)
-	}
-	return nil
-}
-
-// generate writes the top layer: mount points, /etc files, host copies.
-func (r *rootfs) generate() error {
-	gen := r.p("gen")
-	for _, d := range []string{"proc", "sys", "dev", "tmp", "workspace", "etc", strings.TrimPrefix(r.cfg.Home, "/")} {
-		if err := os.MkdirAll(filepath.Join(gen, d), 0o755); err != nil {
-			return err
-		}
-	}
-	for _, t := range r.cfg.TreeTargets {
-		if err := os.MkdirAll(filepath.Join(gen, t), 0o755); err != nil {
-			return err
-		}
-	}
-	for _, f := range r.cfg.Files {
-		p := filepath.Join(gen, f.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		_ = os.Remove(p)
-		var err error
-		switch {
-		case f.Mode.IsDir():
-			err = os.MkdirAll(p, f.Mode.Perm())
-		case f.Link != "":
-			err = os.Symlink(f.Link, p)
-		default:
-			err = os.WriteFile(p, []byte(f.Data), f.Mode.Perm())
-		}
-		if err != nil {
-			return err
-		}
-		if f.Link == "" {
-			if err := unix.Chmod(p, uint32(f.Mode.Perm())); err != nil {
-				return err
-			}
-		}
-		if err := unix.Lchown(p, int(f.UID), int(f.GID)); err != nil {
-			return fmt.Errorf("lchown %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// dev builds a minimal /dev: a few safe character devices bound from the
-// host, a private devpts instance, shm; the tmpfs itself is read-only.
-func (r *rootfs) dev(root string) error {
-	dev := filepath.Join(root, "dev")
-	if err := mount.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=755"); err != nil {
-		return err
-	}
-	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		p := filepath.Join(dev, n)
-		if err := os.WriteFile(p, nil, 0o666); err != nil {
-			return err
-		}
-		if err := mount.Bind("/dev/"+n, p, unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
-			return err
-		}
-	}
-	for _, d := range []string{"pts", "shm"} {
-		if err := os.Mkdir(filepath.Join(dev, d), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := mount.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
-		return err
-	}
-	if err := mount.Bind(r.p("shm"), filepath.Join(dev, "shm"), unix.MS_NOSUID|unix.MS_NODEV); err != nil {
-		return err
-	}
-	for name, target := range map[string]string{
-		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
-		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "core": "/proc/kcore",
-	} {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
-			return err
-		}
-	}
-	return mount.Remount(dev, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC)
-}
-
-// Masked and read-only /proc entries, as container runtimes do, plus the
-// kernel symbol table and log.
-var (
-	maskedProcFiles = []string{"kcore", "keys", "timer_list", "sched_debug", "latency_stats", "timer_stats", "kallsyms", "kmsg", "kpagecount", "kpageflags", "kpagecgroup", "vmallocinfo", "sysrq-trigger", "config.gz"}
-	maskedProcDirs  = []string{"acpi", "scsi", "asound", "driver", "tty/driver"}
-	readOnlyProc    = []string{"bus", "fs", "irq", "sys"}
-)
-
-func (r *rootfs) proc(root string) error {
-	proc := filepath.Join(root, "proc")
-	if err := mount.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return err
-	}
-	devNull := filepath.Join(root, "dev/null")
-	for _, f := range maskedProcFiles {
-		if err := mount.MaskFile(devNull, filepath.Join(proc, f)); err != nil {
-			return err
-		}
-	}
-	for _, d := range maskedProcDirs {
-		if err := mount.MaskDir(filepath.Join(proc, d)); err != nil {
-			return err
-		}
-	}
-	for _, d := range readOnlyProc {
-		if err := mount.ReadOnly(filepath.Join(proc, d)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return "exec", startAndWait(cfg, r.ReadyFDs, master, slave)
 }
 
 // loopbackUp brings up lo, the sandbox's only interface, so that servers
@@ -445,21 +159,6 @@ func loopbackUp() error {
 		return fmt.Errorf("SIOCSIFFLAGS lo: %w", err)
 	}
 	return nil
-}
-
-func (r *rootfs) pivot() error {
-	root := r.p("root")
-	if err := unix.Chdir(root); err != nil {
-		return fmt.Errorf("chdir %s: %w", root, err)
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	// The old root is stacked under the new one: detach it.
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("umount old root: %w", err)
-	}
-	return unix.Chdir("/")
 }
 
 func openPTY(cfg *Config) (master, slave *os.File, err error) {
@@ -683,5 +382,18 @@ func HoldMain() {
 		if _, err := os.Stdin.Read(b[:]); err != nil {
 			os.Exit(0)
 		}
+	}
+}
+
+// layout is what of cfg the root is assembled from.
+func layout(cfg *Config) rootfs.Layout {
+	files := make([]rootfs.File, len(cfg.Files))
+	for i, f := range cfg.Files {
+		files[i] = rootfs.File{Path: f.Path, Mode: f.Mode, UID: f.UID, GID: f.GID, Data: f.Data, Link: f.Link}
+	}
+	return rootfs.Layout{
+		Scratch: cfg.Scratch, DiskBytes: cfg.DiskBytes, TreeTargets: cfg.TreeTargets,
+		Writable: cfg.Writable, Workspace: cfg.Workspace, Agent: cfg.Agent, HostNet: cfg.HostNet,
+		Files: files, UID: cfg.UID, GID: cfg.GID, Home: cfg.Home,
 	}
 }

@@ -29,8 +29,9 @@ import (
 // With Config.Agent there is no command: one more descriptor comes with
 // the Config, a listening unix socket in a host directory no sandbox can
 // see. After Report{ready} init closes the sync socket and serves the agent
-// (internal/agent) on that socket for the rest of the sandbox's life; the
-// host may go away and come back (a daemon restart) without init noticing.
+// (internal/confined/agent) on that socket for the rest of the sandbox's
+// life; the host may go away and come back (a daemon restart) without init
+// noticing.
 
 // Fixed descriptor numbers in the child.
 const (

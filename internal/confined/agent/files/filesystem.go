@@ -1,4 +1,4 @@
-package agent
+package files
 
 import (
 	"bytes"
@@ -7,20 +7,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"connectrpc.com/connect"
-	"github.com/airlock-sandbox/airlock/api/agentpb"
 	"github.com/airlock-sandbox/airlock/api/filesystem"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -34,10 +31,17 @@ const (
 	readChunk      = 256 << 10
 )
 
-type fsService struct {
-	a        *agent
+// Filesystem is E2B envd's filesystem.Filesystem service: stat, list,
+// make, move, remove and watch, as the caller's user.
+type Filesystem struct {
+	users    Users
 	mu       sync.Mutex
 	watchers map[string]*watcher
+}
+
+// NewFilesystem makes the service for users.
+func NewFilesystem(users Users) *Filesystem {
+	return &Filesystem{users: users, watchers: map[string]*watcher{}}
 }
 
 func entryInfo(p string) (*filesystem.EntryInfo, error) {
@@ -74,28 +78,29 @@ func entryInfo(p string) (*filesystem.EntryInfo, error) {
 	return e, nil
 }
 
-func (s *fsService) path(h http.Header, p string) (user, string, error) {
-	u, err := s.a.userOf(h)
+// path is the caller's user (from h) and p resolved for that user.
+func (s *Filesystem) path(h http.Header, p string) (User, string, error) {
+	u, err := s.users.FromHeader(h)
 	if err != nil {
-		return user{}, "", err
+		return User{}, "", err
 	}
-	p, err = resolve(u, p)
+	p, err = Resolve(u, p)
 	return u, p, err
 }
 
-func (s *fsService) Stat(_ context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+func (s *Filesystem) Stat(_ context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
 	_, p, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
 	e, err := entryInfo(p)
 	if err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	return connect.NewResponse(&filesystem.StatResponse{Entry: e}), nil
 }
 
-func (s *fsService) MakeDir(_ context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+func (s *Filesystem) MakeDir(_ context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
 	u, p, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -104,17 +109,17 @@ func (s *fsService) MakeDir(_ context.Context, req *connect.Request[filesystem.M
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
 	}
 	if err := mkdirAll(p, u); err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	e, err := entryInfo(p)
 	if err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
 }
 
 // mkdirAll makes p and its missing parents, owned by u.
-func mkdirAll(p string, u user) error {
+func mkdirAll(p string, u User) error {
 	if fi, err := os.Stat(p); err == nil {
 		if !fi.IsDir() {
 			return &fs.PathError{Op: "mkdir", Path: p, Err: syscall.ENOTDIR}
@@ -132,29 +137,29 @@ func mkdirAll(p string, u user) error {
 	return chownNew(p, u)
 }
 
-func (s *fsService) Move(_ context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+func (s *Filesystem) Move(_ context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
 	u, src, err := s.path(req.Header(), req.Msg.GetSource())
 	if err != nil {
 		return nil, err
 	}
-	dst, err := resolve(u, req.Msg.GetDestination())
+	dst, err := Resolve(u, req.Msg.GetDestination())
 	if err != nil {
 		return nil, err
 	}
 	if err := mkdirAll(filepath.Dir(dst), u); err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	if err := os.Rename(src, dst); err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	e, err := entryInfo(dst)
 	if err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
 }
 
-func (s *fsService) Remove(_ context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+func (s *Filesystem) Remove(_ context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
 	_, p, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -163,15 +168,15 @@ func (s *fsService) Remove(_ context.Context, req *connect.Request[filesystem.Re
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
 	}
 	if _, err := os.Lstat(p); err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	if err := os.RemoveAll(p); err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
 }
 
-func (s *fsService) ListDir(_ context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+func (s *Filesystem) ListDir(_ context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
 	_, root, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -184,7 +189,7 @@ func (s *fsService) ListDir(_ context.Context, req *connect.Request[filesystem.L
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("depth %d exceeds %d", depth, maxListDepth))
 	}
 	if fi, err := os.Stat(root); err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	} else if !fi.IsDir() {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", root))
 	}
@@ -215,157 +220,9 @@ func (s *fsService) ListDir(_ context.Context, req *connect.Request[filesystem.L
 		return nil
 	}
 	if err := walk(root, 1); err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	return connect.NewResponse(out), nil
-}
-
-func (s *filesService) ReadFile(_ context.Context, req *connect.Request[agentpb.ReadFileRequest], stream *connect.ServerStream[agentpb.ReadFileResponse]) error {
-	u, err := s.a.lookupUser(req.Msg.GetUser())
-	if err != nil {
-		return err
-	}
-	p, err := resolve(u, req.Msg.GetPath())
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return fsError(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fsError(err)
-	}
-	if !fi.Mode().IsRegular() {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a regular file", p))
-	}
-	limit := req.Msg.GetMaxBytes()
-	if limit > 0 && fi.Size() > limit {
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s is %d bytes, more than the %d asked for", p, fi.Size(), limit))
-	}
-	buf := make([]byte, readChunk)
-	var total int64
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			total += int64(n)
-			if limit > 0 && total > limit {
-				return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s grew past %d bytes while read", p, limit))
-			}
-			if err := stream.Send(&agentpb.ReadFileResponse{Data: buf[:n]}); err != nil {
-				return err
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fsError(err)
-		}
-	}
-}
-
-// writeFile replaces p's contents atomically (a temporary file renamed
-// over it), keeping its mode and owner, or creating it for u.
-func writeFile(p string, data []byte, mode os.FileMode, u user, parents bool) error {
-	dir := filepath.Dir(p)
-	if parents {
-		if err := mkdirAll(dir, u); err != nil {
-			return err
-		}
-	}
-	uid, gid := int(u.uid), int(u.gid)
-	if fi, err := os.Stat(p); err == nil {
-		if !fi.Mode().IsRegular() {
-			return &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
-		}
-		mode = fi.Mode().Perm()
-		st := fi.Sys().(*syscall.Stat_t)
-		uid, gid = int(st.Uid), int(st.Gid)
-	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, ".airlock-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Chown(uid, gid)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
-}
-
-func (s *filesService) WriteFile(_ context.Context, req *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
-	u, err := s.a.lookupUser(req.Msg.GetUser())
-	if err != nil {
-		return nil, err
-	}
-	p, err := resolve(u, req.Msg.GetPath())
-	if err != nil {
-		return nil, err
-	}
-	mode := os.FileMode(req.Msg.GetMode()).Perm()
-	if mode == 0 {
-		mode = 0o644
-	}
-	if err := writeFile(p, req.Msg.GetData(), mode, u, req.Msg.GetMakeParents()); err != nil {
-		return nil, fsError(err)
-	}
-	return connect.NewResponse(&agentpb.WriteFileResponse{Size: int64(len(req.Msg.GetData()))}), nil
-}
-
-func (s *filesService) EditFile(_ context.Context, req *connect.Request[agentpb.EditFileRequest]) (*connect.Response[agentpb.EditFileResponse], error) {
-	u, err := s.a.lookupUser(req.Msg.GetUser())
-	if err != nil {
-		return nil, err
-	}
-	p, err := resolve(u, req.Msg.GetPath())
-	if err != nil {
-		return nil, err
-	}
-	old := req.Msg.GetOld()
-	if old == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the text to replace is empty"))
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, fsError(err)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxEditBytes+1))
-	f.Close()
-	if err != nil {
-		return nil, fsError(err)
-	}
-	if len(b) > maxEditBytes {
-		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s is larger than %d bytes: write it whole instead", p, maxEditBytes))
-	}
-	switch n := bytes.Count(b, []byte(old)); n {
-	case 1:
-	case 0:
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the text to replace does not occur in %s", p))
-	default:
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the text to replace occurs %d times in %s: give more context so it is unique", n, p))
-	}
-	out := strings.Replace(string(b), old, req.Msg.GetNew(), 1)
-	if err := writeFile(p, []byte(out), 0o644, u, false); err != nil {
-		return nil, fsError(err)
-	}
-	return connect.NewResponse(&agentpb.EditFileResponse{Size: int64(len(out))}), nil
 }
 
 // watcher is one inotify watch on a directory (and, recursively, on what
@@ -386,19 +243,19 @@ const maxPolledEvents = 10_000
 func newWatcher(root string, recursive bool) (*watcher, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	if !fi.IsDir() {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", root))
 	}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	w := &watcher{fd: fd, recursive: recursive, dirs: map[int32]string{}, done: make(chan struct{})}
 	if err := w.add(root); err != nil {
 		unix.Close(fd)
-		return nil, fsError(err)
+		return nil, ConnectError(err)
 	}
 	return w, nil
 }
@@ -486,7 +343,7 @@ func (w *watcher) close() {
 	})
 }
 
-func (s *fsService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
+func (s *Filesystem) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
 	_, p, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return err
@@ -524,7 +381,7 @@ func (s *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 	}
 }
 
-func (s *fsService) CreateWatcher(_ context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+func (s *Filesystem) CreateWatcher(_ context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
 	_, p, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -557,7 +414,7 @@ func (s *fsService) CreateWatcher(_ context.Context, req *connect.Request[filesy
 	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
 }
 
-func (s *fsService) watcher(id string) (*watcher, error) {
+func (s *Filesystem) watcher(id string) (*watcher, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.watchers[id]
@@ -567,7 +424,7 @@ func (s *fsService) watcher(id string) (*watcher, error) {
 	return w, nil
 }
 
-func (s *fsService) GetWatcherEvents(_ context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
+func (s *Filesystem) GetWatcherEvents(_ context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
 	w, err := s.watcher(req.Msg.GetWatcherId())
 	if err != nil {
 		return nil, err
@@ -582,7 +439,7 @@ func (s *fsService) GetWatcherEvents(_ context.Context, req *connect.Request[fil
 	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: evs}), nil
 }
 
-func (s *fsService) RemoveWatcher(_ context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
+func (s *Filesystem) RemoveWatcher(_ context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
 	w, err := s.watcher(req.Msg.GetWatcherId())
 	if err != nil {
 		return nil, err

@@ -1,0 +1,180 @@
+package files
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"connectrpc.com/connect"
+	"github.com/airlock-sandbox/airlock/api/agentpb"
+)
+
+// Calls are airlock's own file calls of the Agent service: read, write
+// and edit a whole file, as the user a request names.
+type Calls struct{ users Users }
+
+// NewCalls makes the calls for users.
+func NewCalls(users Users) *Calls { return &Calls{users: users} }
+
+// ReadFile streams a regular file in chunks, refusing one past the
+// request's max_bytes (also when it grows while read).
+func (s *Calls) ReadFile(_ context.Context, req *connect.Request[agentpb.ReadFileRequest], stream *connect.ServerStream[agentpb.ReadFileResponse]) error {
+	u, err := s.users.Lookup(req.Msg.GetUser())
+	if err != nil {
+		return err
+	}
+	p, err := Resolve(u, req.Msg.GetPath())
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return ConnectError(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ConnectError(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a regular file", p))
+	}
+	limit := req.Msg.GetMaxBytes()
+	if limit > 0 && fi.Size() > limit {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s is %d bytes, more than the %d asked for", p, fi.Size(), limit))
+	}
+	buf := make([]byte, readChunk)
+	var total int64
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			total += int64(n)
+			if limit > 0 && total > limit {
+				return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s grew past %d bytes while read", p, limit))
+			}
+			if err := stream.Send(&agentpb.ReadFileResponse{Data: buf[:n]}); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return ConnectError(err)
+		}
+	}
+}
+
+// writeFile replaces p's contents atomically (a temporary file renamed
+// over it), keeping its mode and owner, or creating it for u.
+func writeFile(p string, data []byte, mode os.FileMode, u User, parents bool) error {
+	dir := filepath.Dir(p)
+	if parents {
+		if err := mkdirAll(dir, u); err != nil {
+			return err
+		}
+	}
+	uid, gid := int(u.UID), int(u.GID)
+	if fi, err := os.Stat(p); err == nil {
+		if !fi.Mode().IsRegular() {
+			return &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
+		}
+		mode = fi.Mode().Perm()
+		st := fi.Sys().(*syscall.Stat_t)
+		uid, gid = int(st.Uid), int(st.Gid)
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, ".airlock-"+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Chown(uid, gid)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// WriteFile replaces a file whole (see writeFile), 0644 unless a mode is
+// given, making missing parents when asked.
+func (s *Calls) WriteFile(_ context.Context, req *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
+	u, err := s.users.Lookup(req.Msg.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	p, err := Resolve(u, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	mode := os.FileMode(req.Msg.GetMode()).Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	if err := writeFile(p, req.Msg.GetData(), mode, u, req.Msg.GetMakeParents()); err != nil {
+		return nil, ConnectError(err)
+	}
+	return connect.NewResponse(&agentpb.WriteFileResponse{Size: int64(len(req.Msg.GetData()))}), nil
+}
+
+// EditFile replaces the one occurrence of a text in a file (of at most
+// maxEditBytes); none or several is a failed precondition.
+func (s *Calls) EditFile(_ context.Context, req *connect.Request[agentpb.EditFileRequest]) (*connect.Response[agentpb.EditFileResponse], error) {
+	u, err := s.users.Lookup(req.Msg.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	p, err := Resolve(u, req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	old := req.Msg.GetOld()
+	if old == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the text to replace is empty"))
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, ConnectError(err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxEditBytes+1))
+	f.Close()
+	if err != nil {
+		return nil, ConnectError(err)
+	}
+	if len(b) > maxEditBytes {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s is larger than %d bytes: write it whole instead", p, maxEditBytes))
+	}
+	switch n := bytes.Count(b, []byte(old)); n {
+	case 1:
+	case 0:
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the text to replace does not occur in %s", p))
+	default:
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the text to replace occurs %d times in %s: give more context so it is unique", n, p))
+	}
+	out := strings.Replace(string(b), old, req.Msg.GetNew(), 1)
+	if err := writeFile(p, []byte(out), 0o644, u, false); err != nil {
+		return nil, ConnectError(err)
+	}
+	return connect.NewResponse(&agentpb.EditFileResponse{Size: int64(len(out))}), nil
+}
