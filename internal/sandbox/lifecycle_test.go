@@ -291,6 +291,49 @@ func TestPauseResumeStateMachine(t *testing.T) {
 	r.wantEnded(t, sb.ID, "TTL expired")
 }
 
+// A pause or resume the host fails leaves the sandbox in the state it is
+// recorded in: a failed freeze is undone, a failed thaw leaves it paused
+// (so it can be resumed again). A failed pause was once recorded paused
+// while the sandbox ran, refusing every call and every resume; a failed
+// resume recorded it running while it stayed frozen.
+func TestFailedPauseKeepsTheState(t *testing.T) {
+	ctx := context.Background()
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	sb := r.create(t, p, &api.CreateSandbox{})
+	in := r.be.instance(t, sb.ID)
+	busy := errors.New("cgroup: cgroup.freeze did not become 1")
+
+	in.failNext(busy, nil)
+	if _, err := r.svc.Pause(ctx, p, sb.ID); !errors.Is(err, busy) {
+		t.Fatalf("a pause the host fails: %v", err)
+	}
+	if got, _ := r.svc.Get(ctx, p, sb.ID); got.State != api.StateRunning || in.isPaused() {
+		t.Errorf("after a failed pause the sandbox is %s (frozen on the host: %v)", got.State, in.isPaused())
+	}
+	if err := r.svc.ReadFile(ctx, p, sb.ID, "/workspace/a", "", io.Discard, 0); err != nil {
+		t.Errorf("a call after a failed pause: %v", err)
+	}
+	in.failNext(nil, nil)
+	if _, err := r.svc.Pause(ctx, p, sb.ID); err != nil {
+		t.Fatalf("the pause, tried again: %v", err)
+	}
+	in.failNext(nil, busy)
+	if _, err := r.svc.Resume(ctx, p, sb.ID); !errors.Is(err, busy) {
+		t.Fatalf("a resume the host fails: %v", err)
+	}
+	if got, _ := r.svc.Get(ctx, p, sb.ID); got.State != api.StatePaused || !in.isPaused() {
+		t.Errorf("after a failed resume the sandbox is %s (frozen on the host: %v)", got.State, in.isPaused())
+	}
+	in.failNext(nil, nil)
+	if _, err := r.svc.Resume(ctx, p, sb.ID); err != nil || in.isPaused() {
+		t.Fatalf("the resume, tried again: %v (frozen on the host: %v)", err, in.isPaused())
+	}
+	if k := r.kinds(sb.ID); !slices.Equal(k, []string{"sandbox.created", "file.read", "sandbox.paused", "sandbox.resumed"}) {
+		t.Errorf("records: %v", k)
+	}
+}
+
 // The kill switch of a tenant ends its live sandboxes and its creates in
 // flight, each recorded with the reason, answers once they are gone and
 // leaves other tenants' alone; the admin's ends every tenant's.

@@ -639,16 +639,23 @@ func (s *Service) setPaused(ctx context.Context, t *Principal, id string, pause 
 	if pause == (b.rec.State == api.StatePaused) {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s is already %s", id, b.rec.State))
 	}
+	state := api.StateRunning
 	if pause {
-		err = b.inst.Pause()
-		b.rec.State = api.StatePaused
+		state = api.StatePaused
+		// A freeze the kernel did not finish may finish later: it is
+		// undone, so that the sandbox runs, as it stays recorded.
+		if err = b.inst.Pause(); err != nil {
+			if rerr := b.inst.Resume(); rerr != nil {
+				s.cfg.Log.Error("thaw after a failed freeze", "id", id, "err", rerr)
+			}
+		}
 	} else {
 		err = b.inst.Resume()
-		b.rec.State = api.StateRunning
 	}
 	if err != nil {
 		return nil, err
 	}
+	b.rec.State = state
 	b.rec.LastActive = s.cfg.Now()
 	rec := b.rec
 	b.mu.Unlock()
