@@ -54,17 +54,33 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // fakeAgent is the agent of a fake sandbox: it answers hello with its
-// protocol, and reads every file as its path.
+// protocol, and reads every file as its path; while its sandbox is
+// frozen it answers nothing (the real one hangs; this one says so at
+// once).
 type fakeAgent struct {
 	agentpbconnect.UnimplementedAgentHandler
 	protocol uint32
+	in       *fakeInstance
+}
+
+func (a fakeAgent) frozen() error {
+	if a.in.isPaused() {
+		return connect.NewError(connect.CodeUnavailable, errors.New("frozen: no answer"))
+	}
+	return nil
 }
 
 func (a fakeAgent) Hello(context.Context, *connect.Request[agentpb.HelloRequest]) (*connect.Response[agentpb.HelloResponse], error) {
+	if err := a.frozen(); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&agentpb.HelloResponse{Protocol: a.protocol}), nil
 }
 
 func (a fakeAgent) ReadFile(_ context.Context, req *connect.Request[agentpb.ReadFileRequest], st *connect.ServerStream[agentpb.ReadFileResponse]) error {
+	if err := a.frozen(); err != nil {
+		return err
+	}
 	return st.Send(&agentpb.ReadFileResponse{Data: []byte(req.Msg.GetPath())})
 }
 
@@ -117,10 +133,10 @@ func (f *fakeBackend) Adopt(_ context.Context, id string, _ *spec.Spec, pid int,
 }
 
 // leave makes a sandbox that an earlier daemon left on the host, with an
-// agent speaking protocol.
-func (f *fakeBackend) leave(id string, pid int, protocol uint32) *fakeInstance {
+// agent speaking protocol; frozen when paused.
+func (f *fakeBackend) leave(id string, pid int, protocol uint32, paused bool) *fakeInstance {
 	in := newFakeInstance(f.t, protocol)
-	in.pid = pid
+	in.pid, in.paused = pid, paused
 	f.mu.Lock()
 	f.host[id] = in
 	f.longLived = append(f.longLived, id)
@@ -197,7 +213,7 @@ func newFakeInstance(t *testing.T, protocol uint32) *fakeInstance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, h := agentpbconnect.NewAgentHandler(fakeAgent{protocol: protocol})
+	_, h := agentpbconnect.NewAgentHandler(fakeAgent{protocol: protocol, in: in})
 	in.srv = &http.Server{Handler: h}
 	go in.srv.Serve(ln)
 	t.Cleanup(func() { in.srv.Close() })

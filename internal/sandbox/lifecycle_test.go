@@ -441,27 +441,29 @@ func (r *lifeRig) leftRecord(t *testing.T, rec store.Sandbox) {
 }
 
 // After a restart, Recover adopts every recorded sandbox the host still
-// runs with an agent it speaks to (running or paused, its TTL kept, its
-// idle time restarted); the others are ended with the reason and their
+// runs with an agent it speaks to (running, or paused: frozen again once
+// its agent answered, as a frozen agent does not; its TTL kept, its idle
+// time restarted); the others are ended with the reason and their
 // remains discarded, and so is a sandbox the host holds without a record.
-// Ended records older than a day are pruned.
+// Ended records older than a day are pruned. (A paused sandbox was once
+// ended at every restart: its frozen agent never answered hello.)
 func TestRecoverAdoptsOrEnds(t *testing.T) {
 	ctx := context.Background()
 	r := newLifeRig(t)
 	now := r.clock.Now()
 	p := r.tenant(t, "acme", api.Quotas{}, false)
 	r.leftRecord(t, store.Sandbox{ID: "running", Tenant: p.ID, InitPid: 101, IdleTimeout: 5 * time.Minute})
-	r.be.leave("running", 101, AgentProtocol)
+	r.be.leave("running", 101, AgentProtocol, false)
 	r.leftRecord(t, store.Sandbox{ID: "paused", Tenant: p.ID, InitPid: 102, State: api.StatePaused})
-	r.be.leave("paused", 102, AgentProtocol)
+	r.be.leave("paused", 102, AgentProtocol, true)
 	r.leftRecord(t, store.Sandbox{ID: "expired", Tenant: p.ID, InitPid: 103, Expires: now.Add(-time.Second)})
-	r.be.leave("expired", 103, AgentProtocol)
+	r.be.leave("expired", 103, AgentProtocol, false)
 	r.leftRecord(t, store.Sandbox{ID: "gone", Tenant: p.ID, InitPid: 104})
 	r.leftRecord(t, store.Sandbox{ID: "garbled", Tenant: p.ID, InitPid: 105, Spec: "{"})
-	r.be.leave("garbled", 105, AgentProtocol)
+	r.be.leave("garbled", 105, AgentProtocol, false)
 	r.leftRecord(t, store.Sandbox{ID: "old-agent", Tenant: p.ID, InitPid: 106})
-	oldAgent := r.be.leave("old-agent", 106, AgentProtocol+1)
-	r.be.leave("stray", 107, AgentProtocol)
+	oldAgent := r.be.leave("old-agent", 106, AgentProtocol+1, false)
+	r.be.leave("stray", 107, AgentProtocol, false)
 	r.leftRecord(t, store.Sandbox{ID: "ended-long-ago", Tenant: p.ID, State: api.StateEnded, Ended: now.Add(-keepEnded - time.Second), EndReason: "TTL expired"})
 	r.leftRecord(t, store.Sandbox{ID: "ended-lately", Tenant: p.ID, State: api.StateEnded, Ended: now.Add(-keepEnded + time.Second), EndReason: "TTL expired"})
 
@@ -512,6 +514,16 @@ func TestRecoverAdoptsOrEnds(t *testing.T) {
 		t.Errorf("a record ended over a day ago: %v", err)
 	}
 	r.stored(t, "ended-lately")
+	// The paused one is frozen as it was, and resumes.
+	if !r.be.instance(t, "paused").isPaused() {
+		t.Error("the adopted paused sandbox runs")
+	}
+	if sb, err := r.svc.Resume(ctx, p, "paused"); err != nil || sb.State != api.StateRunning {
+		t.Errorf("resume the adopted paused sandbox: %+v %v", sb, err)
+	}
+	if err := r.svc.ReadFile(ctx, p, "paused", "/workspace/a", "", io.Discard, 0); err != nil {
+		t.Errorf("a call on the adopted sandbox, resumed: %v", err)
+	}
 
 	// The first tick ends what expired while no daemon ran; the idle time
 	// of the others counts from the restart.
@@ -532,7 +544,7 @@ func TestAdoptedCPUIsNotChargedAgain(t *testing.T) {
 	r := newLifeRig(t)
 	p := r.tenant(t, "acme", api.Quotas{CPUSeconds: 10, CPUPeriod: "1h"}, true)
 	r.leftRecord(t, store.Sandbox{ID: "busy", Tenant: p.ID, InitPid: 101})
-	in := r.be.leave("busy", 101, AgentProtocol)
+	in := r.be.leave("busy", 101, AgentProtocol, false)
 	in.setUsage(lifecycle.Usage{CPU: time.Minute})
 	if err := r.svc.Recover(ctx); err != nil {
 		t.Fatal(err)

@@ -906,7 +906,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 		return
 	}
 	ag := newAgentClient(inst.Socket())
-	if err := ag.hello(ctx); err != nil {
+	if err := helloAdopted(ctx, r.State, inst, ag); err != nil {
 		discard(inst)
 		fail(err)
 		return
@@ -920,6 +920,22 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 	s.cfg.Metrics.adopted.Inc()
 	s.note(b.who(), "sandbox.adopted", "observed", map[string]any{"init_pid": inst.InitPid()})
 	s.cfg.Log.Info("sandbox adopted", "id", r.ID, "tenant", r.Tenant)
+}
+
+// helloAdopted checks the agent of an adopted sandbox. A paused one's
+// agent is frozen with it and would never answer: it is thawed for the
+// check and frozen again.
+func helloAdopted(ctx context.Context, state string, inst Host, ag *agentClient) error {
+	if state != api.StatePaused {
+		return ag.hello(ctx)
+	}
+	if err := inst.Resume(); err != nil {
+		return err
+	}
+	if err := ag.hello(ctx); err != nil {
+		return err
+	}
+	return inst.Pause()
 }
 
 // Run expires sandboxes (TTL, idle), enforces CPU budgets and refills the
