@@ -60,7 +60,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 type fakeAgent struct {
 	agentpbconnect.UnimplementedAgentHandler
 	protocol uint32
-	in       *fakeInstance
+	in       *fakeHost
 }
 
 func (a fakeAgent) frozen() error {
@@ -93,16 +93,16 @@ type fakeBackend struct {
 	started chan string
 
 	mu   sync.Mutex
-	made map[string]*fakeInstance // started or adopted, by sandbox id
-	// host is what an earlier daemon left running, by sandbox id: Adopt
+	made map[string]*fakeHost // created or adopted, by sandbox id
+	// left is what an earlier daemon left running, by sandbox id: Adopt
 	// takes it, anything else is not adoptable.
-	host      map[string]*fakeInstance
+	left      map[string]*fakeHost
 	longLived []string
 	discarded []string
 }
 
 func newFakeBackend(t *testing.T) *fakeBackend {
-	return &fakeBackend{t: t, started: make(chan string, 16), made: map[string]*fakeInstance{}, host: map[string]*fakeInstance{}}
+	return &fakeBackend{t: t, started: make(chan string, 16), made: map[string]*fakeHost{}, left: map[string]*fakeHost{}}
 }
 
 func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ func(egress.Event)) (Host, error) {
@@ -114,7 +114,7 @@ func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ fun
 			return nil, context.Cause(ctx)
 		}
 	}
-	in := newFakeInstance(f.t, AgentProtocol)
+	in := newFakeHost(f.t, AgentProtocol)
 	f.mu.Lock()
 	f.made[id] = in
 	f.mu.Unlock()
@@ -124,7 +124,7 @@ func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ fun
 func (f *fakeBackend) Adopt(_ context.Context, id string, _ *spec.Spec, pid int, _ func(egress.Event)) (Host, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	in, ok := f.host[id]
+	in, ok := f.left[id]
 	if !ok || in.pid != pid {
 		return nil, fmt.Errorf("init %d of sandbox %s is gone", pid, id)
 	}
@@ -134,11 +134,11 @@ func (f *fakeBackend) Adopt(_ context.Context, id string, _ *spec.Spec, pid int,
 
 // leave makes a sandbox that an earlier daemon left on the host, with an
 // agent speaking protocol; frozen when paused.
-func (f *fakeBackend) leave(id string, pid int, protocol uint32, paused bool) *fakeInstance {
-	in := newFakeInstance(f.t, protocol)
+func (f *fakeBackend) leave(id string, pid int, protocol uint32, paused bool) *fakeHost {
+	in := newFakeHost(f.t, protocol)
 	in.pid, in.paused = pid, paused
 	f.mu.Lock()
-	f.host[id] = in
+	f.left[id] = in
 	f.longLived = append(f.longLived, id)
 	f.mu.Unlock()
 	return in
@@ -165,7 +165,7 @@ func (f *fakeBackend) LongLived() []string {
 
 func (f *fakeBackend) CheckHostPaths(*spec.Spec) error { return nil }
 
-func (f *fakeBackend) instance(t *testing.T, id string) *fakeInstance {
+func (f *fakeBackend) sandbox(t *testing.T, id string) *fakeHost {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -189,8 +189,8 @@ func (f *fakeBackend) discards() []string {
 	return slices.Sorted(slices.Values(f.discarded))
 }
 
-// fakeInstance is one sandbox of a fakeBackend.
-type fakeInstance struct {
+// fakeHost is one sandbox of a fakeBackend.
+type fakeHost struct {
 	pid    int
 	socket string
 	srv    *http.Server
@@ -207,8 +207,8 @@ type fakeInstance struct {
 	released   bool
 }
 
-func newFakeInstance(t *testing.T, protocol uint32) *fakeInstance {
-	in := &fakeInstance{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{}), oom: make(chan struct{})}
+func newFakeHost(t *testing.T, protocol uint32) *fakeHost {
+	in := &fakeHost{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{}), oom: make(chan struct{})}
 	ln, err := net.Listen("unix", in.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -220,21 +220,21 @@ func newFakeInstance(t *testing.T, protocol uint32) *fakeInstance {
 	return in
 }
 
-func (i *fakeInstance) Socket() string        { return i.socket }
-func (i *fakeInstance) InitPid() int          { return i.pid }
-func (i *fakeInstance) Done() <-chan struct{} { return i.done }
-func (i *fakeInstance) OOM() <-chan struct{}  { return i.oom }
+func (i *fakeHost) Socket() string        { return i.socket }
+func (i *fakeHost) InitPid() int          { return i.pid }
+func (i *fakeHost) Done() <-chan struct{} { return i.done }
+func (i *fakeHost) OOM() <-chan struct{}  { return i.oom }
 
 // Pause asks for the freeze even when it fails (as the kernel's freezer
 // goes on with one it did not finish in time).
-func (i *fakeInstance) Pause() error {
+func (i *fakeHost) Pause() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.paused = true
 	return i.failPause
 }
 
-func (i *fakeInstance) Resume() error {
+func (i *fakeHost) Resume() error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.failResume != nil {
@@ -244,38 +244,38 @@ func (i *fakeInstance) Resume() error {
 	return nil
 }
 
-func (i *fakeInstance) Usage() lifecycle.Usage {
+func (i *fakeHost) Usage() lifecycle.Usage {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.usage
 }
 
-func (i *fakeInstance) setUsage(u lifecycle.Usage) {
+func (i *fakeHost) setUsage(u lifecycle.Usage) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.usage = u
 }
 
-func (i *fakeInstance) Diff(context.Context, io.Writer) error { return nil }
+func (i *fakeHost) Diff(context.Context, io.Writer) error { return nil }
 
 // Changes: one file was added to /workspace.
-func (i *fakeInstance) Changes(_ context.Context, w io.Writer, _ int64) (*lifecycle.WorkspaceChanges, error) {
+func (i *fakeHost) Changes(_ context.Context, w io.Writer, _ int64) (*lifecycle.WorkspaceChanges, error) {
 	_, _ = io.WriteString(w, "+++ b/notes.txt\n")
 	return &lifecycle.WorkspaceChanges{Changes: []lifecycle.Change{{Path: "notes.txt", Kind: "added", Type: "file", Size: 5}}}, nil
 }
 
-func (i *fakeInstance) Degraded() []string  { return nil }
-func (i *fakeInstance) ImageDigest() string { return "" }
+func (i *fakeHost) Degraded() []string  { return nil }
+func (i *fakeHost) ImageDigest() string { return "" }
 
-func (i *fakeInstance) Archive(context.Context, string, int64, func([]string) io.Writer) error {
+func (i *fakeHost) Archive(context.Context, string, int64, func([]string) io.Writer) error {
 	return errors.New("the fake host keeps no archives")
 }
 
-func (i *fakeInstance) Snapshot(int64) (*lifecycle.SnapshotFiles, error) {
+func (i *fakeHost) Snapshot(int64) (*lifecycle.SnapshotFiles, error) {
 	return nil, errors.New("the fake host keeps no snapshots")
 }
 
-func (i *fakeInstance) Destroy() error {
+func (i *fakeHost) Destroy() error {
 	i.mu.Lock()
 	i.destroyed = true
 	i.mu.Unlock()
@@ -284,14 +284,14 @@ func (i *fakeInstance) Destroy() error {
 	return nil
 }
 
-func (i *fakeInstance) Release() {
+func (i *fakeHost) Release() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.released = true
 }
 
 // die ends the sandbox's init on its own, after the OOM killer when oom.
-func (i *fakeInstance) die(oom bool) {
+func (i *fakeHost) die(oom bool) {
 	if oom {
 		close(i.oom)
 	}
@@ -299,19 +299,19 @@ func (i *fakeInstance) die(oom bool) {
 }
 
 // gone says whether the service destroyed and released it.
-func (i *fakeInstance) gone() bool {
+func (i *fakeHost) gone() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.destroyed && i.released
 }
 
-func (i *fakeInstance) failNext(pause, resume error) {
+func (i *fakeHost) failNext(pause, resume error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.failPause, i.failResume = pause, resume
 }
 
-func (i *fakeInstance) isPaused() bool {
+func (i *fakeHost) isPaused() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.paused
@@ -461,7 +461,7 @@ func (r *lifeRig) wantEnded(t *testing.T, id, reason string) map[string]any {
 	if r.live(id) {
 		t.Errorf("%s is still live", id)
 	}
-	if in := r.be.instance(t, id); !in.gone() {
+	if in := r.be.sandbox(t, id); !in.gone() {
 		t.Errorf("%s was not destroyed and released on the host", id)
 	}
 	rec := r.stored(t, id)

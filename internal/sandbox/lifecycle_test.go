@@ -203,9 +203,9 @@ func TestCPUBudgetStopsTheTenant(t *testing.T) {
 	other := r.tenant(t, "other", api.Quotas{CPUSeconds: 10, CPUPeriod: "1h"}, true)
 	a, b := r.create(t, p, &api.CreateSandbox{}), r.create(t, p, &api.CreateSandbox{})
 	o := r.create(t, other, &api.CreateSandbox{})
-	r.be.instance(t, a.ID).setUsage(lifecycle.Usage{CPU: 4 * time.Second})
-	r.be.instance(t, b.ID).setUsage(lifecycle.Usage{CPU: 5 * time.Second})
-	r.be.instance(t, o.ID).setUsage(lifecycle.Usage{CPU: 9 * time.Second})
+	r.be.sandbox(t, a.ID).setUsage(lifecycle.Usage{CPU: 4 * time.Second})
+	r.be.sandbox(t, b.ID).setUsage(lifecycle.Usage{CPU: 5 * time.Second})
+	r.be.sandbox(t, o.ID).setUsage(lifecycle.Usage{CPU: 9 * time.Second})
 
 	r.clock.Advance(time.Minute)
 	r.tick()
@@ -217,7 +217,7 @@ func TestCPUBudgetStopsTheTenant(t *testing.T) {
 		t.Errorf("stored budget: %v since %v (%v); want 9s since %v", tn.CPUUsed, tn.CPUPeriodStart, err, start)
 	}
 
-	r.be.instance(t, b.ID).setUsage(lifecycle.Usage{CPU: 6 * time.Second})
+	r.be.sandbox(t, b.ID).setUsage(lifecycle.Usage{CPU: 6 * time.Second})
 	r.clock.Advance(time.Minute)
 	wait := r.onEnd(t, a.ID, b.ID)
 	r.tick()
@@ -254,7 +254,7 @@ func TestPauseResumeStateMachine(t *testing.T) {
 	p := r.tenant(t, "acme", api.Quotas{}, false)
 	other := r.tenant(t, "other", api.Quotas{}, false)
 	sb := r.create(t, p, &api.CreateSandbox{TTL: "10m"})
-	in := r.be.instance(t, sb.ID)
+	in := r.be.sandbox(t, sb.ID)
 
 	if _, err := r.svc.Pause(ctx, other, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("another tenant pauses it: %v", err)
@@ -301,7 +301,7 @@ func TestFailedPauseKeepsTheState(t *testing.T) {
 	r := newLifeRig(t)
 	p := r.tenant(t, "acme", api.Quotas{}, false)
 	sb := r.create(t, p, &api.CreateSandbox{})
-	in := r.be.instance(t, sb.ID)
+	in := r.be.sandbox(t, sb.ID)
 	busy := errors.New("cgroup: cgroup.freeze did not become 1")
 
 	in.failNext(busy, nil)
@@ -405,7 +405,7 @@ func TestSandboxDyingOnItsOwnEnds(t *testing.T) {
 			r := newLifeRig(t)
 			p := r.tenant(t, "acme", api.Quotas{}, false)
 			sb := r.create(t, p, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 256 << 20, Pids: 64}})
-			in := r.be.instance(t, sb.ID)
+			in := r.be.sandbox(t, sb.ID)
 			in.setUsage(tc.usage)
 			wait := r.onEnd(t, sb.ID)
 			in.die(tc.oom)
@@ -482,7 +482,7 @@ func TestRecoverAdoptsOrEnds(t *testing.T) {
 		t.Errorf("adopted %v, want %v", live, want)
 	}
 	for _, id := range []string{"running", "paused", "expired"} {
-		if a := r.records(id, "sandbox.adopted"); len(a) != 1 || a[0]["init_pid"] != float64(r.be.host[id].pid) {
+		if a := r.records(id, "sandbox.adopted"); len(a) != 1 || a[0]["init_pid"] != float64(r.be.left[id].pid) {
 			t.Errorf("%s: sandbox.adopted %v", id, a)
 		}
 	}
@@ -515,7 +515,7 @@ func TestRecoverAdoptsOrEnds(t *testing.T) {
 	}
 	r.stored(t, "ended-lately")
 	// The paused one is frozen as it was, and resumes.
-	if !r.be.instance(t, "paused").isPaused() {
+	if !r.be.sandbox(t, "paused").isPaused() {
 		t.Error("the adopted paused sandbox runs")
 	}
 	if sb, err := r.svc.Resume(ctx, p, "paused"); err != nil || sb.State != api.StateRunning {
