@@ -205,6 +205,10 @@ type fakeHost struct {
 	failResume error // what Resume answers (nil: it works)
 	destroyed  bool
 	released   bool
+
+	// hold, when set, stops Destroy, after it says so on destroying,
+	// until it is closed: a sandbox held while it ends.
+	hold, destroying chan struct{}
 }
 
 func newFakeHost(t *testing.T, protocol uint32) *fakeHost {
@@ -276,6 +280,10 @@ func (i *fakeHost) Snapshot(int64) (*lifecycle.SnapshotFiles, error) {
 }
 
 func (i *fakeHost) Destroy() error {
+	if i.hold != nil {
+		i.destroying <- struct{}{}
+		<-i.hold
+	}
 	i.mu.Lock()
 	i.destroyed = true
 	i.mu.Unlock()

@@ -334,6 +334,43 @@ func TestFailedPauseKeepsTheState(t *testing.T) {
 	}
 }
 
+// A sandbox being destroyed takes no more changes or calls: each answers
+// not found, "it is ending", and nothing is recorded of it but its end;
+// a tick meanwhile does not end it twice. (Extend once answered success,
+// recorded sandbox.extended and stored a running record for a sandbox
+// being destroyed.)
+func TestNoChangeToAnEndingSandbox(t *testing.T) {
+	ctx := context.Background()
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	sb := r.create(t, p, &api.CreateSandbox{TTL: "10m"})
+	in := r.be.sandbox(t, sb.ID)
+	in.hold, in.destroying = make(chan struct{}), make(chan struct{})
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- r.svc.Destroy(ctx, p, sb.ID) }()
+	<-in.destroying
+
+	for what, call := range map[string]func() error{
+		"extend": func() error { _, err := r.svc.Extend(ctx, p, sb.ID, &api.Extend{TTL: "1h"}); return err },
+		"pause":  func() error { _, err := r.svc.Pause(ctx, p, sb.ID); return err },
+		"read":   func() error { return r.svc.ReadFile(ctx, p, sb.ID, "/workspace/a", "", io.Discard, 0) },
+	} {
+		if err := call(); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "it is ending") {
+			t.Errorf("%s while it is destroyed: %v", what, err)
+		}
+	}
+	r.clock.Advance(10 * time.Minute)
+	r.tick()
+	close(in.hold)
+	if err := <-destroyed; err != nil {
+		t.Fatal(err)
+	}
+	r.wantEnded(t, sb.ID, "destroyed by request")
+	if k := r.kinds(sb.ID); !slices.Equal(k, []string{"sandbox.created", "sandbox.destroyed"}) {
+		t.Errorf("records: %v", k)
+	}
+}
+
 // The kill switch of a tenant ends its live sandboxes and its creates in
 // flight, each recorded with the reason, answers once they are gone and
 // leaves other tenants' alone; the admin's ends every tenant's.

@@ -684,6 +684,10 @@ func (s *Service) Extend(ctx context.Context, t *Principal, id string, req *api.
 		return nil, err
 	}
 	b.mu.Lock()
+	if b.ending {
+		b.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+quoteID(id)+" (it is ending)")
+	}
 	b.rec.Expires = s.cfg.Now().Add(ttl)
 	b.rec.LastActive = s.cfg.Now()
 	rec := b.rec
