@@ -596,3 +596,37 @@ func TestAdoptedCPUIsNotChargedAgain(t *testing.T) {
 	wait()
 	r.wantEnded(t, "busy", "cpu budget of tenant acme exhausted (10.0 s of 10 s per 1h0m0s)")
 }
+
+// A tenant's CPU use stored by the earlier daemon counts after a restart,
+// even when a sandbox ends before the first tick. (A sandbox ending then,
+// by request or at the first tick's TTL expiries, which run beside the
+// tick's loading of the budgets, started the tenant's budget afresh and
+// threw the stored use away.)
+func TestStoredCPUBudgetSurvivesAnEarlyEnd(t *testing.T) {
+	ctx := context.Background()
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{CPUSeconds: 10, CPUPeriod: "1h"}, true)
+	if err := r.db.SetTenantCPU(ctx, p.ID, r.clock.Now(), 8*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.leftRecord(t, store.Sandbox{ID: "ends-early", Tenant: p.ID, InitPid: 101})
+	early := r.be.leave("ends-early", 101, AgentProtocol, false)
+	r.leftRecord(t, store.Sandbox{ID: "runs-on", Tenant: p.ID, InitPid: 102})
+	on := r.be.leave("runs-on", 102, AgentProtocol, false)
+	if err := r.svc.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	early.setUsage(lifecycle.Usage{CPU: time.Second})
+	if err := r.svc.Destroy(ctx, p, "ends-early"); err != nil {
+		t.Fatal(err)
+	}
+	r.tick()
+	if tn, _ := r.db.TenantByName(ctx, "acme"); tn.CPUUsed != 9*time.Second {
+		t.Errorf("stored CPU use %v after the restart, want 9s (8s before it, 1s since)", tn.CPUUsed)
+	}
+	on.setUsage(lifecycle.Usage{CPU: time.Second})
+	wait := r.onEnd(t, "runs-on")
+	r.tick()
+	wait()
+	r.wantEnded(t, "runs-on", "cpu budget of tenant acme exhausted (10.0 s of 10 s per 1h0m0s)")
+}

@@ -844,6 +844,11 @@ func (s *Service) watch(b *box) {
 // Recover adopts the sandboxes an earlier daemon left running and records
 // the ones it cannot (their remains are destroyed).
 func (s *Service) Recover(ctx context.Context) error {
+	ts, err := s.cfg.Store.Tenants(ctx)
+	if err != nil {
+		return err
+	}
+	s.loadBudgets(ts)
 	recs, err := s.cfg.Store.Sandboxes(ctx, api.StateRunning, api.StatePaused)
 	if err != nil {
 		return err
