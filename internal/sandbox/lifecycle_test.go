@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // The long-lived lifecycle against a fake host (fake_test.go): time moves
@@ -629,4 +630,28 @@ func TestStoredCPUBudgetSurvivesAnEarlyEnd(t *testing.T) {
 	r.tick()
 	wait()
 	r.wantEnded(t, "runs-on", "cpu budget of tenant acme exhausted (10.0 s of 10 s per 1h0m0s)")
+}
+
+// A sandbox stopped for its tenant's CPU budget is counted once in
+// airlock_limit_kills_total, however many ticks pass while it is
+// destroyed (each tick counted it again).
+func TestCPUBudgetKillIsCountedOnce(t *testing.T) {
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{CPUSeconds: 10, CPUPeriod: "1h"}, true)
+	sb := r.create(t, p, &api.CreateSandbox{})
+	in := r.be.sandbox(t, sb.ID)
+	in.hold, in.destroying = make(chan struct{}), make(chan struct{})
+	in.setUsage(lifecycle.Usage{CPU: 11 * time.Second})
+	wait := r.onEnd(t, sb.ID)
+	r.tick()
+	<-in.destroying
+	r.clock.Advance(time.Second)
+	r.tick()
+	close(in.hold)
+	wait()
+	r.wantEnded(t, sb.ID, "cpu budget of tenant acme exhausted (11.0 s of 10 s per 1h0m0s)")
+	var m dto.Metric
+	if err := r.svc.cfg.Metrics.limitKills.WithLabelValues("cpu_budget").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		t.Errorf("cpu_budget limit kills: %v (%v), want 1", m.GetCounter().GetValue(), err)
+	}
 }

@@ -444,7 +444,10 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 		if q.CPUSeconds > 0 && used.Seconds() >= q.CPUSeconds {
 			reason := fmt.Sprintf("cpu budget of tenant %s exhausted (%.1f s of %.0f s per %v)", t.Name, used.Seconds(), q.CPUSeconds, period)
 			for _, b := range bs {
-				if b.rec.Tenant == t.ID {
+				b.mu.Lock()
+				ending := b.ending // stopped already, or ending for another reason
+				b.mu.Unlock()
+				if b.rec.Tenant == t.ID && !ending {
 					s.cfg.Metrics.limitKills.WithLabelValues("cpu_budget").Inc()
 					go s.end(b, reason)
 				}
