@@ -639,16 +639,23 @@ func (s *Service) setPaused(ctx context.Context, t *Principal, id string, pause 
 	if pause == (b.rec.State == api.StatePaused) {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s is already %s", id, b.rec.State))
 	}
+	state := api.StateRunning
 	if pause {
-		err = b.inst.Pause()
-		b.rec.State = api.StatePaused
+		state = api.StatePaused
+		// A freeze the kernel did not finish may finish later: it is
+		// undone, so that the sandbox runs, as it stays recorded.
+		if err = b.inst.Pause(); err != nil {
+			if rerr := b.inst.Resume(); rerr != nil {
+				s.cfg.Log.Error("thaw after a failed freeze", "id", id, "err", rerr)
+			}
+		}
 	} else {
 		err = b.inst.Resume()
-		b.rec.State = api.StateRunning
 	}
 	if err != nil {
 		return nil, err
 	}
+	b.rec.State = state
 	b.rec.LastActive = s.cfg.Now()
 	rec := b.rec
 	b.mu.Unlock()
@@ -677,6 +684,10 @@ func (s *Service) Extend(ctx context.Context, t *Principal, id string, req *api.
 		return nil, err
 	}
 	b.mu.Lock()
+	if b.ending {
+		b.mu.Unlock()
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+quoteID(id)+" (it is ending)")
+	}
 	b.rec.Expires = s.cfg.Now().Add(ttl)
 	b.rec.LastActive = s.cfg.Now()
 	rec := b.rec
@@ -833,6 +844,11 @@ func (s *Service) watch(b *box) {
 // Recover adopts the sandboxes an earlier daemon left running and records
 // the ones it cannot (their remains are destroyed).
 func (s *Service) Recover(ctx context.Context) error {
+	ts, err := s.cfg.Store.Tenants(ctx)
+	if err != nil {
+		return err
+	}
+	s.loadBudgets(ts)
 	recs, err := s.cfg.Store.Sandboxes(ctx, api.StateRunning, api.StatePaused)
 	if err != nil {
 		return err
@@ -899,7 +915,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 		return
 	}
 	ag := newAgentClient(inst.Socket())
-	if err := ag.hello(ctx); err != nil {
+	if err := helloAdopted(ctx, r.State, inst, ag); err != nil {
 		discard(inst)
 		fail(err)
 		return
@@ -913,6 +929,22 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 	s.cfg.Metrics.adopted.Inc()
 	s.note(b.who(), "sandbox.adopted", "observed", map[string]any{"init_pid": inst.InitPid()})
 	s.cfg.Log.Info("sandbox adopted", "id", r.ID, "tenant", r.Tenant)
+}
+
+// helloAdopted checks the agent of an adopted sandbox. A paused one's
+// agent is frozen with it and would never answer: it is thawed for the
+// check and frozen again.
+func helloAdopted(ctx context.Context, state string, inst Host, ag *agentClient) error {
+	if state != api.StatePaused {
+		return ag.hello(ctx)
+	}
+	if err := inst.Resume(); err != nil {
+		return err
+	}
+	if err := ag.hello(ctx); err != nil {
+		return err
+	}
+	return inst.Pause()
 }
 
 // Run expires sandboxes (TTL, idle), enforces CPU budgets and refills the

@@ -401,6 +401,20 @@ func (s *Service) chargeCPU(b *box) {
 	}
 }
 
+// loadBudgets takes the CPU budgets of tenants ts that the service does
+// not hold yet from their records: budgets carry over a daemon restart
+// (Recover loads them before any sandbox can end and charge one), and a
+// tenant made since is loaded at the next tick.
+func (s *Service) loadBudgets(ts []store.Tenant) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range ts {
+		if s.cpu[t.ID] == nil {
+			s.cpu[t.ID] = &cpuBudget{start: t.CPUPeriodStart, used: t.CPUUsed}
+		}
+	}
+}
+
 // enforceCPU charges every live sandbox's CPU time, rolls budget periods
 // over, and stops the sandboxes of tenants past their budget.
 func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
@@ -408,14 +422,7 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 	if err != nil {
 		return
 	}
-	// Budgets carry over a daemon restart: load them before charging.
-	s.mu.Lock()
-	for _, t := range ts {
-		if s.cpu[t.ID] == nil {
-			s.cpu[t.ID] = &cpuBudget{start: t.CPUPeriodStart, used: t.CPUUsed}
-		}
-	}
-	s.mu.Unlock()
+	s.loadBudgets(ts)
 	for _, b := range bs {
 		s.chargeCPU(b)
 	}
@@ -437,7 +444,10 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 		if q.CPUSeconds > 0 && used.Seconds() >= q.CPUSeconds {
 			reason := fmt.Sprintf("cpu budget of tenant %s exhausted (%.1f s of %.0f s per %v)", t.Name, used.Seconds(), q.CPUSeconds, period)
 			for _, b := range bs {
-				if b.rec.Tenant == t.ID {
+				b.mu.Lock()
+				ending := b.ending // stopped already, or ending for another reason
+				b.mu.Unlock()
+				if b.rec.Tenant == t.ID && !ending {
 					s.cfg.Metrics.limitKills.WithLabelValues("cpu_budget").Inc()
 					go s.end(b, reason)
 				}
