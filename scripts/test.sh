@@ -38,7 +38,7 @@ for f in "FuzzFilterMatchesRules ./internal/linux/seccomp 200000" "FuzzCleanName
 	"FuzzScanCallIsBounded ./internal/sandbox 500" \
 	"FuzzOpenStaysBeneathRoot ./internal/linux/hostpath 50000" "FuzzRootOf ./internal/spec 200000" \
 	"FuzzExtractTarStaysInside ./internal/cli 20000" "FuzzWalkReadsEachFileOnce ./internal/workspace 5000" \
-	"FuzzRecordKeepsNoPartOfAKey ./internal/egress 200000" "FuzzCheckoutName ./internal/workspace 200000"; do
+	"FuzzRecordKeepsNoPartOfAKey ./internal/egress 200000" "FuzzCheckoutName ./internal/workspace/checkout 200000"; do
 	set -- $f
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "$3x" "$2"
 done

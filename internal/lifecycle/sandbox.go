@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -208,7 +209,7 @@ func (sb *Sandbox) Archive(ctx context.Context, rel string, maxBytes int64, star
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		err = fmt.Errorf("%w: /workspace/%s", errdefs.ErrNotFound, rel)
-	case errors.Is(err, workspace.ErrTooLarge):
+	case errors.Is(err, safefs.ErrTooLarge):
 		err = errdefs.New(errdefs.ErrTooLarge, err.Error()+": download a smaller directory")
 	}
 	return err
