@@ -11,7 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cleanup"
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/wall"
@@ -209,7 +209,7 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // options prepares what the wall is given: the image's trees and the
 // generated files of the root, the command's environment (with the
 // network's, when n is set), and the limits.
-func (l *Lifecycle) options(s *spec.Spec, layout *image.Layout, id string, n *sandboxnet.Net) *wall.Options {
+func (l *Lifecycle) options(s *spec.Spec, layout *rootfs.Layout, id string, n *sandboxnet.Net) *wall.Options {
 	host := s.Hostname
 	if host == "" {
 		host = "airlock-" + id[:8]

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
@@ -23,7 +23,7 @@ import (
 type Sandbox struct {
 	id       string
 	w        wall.Sandbox
-	layout   *image.Layout
+	layout   *rootfs.Layout
 	host     *hostFiles // the spec's host paths, open while the sandbox lives
 	wsDir    string     // the workspace's host directory ("" for none)
 	socket   string     // the agent's socket (long-lived)
