@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/miekg/dns"
 )
@@ -37,11 +39,11 @@ const realSecret = "ghp_REALsecretVALUEthatMUSTneverLEAVE0001"
 // address, its decisions to rec, inspected by insp; upstream TLS is
 // verified against roots (nil: the host's). The fake API is on loopback:
 // this "host" has no address of its own.
-func startProxy(t *testing.T, sbx string, pol *egress.Policy, rec *egress.Recorder, insp egress.Inspector, roots *x509.CertPool) *egress.Proxy {
+func startProxy(t *testing.T, sbx string, pol *policy.Policy, rec *eventlog.Recorder, insp egress.Inspector, roots *x509.CertPool) *egress.Proxy {
 	t.Helper()
 	px, err := egress.Start(egress.Config{
 		Sandbox: sbx, Listen: testListen, Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: pol,
-		Guard:    &egress.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
+		Guard:    &policy.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: func() ([]netip.Prefix, error) { return nil, nil }},
 		Upstream: fakeDNS(t), Recorder: rec, Inspector: insp, UpstreamRoots: roots,
 	})
 	if err != nil {
@@ -311,13 +313,13 @@ func TestProxyActsForTheSandbox(t *testing.T) {
 	if _, err := b.Session("sbx2", other, false); err != nil {
 		t.Fatal(err)
 	}
-	pol := &egress.Policy{}
+	pol := &policy.Policy{}
 	if err := pol.Add(true, fmt.Sprintf("api.test:%d", up.port), fmt.Sprintf("other.test:%d", up.port)); err != nil {
 		t.Fatal(err)
 	}
-	var events []egress.Event
+	var events []eventlog.Event
 	var evMu sync.Mutex
-	rec := egress.NewRecorder(nil, func(e egress.Event) { evMu.Lock(); events = append(events, e); evMu.Unlock() })
+	rec := eventlog.NewRecorder(nil, func(e eventlog.Event) { evMu.Lock(); events = append(events, e); evMu.Unlock() })
 	px := startProxy(t, "sbx1", pol, rec, sess, up.ca)
 	t.Cleanup(px.Close)
 

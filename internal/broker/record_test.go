@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
 )
 
 // The proxy's record of a request (an audit record in the daemon) took
@@ -29,23 +30,23 @@ func TestRecordHoldsNoSecretOfThePath(t *testing.T) {
 	t.Cleanup(plain.Close)
 	_, port, _ := net.SplitHostPort(plain.Listener.Addr().String())
 	key := "ghp_Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
-	for _, policy := range []string{"block", "redact"} {
+	for _, scanPolicy := range []string{"block", "redact"} {
 		now := time.Now()
 		b := testBroker(&now)
 		sp := grantSpec(t, 443, 0)
-		sp.Scan = policy
+		sp.Scan = scanPolicy
 		sess, err := b.Session("sbx", sp, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tok := sp.Grants[0].Token
-		pol := &egress.Policy{}
+		pol := &policy.Policy{}
 		if err := pol.Add(true, "plain.test:"+port); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
-		var events []egress.Event
-		rec := egress.NewRecorder(nil, func(e egress.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+		var events []eventlog.Event
+		rec := eventlog.NewRecorder(nil, func(e eventlog.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
 		px := startProxy(t, "sbx", pol, rec, sess, nil)
 		pu, _ := url.Parse("http://" + testListen.String() + ":3128")
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
@@ -63,11 +64,11 @@ func TestRecordHoldsNoSecretOfThePath(t *testing.T) {
 		j, _ := json.Marshal(events)
 		mu.Unlock()
 		if len(events) != 2 {
-			t.Errorf("%s: %d events, want 2: %s", policy, len(events), j)
+			t.Errorf("%s: %d events, want 2: %s", scanPolicy, len(events), j)
 		}
 		for _, leak := range []string{key, tok} {
 			if strings.Contains(string(j), leak) {
-				t.Errorf("%s: the record holds %.12s...: %s", policy, leak, j)
+				t.Errorf("%s: the record holds %.12s...: %s", scanPolicy, leak, j)
 			}
 		}
 	}

@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
 )
 
 // Under the record policy a request goes on unchanged, and its record
@@ -46,24 +47,24 @@ func TestRecordHoldsNoCredentialWhateverThePolicy(t *testing.T) {
 	// A path the record cuts (2048 bytes) with the key across the cut:
 	// no part of it may stay.
 	cut := "/" + strings.Repeat("a/", 1007) + aws + "/" + strings.Repeat("b", 100)
-	for _, policy := range []string{"block", "redact", "record"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, scanPolicy := range []string{"block", "redact", "record"} {
+		t.Run(scanPolicy, func(t *testing.T) {
 			now := time.Now()
 			b := testBroker(&now)
 			sp := grantSpec(t, up.port, 0)
-			sp.Scan = policy
+			sp.Scan = scanPolicy
 			sess, err := b.Session("sbx", sp, false)
 			if err != nil {
 				t.Fatal(err)
 			}
 			tok := sp.Grants[0].Token
-			pol := &egress.Policy{}
+			pol := &policy.Policy{}
 			if err := pol.Add(true, "plain.test:"+port, fmt.Sprintf("api.test:%d", up.port)); err != nil {
 				t.Fatal(err)
 			}
 			var mu sync.Mutex
-			var events []egress.Event
-			rec := egress.NewRecorder(nil, func(e egress.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+			var events []eventlog.Event
+			rec := eventlog.NewRecorder(nil, func(e eventlog.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
 			px := startProxy(t, "sbx", pol, rec, sess, up.ca)
 			roots := x509.NewCertPool()
 			roots.AppendCertsFromPEM(sess.CAPEM())
@@ -87,7 +88,7 @@ func TestRecordHoldsNoCredentialWhateverThePolicy(t *testing.T) {
 			get("http://denied.test/keys/"+aws+"?k="+ghp, "")
 			get("http://"+ghp+".denied.test/x", "")
 			get("http://denied.test/tokens/"+tok, "")
-			if policy != "block" {
+			if scanPolicy != "block" {
 				// Outside the grant's rules: the placeholder is refused,
 				// and the reason names the path.
 				get(fmt.Sprintf("https://api.test:%d/repos/acme/other/%s", up.port, aws), "Bearer "+tok)
@@ -115,7 +116,7 @@ func TestRecordHoldsNoCredentialWhateverThePolicy(t *testing.T) {
 			seen := strings.Join(plainSeen, "\n")
 			plainSeen = nil
 			plainMu.Unlock()
-			if sent := strings.Contains(seen, "/keys/"+aws+"/"+ghp); sent != (policy == "record") {
+			if sent := strings.Contains(seen, "/keys/"+aws+"/"+ghp); sent != (scanPolicy == "record") {
 				t.Errorf("the server saw %q", seen)
 			}
 		})

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
@@ -158,7 +159,7 @@ func (s *Session) Inspect(in *egress.Inspected) egress.Verdict {
 // by a finding (its keyed fingerprint), whatever the scan policy (under
 // record the request goes on unchanged; its record does not keep the
 // value). A scanner that cannot run leaves nothing of the texts.
-func (s *Session) Redact(texts, where []string) []egress.Finding {
+func (s *Session) Redact(texts, where []string) []eventlog.Finding {
 	red, fs, err := s.b.Redacted(texts)
 	if err != nil {
 		for i := range texts {
@@ -168,14 +169,14 @@ func (s *Session) Redact(texts, where []string) []egress.Finding {
 	}
 	copy(texts, red)
 	const why = "redacted in the record"
-	var out []egress.Finding
+	var out []eventlog.Finding
 	for _, f := range fs {
-		out = append(out, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: "redacted", Reason: why})
+		out = append(out, eventlog.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: "redacted", Reason: why})
 	}
 	for i := range texts {
 		locs := Placeholders(texts[i])
 		for _, l := range locs {
-			out = append(out, egress.Finding{Rule: PlaceholderRule, Fingerprint: s.b.cfg.Keys.Fingerprint(texts[i][l[0]:l[1]]), Where: where[i], Action: "redacted", Reason: why})
+			out = append(out, eventlog.Finding{Rule: PlaceholderRule, Fingerprint: s.b.cfg.Keys.Fingerprint(texts[i][l[0]:l[1]]), Where: where[i], Action: "redacted", Reason: why})
 		}
 		if len(locs) > 0 {
 			texts[i] = tokenPattern().ReplaceAllString(texts[i], "[REDACTED:"+PlaceholderRule+"]")
@@ -184,8 +185,8 @@ func (s *Session) Redact(texts, where []string) []egress.Finding {
 	return out
 }
 
-func (s *Session) placeholder(tok, where, reason string) egress.Finding {
-	return egress.Finding{Rule: PlaceholderRule, Fingerprint: s.b.cfg.Keys.Fingerprint(tok), Where: where, Action: "stripped", Reason: reason}
+func (s *Session) placeholder(tok, where, reason string) eventlog.Finding {
+	return eventlog.Finding{Rule: PlaceholderRule, Fingerprint: s.b.cfg.Keys.Fingerprint(tok), Where: where, Action: "stripped", Reason: reason}
 }
 
 // scan applies the secret scanner to the request's headers, URL and body
@@ -225,7 +226,7 @@ func (s *Session) scan(in *egress.Inspected, v *egress.Verdict) string {
 		return ""
 	}
 	for _, f := range fs {
-		v.Findings = append(v.Findings, egress.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: act})
+		v.Findings = append(v.Findings, eventlog.Finding{Rule: f.Rule, Fingerprint: s.b.cfg.Keys.Fingerprint(f.Secret), Where: where[f.Part], Action: act})
 	}
 	if s.policy == "block" || s.policy == "redact" {
 		// Redacted under block too: the request is refused, but the

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 )
 
 // holdAll intercepts allowed.test with a self-signed certificate and
@@ -29,7 +31,7 @@ type holdAll struct {
 
 func (h *holdAll) Intercepts(host string, _ int) bool           { return host == "allowed.test" }
 func (h *holdAll) Certificate(string) (*tls.Certificate, error) { return &h.cert, nil }
-func (h *holdAll) Redact([]string, []string) []Finding          { return nil }
+func (h *holdAll) Redact([]string, []string) []eventlog.Finding { return nil }
 
 func (h *holdAll) Inspect(*Inspected) Verdict {
 	n := h.now.Add(1)

@@ -5,23 +5,21 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 )
 
 // Inspector looks into the requests the proxy can read, for one sandbox:
 // it names the hosts whose TLS the proxy terminates (those with a grant,
 // and no other), gives their certificates, and sees every readable request
-// (plain HTTP, or inside an intercepted connection) before it is sent on.
-// internal/broker implements it.
+// (plain HTTP, or inside an intercepted connection) before it is sent on;
+// as an eventlog.Redactor it keeps credentials out of the record of each
+// decision. internal/broker implements it.
 type Inspector interface {
 	Intercepts(host string, port int) bool
 	Certificate(host string) (*tls.Certificate, error)
 	Inspect(r *Inspected) Verdict
-	// Redact replaces, in place, every credential it finds in texts
-	// (what a sandbox chose that goes into the record of a decision: a
-	// host, a path, a reason naming them) with [REDACTED:rule], and
-	// returns a finding for each, named by where[i]. Whatever the scan
-	// policy did to the request, its record never holds the value.
-	Redact(texts, where []string) []Finding
+	eventlog.Redactor
 }
 
 // MaxInspectBody is how much of a request body is read and inspected
@@ -47,22 +45,12 @@ type Inspected struct {
 type Verdict struct {
 	Refuse   string // non-empty: the request is answered 403 with this reason
 	Grant    string // the grant whose credential was put in
-	Findings []Finding
-}
-
-// Finding is a credential (or a grant's placeholder) seen where it does
-// not belong. It names the value by a keyed fingerprint, never the value.
-type Finding struct {
-	Rule        string `json:"rule"`
-	Fingerprint string `json:"fingerprint"`
-	Where       string `json:"where"`  // "header Authorization", "url", "body"
-	Action      string `json:"action"` // blocked, redacted, recorded, stripped
-	Reason      string `json:"reason,omitempty"`
+	Findings []eventlog.Finding
 }
 
 // inspect reads the start of req's body, runs the inspector and puts the
 // (possibly rewritten) body back in front of the rest.
-func (p *Proxy) inspect(req *http.Request, host string, port int, viaTLS bool, ev *Event) Verdict {
+func (p *Proxy) inspect(req *http.Request, host string, port int, viaTLS bool, ev *eventlog.Event) Verdict {
 	in := &Inspected{Req: req, Host: host, Port: port, TLS: viaTLS, Complete: true}
 	if req.Body != nil && req.Body != http.NoBody {
 		buf, err := io.ReadAll(io.LimitReader(req.Body, MaxInspectBody+1))

@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
 )
 
 // mitm serves the connections the proxy intercepts: it terminates the
@@ -32,7 +35,7 @@ type mitm struct {
 // conn is one intercepted connection: where it goes, and a signal for the
 // proxy's accept loop (which holds the connection's slot) that it ended.
 type mitmConn struct {
-	ev   Event // the tunnel's event: host, port, SNI
+	ev   eventlog.Event // the tunnel's event: host, port, SNI
 	done chan struct{}
 	once sync.Once
 }
@@ -72,7 +75,7 @@ func (m *mitm) close() {
 
 // serve terminates TLS on c (whose bytes, the ClientHello included, come
 // from r) and waits until the connection is over.
-func (m *mitm) serve(c net.Conn, r io.Reader, ev Event) {
+func (m *mitm) serve(c net.Conn, r io.Reader, ev eventlog.Event) {
 	start := time.Now()
 	ev.Intercepted = true
 	cert, err := m.p.cfg.Inspector.Certificate(ev.Host)
@@ -117,7 +120,7 @@ func (m *mitm) handle(w http.ResponseWriter, r *http.Request) {
 	p := m.p
 	start := time.Now()
 	host, port := mc.ev.Host, mc.ev.Port
-	ev := Event{Kind: "https", Host: host, Port: port, SNI: mc.ev.SNI, Method: r.Method, Path: r.URL.Path, Intercepted: true, Rule: mc.ev.Rule}
+	ev := eventlog.Event{Kind: "https", Host: host, Port: port, SNI: mc.ev.SNI, Method: r.Method, Path: r.URL.Path, Intercepted: true, Rule: mc.ev.Rule}
 	deny := func(status int, reason string) {
 		ev.Decision, ev.Reason, ev.DurationMS = "denied", reason, ms(time.Since(start))
 		p.record(ev)
@@ -157,7 +160,7 @@ func (m *mitm) handle(w http.ResponseWriter, r *http.Request) {
 		status, reason := http.StatusBadGateway, err.Error()
 		ev.Decision = "error"
 		switch {
-		case errors.Is(err, ErrBlockedAddress):
+		case errors.Is(err, policy.ErrBlockedAddress):
 			status, ev.Decision = http.StatusForbidden, "denied"
 		case errors.Is(err, ErrByteLimit):
 			status, ev.Decision, reason = http.StatusForbidden, "denied", fmt.Sprintf("egress byte limit (%d bytes) reached", p.cfg.MaxBytesOut)

@@ -1,3 +1,13 @@
+// Package egress is a sandbox's only way out: an HTTP/CONNECT proxy
+// (explicit and transparent) that enforces the sandbox's policy
+// (internal/egress/policy), judging TLS by its ClientHello
+// (internal/egress/sni) and terminating it only for the hosts an Inspector
+// names, the DNS forwarder that answers only allowed names
+// (internal/egress/dns), and the record of every decision
+// (internal/egress/eventlog). It never connects to the host's own
+// addresses, other sandboxes, loopback, private, link-local, CGNAT,
+// metadata or other special addresses, whatever DNS says, and serves only
+// its sandbox. It imports its subpackages and the standard library.
 package egress
 
 import (
@@ -19,6 +29,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/dns"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
+	"github.com/airlock-sandbox/airlock/internal/egress/sni"
 )
 
 // Ports the proxy listens on, on the host end of the sandbox's veth. The
@@ -43,14 +58,14 @@ type Config struct {
 	// A connection or query from any other is dropped unanswered and is
 	// not recorded as the sandbox's.
 	Peer     netip.Addr
-	Policy   *Policy
-	Guard    *Guard
+	Policy   *policy.Policy
+	Guard    *policy.Guard
 	Upstream string // DNS server (host:port) for the forwarder and the proxy's own lookups
 	MaxConns int    // concurrent connections; 0: 256
 	// MaxBytesOut caps the bytes the sandbox sends out through the proxy
 	// (request bodies and tunnel traffic); 0: no cap.
 	MaxBytesOut int64
-	Recorder    *Recorder
+	Recorder    *eventlog.Recorder
 	// Inspector, when set, reads every request the proxy can: plain HTTP,
 	// and TLS to the hosts it says to intercept (those with a grant).
 	Inspector Inspector
@@ -67,7 +82,7 @@ type Proxy struct {
 	tls       *http.Transport // upstream of intercepted connections
 	mitm      *mitm
 	listeners []net.Listener
-	dns       *dnsServer
+	dns       *dns.Server
 	conns     chan struct{}
 	bytesOut  atomic.Int64
 	wg        sync.WaitGroup
@@ -130,7 +145,15 @@ func Start(cfg Config) (_ *Proxy, err error) {
 		p.wg.Add(1)
 		go p.accept(ln, l.serve)
 	}
-	if p.dns, err = startDNS(p); err != nil {
+	if p.dns, err = dns.Start(dns.Config{
+		Addr:     netip.AddrPortFrom(cfg.Listen, PortDNS).String(),
+		Listen:   p.listenConfig(),
+		FromPeer: p.fromPeer,
+		Policy:   cfg.Policy,
+		Guard:    cfg.Guard,
+		Upstream: cfg.Upstream,
+		Record:   p.record,
+	}); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -145,7 +168,7 @@ func (p *Proxy) Close() {
 		ln.Close()
 	}
 	if p.dns != nil {
-		p.dns.close()
+		p.dns.Close()
 	}
 	p.active.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
 	if p.mitm != nil {
@@ -202,8 +225,8 @@ func (p *Proxy) accept(ln net.Listener, serve func(net.Conn)) {
 		select {
 		case p.conns <- struct{}{}:
 		default:
-			p.cfg.Recorder.limit("connections")
-			p.record(Event{Kind: "tcp", Decision: "denied", Reason: fmt.Sprintf("connection limit (%d) reached", p.cfg.MaxConns)})
+			p.cfg.Recorder.Limit("connections")
+			p.record(eventlog.Event{Kind: "tcp", Decision: "denied", Reason: fmt.Sprintf("connection limit (%d) reached", p.cfg.MaxConns)})
 			c.Close()
 			continue
 		}
@@ -217,10 +240,10 @@ func (p *Proxy) accept(ln net.Listener, serve func(net.Conn)) {
 	}
 }
 
-func (p *Proxy) record(e Event) {
+func (p *Proxy) record(e eventlog.Event) {
 	e.Time = time.Now().UTC()
 	e.Sandbox = p.cfg.Sandbox
-	recordable(&e, p.cfg.Inspector)
+	eventlog.Recordable(&e, p.cfg.Inspector)
 	p.cfg.Recorder.Record(e)
 }
 
@@ -228,7 +251,7 @@ func (p *Proxy) record(e Event) {
 func (p *Proxy) addOut(n int64) error {
 	total := p.bytesOut.Add(n)
 	if p.cfg.MaxBytesOut > 0 && total > p.cfg.MaxBytesOut {
-		p.cfg.Recorder.limit("bytes-out")
+		p.cfg.Recorder.Limit("bytes-out")
 		return ErrByteLimit
 	}
 	return nil
@@ -250,7 +273,7 @@ func (p *Proxy) readRequest(c net.Conn, br *bufio.Reader, lr *io.LimitedReader) 
 	lr.N = math.MaxInt64
 	if err != nil {
 		if exhausted {
-			p.refuse(c, nil, Event{Kind: "http"}, http.StatusRequestHeaderFieldsTooLarge,
+			p.refuse(c, nil, eventlog.Event{Kind: "http"}, http.StatusRequestHeaderFieldsTooLarge,
 				fmt.Sprintf("request line and headers longer than %d bytes", http.DefaultMaxHeaderBytes))
 		}
 		return nil, false
@@ -272,7 +295,7 @@ func (p *Proxy) explicit(c net.Conn) {
 			return
 		}
 		if req.URL.Scheme != "http" || req.URL.Host == "" {
-			p.refuse(c, req, Event{Kind: "http", Host: req.Host, Method: req.Method}, http.StatusBadRequest,
+			p.refuse(c, req, eventlog.Event{Kind: "http", Host: req.Host, Method: req.Method}, http.StatusBadRequest,
 				"the proxy takes absolute http:// URLs; use CONNECT for https")
 			return
 		}
@@ -298,7 +321,7 @@ func (p *Proxy) transparentHTTP(c net.Conn) {
 		}
 		host, _ := splitHostPort(req.Host, 80)
 		if host == "" {
-			p.refuse(c, req, Event{Kind: "http", Method: req.Method}, http.StatusBadRequest, "request without a Host header")
+			p.refuse(c, req, eventlog.Event{Kind: "http", Method: req.Method}, http.StatusBadRequest, "request without a Host header")
 			return
 		}
 		if !p.forward(c, req, host, 80) {
@@ -311,7 +334,7 @@ func (p *Proxy) transparentHTTP(c net.Conn) {
 // the connection may carry another request.
 func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bool {
 	start := time.Now()
-	ev := Event{Kind: "http", Host: host, Port: port, Method: req.Method, Path: req.URL.Path}
+	ev := eventlog.Event{Kind: "http", Host: host, Port: port, Method: req.Method, Path: req.URL.Path}
 	d := p.cfg.Policy.Check(host, port)
 	ev.Rule = d.Rule
 	if !d.Allowed {
@@ -345,7 +368,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 	ev.DurationMS = ms(time.Since(start))
 	if err != nil {
 		status, reason := http.StatusBadGateway, err.Error()
-		if errors.Is(err, ErrBlockedAddress) {
+		if errors.Is(err, policy.ErrBlockedAddress) {
 			status = http.StatusForbidden
 		}
 		if errors.Is(err, ErrByteLimit) {
@@ -370,7 +393,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 }
 
 // refuse answers with a clear error the agent's tool can show, and logs.
-func (p *Proxy) refuse(c net.Conn, req *http.Request, ev Event, status int, reason string) {
+func (p *Proxy) refuse(c net.Conn, req *http.Request, ev eventlog.Event, status int, reason string) {
 	ev.Decision, ev.Reason = "denied", reason
 	if status == http.StatusBadGateway {
 		ev.Decision = "error"
@@ -388,7 +411,7 @@ func (p *Proxy) refuse(c net.Conn, req *http.Request, ev Event, status int, reas
 // name the host the tunnel was asked for.
 func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	host, port := splitHostPort(req.RequestURI, 443)
-	ev := Event{Kind: "connect", Host: host, Port: port, Method: "CONNECT"}
+	ev := eventlog.Event{Kind: "connect", Host: host, Port: port, Method: "CONNECT"}
 	d := p.cfg.Policy.Check(host, port)
 	ev.Rule = d.Rule
 	if !d.Allowed {
@@ -404,15 +427,15 @@ func (p *Proxy) connect(c net.Conn, br *bufio.Reader, req *http.Request) {
 // transparentTLS serves port 443 traffic that ignored the proxy: judged by
 // the ClientHello's SNI alone.
 func (p *Proxy) transparentTLS(c net.Conn) {
-	p.tunnel(c, bufio.NewReader(c), Event{Kind: "tls", Port: 443}, "")
+	p.tunnel(c, bufio.NewReader(c), eventlog.Event{Kind: "tls", Port: 443}, "")
 }
 
 // tunnel reads the ClientHello, checks it, dials and splices. want is the
 // CONNECT host the SNI must equal ("" for transparent mode).
-func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev Event, want string) {
+func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev eventlog.Event, want string) {
 	start := time.Now()
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	ch, hello, err := ReadClientHello(br)
+	ch, hello, err := sni.ReadClientHello(br)
 	_ = c.SetReadDeadline(time.Time{})
 	deny := func(reason string) {
 		ev.Decision, ev.Reason, ev.DurationMS = "denied", reason, ms(time.Since(start))
@@ -452,7 +475,7 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev Event, want string) {
 	up, err := p.dialer.Dial("tcp", net.JoinHostPort(ev.Host, strconv.Itoa(ev.Port)))
 	if err != nil {
 		ev.Decision, ev.Reason = "error", err.Error()
-		if errors.Is(err, ErrBlockedAddress) {
+		if errors.Is(err, policy.ErrBlockedAddress) {
 			ev.Decision = "denied"
 		}
 		ev.DurationMS = ms(time.Since(start))

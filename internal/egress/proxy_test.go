@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
 )
 
 // fakeDNS answers A queries from a table, on 127.0.0.1.
@@ -48,7 +51,7 @@ func fakeDNS(t *testing.T, table map[string]string) string {
 	return pc.LocalAddr().String()
 }
 
-func startProxy(t *testing.T, allow ...string) (*Proxy, *Recorder, string) {
+func startProxy(t *testing.T, allow ...string) (*Proxy, *eventlog.Recorder, string) {
 	t.Helper()
 	return startProxyWith(t, nil, allow...)
 }
@@ -60,7 +63,7 @@ func startProxy(t *testing.T, allow ...string) (*Proxy, *Recorder, string) {
 var testListen = fmt.Sprintf("127.%d.%d.3", 1+rand.IntN(254), 1+rand.IntN(254))
 
 // startProxyWith is startProxy with mod applied to the config first.
-func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *Recorder, string) {
+func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *eventlog.Recorder, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the DNS forwarder binds port 53: needs root")
@@ -75,17 +78,17 @@ func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *
 	t.Cleanup(tlsUp.Close)
 	_, tport, _ := net.SplitHostPort(tlsUp.Listener.Addr().String())
 	dnsAddr := fakeDNS(t, map[string]string{"allowed.test": "127.0.0.1", "evil.test": "127.0.0.1", "rebind.test": "10.0.0.1", "other.test": "127.0.0.1"})
-	p := &Policy{}
+	p := &policy.Policy{}
 	rules := []string{"allowed.test:" + port, "allowed.test:" + tport, "rebind.test:" + port, "other.test:" + tport}
 	if err := p.Add(true, append(rules, allow...)...); err != nil {
 		t.Fatal(err)
 	}
-	rec := NewRecorder(nil, nil)
+	rec := eventlog.NewRecorder(nil, nil)
 	cfg := Config{
 		Sandbox: "test", Listen: netip.MustParseAddr(testListen), Interface: "lo", Peer: netip.MustParseAddr("127.0.0.1"), Policy: p,
 		// The test's servers are on loopback: this "host" has no address
 		// of its own (TestGuard covers the host's addresses).
-		Guard:    &Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: noLocal},
+		Guard:    &policy.Guard{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Local: noLocal},
 		Upstream: dnsAddr, MaxBytesOut: 1 << 20, Recorder: rec,
 	}
 	if mod != nil {
@@ -278,11 +281,11 @@ func TestProxyConnectionCap(t *testing.T) {
 // query from any other address (another process of the host) gets nothing
 // and is not recorded as the sandbox's.
 func TestProxyServesOnlyItsPeer(t *testing.T) {
-	var events []Event
+	var events []eventlog.Event
 	var mu sync.Mutex
 	_, _, ports := startProxyWith(t, func(c *Config) {
 		c.Peer = netip.MustParseAddr("127.0.0.2")
-		c.Recorder = NewRecorder(nil, func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+		c.Recorder = eventlog.NewRecorder(nil, func(e eventlog.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
 	})
 	port := strings.Fields(ports)[0]
 	from := func(src string) *http.Client {

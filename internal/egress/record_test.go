@@ -9,41 +9,18 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// A sandbox names the hosts of its denials: a new SNI of up to 64 KiB on
-// every connection. The summary's table of denied hosts kept each for the
-// sandbox's life (3000 connections held 187 MB of the daemon's heap), and
-// printed them, escape sequences included, on the operator's terminal.
-func TestRecorderBoundsTheHostsASandboxNames(t *testing.T) {
-	r := NewRecorder(nil, nil)
-	for i := 0; i < 10000; i++ {
-		r.Record(Event{Kind: "tls", Decision: "denied", Host: fmt.Sprintf("\x1b]0;owned\x07%d.%s", i, strings.Repeat("a", 60000))})
-	}
-	r.Record(Event{Kind: "dns", Decision: "denied", Host: "evil.test"})
-	r.mu.Lock()
-	kept, bytes := len(r.denied), 0
-	for h := range r.denied {
-		bytes += len(h)
-	}
-	r.mu.Unlock()
-	if kept > maxDeniedHosts || bytes > maxDeniedHosts*maxRecordedHost {
-		t.Errorf("the summary keeps %d hosts, %d bytes", kept, bytes)
-	}
-	s := r.Summary()
-	if !strings.HasPrefix(s, "0 requests allowed, 10001 denied (") || strings.ContainsAny(s, "\x1b\x07") || len(s) > 2000 {
-		t.Errorf("summary %q", s)
-	}
-}
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+)
 
 // What the proxy records (an audit record each, in the daemon: up to 500
 // a second per sandbox) is bounded, whatever the sandbox names: an SNI of
 // 60 KB made an event of 180 KB (host, SNI and the reason naming it).
 func TestProxyBoundsWhatItRecords(t *testing.T) {
 	var mu sync.Mutex
-	var events []Event
+	var events []eventlog.Event
 	startProxyWith(t, func(c *Config) {
-		c.Recorder = NewRecorder(nil, func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
+		c.Recorder = eventlog.NewRecorder(nil, func(e eventlog.Event) { mu.Lock(); events = append(events, e); mu.Unlock() })
 	})
 	long := strings.Repeat("a", 60000) + ".test"
 	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortTransparentTLS)))
@@ -61,7 +38,7 @@ func TestProxyBoundsWhatItRecords(t *testing.T) {
 		t.Fatalf("events: %d", len(events))
 	}
 	e := events[0]
-	if e.Decision != "denied" || !strings.HasPrefix(e.Host, "aaaa") || len(e.Host) > maxRecordedHost+30 || len(e.SNI) > maxRecordedHost+30 || len(e.Reason) > maxRecordedText+30 {
+	if e.Decision != "denied" || !strings.HasPrefix(e.Host, "aaaa") || len(e.Host) > eventlog.MaxRecordedHost+30 || len(e.SNI) > eventlog.MaxRecordedHost+30 || len(e.Reason) > eventlog.MaxRecordedText+30 {
 		t.Errorf("event of %d+%d+%d bytes: %.80q", len(e.Host), len(e.SNI), len(e.Reason), e.Host)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 )
 
 // seeAll is an Inspector that intercepts nothing and records what it was
@@ -23,7 +25,7 @@ type seeAll struct {
 
 func (s *seeAll) Intercepts(string, int) bool                  { return false }
 func (s *seeAll) Certificate(string) (*tls.Certificate, error) { return nil, fmt.Errorf("none") }
-func (s *seeAll) Redact([]string, []string) []Finding          { return nil }
+func (s *seeAll) Redact([]string, []string) []eventlog.Finding { return nil }
 
 func (s *seeAll) Inspect(in *Inspected) Verdict {
 	s.mu.Lock()

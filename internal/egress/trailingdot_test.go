@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 )
 
 // interceptOne intercepts one host and fails its certificate: what the
@@ -28,7 +30,7 @@ func (i *interceptOne) Certificate(h string) (*tls.Certificate, error) {
 	i.asked = append(i.asked, h)
 	return nil, fmt.Errorf("test: no certificate")
 }
-func (i *interceptOne) Redact([]string, []string) []Finding { return nil }
+func (i *interceptOne) Redact([]string, []string) []eventlog.Finding { return nil }
 
 func (i *interceptOne) Inspect(*Inspected) Verdict { return Verdict{} }
 

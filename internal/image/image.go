@@ -1,6 +1,8 @@
-// Package image resolves what a sandbox's root filesystem is made of: the
-// host image (a read-only view of the host's system directories), a root
-// filesystem directory, or an OCI image (layout, docker-archive, registry)
-// unpacked once into a content-addressed cache with its own ownership and
-// shared read-only by every sandbox that uses it.
+// Package image resolves what a sandbox's root filesystem is made of
+// (Store.Resolve): the host image or a root filesystem directory
+// (internal/image/rootfs), or an OCI image (layout, docker-archive,
+// registry) unpacked once (internal/image/unpack) into a content-addressed
+// cache with its own ownership and shared read-only by every sandbox that
+// uses it. It imports its subpackages, go-containerregistry,
+// internal/errdefs and x/sys.
 package image

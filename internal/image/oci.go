@@ -26,6 +26,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
+	"github.com/airlock-sandbox/airlock/internal/image/unpack"
 )
 
 // Cache layout: <dir>/<config digest hex>/{rootfs/, meta.json, use.lock}.
@@ -92,7 +94,7 @@ func (s *Store) open(ctx context.Context, ref string, at *os.File) (img v1.Image
 		}
 		img, err := tarball.ImageFromPath(p, nil)
 		if err != nil {
-			return nil, done, s.hide(ref, hostile("docker-archive %s: %v", strings.TrimPrefix(ref, "docker-archive:"), err))
+			return nil, done, s.hide(ref, unpack.Hostile("docker-archive %s: %v", strings.TrimPrefix(ref, "docker-archive:"), err))
 		}
 		return img, done, nil
 	default:
@@ -125,12 +127,12 @@ func openLayout(p string) (v1.Image, error) {
 	}
 	idx, err := lp.ImageIndex()
 	if err != nil {
-		return nil, hostile("OCI layout %s: %v", p, err)
+		return nil, unpack.Hostile("OCI layout %s: %v", p, err)
 	}
 	for depth := 0; depth < 4; depth++ {
 		m, err := idx.IndexManifest()
 		if err != nil {
-			return nil, hostile("OCI layout %s: %v", p, err)
+			return nil, unpack.Hostile("OCI layout %s: %v", p, err)
 		}
 		var pick *v1.Descriptor
 		for i := range m.Manifests {
@@ -145,20 +147,20 @@ func openLayout(p string) (v1.Image, error) {
 		}
 		if pick.MediaType.IsIndex() {
 			if idx, err = idx.ImageIndex(pick.Digest); err != nil {
-				return nil, hostile("OCI layout %s: %v", p, err)
+				return nil, unpack.Hostile("OCI layout %s: %v", p, err)
 			}
 			continue
 		}
 		img, err := idx.Image(pick.Digest)
 		if err != nil {
-			return nil, hostile("OCI layout %s: %v", p, err)
+			return nil, unpack.Hostile("OCI layout %s: %v", p, err)
 		}
 		return img, nil
 	}
-	return nil, hostile("OCI layout %s: indexes nested too deep", p)
+	return nil, unpack.Hostile("OCI layout %s: indexes nested too deep", p)
 }
 
-func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, progress func(string)) (*Layout, error) {
+func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, progress func(string)) (*rootfs.Layout, error) {
 	l, err := s.resolveOCIAt(ctx, ref, at, progress)
 	if err != nil && s.Tenants && !strings.HasPrefix(ref, "oci:") && !strings.HasPrefix(ref, "docker-archive:") {
 		return nil, s.summarise(ref, err)
@@ -166,7 +168,7 @@ func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, progres
 	return l, err
 }
 
-func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progress func(string)) (*Layout, error) {
+func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progress func(string)) (*rootfs.Layout, error) {
 	img, done, err := s.open(ctx, ref, at)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrPermissionDenied) {
@@ -187,17 +189,17 @@ func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progr
 	// the daemon. Check what it declares first.
 	man, err := img.Manifest()
 	if err != nil {
-		return nil, hostile("%s: manifest: %v", ref, err)
+		return nil, unpack.Hostile("%s: manifest: %v", ref, err)
 	}
 	if man.Config.Size > MaxConfigBytes || man.Config.Size < 0 {
-		return nil, hostile("%s: its config declares %d bytes (at most %d)", ref, man.Config.Size, MaxConfigBytes)
+		return nil, unpack.Hostile("%s: its config declares %d bytes (at most %d)", ref, man.Config.Size, MaxConfigBytes)
 	}
 	if len(man.Layers) > MaxLayers {
-		return nil, hostile("%s: %d layers (at most %d)", ref, len(man.Layers), MaxLayers)
+		return nil, unpack.Hostile("%s: %d layers (at most %d)", ref, len(man.Layers), MaxLayers)
 	}
 	id, err := img.ConfigName()
 	if err != nil {
-		return nil, hostile("%s: no config digest: %v", ref, err)
+		return nil, unpack.Hostile("%s: no config digest: %v", ref, err)
 	}
 	// The cache is keyed by config digest, and shared by every tenant: the
 	// config must be the one its digest names, and (in unpack) every layer
@@ -205,14 +207,14 @@ func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progr
 	// cache entry of a public image another tenant pulls.
 	raw, err := img.RawConfigFile()
 	if err != nil {
-		return nil, hostile("%s: config: %v", ref, err)
+		return nil, unpack.Hostile("%s: config: %v", ref, err)
 	}
 	if sum := sha256.Sum256(raw); id.Algorithm != "sha256" || hex.EncodeToString(sum[:]) != id.Hex {
-		return nil, hostile("%s: its config is not the one its digest %s names", ref, id)
+		return nil, unpack.Hostile("%s: its config is not the one its digest %s names", ref, id)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return nil, hostile("%s: config: %v", ref, err)
+		return nil, unpack.Hostile("%s: config: %v", ref, err)
 	}
 	if cf.OS != "" && cf.OS != "linux" || cf.Architecture != "" && cf.Architecture != "amd64" {
 		return nil, errdefs.Invalid(fmt.Sprintf("--image %s is %s/%s; this host runs linux/amd64", ref, cf.OS, cf.Architecture))
@@ -247,16 +249,16 @@ func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1
 	defer os.RemoveAll(tmp)
 	layers, err := img.Layers()
 	if err != nil {
-		return nil, hostile("%s: layers: %v", ref, err)
+		return nil, unpack.Hostile("%s: layers: %v", ref, err)
 	}
 	rep := &reporter{what: ref, out: progress, start: time.Now()}
-	u, err := newUnpacker(filepath.Join(tmp, "rootfs"), s.MaxBytes, rep.add)
+	u, err := unpack.New(filepath.Join(tmp, "rootfs"), s.MaxBytes, rep.add)
 	if err != nil {
 		return nil, err
 	}
-	defer u.close()
+	defer u.Close()
 	if len(cf.RootFS.DiffIDs) != len(layers) {
-		return nil, hostile("%s: %d layers, and its config names %d", ref, len(layers), len(cf.RootFS.DiffIDs))
+		return nil, unpack.Hostile("%s: %d layers, and its config names %d", ref, len(layers), len(cf.RootFS.DiffIDs))
 	}
 	for i, l := range layers {
 		rep.layer = fmt.Sprintf("layer %d/%d", i+1, len(layers))
@@ -268,30 +270,30 @@ func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1
 		// archive's end (padding, within a bound), against the config.
 		h := sha256.New()
 		tee := io.TeeReader(rc, h)
-		err = u.applyLayer(ctx, tee)
+		err = u.ApplyLayer(ctx, tee)
 		if err == nil {
 			var n int64
 			if n, err = io.Copy(io.Discard, io.LimitReader(tee, maxLayerTrailer+1)); err == nil && n > maxLayerTrailer {
-				err = hostile("more than %d bytes after the archive's end", maxLayerTrailer)
+				err = unpack.Hostile("more than %d bytes after the archive's end", maxLayerTrailer)
 			}
 		}
 		rc.Close()
 		if want := cf.RootFS.DiffIDs[i]; err == nil && (want.Algorithm != "sha256" || hex.EncodeToString(h.Sum(nil)) != want.Hex) {
-			err = hostile("it is not the layer its config names (%s)", want)
+			err = unpack.Hostile("it is not the layer its config names (%s)", want)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
 		}
 	}
 	if progress != nil && time.Since(rep.start) > time.Second {
-		progress(fmt.Sprintf("unpacked %s (%d MiB) in %s", ref, u.written>>20, time.Since(rep.start).Round(time.Millisecond)))
+		progress(fmt.Sprintf("unpacked %s (%d MiB) in %s", ref, u.Written()>>20, time.Since(rep.start).Round(time.Millisecond)))
 	}
 	// The root directory itself is the sandbox's /: root-owned, 0755.
 	if err := os.Chmod(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
-	m := &Meta{ID: id, Names: []string{ref}, Size: u.written, Created: now, LastUsed: now, Env: cf.Config.Env, WorkDir: cf.Config.WorkingDir}
+	m := &Meta{ID: id, Names: []string{ref}, Size: u.Written(), Created: now, LastUsed: now, Env: cf.Config.Env, WorkDir: cf.Config.WorkingDir}
 	if err := writeMeta(tmp, m); err != nil {
 		return nil, err
 	}
@@ -306,7 +308,7 @@ func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1
 
 // use records ref as a name of m, marks it used, and returns its layout,
 // holding its use lock until Release.
-func (s *Store) use(m *Meta, ref string) (*Layout, error) {
+func (s *Store) use(m *Meta, ref string) (*rootfs.Layout, error) {
 	dir := filepath.Join(s.dir, m.ID)
 	release, err := lockPath(filepath.Join(dir, "use.lock"), unix.LOCK_SH)
 	if err != nil {
@@ -318,11 +320,11 @@ func (s *Store) use(m *Meta, ref string) (*Layout, error) {
 	m.LastUsed = time.Now().UTC()
 	_ = writeMeta(dir, m)
 	root := filepath.Join(dir, "rootfs")
-	return &Layout{
+	return &rootfs.Layout{
 		Name: ref, Digest: "sha256:" + m.ID,
-		Trees:   []Tree{{HostPath: root, Target: "/"}},
-		Passwd:  readSmall(root, "etc/passwd"),
-		Group:   readSmall(root, "etc/group"),
+		Trees:   []rootfs.Tree{{HostPath: root, Target: "/"}},
+		Passwd:  rootfs.ReadSmall(root, "etc/passwd"),
+		Group:   rootfs.ReadSmall(root, "etc/group"),
 		Env:     m.Env,
 		Release: release,
 	}, nil
@@ -480,34 +482,54 @@ func checkArchive(p string) error {
 	tr := tar.NewReader(f)
 	for n := 0; ; n++ {
 		if n >= maxArchiveEntries {
-			return hostile("docker-archive: more than %d entries", maxArchiveEntries)
+			return unpack.Hostile("docker-archive: more than %d entries", maxArchiveEntries)
 		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return hostile("docker-archive: %v", err)
+			return unpack.Hostile("docker-archive: %v", err)
 		}
 		name := path.Clean(hdr.Name)
 		sizes[name] = hdr.Size
 		if name == "manifest.json" {
 			if hdr.Size > MaxConfigBytes {
-				return hostile("docker-archive: manifest.json of %d bytes (at most %d)", hdr.Size, MaxConfigBytes)
+				return unpack.Hostile("docker-archive: manifest.json of %d bytes (at most %d)", hdr.Size, MaxConfigBytes)
 			}
 			if manifest, err = io.ReadAll(io.LimitReader(tr, MaxConfigBytes)); err != nil {
-				return hostile("docker-archive: %v", err)
+				return unpack.Hostile("docker-archive: %v", err)
 			}
 		}
 	}
 	var m []struct{ Config string }
 	if err := json.Unmarshal(manifest, &m); err != nil {
-		return hostile("docker-archive: manifest.json: %v", err)
+		return unpack.Hostile("docker-archive: manifest.json: %v", err)
 	}
 	for _, d := range m {
 		if sizes[path.Clean(d.Config)] > MaxConfigBytes {
-			return hostile("docker-archive: config %s of %d bytes (at most %d)", d.Config, sizes[path.Clean(d.Config)], MaxConfigBytes)
+			return unpack.Hostile("docker-archive: config %s of %d bytes (at most %d)", d.Config, sizes[path.Clean(d.Config)], MaxConfigBytes)
 		}
 	}
 	return nil
+}
+
+// reporter prints progress lines after the first second of work.
+type reporter struct {
+	what  string
+	out   func(string)
+	start time.Time
+	last  time.Time
+	total int64
+	layer string
+}
+
+func (r *reporter) add(n int64) {
+	r.total += n
+	now := time.Now()
+	if r.out == nil || now.Sub(r.start) < time.Second || now.Sub(r.last) < 2*time.Second {
+		return
+	}
+	r.last = now
+	r.out(fmt.Sprintf("unpacking %s: %s, %d MiB so far", r.what, r.layer, r.total>>20))
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/image/unpack"
 )
 
 // What a tenant's image name may make the daemon do on the host: pull only
@@ -73,7 +74,7 @@ func (s *Store) summarise(ref string, err error) error {
 		return summarised{errdefs.New(class, fmt.Sprintf("--image %s: the registry answered HTTP %d", ref, te.StatusCode))}
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return summarised{errdefs.New(errdefs.ErrTimeout, fmt.Sprintf("--image %s: the pull did not finish in time", ref))}
-	case errors.Is(err, ErrHostile):
+	case errors.Is(err, unpack.ErrHostile):
 		return summarised{errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("--image %s: the registry served an image airlock refuses to unpack", ref))}
 	}
 	return summarised{errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("--image %s: the registry could not be reached or answered with something other than an image", ref))}

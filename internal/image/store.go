@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
 )
 
 // Store resolves image names and keeps the cache of unpacked OCI images.
@@ -41,26 +42,26 @@ func NewStore(dir string, log *slog.Logger) (*Store, error) {
 
 // Resolve turns an image name into a Layout. progress receives one-line
 // progress messages when the image must be fetched or unpacked.
-func (s *Store) Resolve(ctx context.Context, name string, progress func(string)) (*Layout, error) {
+func (s *Store) Resolve(ctx context.Context, name string, progress func(string)) (*rootfs.Layout, error) {
 	return s.ResolveAt(ctx, name, nil, progress)
 }
 
 // ResolveAt is Resolve with the host path name stands for (a rootfs
 // directory, an oci: layout or a docker-archive: file) already opened, as
 // at: it is read only through at, never by its name. at nil opens the name.
-func (s *Store) ResolveAt(ctx context.Context, name string, at *os.File, progress func(string)) (*Layout, error) {
+func (s *Store) ResolveAt(ctx context.Context, name string, at *os.File, progress func(string)) (*rootfs.Layout, error) {
 	if s.Tenants && at == nil && (strings.HasPrefix(name, "/") || strings.HasPrefix(name, "oci:") || strings.HasPrefix(name, "docker-archive:")) {
 		return nil, fmt.Errorf("%w: image %s: a tenant's image path is read only once opened beneath its root", errdefs.ErrInternal, name)
 	}
 	switch {
 	case name == "" || name == "host":
-		return Host(filepath.Join(filepath.Dir(s.dir), "hostetc"))
+		return rootfs.Host(filepath.Join(filepath.Dir(s.dir), "hostetc"))
 	case strings.HasPrefix(name, "/"):
 		p := name
 		if at != nil {
 			p = fdPath(at)
 		}
-		l, err := Dir(p)
+		l, err := rootfs.Dir(p)
 		if err != nil {
 			return nil, s.hide(name, err)
 		}
@@ -81,19 +82,3 @@ func (s *Store) hide(name string, err error) error {
 }
 
 func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
-
-// Dir returns the layout of a root filesystem directory. Its files keep the
-// ownership they have on the host (uid 0 appears as root inside).
-func Dir(path string) (*Layout, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --image %s: %v", errdefs.ErrNotFound, path, err)
-	}
-	if !fi.IsDir() {
-		return nil, errdefs.Invalid(fmt.Sprintf("--image %s: not a directory", path))
-	}
-	l := &Layout{Name: path, Trees: []Tree{{HostPath: path, Target: "/"}}}
-	l.Passwd = readSmall(path, "etc/passwd")
-	l.Group = readSmall(path, "etc/group")
-	return l, nil
-}

@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/cleanup"
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/wall"
@@ -26,7 +26,7 @@ type Options struct {
 	// sandbox is long-lived and serves the agent.
 	Command *Command
 	// OnEgress sees every egress decision of a proxy-mode sandbox.
-	OnEgress func(egress.Event)
+	OnEgress func(eventlog.Event)
 	// NetLog receives one JSON line per egress decision.
 	NetLog io.Writer
 	// BeforeStart, when set, is called with the prepared sandbox just
@@ -124,7 +124,7 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 // Adopt takes over long-lived sandbox id, made by an earlier daemon, whose
 // first process has host pid pid. A sandbox that cannot be adopted is
 // destroyed (whatever of it is left) and an error says why.
-func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(egress.Event)) (_ *Sandbox, err error) {
+func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(eventlog.Event)) (_ *Sandbox, err error) {
 	w, err := l.wall.Adopt(id, pid)
 	if err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // options prepares what the wall is given: the image's trees and the
 // generated files of the root, the command's environment (with the
 // network's, when n is set), and the limits.
-func (l *Lifecycle) options(s *spec.Spec, layout *image.Layout, id string, n *sandboxnet.Net) *wall.Options {
+func (l *Lifecycle) options(s *spec.Spec, layout *rootfs.Layout, id string, n *sandboxnet.Net) *wall.Options {
 	host := s.Hostname
 	if host == "" {
 		host = "airlock-" + id[:8]

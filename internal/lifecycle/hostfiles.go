@@ -11,7 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/hostpath"
 	"github.com/airlock-sandbox/airlock/internal/spec"
-	"github.com/airlock-sandbox/airlock/internal/workspace"
+	"github.com/airlock-sandbox/airlock/internal/workspace/checkout"
 )
 
 // hostFiles are the host paths of one sandbox's spec, each opened once
@@ -118,9 +118,9 @@ func path(f *os.File) string {
 // ends (the kill switch, a tenant's deletion).
 func (l *Lifecycle) checkout(ctx context.Context, s *spec.Spec, h *hostFiles, id string) (string, func(), error) {
 	if h.confined {
-		return workspace.FromRepoBeneath(ctx, h.repo, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
+		return checkout.FromRepoBeneath(ctx, h.repo, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
 	}
-	return workspace.FromRepo(ctx, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
+	return checkout.FromRepo(ctx, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
 }
 
 func (h *hostFiles) close() {

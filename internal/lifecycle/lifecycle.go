@@ -23,7 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/wall"
-	"github.com/airlock-sandbox/airlock/internal/workspace"
+	"github.com/airlock-sandbox/airlock/internal/workspace/checkout"
 )
 
 // Config is the host's side of every sandbox.
@@ -102,7 +102,7 @@ func (l *Lifecycle) Wall() wall.Wall { return l.wall }
 // GC removes what dead sandboxes left behind.
 func (l *Lifecycle) GC() ([]string, error) {
 	ids, err := l.wall.GC()
-	if err2 := workspace.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
+	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
 	sandboxnet.Reap(l.cfg.StateDir)
@@ -122,7 +122,7 @@ func (l *Lifecycle) Discard(id string) error {
 	err := l.wall.Discard(id)
 	_ = os.Remove(l.agentSocket(id))
 	sandboxnet.Reap(l.cfg.StateDir)
-	if err2 := workspace.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
+	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
 	return err

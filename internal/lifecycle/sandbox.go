@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/image"
+	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ import (
 type Sandbox struct {
 	id       string
 	w        wall.Sandbox
-	layout   *image.Layout
+	layout   *rootfs.Layout
 	host     *hostFiles // the spec's host paths, open while the sandbox lives
 	wsDir    string     // the workspace's host directory ("" for none)
 	socket   string     // the agent's socket (long-lived)
@@ -208,7 +209,7 @@ func (sb *Sandbox) Archive(ctx context.Context, rel string, maxBytes int64, star
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		err = fmt.Errorf("%w: /workspace/%s", errdefs.ErrNotFound, rel)
-	case errors.Is(err, workspace.ErrTooLarge):
+	case errors.Is(err, safefs.ErrTooLarge):
 		err = errdefs.New(errdefs.ErrTooLarge, err.Error()+": download a smaller directory")
 	}
 	return err

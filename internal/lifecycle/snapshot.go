@@ -12,7 +12,8 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/workspace"
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
+	"github.com/airlock-sandbox/airlock/internal/workspace/snapshot"
 )
 
 // Snapshots live under DATA_DIR/snapshots/<id>: root/ (a whole root
@@ -119,10 +120,10 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 			if err := os.Mkdir(root, 0o755); err != nil {
 				return err
 			}
-			if err := workspace.LinkTree(sb.layout.Trees[0].HostPath, root); err != nil {
+			if err := snapshot.LinkTree(sb.layout.Trees[0].HostPath, root); err != nil {
 				return fmt.Errorf("snapshot: the image: %w", err)
 			}
-			w, err := workspace.NewWriter(root, h, maxBytes)
+			w, err := snapshot.NewWriter(root, h, maxBytes)
 			if err != nil {
 				return err
 			}
@@ -140,7 +141,7 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 			return err
 		}
 		fmt.Fprint(h, "workspace\x00")
-		w, err := workspace.NewWriter(ws, h, maxBytes)
+		w, err := snapshot.NewWriter(ws, h, maxBytes)
 		if err != nil {
 			return err
 		}
@@ -155,7 +156,7 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 		out.Bytes += w.Written()
 		return nil
 	})
-	if errors.Is(err, workspace.ErrTooLarge) {
+	if errors.Is(err, safefs.ErrTooLarge) {
 		return nil, errdefs.New(errdefs.ErrTooLarge, err.Error())
 	}
 	if err != nil {

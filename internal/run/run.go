@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/broker"
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -246,11 +246,11 @@ func (r *Runner) deliver(sb *lifecycle.Sandbox, o Options) error {
 }
 
 // egressSink records the run's egress decisions.
-func (r *Runner) egressSink(o Options) func(egress.Event) {
+func (r *Runner) egressSink(o Options) func(eventlog.Event) {
 	if o.Audit == nil {
 		return nil
 	}
-	return func(ev egress.Event) { _ = o.Audit(ev.Sandbox, "egress", "observed", ev, false) }
+	return func(ev eventlog.Event) { _ = o.Audit(ev.Sandbox, "egress", "observed", ev, false) }
 }
 
 // recordStart puts the run on the record before anything runs: a run that

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -211,8 +211,8 @@ const MaxEgressRecords = 500
 // egressSink is what sandbox id's egress proxy tells the service: each
 // decision is counted and recorded, with one secret.finding record per
 // finding.
-func (s *Service) egressSink(id string) func(egress.Event) {
-	return func(ev egress.Event) {
+func (s *Service) egressSink(id string) func(eventlog.Event) {
+	return func(ev eventlog.Event) {
 		s.cfg.Metrics.Egress.WithLabelValues(ev.Decision).Inc()
 		s.NoteEgress(id, ev)
 		for _, f := range ev.Findings {

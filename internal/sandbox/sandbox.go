@@ -25,7 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/broker"
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -68,8 +68,8 @@ type Host interface {
 // NewBackend).
 type Backend interface {
 	// Create makes sandbox id; onEgress sees its egress decisions.
-	Create(ctx context.Context, id string, s *spec.Spec, onEgress func(egress.Event)) (Host, error)
-	Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(egress.Event)) (Host, error)
+	Create(ctx context.Context, id string, s *spec.Spec, onEgress func(eventlog.Event)) (Host, error)
+	Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(eventlog.Event)) (Host, error)
 	// SnapshotPaths says where a snapshot's root ("" when it has none)
 	// and workspace are; RemoveSnapshot deletes its files.
 	SnapshotPaths(id string) (root, ws string, err error)
@@ -90,7 +90,7 @@ func NewBackend(l *lifecycle.Lifecycle) Backend { return lifecycleBackend{l} }
 
 type lifecycleBackend struct{ *lifecycle.Lifecycle }
 
-func (b lifecycleBackend) Create(ctx context.Context, id string, s *spec.Spec, onEgress func(egress.Event)) (Host, error) {
+func (b lifecycleBackend) Create(ctx context.Context, id string, s *spec.Spec, onEgress func(eventlog.Event)) (Host, error) {
 	sb, err := b.Lifecycle.Create(ctx, id, s, lifecycle.Options{OnEgress: onEgress})
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (b lifecycleBackend) Create(ctx context.Context, id string, s *spec.Spec, o
 	return sb, nil
 }
 
-func (b lifecycleBackend) Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(egress.Event)) (Host, error) {
+func (b lifecycleBackend) Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(eventlog.Event)) (Host, error) {
 	sb, err := b.Lifecycle.Adopt(ctx, id, s, pid, onEgress)
 	if err != nil {
 		return nil, err

@@ -5,7 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"io"
 	"net"
@@ -46,7 +46,7 @@ func newGateBackend(t *testing.T) *gateBackend {
 	return &gateBackend{t: t, started: make(chan string, 16), made: map[string]*gateInstance{}, snapshots: map[string]bool{}}
 }
 
-func (g *gateBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func(egress.Event)) (Host, error) {
+func (g *gateBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func(eventlog.Event)) (Host, error) {
 	if g.gate != nil {
 		g.started <- id
 		if g.deaf {
@@ -73,7 +73,7 @@ func (g *gateBackend) Create(ctx context.Context, id string, s *spec.Spec, _ fun
 	return in, nil
 }
 
-func (g *gateBackend) Adopt(context.Context, string, *spec.Spec, int, func(egress.Event)) (Host, error) {
+func (g *gateBackend) Adopt(context.Context, string, *spec.Spec, int, func(eventlog.Event)) (Host, error) {
 	return nil, errors.New("no adoption here")
 }
 

@@ -24,6 +24,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -77,8 +79,8 @@ type Net struct {
 
 // Guard is the address guard every sandbox's proxy and the registry
 // dialer share: c's allowed ranges, never the sandboxes' pool.
-func (c *Config) Guard() *egress.Guard {
-	return &egress.Guard{AllowNets: c.EgressAllowNets, Sandboxes: c.pool()}
+func (c *Config) Guard() *policy.Guard {
+	return &policy.Guard{AllowNets: c.EgressAllowNets, Sandboxes: c.pool()}
 }
 
 // RegistryDial dials a registry only at an address the guard allows (never
@@ -88,7 +90,7 @@ func (c *Config) RegistryDial() func(ctx context.Context, network, addr string) 
 	d := &net.Dialer{Control: c.Guard().Control}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := d.DialContext(ctx, network, addr)
-		if errors.Is(err, egress.ErrBlockedAddress) {
+		if errors.Is(err, policy.ErrBlockedAddress) {
 			return nil, fmt.Errorf("%w: %v", errdefs.ErrPermissionDenied, err)
 		}
 		return conn, err
@@ -112,7 +114,7 @@ func (c *Config) warn(m string) {
 // proxy, the broker's session (which mints the grants' placeholders into
 // s.Env). netLog receives one JSON line per decision; sink sees every
 // decision as it is made.
-func Setup(c *Config, id string, s *spec.Spec, netLog io.Writer, sink func(egress.Event)) (_ *Net, err error) {
+func Setup(c *Config, id string, s *spec.Spec, netLog io.Writer, sink func(eventlog.Event)) (_ *Net, err error) {
 	pol, upstream, err := c.policy(s)
 	if err != nil {
 		return nil, err
@@ -164,7 +166,7 @@ func Setup(c *Config, id string, s *spec.Spec, netLog io.Writer, sink func(egres
 // Adopt takes over the network of proxy-mode sandbox id, whose init (host
 // pid) still sits in it, and starts its proxy again; the connections
 // through the old proxy were cut.
-func Adopt(c *Config, id string, s *spec.Spec, pid int, sink func(egress.Event)) (*Net, error) {
+func Adopt(c *Config, id string, s *spec.Spec, pid int, sink func(eventlog.Event)) (*Net, error) {
 	pol, upstream, err := c.policy(s)
 	if err != nil {
 		return nil, err
@@ -211,8 +213,8 @@ func (n *Net) Close() *Result {
 }
 
 // policy builds a sandbox's egress policy and finds the upstream resolver.
-func (c *Config) policy(s *spec.Spec) (*egress.Policy, string, error) {
-	pol := &egress.Policy{}
+func (c *Config) policy(s *spec.Spec) (*policy.Policy, string, error) {
+	pol := &policy.Policy{}
 	if err := pol.Add(true, s.Net.Allow...); err != nil {
 		return nil, "", errdefs.Invalid("--allow: " + err.Error())
 	}
@@ -242,8 +244,8 @@ func (c *Config) policy(s *spec.Spec) (*egress.Policy, string, error) {
 
 // proxy starts the egress proxy and DNS forwarder of network n; stop
 // stops them, drops n, and sums up. On error n is dropped.
-func (c *Config) proxy(s *spec.Spec, id string, n *netns.Net, pol *egress.Policy, upstream string, netLog io.Writer, sink func(egress.Event), sess *broker.Session) (stop func() *Result, err error) {
-	rec := egress.NewRecorder(netLog, sink)
+func (c *Config) proxy(s *spec.Spec, id string, n *netns.Net, pol *policy.Policy, upstream string, netLog io.Writer, sink func(eventlog.Event), sess *broker.Session) (stop func() *Result, err error) {
+	rec := eventlog.NewRecorder(netLog, sink)
 	cfg := egress.Config{
 		Sandbox: id, Listen: n.HostIP, Interface: n.HostIf, Peer: n.SandboxIP, Policy: pol,
 		Guard: c.Guard(), Upstream: upstream, MaxConns: s.Net.MaxConns, MaxBytesOut: s.Net.EgressBytes, Recorder: rec,

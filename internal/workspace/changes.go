@@ -1,8 +1,13 @@
-// Package workspace builds a sandbox's /workspace and reads back what the
-// sandbox did to it: a workspace from a git commit (objects only: no hooks,
-// no repository config, no credentials), the changes as a unified diff, and
-// an export of the result. Everything the sandbox wrote is read as hostile
-// (see safefs.go).
+// Package workspace reads back what a sandbox did to its /workspace: the
+// change set of its upper layer against the lower directory, the changes
+// as a unified diff, an export of the result into a host directory, and a
+// tar archive of a path. Everything the sandbox wrote is read as hostile,
+// through internal/workspace/safefs. The workspace's other jobs live
+// beside it: a checkout of a git commit (internal/workspace/checkout) and
+// the snapshot writer (internal/workspace/snapshot).
+//
+// It imports internal/workspace/safefs, internal/untrusted, go-udiff and
+// x/sys.
 package workspace
 
 import (
@@ -22,9 +27,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/untrusted"
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 )
 
-// Caps on what the host reads back (see walk.go for the walk's own).
+// Caps on what the host reads back (safefs has the walk's own).
 const (
 	MaxDiffFile     = 1 << 20   // files larger than this are named, not diffed
 	MaxChanges      = 100000    // entries in one change set
@@ -60,7 +66,7 @@ type Set struct {
 	Changes []Change
 	// Unread names the subtrees the walk could not read, and why; every
 	// other change is listed.
-	Unread []Unread
+	Unread []safefs.Unread
 	// Truncated says why Changes stops short ("" when it is whole).
 	Truncated string
 
@@ -69,8 +75,8 @@ type Set struct {
 	lower    *os.File // nil: the workspace started empty
 	upper    *os.File
 	merged   *os.File
-	w        *walker
-	links    links
+	w        *safefs.Walker
+	links    safefs.Links
 	names    int64             // bytes of names in Changes
 	compared int64             // content read by sameContent
 	hashed   int64             // content read by Digest
@@ -82,11 +88,11 @@ type Set struct {
 // descriptors the sandbox's init handed over. The walk stops where ctx
 // ends (its deadline is the walk's time budget) and says so in Unread.
 func Changes(ctx context.Context, lowerDir string, upper, merged *os.File) (*Set, error) {
-	up, err := reopen(upper)
+	up, err := safefs.Reopen(upper)
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{ctx: ctx, max: MaxChanges, upper: up, merged: merged, w: newWalker(ctx), links: links{}, digests: map[string]string{}}
+	s := &Set{ctx: ctx, max: MaxChanges, upper: up, merged: merged, w: safefs.NewWalker(ctx), links: safefs.Links{}, digests: map[string]string{}}
 	if lowerDir != "" {
 		if s.lower, err = os.OpenFile(lowerDir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			return nil, err
@@ -116,43 +122,26 @@ func (s *Set) add(c Change) {
 	s.Changes = append(s.Changes, c)
 }
 
-func typeOf(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFREG:
-		return "file"
-	case unix.S_IFDIR:
-		return "dir"
-	case unix.S_IFLNK:
-		return "symlink"
-	case unix.S_IFIFO:
-		return "fifo"
-	case unix.S_IFSOCK:
-		return "socket"
-	default:
-		return "device"
-	}
-}
-
 // walk lists the changes under upper directory d at rel; l is the lower
 // directory at the same place (nil when there is none).
 func (s *Set) walk(d, l *os.File, rel string, depth int) {
-	names := s.w.list(d, rel)
-	if rel != "" && isOpaque(d) {
+	names := s.w.List(d, rel)
+	if rel != "" && safefs.IsOpaque(d) {
 		s.deleteLower(l, rel, names, depth)
 	}
 	for _, name := range names {
-		if s.full() || s.w.stopped(rel) {
+		if s.full() || s.w.Stopped(rel) {
 			return
 		}
-		p := join(rel, name)
-		st, err := lstatAt(d, name)
+		p := safefs.Join(rel, name)
+		st, err := safefs.LstatAt(d, name)
 		if err != nil {
 			continue
 		}
 		var lst unix.Stat_t
 		inLower := false
 		if l != nil {
-			lst, err = lstatAt(l, name)
+			lst, err = safefs.LstatAt(l, name)
 			inLower = err == nil
 		}
 		kind := Added
@@ -176,13 +165,13 @@ func (s *Set) walk(d, l *os.File, rel string, depth int) {
 				}
 				s.add(Change{Path: p, Kind: Added, Type: "dir"})
 			}
-			sub := s.w.enter(d, name, p, depth+1)
+			sub := s.w.Enter(d, name, p, depth+1)
 			if sub == nil {
 				continue
 			}
 			var lsub *os.File
 			if lowerDir {
-				lsub = s.w.enter(l, name, p, depth+1)
+				lsub = s.w.Enter(l, name, p, depth+1)
 			}
 			s.walk(sub, lsub, p, depth+1)
 			sub.Close()
@@ -190,7 +179,7 @@ func (s *Set) walk(d, l *os.File, rel string, depth int) {
 				lsub.Close()
 			}
 		case unix.S_IFREG:
-			c := Change{Path: p, Kind: kind, Type: "file", Size: st.Size, HardLink: s.links.first(&st, p)}
+			c := Change{Path: p, Kind: kind, Type: "file", Size: st.Size, HardLink: s.links.First(&st, p)}
 			if inLower && lst.Mode&unix.S_IFMT == unix.S_IFREG && lst.Size == st.Size && lst.Mode == st.Mode && s.sameContent(l, d, name, st.Size) {
 				continue // copied up for metadata only, content unchanged
 			}
@@ -204,7 +193,7 @@ func (s *Set) walk(d, l *os.File, rel string, depth int) {
 			n, _ := unix.Readlinkat(int(d.Fd()), name, buf)
 			s.add(Change{Path: p, Kind: kind, Type: "symlink", Link: string(buf[:max(n, 0)])})
 		default:
-			s.add(Change{Path: p, Kind: kind, Type: typeOf(st.Mode)})
+			s.add(Change{Path: p, Kind: kind, Type: safefs.TypeOf(st.Mode)})
 		}
 	}
 }
@@ -214,11 +203,11 @@ func (s *Set) walk(d, l *os.File, rel string, depth int) {
 // so a deleted tree of empty directories costs the change list what it
 // costs the walk, and the walk stops where the list is full.
 func (s *Set) deleted(l *os.File, name, p string, st unix.Stat_t, depth int) {
-	s.add(Change{Path: p, Kind: Deleted, Type: typeOf(st.Mode), Size: st.Size})
+	s.add(Change{Path: p, Kind: Deleted, Type: safefs.TypeOf(st.Mode), Size: st.Size})
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || s.full() {
 		return
 	}
-	sub := s.w.enter(l, name, p, depth+1)
+	sub := s.w.Enter(l, name, p, depth+1)
 	if sub == nil {
 		return
 	}
@@ -230,28 +219,22 @@ func (s *Set) deleted(l *os.File, name, p string, st unix.Stat_t, depth int) {
 // deleted, except the names kept (sorted): an opaque or replaced
 // directory.
 func (s *Set) deleteLower(l *os.File, rel string, keep []string, depth int) {
-	if l == nil || s.full() || s.w.stopped(rel) {
+	if l == nil || s.full() || s.w.Stopped(rel) {
 		return
 	}
-	for _, n := range s.w.list(l, rel) {
-		if s.full() || s.w.stopped(rel) {
+	for _, n := range s.w.List(l, rel) {
+		if s.full() || s.w.Stopped(rel) {
 			return
 		}
 		if _, kept := slices.BinarySearch(keep, n); kept {
 			continue
 		}
-		st, err := lstatAt(l, n)
+		st, err := safefs.LstatAt(l, n)
 		if err != nil {
 			continue
 		}
-		s.deleted(l, n, join(rel, n), st, depth)
+		s.deleted(l, n, safefs.Join(rel, n), st, depth)
 	}
-}
-
-func isOpaque(d *os.File) bool {
-	buf := make([]byte, 8)
-	n, err := unix.Fgetxattr(int(d.Fd()), "user.overlay.opaque", buf)
-	return err == nil && n > 0 && buf[0] == 'y'
 }
 
 // sameContent reports whether file name of lower directory l and of upper
@@ -262,11 +245,11 @@ func (s *Set) sameContent(l, u *os.File, name string, size int64) bool {
 		return false
 	}
 	s.compared += 2 * size
-	a, err := readCapped(l, name, MaxDiffFile)
+	a, err := safefs.ReadCapped(l, name, MaxDiffFile)
 	if err != nil {
 		return false
 	}
-	b, err := readCapped(u, name, MaxDiffFile)
+	b, err := safefs.ReadCapped(u, name, MaxDiffFile)
 	return err == nil && bytes.Equal(a, b)
 }
 
@@ -346,12 +329,12 @@ func (s *Set) fileDiff(w io.Writer, c *Change, read *int64) error {
 	var old, cur []byte
 	var err error
 	if c.Kind != Added {
-		if old, err = readCapped(s.lower, c.Path, MaxDiffFile); err != nil {
+		if old, err = safefs.ReadCapped(s.lower, c.Path, MaxDiffFile); err != nil {
 			return s.named(w, c, err)
 		}
 	}
 	if c.Kind != Deleted {
-		if cur, err = readCapped(s.upper, c.Path, MaxDiffFile); err != nil {
+		if cur, err = safefs.ReadCapped(s.upper, c.Path, MaxDiffFile); err != nil {
 			return s.named(w, c, err)
 		}
 	}
@@ -374,9 +357,9 @@ func (s *Set) fileDiff(w io.Writer, c *Change, read *int64) error {
 
 func (s *Set) named(w io.Writer, c *Change, err error) error {
 	switch {
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, safefs.ErrTooLarge):
 		_, err = fmt.Fprintf(w, "%s file %s (%d bytes, too large to diff)\n", c.Kind, untrusted.Quote(c.Path), c.Size)
-	case errors.Is(err, ErrNotRegular):
+	case errors.Is(err, safefs.ErrNotRegular):
 		_, err = fmt.Fprintf(w, "%s %s (not a regular file, not shown)\n", c.Kind, untrusted.Quote(c.Path))
 	default:
 		_, err = fmt.Fprintf(w, "%s %s (unreadable: %s)\n", c.Kind, untrusted.Quote(c.Path), untrusted.Quote(err.Error()))
@@ -411,12 +394,12 @@ func (s *Set) Export(dst string) (skipped []string, err error) {
 		return nil, err
 	}
 	defer out.Close()
-	src, err := reopen(s.merged)
+	src, err := safefs.Reopen(s.merged)
 	if err != nil {
 		return nil, err
 	}
 	defer src.Close()
-	e := &exporter{root: out, owner: exportOwner(), w: newWalker(s.ctx), links: links{}, max: MaxExportBytes}
+	e := &exporter{root: out, owner: exportOwner(), w: safefs.NewWalker(s.ctx), links: safefs.Links{}, max: MaxExportBytes}
 	_ = out.Chown(e.owner[0], e.owner[1]) // the export's own directory too
 	err = e.dir(src, out, "", 0)
 	for _, u := range e.w.Unread() {
@@ -440,8 +423,8 @@ func exportOwner() [2]int {
 type exporter struct {
 	root    *os.File // the export's directory
 	owner   [2]int
-	w       *walker
-	links   links
+	w       *safefs.Walker
+	links   safefs.Links
 	max     int64 // bytes of file data at most
 	total   int64
 	skipped []string
@@ -449,12 +432,12 @@ type exporter struct {
 
 // dir exports the entries of source directory src (at rel) into out.
 func (e *exporter) dir(src, out *os.File, rel string, depth int) error {
-	for _, name := range e.w.list(src, rel) {
-		if e.w.stopped(rel) {
+	for _, name := range e.w.List(src, rel) {
+		if e.w.Stopped(rel) {
 			return nil
 		}
-		p := join(rel, name)
-		st, err := lstatAt(src, name)
+		p := safefs.Join(rel, name)
+		st, err := safefs.LstatAt(src, name)
 		if err != nil {
 			continue
 		}
@@ -465,11 +448,11 @@ func (e *exporter) dir(src, out *os.File, rel string, depth int) error {
 				return fmt.Errorf("export mkdir %s: %w", p, err)
 			}
 			_ = unix.Fchownat(int(out.Fd()), name, e.owner[0], e.owner[1], unix.AT_SYMLINK_NOFOLLOW)
-			sub := e.w.enter(src, name, p, depth+1)
+			sub := e.w.Enter(src, name, p, depth+1)
 			if sub == nil {
 				continue
 			}
-			subOut, err := openIn(out, name, unix.O_RDONLY|unix.O_DIRECTORY)
+			subOut, err := safefs.OpenIn(out, name, unix.O_RDONLY|unix.O_DIRECTORY)
 			if err != nil {
 				sub.Close()
 				return fmt.Errorf("export %s: %w", p, err)
@@ -500,7 +483,7 @@ func (e *exporter) dir(src, out *os.File, rel string, depth int) error {
 			}
 			_ = unix.Fchownat(int(out.Fd()), name, e.owner[0], e.owner[1], unix.AT_SYMLINK_NOFOLLOW)
 		default:
-			e.skipped = append(e.skipped, fmt.Sprintf("%s (%s)", untrusted.Quote(p), typeOf(st.Mode)))
+			e.skipped = append(e.skipped, fmt.Sprintf("%s (%s)", untrusted.Quote(p), safefs.TypeOf(st.Mode)))
 		}
 	}
 	return nil
@@ -509,7 +492,7 @@ func (e *exporter) dir(src, out *os.File, rel string, depth int) error {
 // file exports regular file name of src (at p): a further link of a file
 // already exported becomes a hard link to it.
 func (e *exporter) file(src, out *os.File, name, p string, st *unix.Stat_t, perm uint32) error {
-	if first := e.links.first(st, p); first != "" {
+	if first := e.links.First(st, p); first != "" {
 		if unix.Linkat(int(e.root.Fd()), first, int(out.Fd()), name, 0) == nil {
 			return nil
 		}
@@ -520,7 +503,7 @@ func (e *exporter) file(src, out *os.File, name, p string, st *unix.Stat_t, perm
 		return nil
 	}
 	e.total += cost
-	in, fi, err := openRegular(src, name)
+	in, fi, err := safefs.OpenRegular(src, name)
 	if err != nil {
 		return err
 	}
@@ -531,7 +514,7 @@ func (e *exporter) file(src, out *os.File, name, p string, st *unix.Stat_t, perm
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
-	if err := copySparse(f, in, fi.Size()); err != nil {
+	if err := safefs.CopySparse(f, in, fi.Size()); err != nil {
 		return fmt.Errorf("export copy %s: %w", p, err)
 	}
 	// Set the mode explicitly: umask is not ours to trust, and perm has no
@@ -568,7 +551,7 @@ func (s *Set) Digest(c Change) string {
 		return ""
 	}
 	s.hashed += c.Size
-	f, fi, err := openRegular(s.merged, p)
+	f, fi, err := safefs.OpenRegular(s.merged, p)
 	if err != nil {
 		return ""
 	}
@@ -581,3 +564,11 @@ func (s *Set) Digest(c Change) string {
 	s.digests[p] = d
 	return d
 }
+
+// exportMode is the mode export gives what a sandbox made, in the user's
+// own tree: safefs.HostMode without group or other write (umask 022, applied
+// whatever the process's umask), as a careful tool does. A sandbox sets
+// every mode it likes; it must not make the user's files or directories
+// writable by every other user of the host. (Snapshots keep safefs.HostMode: what
+// they hold is shown only to sandboxes.)
+func exportMode(mode uint32) uint32 { return safefs.HostMode(mode) &^ 0o022 }

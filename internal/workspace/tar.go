@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 )
 
 // MaxTarEntries caps the entries of one archive.
@@ -19,11 +21,12 @@ const MaxTarEntries = 100_000
 
 // Tar writes the tree at rel under root (a sandbox's merged workspace) as
 // a tar stream, reading it from the host by the safe-access rules: a walk
-// by directory descriptors (walk.go), no symlink or magic-link following,
+// by directory descriptors (safefs.Walker), no symlink or magic-link
+// following,
 // regular files and directories only (symlinks are recorded, never
 // followed; a file's further hard links are hard-link entries, its content
 // shipped once; other types, and what the walk could not read, are
-// skipped and named). No setuid or setgid bit is recorded (hostMode): root
+// skipped and named). No setuid or setgid bit is recorded (safefs.HostMode): root
 // unpacking the archive would otherwise get them.
 //
 // The tree is walked twice, on a sandbox that does not change meanwhile
@@ -34,15 +37,15 @@ const MaxTarEntries = 100_000
 // an error, or say what is left out, before the first byte.
 func Tar(ctx context.Context, root *os.File, rel string, maxBytes int64, start func(skipped []string) io.Writer) error {
 	rel = strings.Trim(path.Clean("/"+rel), "/")
-	plan := &tarWalk{w: newWalker(ctx), links: links{}}
+	plan := &tarWalk{w: safefs.NewWalker(ctx), links: safefs.Links{}}
 	if err := plan.run(root, rel); err != nil {
 		return err
 	}
 	switch {
 	case plan.bytes > maxBytes:
-		return fmt.Errorf("%w: more than %d bytes of files under /workspace/%s", ErrTooLarge, maxBytes, rel)
+		return fmt.Errorf("%w: more than %d bytes of files under /workspace/%s", safefs.ErrTooLarge, maxBytes, rel)
 	case plan.entries > MaxTarEntries:
-		return fmt.Errorf("%w: more than %d entries under /workspace/%s", ErrTooLarge, MaxTarEntries, rel)
+		return fmt.Errorf("%w: more than %d entries under /workspace/%s", safefs.ErrTooLarge, MaxTarEntries, rel)
 	}
 	var skipped []string
 	for _, u := range plan.w.Unread() {
@@ -52,7 +55,7 @@ func Tar(ctx context.Context, root *os.File, rel string, maxBytes int64, start f
 	// The second walk ships exactly what the first counted: the same
 	// limits, and no time limit of its own (the first one's end is where
 	// both stop).
-	out := &tarWalk{w: newWalker(context.Background()), links: links{}, tw: tw, budget: plan.bytes, stopAt: plan.entries}
+	out := &tarWalk{w: safefs.NewWalker(context.Background()), links: safefs.Links{}, tw: tw, budget: plan.bytes, stopAt: plan.entries}
 	if err := out.run(root, rel); err != nil {
 		return err
 	}
@@ -61,8 +64,8 @@ func Tar(ctx context.Context, root *os.File, rel string, maxBytes int64, start f
 
 // tarWalk is one walk of Tar: counting (tw nil) or writing.
 type tarWalk struct {
-	w       *walker
-	links   links
+	w       *safefs.Walker
+	links   safefs.Links
 	tw      *tar.Writer
 	budget  int64 // writing: bytes of content at most (what was counted)
 	stopAt  int   // writing: entries at most (what was counted)
@@ -73,7 +76,7 @@ type tarWalk struct {
 // run walks the tree at rel under root (through a descriptor of its own:
 // a directory's read position is per descriptor).
 func (t *tarWalk) run(root *os.File, rel string) error {
-	r, err := reopen(root)
+	r, err := safefs.Reopen(root)
 	if err != nil {
 		return err
 	}
@@ -85,7 +88,7 @@ func (t *tarWalk) run(root *os.File, rel string) error {
 	parts := strings.Split(rel, "/")
 	d := r
 	for i, name := range parts[:len(parts)-1] {
-		sub, err := openIn(d, name, unix.O_RDONLY|unix.O_DIRECTORY)
+		sub, err := safefs.OpenIn(d, name, unix.O_RDONLY|unix.O_DIRECTORY)
 		if d != r {
 			d.Close()
 		}
@@ -98,7 +101,7 @@ func (t *tarWalk) run(root *os.File, rel string) error {
 		defer d.Close()
 	}
 	name := parts[len(parts)-1]
-	st, err := lstatAt(d, name)
+	st, err := safefs.LstatAt(d, name)
 	if err != nil {
 		return notExist(rel, err)
 	}
@@ -113,15 +116,15 @@ func notExist(rel string, err error) error {
 }
 
 func (t *tarWalk) dir(d *os.File, rel string, depth int) error {
-	for _, n := range t.w.list(d, rel) {
-		if t.w.stopped(rel) {
+	for _, n := range t.w.List(d, rel) {
+		if t.w.Stopped(rel) {
 			return nil
 		}
-		st, err := lstatAt(d, n)
+		st, err := safefs.LstatAt(d, n)
 		if err != nil {
 			continue // gone meanwhile
 		}
-		if err := t.add(d, n, join(rel, n), st, depth); err != nil {
+		if err := t.add(d, n, safefs.Join(rel, n), st, depth); err != nil {
 			return err
 		}
 	}
@@ -133,14 +136,14 @@ func (t *tarWalk) add(dir *os.File, name, p string, st unix.Stat_t, depth int) e
 	if t.tw != nil && t.entries >= t.stopAt {
 		return nil
 	}
-	h := &tar.Header{Name: p, Mode: int64(hostMode(st.Mode)), ModTime: timeOf(st), Format: tar.FormatPAX}
+	h := &tar.Header{Name: p, Mode: int64(safefs.HostMode(st.Mode)), ModTime: timeOf(st), Format: tar.FormatPAX}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		h.Typeflag, h.Name = tar.TypeDir, p+"/"
 		if err := t.header(h); err != nil {
 			return err
 		}
-		sub := t.w.enter(dir, name, p, depth+1)
+		sub := t.w.Enter(dir, name, p, depth+1)
 		if sub == nil {
 			return nil
 		}
@@ -155,7 +158,7 @@ func (t *tarWalk) add(dir *os.File, name, p string, st unix.Stat_t, depth int) e
 		h.Typeflag, h.Linkname = tar.TypeSymlink, string(buf[:n])
 		return t.header(h)
 	case unix.S_IFREG:
-		if first := t.links.first(&st, p); first != "" {
+		if first := t.links.First(&st, p); first != "" {
 			h.Typeflag, h.Linkname = tar.TypeLink, first
 			return t.header(h)
 		}
@@ -164,13 +167,13 @@ func (t *tarWalk) add(dir *os.File, name, p string, st unix.Stat_t, depth int) e
 			t.entries++
 			return nil
 		}
-		f, fi, err := openRegular(dir, name)
+		f, fi, err := safefs.OpenRegular(dir, name)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		if t.bytes += fi.Size(); t.bytes > t.budget {
-			return fmt.Errorf("%w: %s grew while the sandbox was frozen", ErrTooLarge, p)
+			return fmt.Errorf("%w: %s grew while the sandbox was frozen", safefs.ErrTooLarge, p)
 		}
 		h.Typeflag, h.Size = tar.TypeReg, fi.Size()
 		if err := t.header(h); err != nil {
@@ -179,7 +182,7 @@ func (t *tarWalk) add(dir *os.File, name, p string, st unix.Stat_t, depth int) e
 		_, err = io.CopyN(t.tw, f, fi.Size())
 		return err
 	}
-	t.w.skip(p, typeOf(st.Mode)+": not archived")
+	t.w.Skip(p, safefs.TypeOf(st.Mode)+": not archived")
 	return nil
 }
 

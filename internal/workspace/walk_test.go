@@ -13,6 +13,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
+	"github.com/airlock-sandbox/airlock/internal/workspace/snapshot"
 )
 
 // deepTree makes levels nested directories called name under dir, one
@@ -68,7 +71,7 @@ func itoa(i int) string {
 	return string(b)
 }
 
-func unreadHas(us []Unread, path, why string) bool {
+func unreadHas(us []safefs.Unread, path, why string) bool {
 	for _, u := range us {
 		if strings.HasPrefix(u.Path, path) && strings.Contains(u.Why, why) {
 			return true
@@ -89,7 +92,7 @@ func TestDeepTreesAreNamedAndEverythingElseShown(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(upper, "many"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	deepTree(t, filepath.Join(upper, "many"), "m", MaxDepth+10)
+	deepTree(t, filepath.Join(upper, "many"), "m", safefs.MaxDepth+10)
 
 	set, err := Changes(context.Background(), lower, openPath(t, upper), openPath(t, upper))
 	if err != nil {
@@ -136,7 +139,7 @@ func TestDeepTreesAreNamedAndEverythingElseShown(t *testing.T) {
 
 	if os.Geteuid() == 0 {
 		snap := t.TempDir()
-		w, err := NewWriter(snap, sha256.New(), 1<<20)
+		w, err := snapshot.NewWriter(snap, sha256.New(), 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +230,7 @@ func TestHardLinksAreReadOnce(t *testing.T) {
 
 	if os.Geteuid() == 0 {
 		snap := t.TempDir()
-		w, err := NewWriter(snap, sha256.New(), 2*size)
+		w, err := snapshot.NewWriter(snap, sha256.New(), 2*size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +302,7 @@ func TestDiffAndArchiveKeepTheirBudgets(t *testing.T) {
 	}
 	started := false
 	err = Tar(context.Background(), openPath(t, upper), "", budget, func([]string) io.Writer { started = true; return io.Discard })
-	if !errors.Is(err, ErrTooLarge) || started {
+	if !errors.Is(err, safefs.ErrTooLarge) || started {
 		t.Errorf("archive past its cap: %v (started %v)", err, started)
 	}
 }
@@ -316,46 +319,5 @@ func TestWalkStopsWhenItsTimeIsUp(t *testing.T) {
 	}
 	if len(set.Changes) != 0 || !unreadHas(set.Unread, ".", "cancelled") {
 		t.Errorf("changes %v, unread %v", set.Changes, set.Unread)
-	}
-}
-
-// A walk holds the names along its path: past its budget of name bytes it
-// stops reading directories, and says where.
-func TestWalkKeepsItsNameBudget(t *testing.T) {
-	root := t.TempDir()
-	for i := range 50 {
-		mkfiles(t, root, map[string]string{"d" + itoa(i%5) + "/" + strings.Repeat("n", 100) + itoa(i): ""})
-	}
-	w := newWalker(context.Background())
-	w.max = 3 * (116 * 10) // three directories' worth
-	d := openPath(t, root)
-	top, _ := reopen(d)
-	defer top.Close()
-	read := 0
-	for _, n := range w.list(top, "") {
-		sub := w.enter(top, n, n, 1)
-		if sub == nil {
-			continue
-		}
-		read += len(w.list(sub, n))
-		sub.Close()
-	}
-	if read >= 50 || !unreadHas(w.Unread(), "d", "bytes of names") {
-		t.Errorf("read %d names, unread %v", read, w.Unread())
-	}
-}
-
-// The links a walk remembers are capped in bytes; past the cap a file is
-// read as if it had one link (its cost then counts against the reader).
-func TestLinksRememberedAreCapped(t *testing.T) {
-	var l links
-	st := unix.Stat_t{Mode: unix.S_IFREG, Nlink: 2, Ino: 1}
-	l.bytes = maxLinkPaths - 3
-	if l.first(&st, "long-path") != "" || l.first(&st, "other") != "" {
-		t.Error("a link past the cap was paired")
-	}
-	st.Ino = 2
-	if l.first(&st, "ab") != "" || l.first(&st, "cd") != "ab" {
-		t.Error("a link within the cap was not paired")
 	}
 }

@@ -1,4 +1,4 @@
-package image
+package unpack
 
 import (
 	"archive/tar"
@@ -54,13 +54,13 @@ func unpackInto(t *testing.T, layers ...*bytes.Buffer) (string, error) {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	u, err := newUnpacker(root, 1<<30, nil)
+	u, err := New(root, 1<<30, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer u.close()
+	defer u.Close()
 	for _, l := range layers {
-		if err := u.applyLayer(context.Background(), l); err != nil {
+		if err := u.ApplyLayer(context.Background(), l); err != nil {
 			return root, err
 		}
 	}
@@ -164,22 +164,6 @@ func FuzzCleanName(f *testing.F) {
 	})
 }
 
-func TestSystemAccounts(t *testing.T) {
-	passwd := "root:x:0:0:root:/root:/bin/bash\n_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\nalice:$6$hash:1000:1000:Alice:/home/alice:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n# comment\n"
-	got := systemAccounts(passwd, "base", 2)
-	want := "root:x:0:0:root:/root:/bin/bash\n_apt:x:42:65534::/nonexistent:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-	if got != want {
-		t.Fatalf("passwd:\n%s", got)
-	}
-	group := "root:x:0:\nsudo:x:27:alice\nssl-cert:x:110:postgres\nalice:x:1000:\n"
-	if got := systemAccounts(group, "base", 2); got != "root:x:0:\nsudo:x:27:\nssl-cert:x:110:\n" {
-		t.Fatalf("group:\n%s", got)
-	}
-	if got := systemAccounts("", "base", 2); got != "base" {
-		t.Fatalf("empty: %q", got)
-	}
-}
-
 // Empty files cost no bytes of the cache cap: a layer of millions of them
 // (a few MB compressed) filled the data directory's inodes. Entries are
 // counted across layers.
@@ -191,11 +175,11 @@ func TestUnpackCapsEntries(t *testing.T) {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	u, err := newUnpacker(root, 1<<30, nil)
+	u, err := New(root, 1<<30, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer u.close()
+	defer u.Close()
 	if u.maxEntries != MaxImageEntries {
 		t.Fatalf("maxEntries %d, want %d", u.maxEntries, MaxImageEntries)
 	}
@@ -204,10 +188,10 @@ func TestUnpackCapsEntries(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		es = append(es, entry{name: string(rune('a' + i)), typ: tar.TypeReg})
 	}
-	if err := u.applyLayer(context.Background(), layer(t, es...)); err != nil {
+	if err := u.ApplyLayer(context.Background(), layer(t, es...)); err != nil {
 		t.Fatalf("six entries: %v", err)
 	}
-	if err := u.applyLayer(context.Background(), layer(t, es...)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if err := u.ApplyLayer(context.Background(), layer(t, es...)); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("twelve entries over two layers, cap ten: %v", err)
 	}
 }

@@ -1,35 +1,56 @@
-package egress
+// Package dns is a sandbox's DNS forwarder: it answers A queries for the
+// names its policy allows, from the upstream resolver, withholding every
+// address the guard refuses; AAAA gets an empty answer and every other
+// type is refused. Each query is an eventlog.Event. It imports
+// internal/egress/policy, internal/egress/eventlog and miekg/dns.
+package dns
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/policy"
 )
 
-// dnsServer is the sandbox's resolver: it answers A queries for names the
+// Config describes one sandbox's forwarder.
+type Config struct {
+	Addr   string            // host:port to serve, UDP and TCP
+	Listen *net.ListenConfig // how to bind (the proxy's: on the sandbox's veth only)
+	// FromPeer says whether a query comes from the sandbox: others are
+	// dropped unanswered and not recorded.
+	FromPeer func(net.Addr) bool
+	Policy   *policy.Policy
+	Guard    *policy.Guard
+	Upstream string               // the resolver asked (host:port)
+	Record   func(eventlog.Event) // every query's decision
+}
+
+// Server is the sandbox's resolver: it answers A queries for names the
 // policy allows (from the upstream resolver), gives empty answers to AAAA
 // (the sandbox has no IPv6), refuses every other type (no TXT or NULL
 // channel), and answers NXDOMAIN for everything else without asking
 // upstream. UDP and TCP.
-type dnsServer struct {
-	p       *Proxy
+type Server struct {
+	cfg     Config
 	servers []*dns.Server
 	client  *dns.Client
 }
 
-func startDNS(p *Proxy) (*dnsServer, error) {
-	d := &dnsServer{p: p, client: &dns.Client{Timeout: 5 * time.Second}}
-	addr := netip.AddrPortFrom(p.cfg.Listen, PortDNS).String()
-	lc := p.listenConfig()
-	pc, err := lc.ListenPacket(context.Background(), "udp", addr)
+// Start binds the forwarder's UDP and TCP sockets and serves them.
+func Start(cfg Config) (*Server, error) {
+	d := &Server{cfg: cfg, client: &dns.Client{Timeout: 5 * time.Second}}
+	pc, err := cfg.Listen.ListenPacket(context.Background(), "udp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("dns forwarder: %w", err)
 	}
-	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	ln, err := cfg.Listen.Listen(context.Background(), "tcp", cfg.Addr)
 	if err != nil {
 		pc.Close()
 		return nil, fmt.Errorf("dns forwarder: %w", err)
@@ -44,15 +65,16 @@ func startDNS(p *Proxy) (*dnsServer, error) {
 	return d, nil
 }
 
-func (d *dnsServer) close() {
+// Close stops serving.
+func (d *Server) Close() {
 	for _, s := range d.servers {
 		_ = s.Shutdown()
 	}
 }
 
 // ServeDNS answers one query.
-func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
-	if !d.p.fromPeer(w.RemoteAddr()) {
+func (d *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	if !d.cfg.FromPeer(w.RemoteAddr()) {
 		// Not the sandbox: no answer, and nothing recorded as its own.
 		_ = w.Close()
 		return
@@ -68,12 +90,12 @@ func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	q := r.Question[0]
 	name := strings.TrimSuffix(strings.ToLower(q.Name), ".")
-	ev := Event{Kind: "dns", Host: name, QType: dns.TypeToString[q.Qtype]}
+	ev := eventlog.Event{Kind: "dns", Host: name, QType: dns.TypeToString[q.Qtype]}
 	defer func() {
-		ev.DurationMS = ms(time.Since(start))
-		d.p.record(ev)
+		ev.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+		d.cfg.Record(ev)
 	}()
-	dec := d.p.cfg.Policy.AllowsName(name)
+	dec := d.cfg.Policy.AllowsName(name)
 	ev.Rule = dec.Rule
 	if !dec.Allowed {
 		m.Rcode = dns.RcodeNameError
@@ -93,7 +115,7 @@ func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	up := new(dns.Msg)
 	up.SetQuestion(dns.Fqdn(name), dns.TypeA)
 	up.RecursionDesired = true
-	resp, _, err := d.client.Exchange(up, d.p.cfg.Upstream)
+	resp, _, err := d.client.Exchange(up, d.cfg.Upstream)
 	if err != nil {
 		m.Rcode = dns.RcodeServerFailure
 		ev.Decision, ev.Reason = "error", err.Error()
@@ -101,7 +123,7 @@ func (d *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	m.Rcode = resp.Rcode
 	var withheld []string
-	check := d.p.cfg.Guard.Checker()
+	check := d.cfg.Guard.Checker()
 	for _, rr := range resp.Answer {
 		a, ok := rr.(*dns.A)
 		if !ok {

@@ -1,4 +1,10 @@
-package image
+// Package unpack applies an OCI image's layers (tar streams) to a root
+// directory as hostile input: every entry is written relative to a
+// directory descriptor without following links, whiteouts and opaque
+// directories are honoured, and path traversal, writes through symlinks,
+// hard links out of the image, device nodes and archives past their caps
+// are refused (ErrHostile). It imports internal/errdefs and x/sys.
+package unpack
 
 import (
 	"archive/tar"
@@ -9,7 +15,6 @@ import (
 	"os"
 	"path"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,20 +25,21 @@ import (
 // invalid argument as far as callers are concerned.
 var ErrHostile = fmt.Errorf("refused image archive (%w)", errdefs.ErrInvalidArgument)
 
-func hostile(format string, a ...any) error {
+// Hostile is an ErrHostile error saying what was refused.
+func Hostile(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrHostile, fmt.Sprintf(format, a...))
 }
 
-// unpacker applies image layers to a root directory with the image's own
+// MaxImageEntries caps the tar entries of one image, all layers together.
+const MaxImageEntries = 1 << 21
+
+// Unpacker applies image layers to a root directory with the image's own
 // ownership and modes. Every path is resolved component by component from
 // a directory descriptor without following symlinks, so an entry can never
 // be written outside the root: ".." components, entries below a symlink,
 // hard links that leave the root or point at anything but a regular file,
 // and device nodes are refused with ErrHostile.
-// MaxImageEntries caps the tar entries of one image, all layers together.
-const MaxImageEntries = 1 << 21
-
-type unpacker struct {
+type Unpacker struct {
 	root     int
 	maxBytes int64
 	written  int64
@@ -48,15 +54,21 @@ type unpacker struct {
 	progress func(n int64)
 }
 
-func newUnpacker(rootDir string, maxBytes int64, progress func(int64)) (*unpacker, error) {
+// New opens rootDir (an empty directory the caller made) for unpacking at
+// most maxBytes; progress, when set, is given the bytes of each write.
+func New(rootDir string, maxBytes int64, progress func(int64)) (*Unpacker, error) {
 	fd, err := unix.Open(rootDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", rootDir, err)
 	}
-	return &unpacker{root: fd, maxBytes: maxBytes, maxEntries: MaxImageEntries, progress: progress}, nil
+	return &Unpacker{root: fd, maxBytes: maxBytes, maxEntries: MaxImageEntries, progress: progress}, nil
 }
 
-func (u *unpacker) close() { unix.Close(u.root) }
+// Written is how many bytes of file content the layers have written.
+func (u *Unpacker) Written() int64 { return u.written }
+
+// Close releases the root directory.
+func (u *Unpacker) Close() { unix.Close(u.root) }
 
 // cleanName turns a tar entry name into a clean relative path, or refuses it.
 func cleanName(name string) (string, error) {
@@ -65,11 +77,11 @@ func cleanName(name string) (string, error) {
 		n = strings.TrimLeft(n[2:], "/")
 	}
 	if strings.IndexByte(n, 0) >= 0 {
-		return "", hostile("entry %q has a NUL byte", name)
+		return "", Hostile("entry %q has a NUL byte", name)
 	}
 	for _, c := range strings.Split(n, "/") {
 		if c == ".." {
-			return "", hostile("entry %q: path traversal", name)
+			return "", Hostile("entry %q: path traversal", name)
 		}
 	}
 	n = path.Clean(n)
@@ -82,7 +94,7 @@ func cleanName(name string) (string, error) {
 // openDir walks rel from the root, one component at a time, never following
 // a symlink. With create, missing directories are made (mode 0755, root).
 // It returns -1 and no error when a component is missing and !create.
-func (u *unpacker) openDir(rel string, create bool) (int, error) {
+func (u *Unpacker) openDir(rel string, create bool) (int, error) {
 	cur, err := unix.Dup(u.root)
 	if err != nil {
 		return -1, err
@@ -108,10 +120,10 @@ func (u *unpacker) openDir(rel string, create bool) (int, error) {
 			return -1, err
 		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 			unix.Close(cur)
-			return -1, hostile("entry below %q is written through a symlink", rel)
+			return -1, Hostile("entry below %q is written through a symlink", rel)
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 			unix.Close(cur)
-			return -1, hostile("entry below %q: a parent is not a directory", rel)
+			return -1, Hostile("entry below %q: a parent is not a directory", rel)
 		}
 		next, err := unix.Openat(cur, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(cur)
@@ -148,8 +160,8 @@ func removeAt(dir int, name string) error {
 	return unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
 }
 
-// applyLayer extracts one uncompressed layer tarball.
-func (u *unpacker) applyLayer(ctx context.Context, r io.Reader) error {
+// ApplyLayer extracts one uncompressed layer tarball.
+func (u *Unpacker) ApplyLayer(ctx context.Context, r io.Reader) error {
 	u.created = map[string]bool{}
 	tr := tar.NewReader(r)
 	for n := 0; ; n++ {
@@ -161,7 +173,7 @@ func (u *unpacker) applyLayer(ctx context.Context, r io.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return hostile("corrupt layer: %v", err)
+			return Hostile("corrupt layer: %v", err)
 		}
 		if u.entries++; u.entries > u.maxEntries {
 			return fmt.Errorf("%w: image has more than %d entries", errdefs.ErrResourceExhausted, u.maxEntries)
@@ -172,7 +184,7 @@ func (u *unpacker) applyLayer(ctx context.Context, r io.Reader) error {
 	}
 }
 
-func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
+func (u *Unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	name, err := cleanName(hdr.Name)
 	if err != nil {
 		return err
@@ -235,7 +247,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			u.progress(n)
 		}
 		if err == nil && n != hdr.Size {
-			err = hostile("entry %s is truncated", name)
+			err = Hostile("entry %s is truncated", name)
 		}
 		if err == nil {
 			err = f.Chown(hdr.Uid, hdr.Gid)
@@ -254,7 +266,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return nil
 	case tar.TypeSymlink:
 		if strings.IndexByte(hdr.Linkname, 0) >= 0 || hdr.Linkname == "" {
-			return hostile("symlink %s has a bad target", name)
+			return Hostile("symlink %s has a bad target", name)
 		}
 		if err := unix.Symlinkat(hdr.Linkname, pd, base); err != nil {
 			return fmt.Errorf("symlink %s: %w", name, err)
@@ -263,7 +275,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	case tar.TypeLink:
 		target, err := cleanName(hdr.Linkname)
 		if err != nil || target == "" {
-			return hostile("hard link %s -> %q leaves the image", name, hdr.Linkname)
+			return Hostile("hard link %s -> %q leaves the image", name, hdr.Linkname)
 		}
 		tdir, tbase := path.Split(target)
 		td, err := u.openDir(strings.TrimSuffix(tdir, "/"), false)
@@ -271,12 +283,12 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 		if td < 0 {
-			return hostile("hard link %s -> %s: target missing", name, target)
+			return Hostile("hard link %s -> %s: target missing", name, target)
 		}
 		defer unix.Close(td)
 		var st unix.Stat_t
 		if err := unix.Fstatat(td, tbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return hostile("hard link %s -> %s: target is not a regular file in the image", name, target)
+			return Hostile("hard link %s -> %s: target is not a regular file in the image", name, target)
 		}
 		if err := unix.Linkat(td, tbase, pd, base, 0); err != nil {
 			return fmt.Errorf("link %s: %w", name, err)
@@ -287,7 +299,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return fmt.Errorf("mkfifo %s: %w", name, err)
 		}
 	case tar.TypeChar, tar.TypeBlock:
-		return hostile("entry %s is a device node", name)
+		return Hostile("entry %s is a device node", name)
 	default:
 		return nil // PAX/GNU metadata the reader already folded in, or unknown: skipped
 	}
@@ -314,7 +326,7 @@ func goMode(m uint32) os.FileMode {
 }
 
 // opaque empties dir of everything lower layers put there.
-func (u *unpacker) opaque(dir string) error {
+func (u *Unpacker) opaque(dir string) error {
 	d, err := u.openDir(dir, true)
 	if err != nil {
 		return err
@@ -336,24 +348,4 @@ func (u *unpacker) opaque(dir string) error {
 		}
 	}
 	return nil
-}
-
-// reporter prints progress lines after the first second of work.
-type reporter struct {
-	what  string
-	out   func(string)
-	start time.Time
-	last  time.Time
-	total int64
-	layer string
-}
-
-func (r *reporter) add(n int64) {
-	r.total += n
-	now := time.Now()
-	if r.out == nil || now.Sub(r.start) < time.Second || now.Sub(r.last) < 2*time.Second {
-		return
-	}
-	r.last = now
-	r.out(fmt.Sprintf("unpacking %s: %s, %d MiB so far", r.what, r.layer, r.total>>20))
 }

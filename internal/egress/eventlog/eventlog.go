@@ -1,4 +1,10 @@
-package egress
+// Package eventlog is the record of a sandbox's egress decisions: the
+// Event (one request, tunnel or DNS query) and the Findings in it, their
+// bounds and redaction before they are recorded (Recordable), and the
+// Recorder that writes them as JSON lines, passes them on and sums them up
+// for the end of a run. It imports internal/untrusted and the standard
+// library.
+package eventlog
 
 import (
 	"encoding/json"
@@ -35,6 +41,26 @@ type Event struct {
 	Intercepted bool      `json:"intercepted,omitempty"`
 	Grant       string    `json:"grant,omitempty"` // the grant whose credential was put in
 	Findings    []Finding `json:"findings,omitempty"`
+}
+
+// Finding is a credential (or a grant's placeholder) seen where it does
+// not belong. It names the value by a keyed fingerprint, never the value.
+type Finding struct {
+	Rule        string `json:"rule"`
+	Fingerprint string `json:"fingerprint"`
+	Where       string `json:"where"`  // "header Authorization", "url", "body"
+	Action      string `json:"action"` // blocked, redacted, recorded, stripped
+	Reason      string `json:"reason,omitempty"`
+}
+
+// Redactor finds credentials in what is about to be recorded.
+type Redactor interface {
+	// Redact replaces, in place, every credential it finds in texts
+	// (what a sandbox chose that goes into the record of a decision: a
+	// host, a path, a reason naming them) with [REDACTED:rule], and
+	// returns a finding for each, named by where[i]. Whatever the scan
+	// policy did to the request, its record never holds the value.
+	Redact(texts, where []string) []Finding
 }
 
 // Recorder writes events as JSON lines (when given a writer) and keeps the
@@ -83,7 +109,7 @@ func (r *Recorder) Record(e Event) {
 	case e.Decision == "denied":
 		// Names come from the sandbox (an SNI of 64 KiB, a new one each
 		// time): the summary keeps a bounded number of short ones.
-		h := clip(e.Host, maxRecordedHost)
+		h := clip(e.Host, MaxRecordedHost)
 		if _, ok := r.denied[h]; ok || len(r.denied) < maxDeniedHosts {
 			r.denied[h]++
 		} else {
@@ -95,8 +121,8 @@ func (r *Recorder) Record(e Event) {
 	}
 }
 
-// limit notes a limit that was hit (reported once).
-func (r *Recorder) limit(what string) {
+// Limit notes a limit that was hit (reported once).
+func (r *Recorder) Limit(what string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range r.limits {
@@ -173,9 +199,9 @@ func plural(n int, w string) string {
 // megabytes, every one of which went to the audit log).
 const (
 	maxDeniedHosts  = 64
-	maxRecordedHost = 260
-	maxRecordedPath = 2048
-	maxRecordedText = 1024
+	MaxRecordedHost = 260
+	MaxRecordedPath = 2048
+	MaxRecordedText = 1024
 )
 
 // clip shortens s to at most n bytes, saying how long it was.
@@ -201,12 +227,12 @@ type recordedField struct {
 
 func recordedFields(e *Event) []recordedField {
 	fs := []recordedField{
-		{&e.Host, maxRecordedHost, "host"}, {&e.SNI, maxRecordedHost, "sni"}, {&e.Path, maxRecordedPath, "url"},
-		{&e.Method, 32, "method"}, {&e.QType, 32, "qtype"}, {&e.Reason, maxRecordedText, "reason"}, {&e.Addr, maxRecordedHost, "addr"},
+		{&e.Host, MaxRecordedHost, "host"}, {&e.SNI, MaxRecordedHost, "sni"}, {&e.Path, MaxRecordedPath, "url"},
+		{&e.Method, 32, "method"}, {&e.QType, 32, "qtype"}, {&e.Reason, MaxRecordedText, "reason"}, {&e.Addr, MaxRecordedHost, "addr"},
 	}
 	for i := range e.Findings {
 		f := &e.Findings[i]
-		fs = append(fs, recordedField{&f.Reason, maxRecordedText, "a finding's reason"}, recordedField{&f.Where, maxRecordedText, "a finding's place"})
+		fs = append(fs, recordedField{&f.Reason, MaxRecordedText, "a finding's reason"}, recordedField{&f.Where, MaxRecordedText, "a finding's place"})
 	}
 	return fs
 }
@@ -216,13 +242,13 @@ func recordedFields(e *Event) []recordedField {
 // whole (and redacted) rather than kept in part.
 const redactMargin = 512
 
-// recordable makes e fit for the record: every field a sandbox chose is
+// Recordable makes e fit for the record: every field a sandbox chose is
 // bounded, and, when in is set, holds no credential the secret scanner
 // finds: each is replaced by [REDACTED:rule] and named by a finding
 // (keyed fingerprint, never the value) unless the event has one of the
 // same value already. The request itself is what the scan policy made
 // it; only the record is redacted.
-func recordable(e *Event, in Inspector) {
+func Recordable(e *Event, in Redactor) {
 	fields := recordedFields(e)
 	texts := make([]string, len(fields))
 	where := make([]string, len(fields))

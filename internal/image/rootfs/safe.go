@@ -1,4 +1,4 @@
-package image
+package rootfs
 
 import (
 	"io"
@@ -8,9 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readSmall reads rel inside root without leaving it (symlinks resolved
+// ReadSmall reads rel inside root without leaving it (symlinks resolved
 // within root, no magic links, no other mounts), up to 1 MiB; "" on error.
-func readSmall(root, rel string) string {
+func ReadSmall(root, rel string) string {
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return ""

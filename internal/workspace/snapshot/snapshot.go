@@ -1,4 +1,9 @@
-package workspace
+// Package snapshot writes a sandbox's filesystem state (its root's
+// writable layer over a hard-link farm of its image, and its /workspace)
+// into directories an image can be made of (Writer, LinkTree).
+//
+// It imports internal/workspace/safefs and x/sys.
+package snapshot
 
 import (
 	"context"
@@ -13,6 +18,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 )
 
 // A snapshot materializes a sandbox's filesystem state as directories an
@@ -21,7 +28,7 @@ import (
 // magic-link followed, regular files, directories and symlinks only), and
 // every write into the destination resolves inside it without following
 // any symlink, so no name or link the sandbox made can reach elsewhere.
-// Nothing a snapshot writes is setuid or setgid (hostMode): the files
+// Nothing a snapshot writes is setuid or setgid (safefs.HostMode): the files
 // belong to host uids (uid 0 inside is root on the host).
 
 // Writer writes a tree under a destination directory the caller made.
@@ -30,7 +37,7 @@ type Writer struct {
 	hash  hash.Hash // content digest of what was written, in walk order
 	max   int64     // bytes of file content at most
 	total int64
-	links links             // a source file's first path, when it has several links
+	links safefs.Links      // a source file's first path, when it has several links
 	inode map[string]uint64 // the inode written for such a first path
 }
 
@@ -41,7 +48,7 @@ func NewWriter(dst string, h hash.Hash, maxBytes int64) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{root: f, hash: h, max: maxBytes, links: links{}, inode: map[string]uint64{}}, nil
+	return &Writer{root: f, hash: h, max: maxBytes, links: safefs.Links{}, inode: map[string]uint64{}}, nil
 }
 
 // Written is the bytes of file content written so far.
@@ -157,7 +164,7 @@ func (w *Writer) ownAt(pfd int, name string, mode, uid, gid uint32, link bool) e
 // file writes regular file rel from src (size bytes).
 func (w *Writer) file(rel string, src *os.File, size int64, mode, uid, gid uint32) error {
 	if w.total += size; w.total > w.max {
-		return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, w.max)
+		return fmt.Errorf("%w: more than %d bytes", safefs.ErrTooLarge, w.max)
 	}
 	pfd, name, err := w.parent(rel)
 	if err != nil {
@@ -248,7 +255,7 @@ type Owner func(uid, gid uint32) (uint32, uint32)
 // read through the descriptor upper) onto the destination: new and changed
 // entries are written, whiteouts delete, an opaque directory replaces what
 // was there. Devices, sockets and fifos are skipped and named, and so is
-// what the walk could not read (walk.go).
+// what the walk could not read (safefs.Walker).
 func (w *Writer) ApplyUpper(upper *os.File, owner Owner) (skipped []string, err error) {
 	return w.copyFrom(upper, owner, true)
 }
@@ -260,12 +267,12 @@ func (w *Writer) CopyTree(root *os.File, owner Owner) (skipped []string, err err
 }
 
 func (w *Writer) copyFrom(root *os.File, owner Owner, overlay bool) (skipped []string, err error) {
-	r, err := reopen(root)
+	r, err := safefs.Reopen(root)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	c := &copier{w: w, walk: newWalker(context.Background()), owner: owner, overlay: overlay}
+	c := &copier{w: w, walk: safefs.NewWalker(context.Background()), owner: owner, overlay: overlay}
 	err = c.tree(r, ".", 0)
 	for _, u := range c.walk.Unread() {
 		skipped = append(skipped, u.String())
@@ -276,7 +283,7 @@ func (w *Writer) copyFrom(root *os.File, owner Owner, overlay bool) (skipped []s
 // copier is one walk of a source tree into a Writer.
 type copier struct {
 	w       *Writer
-	walk    *walker
+	walk    *safefs.Walker
 	owner   Owner
 	overlay bool // the source is an overlay upper layer
 }
@@ -284,8 +291,8 @@ type copier struct {
 // tree copies the entries of source directory src (at rel).
 func (c *copier) tree(src *os.File, rel string, depth int) error {
 	w := c.w
-	names := c.walk.list(src, rel)
-	if c.overlay && rel != "." && isOpaque(src) {
+	names := c.walk.List(src, rel)
+	if c.overlay && rel != "." && safefs.IsOpaque(src) {
 		// Everything the base had here is gone: start the directory empty.
 		pfd, name, err := w.parent(rel)
 		if err != nil {
@@ -307,22 +314,22 @@ func (c *copier) tree(src *os.File, rel string, depth int) error {
 		w.record('o', rel, 0, 0, 0, "")
 	}
 	for _, name := range names {
-		if c.walk.stopped(rel) {
+		if c.walk.Stopped(rel) {
 			return nil
 		}
-		p := join(rel, name)
-		st, err := lstatAt(src, name)
+		p := safefs.Join(rel, name)
+		st, err := safefs.LstatAt(src, name)
 		if err != nil {
 			continue
 		}
 		uid, gid := c.owner(st.Uid, st.Gid)
-		mode := hostMode(st.Mode)
+		mode := safefs.HostMode(st.Mode)
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			if err := w.dir(p, mode, uid, gid); err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
-			sub := c.walk.enter(src, name, p, depth+1)
+			sub := c.walk.Enter(src, name, p, depth+1)
 			if sub == nil {
 				continue
 			}
@@ -332,7 +339,7 @@ func (c *copier) tree(src *os.File, rel string, depth int) error {
 				return err
 			}
 		case unix.S_IFREG:
-			first := w.links.first(&st, p)
+			first := w.links.First(&st, p)
 			if first != "" {
 				done, err := w.link(p, first)
 				if err != nil {
@@ -342,7 +349,7 @@ func (c *copier) tree(src *os.File, rel string, depth int) error {
 					continue
 				}
 			}
-			f, fi, err := openRegular(src, name)
+			f, fi, err := safefs.OpenRegular(src, name)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
@@ -371,9 +378,9 @@ func (c *copier) tree(src *os.File, rel string, depth int) error {
 				}
 				continue
 			}
-			c.walk.skip(p, typeOf(st.Mode)+": not saved")
+			c.walk.Skip(p, safefs.TypeOf(st.Mode)+": not saved")
 		default:
-			c.walk.skip(p, typeOf(st.Mode)+": not saved")
+			c.walk.Skip(p, safefs.TypeOf(st.Mode)+": not saved")
 		}
 	}
 	return nil
@@ -407,7 +414,7 @@ func LinkTree(src, dst string) error {
 			if err := os.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
 				return err
 			}
-			return unix.Chmod(target, hostMode(st.Mode))
+			return unix.Chmod(target, safefs.HostMode(st.Mode))
 		case fi.Mode()&os.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
@@ -420,7 +427,7 @@ func LinkTree(src, dst string) error {
 		case fi.Mode().IsRegular():
 			// A set-id file of the image is copied without its bits
 			// rather than linked: a link would share its mode.
-			if hostMode(st.Mode) == st.Mode&0o7777 {
+			if safefs.HostMode(st.Mode) == st.Mode&0o7777 {
 				if err := os.Link(p, target); err == nil {
 					return nil
 				} else if !errors.Is(err, unix.EXDEV) {
@@ -437,13 +444,13 @@ func LinkTree(src, dst string) error {
 				return err
 			}
 			defer out.Close()
-			if err := copySparse(out, in, fi.Size()); err != nil {
+			if err := safefs.CopySparse(out, in, fi.Size()); err != nil {
 				return err
 			}
 			if err := out.Chown(int(st.Uid), int(st.Gid)); err != nil {
 				return err
 			}
-			return unix.Fchmod(int(out.Fd()), hostMode(st.Mode))
+			return unix.Fchmod(int(out.Fd()), safefs.HostMode(st.Mode))
 		}
 		return nil // images hold no devices (the unpacker refuses them)
 	})

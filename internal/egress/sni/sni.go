@@ -1,4 +1,7 @@
-package egress
+// Package sni reads a TLS ClientHello far enough to name the server it
+// asks for (SNI) and whether it hides it (ECH), without consuming what the
+// tunnel must pass on. It imports the standard library only.
+package sni
 
 import (
 	"encoding/binary"

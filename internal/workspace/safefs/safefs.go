@@ -1,4 +1,13 @@
-package workspace
+// Package safefs is the host's safe reader of trees a sandbox wrote: every
+// open is openat2 confined to a root descriptor without following links or
+// crossing mounts, every read is capped, and every walk (Walker) goes one
+// directory descriptor at a time within a depth, path, entry, name and
+// time budget, naming what it leaves out (Unread). The change sets, the
+// archive, the export and the snapshot writer all read through it.
+//
+// It imports internal/untrusted and x/sys only; nothing of the rest of
+// internal/workspace.
+package safefs
 
 import (
 	"errors"
@@ -17,7 +26,7 @@ import (
 // wandering onto other mounts) and RESOLVE_NO_SYMLINKS for the final
 // component; files are opened O_NOFOLLOW|O_NONBLOCK (a fifo cannot block
 // us), must be regular files, and are read up to a cap.
-const resolve = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS
+const Resolve = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS
 
 // ErrNotRegular is returned when a path is not a regular file.
 var ErrNotRegular = errors.New("not a regular file")
@@ -25,8 +34,10 @@ var ErrNotRegular = errors.New("not a regular file")
 // ErrTooLarge is returned when a file exceeds the read cap.
 var ErrTooLarge = errors.New("file too large")
 
-func openIn(root *os.File, rel string, flags int) (*os.File, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK), Resolve: resolve}
+// OpenIn opens rel below root with openat2 (Resolve), never following a
+// final symlink nor blocking on a fifo.
+func OpenIn(root *os.File, rel string, flags int) (*os.File, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK), Resolve: Resolve}
 	fd, err := unix.Openat2(int(root.Fd()), rel, &how)
 	if err != nil {
 		return nil, &os.PathError{Op: "openat2", Path: rel, Err: err}
@@ -34,18 +45,18 @@ func openIn(root *os.File, rel string, flags int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), rel), nil
 }
 
-// openDir opens a directory below root.
-func openDir(root *os.File, rel string) (*os.File, error) {
+// OpenDir opens a directory below root.
+func OpenDir(root *os.File, rel string) (*os.File, error) {
 	if rel == "" || rel == "." {
 		rel = "."
 	}
-	return openIn(root, rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	return OpenIn(root, rel, unix.O_RDONLY|unix.O_DIRECTORY)
 }
 
-// listDir opens a directory below root and returns it with its entries,
+// ListDir opens a directory below root and returns it with its entries,
 // sorted. The caller closes the directory.
-func listDir(root *os.File, rel string) (*os.File, []string, error) {
-	d, err := openDir(root, rel)
+func ListDir(root *os.File, rel string) (*os.File, []string, error) {
+	d, err := OpenDir(root, rel)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,9 +69,9 @@ func listDir(root *os.File, rel string) (*os.File, []string, error) {
 	return d, names, nil
 }
 
-// openRegular opens a regular file below root for reading.
-func openRegular(root *os.File, rel string) (*os.File, os.FileInfo, error) {
-	f, err := openIn(root, rel, unix.O_RDONLY)
+// OpenRegular opens a regular file below root for reading.
+func OpenRegular(root *os.File, rel string) (*os.File, os.FileInfo, error) {
+	f, err := OpenIn(root, rel, unix.O_RDONLY)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -76,9 +87,9 @@ func openRegular(root *os.File, rel string) (*os.File, os.FileInfo, error) {
 	return f, fi, nil
 }
 
-// readCapped reads a whole regular file below root, up to max bytes.
-func readCapped(root *os.File, rel string, max int64) ([]byte, error) {
-	f, fi, err := openRegular(root, rel)
+// ReadCapped reads a whole regular file below root, up to max bytes.
+func ReadCapped(root *os.File, rel string, max int64) ([]byte, error) {
+	f, fi, err := OpenRegular(root, rel)
 	if err != nil {
 		return nil, err
 	}
@@ -96,16 +107,16 @@ func readCapped(root *os.File, rel string, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// lstatAt stats name in dir without following a final symlink.
-func lstatAt(dir *os.File, name string) (unix.Stat_t, error) {
+// LstatAt stats name in dir without following a final symlink.
+func LstatAt(dir *os.File, name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	return st, err
 }
 
-// reopen turns an O_PATH directory descriptor into a readable one.
-func reopen(f *os.File) (*os.File, error) {
-	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolve}
+// Reopen turns an O_PATH directory descriptor into a readable one.
+func Reopen(f *os.File) (*os.File, error) {
+	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: Resolve}
 	fd, err := unix.Openat2(int(f.Fd()), ".", &how)
 	if err != nil {
 		return nil, fmt.Errorf("reopen %s: %w", f.Name(), err)
@@ -113,9 +124,9 @@ func reopen(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// copySparse copies src to dst skipping holes (SEEK_DATA/SEEK_HOLE), so a
+// CopySparse copies src to dst skipping holes (SEEK_DATA/SEEK_HOLE), so a
 // huge sparse file costs only its real data.
-func copySparse(dst, src *os.File, size int64) error {
+func CopySparse(dst, src *os.File, size int64) error {
 	if err := dst.Truncate(size); err != nil {
 		return err
 	}
@@ -140,17 +151,9 @@ func copySparse(dst, src *os.File, size int64) error {
 	return nil
 }
 
-// hostMode is the mode a file or directory gets when the host writes what
+// HostMode is the mode a file or directory gets when the host writes what
 // a sandbox made (export, snapshots): its permission bits and sticky, never
 // setuid or setgid. On the host those would run a program as, or hand a
 // directory's group to, whoever the file is mapped to: root, for what the
 // sandbox's root made.
-func hostMode(mode uint32) uint32 { return mode & (0o777 | unix.S_ISVTX) }
-
-// exportMode is the mode export gives what a sandbox made, in the user's
-// own tree: hostMode without group or other write (umask 022, applied
-// whatever the process's umask), as a careful tool does. A sandbox sets
-// every mode it likes; it must not make the user's files or directories
-// writable by every other user of the host. (Snapshots keep hostMode: what
-// they hold is shown only to sandboxes.)
-func exportMode(mode uint32) uint32 { return hostMode(mode) &^ 0o022 }
+func HostMode(mode uint32) uint32 { return mode & (0o777 | unix.S_ISVTX) }

@@ -1,4 +1,4 @@
-package workspace
+package safefs
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 //     and the walk goes on with everything else, so one hostile corner
 //     never hides the rest;
 //   - a regular file with several links is read, shipped or copied once:
-//     the others are written as its links (links);
+//     the others are written as its links (Links);
 //   - every reader has a byte budget and says what it left out.
 
 // Caps of every walk.
@@ -52,8 +52,8 @@ type Unread struct {
 // String is the path, quoted when it must be (untrusted.Quote), and why.
 func (u Unread) String() string { return untrusted.Quote(u.Path) + " (" + u.Why + ")" }
 
-// walker is the state of one walk: when it must stop, and what it left out.
-type walker struct {
+// Walker is the state of one walk: when it must stop, and what it left out.
+type Walker struct {
 	ctx    context.Context
 	unread []Unread
 	more   int   // unread entries past maxUnread
@@ -62,16 +62,16 @@ type walker struct {
 	max    int64 // MaxWalkNames
 }
 
-// newWalker starts a walk that stops where ctx ends (nil: never).
-func newWalker(ctx context.Context) *walker {
+// NewWalker starts a walk that stops where ctx ends (nil: never).
+func NewWalker(ctx context.Context) *Walker {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return &walker{ctx: ctx, max: MaxWalkNames}
+	return &Walker{ctx: ctx, max: MaxWalkNames}
 }
 
-// skip names what the walk leaves out.
-func (w *walker) skip(p, why string) {
+// Skip names what the walk leaves out.
+func (w *Walker) Skip(p, why string) {
 	if p == "" {
 		p = "."
 	}
@@ -84,16 +84,16 @@ func (w *walker) skip(p, why string) {
 
 // Unread lists what the walk left out (the last entry counts the rest
 // when there were more than can be named).
-func (w *walker) Unread() []Unread {
+func (w *Walker) Unread() []Unread {
 	if w.more == 0 {
 		return w.unread
 	}
 	return append(slices.Clip(w.unread), Unread{"…", fmt.Sprintf("%d more not read", w.more)})
 }
 
-// stopped reports whether the walk's time is up (named once, where it
+// Stopped reports whether the walk's time is up (named once, where it
 // stopped).
-func (w *walker) stopped(at string) bool {
+func (w *Walker) Stopped(at string) bool {
 	if w.late {
 		return true
 	}
@@ -103,75 +103,79 @@ func (w *walker) stopped(at string) bool {
 		if errors.Is(err, context.Canceled) {
 			why = "the walk was cancelled in this directory: its rest and what follows were not read"
 		}
-		w.skip(at, why)
+		w.Skip(at, why)
 		return true
 	}
 	return false
 }
 
-// join is the path of name in the directory at rel ("" or "." is the
+// NamesRead is how many bytes of names the walk has read so far (what its
+// budget, MaxWalkNames, is counted in).
+func (w *Walker) NamesRead() int64 { return w.names }
+
+// Join is the path of name in the directory at rel ("" or "." is the
 // walk's root); for naming only, never given to a syscall.
-func join(rel, name string) string {
+func Join(rel, name string) string {
 	if rel == "" || rel == "." {
 		return name
 	}
 	return rel + "/" + name
 }
 
-// list reads the names of directory d (at rel), sorted: at most
+// List reads the names of directory d (at rel), sorted: at most
 // MaxDirEntries, and none whose path would pass MaxPath; what it leaves
 // out is named.
-func (w *walker) list(d *os.File, rel string) []string {
+func (w *Walker) List(d *os.File, rel string) []string {
 	if w.names > w.max {
 		return nil
 	}
 	names, err := d.Readdirnames(MaxDirEntries + 1)
 	if err != nil && !errors.Is(err, io.EOF) {
-		w.skip(rel, "not read: "+errText(err))
+		w.Skip(rel, "not read: "+ErrText(err))
 	}
 	if len(names) > MaxDirEntries {
 		names = names[:MaxDirEntries]
-		w.skip(rel, fmt.Sprintf("more than %d entries: the rest were not read", MaxDirEntries))
+		w.Skip(rel, fmt.Sprintf("more than %d entries: the rest were not read", MaxDirEntries))
 	}
 	for i, n := range names {
 		if w.names += int64(len(n)) + 16; w.names > w.max {
-			w.skip(rel, fmt.Sprintf("the walk read more than %d bytes of names: this directory's rest and what follows were not read", w.max))
+			w.Skip(rel, fmt.Sprintf("the walk read more than %d bytes of names: this directory's rest and what follows were not read", w.max))
 			names = names[:i]
 			break
 		}
 	}
 	long := 0
 	names = slices.DeleteFunc(names, func(n string) bool {
-		if len(join(rel, n)) > MaxPath {
+		if len(Join(rel, n)) > MaxPath {
 			long++
 			return true
 		}
 		return false
 	})
 	if long > 0 {
-		w.skip(rel, fmt.Sprintf("%d entries whose paths are longer than %d bytes were not read", long, MaxPath))
+		w.Skip(rel, fmt.Sprintf("%d entries whose paths are longer than %d bytes were not read", long, MaxPath))
 	}
 	slices.Sort(names)
 	return names
 }
 
-// enter opens directory name of d (at path p, depth levels below the
+// Enter opens directory name of d (at path p, depth levels below the
 // root), or names it unread and returns nil.
-func (w *walker) enter(d *os.File, name, p string, depth int) *os.File {
+func (w *Walker) Enter(d *os.File, name, p string, depth int) *os.File {
 	if depth > MaxDepth {
-		w.skip(p, fmt.Sprintf("deeper than %d levels: not read", MaxDepth))
+		w.Skip(p, fmt.Sprintf("deeper than %d levels: not read", MaxDepth))
 		return nil
 	}
-	sub, err := openIn(d, name, unix.O_RDONLY|unix.O_DIRECTORY)
+	sub, err := OpenIn(d, name, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		w.skip(p, "not read: "+errText(err))
+		w.Skip(p, "not read: "+ErrText(err))
 		return nil
 	}
 	return sub
 }
 
-// errText is an error's text without the path (the walk names it).
-func errText(err error) string {
+// ErrText is an error's text without the path (the walk names it).
+func ErrText(err error) string {
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Op + ": " + pe.Err.Error()
@@ -190,17 +194,17 @@ type linkKey struct {
 	size     int64
 }
 
-// links remembers the first path met of each multiply-linked file, up to
+// Links remembers the first path met of each multiply-linked file, up to
 // maxLinkPaths bytes of paths; past it further files are read as if they
 // had one link (their cost still counts against the reader's budget).
-type links struct {
+type Links struct {
 	m     map[linkKey]string
 	bytes int64
 }
 
-// first returns the path of a link to st's file met earlier in the walk;
+// First returns the path of a link to st's file met earlier in the walk;
 // otherwise it records p as that file's first link and returns "".
-func (l *links) first(st *unix.Stat_t, p string) string {
+func (l *Links) First(st *unix.Stat_t, p string) string {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
 		return ""
 	}
@@ -217,4 +221,30 @@ func (l *links) first(st *unix.Stat_t, p string) string {
 	l.m[k] = p
 	l.bytes += int64(len(p))
 	return ""
+}
+
+// TypeOf names a file type for people: file, dir, symlink, fifo, socket or device.
+func TypeOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "dir"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	default:
+		return "device"
+	}
+}
+
+// IsOpaque reports whether directory d of an overlay upper layer is opaque
+// (it hides the whole lower directory of its name).
+func IsOpaque(d *os.File) bool {
+	buf := make([]byte, 8)
+	n, err := unix.Fgetxattr(int(d.Fd()), "user.overlay.opaque", buf)
+	return err == nil && n > 0 && buf[0] == 'y'
 }

@@ -1,7 +1,6 @@
-package egress
+package eventlog
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -9,10 +8,6 @@ import (
 
 // keyRedactor stands for the broker's scanner: it finds one key.
 type keyRedactor struct{ key string }
-
-func (keyRedactor) Intercepts(string, int) bool                  { return false }
-func (keyRedactor) Inspect(*Inspected) Verdict                   { return Verdict{} }
-func (keyRedactor) Certificate(string) (*tls.Certificate, error) { return nil, nil }
 
 func (k keyRedactor) Redact(texts, where []string) []Finding {
 	var fs []Finding
@@ -47,7 +42,7 @@ func FuzzRecordKeepsNoPartOfAKey(f *testing.F) {
 		e := Event{Findings: []Finding{{Rule: "r"}}}
 		fields := recordedFields(&e)
 		*fields[int(field)%len(fields)].text = text
-		recordable(&e, keyRedactor{key})
+		Recordable(&e, keyRedactor{key})
 		b, _ := json.Marshal(e)
 		if strings.Contains(string(b), key[:8]) {
 			t.Fatalf("part of the key is in the record: %s", b)

@@ -1,9 +1,18 @@
-package image
+// Package rootfs is what a sandbox's root is made of once resolved
+// (Layout: host trees shown read-only, symlinks and the user database to
+// generate), and the two kinds of image that need no unpacking: the host
+// image (Host: the host's system directories and a sanitized template of
+// part of its /etc, HostEtc) and a root filesystem directory (Dir). It
+// imports internal/errdefs and x/sys.
+package rootfs
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
 // HostEtc is the part of the host's /etc a sandbox of the host image sees,
@@ -53,8 +62,8 @@ func Host(etcDir string) (*Layout, error) {
 			l.Trees = append(l.Trees, Tree{HostPath: d, Target: d})
 		}
 	}
-	l.Passwd = systemAccounts(readSmall("/", "etc/passwd"), basePasswd, 2)
-	l.Group = systemAccounts(readSmall("/", "etc/group"), baseGroup, 2)
+	l.Passwd = systemAccounts(ReadSmall("/", "etc/passwd"), basePasswd, 2)
+	l.Group = systemAccounts(ReadSmall("/", "etc/group"), baseGroup, 2)
 	return l, nil
 }
 
@@ -123,4 +132,20 @@ func (l *Layout) Done() {
 	if l.Release != nil {
 		l.Release()
 	}
+}
+
+// Dir returns the layout of a root filesystem directory. Its files keep the
+// ownership they have on the host (uid 0 appears as root inside).
+func Dir(path string) (*Layout, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --image %s: %v", errdefs.ErrNotFound, path, err)
+	}
+	if !fi.IsDir() {
+		return nil, errdefs.Invalid(fmt.Sprintf("--image %s: not a directory", path))
+	}
+	l := &Layout{Name: path, Trees: []Tree{{HostPath: path, Target: "/"}}}
+	l.Passwd = ReadSmall(path, "etc/passwd")
+	l.Group = ReadSmall(path, "etc/group")
+	return l, nil
 }

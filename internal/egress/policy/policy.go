@@ -1,11 +1,10 @@
-// Package egress is a sandbox's only way out: a policy of allowed and
-// denied destinations, an HTTP/CONNECT proxy (explicit and transparent)
-// that enforces it, a DNS forwarder that answers only allowed names, and
-// the log of every decision. It never connects to the host's own
-// addresses, other sandboxes, loopback, private, link-local, CGNAT,
-// metadata or other special addresses, whatever DNS says, and serves only
-// its sandbox. It imports the standard library, x/net, miekg/dns and yaml.
-package egress
+// Package policy is what a sandbox may reach: the allowlist of names and
+// ports (Policy, Rule, Presets, policy files) and the address guard (Guard),
+// which refuses the host's own addresses, other sandboxes, loopback,
+// private, link-local, CGNAT, metadata and other special addresses,
+// whatever DNS says. The proxy and the DNS forwarder (internal/egress and
+// internal/egress/dns) ask it; it imports the standard library and yaml.
+package policy
 
 import (
 	"bytes"

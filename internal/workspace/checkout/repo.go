@@ -1,4 +1,11 @@
-package workspace
+// Package checkout builds a sandbox's /workspace from a git commit of a
+// host repository: objects only, read in Go (go-git), so no hook, filter
+// or config of the repository runs or is copied; the checkout is capped in
+// entries, bytes and object size, refuses names git would refuse, and a
+// tenant's repository is read beneath the tenant's root (beneathFS).
+//
+// It imports go-git, internal/workspace/safefs and internal/errdefs.
+package checkout
 
 import (
 	"context"
@@ -26,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 )
 
 // FromRepo builds a workspace directory holding the tree of one commit of
@@ -355,7 +363,7 @@ func writeDir(ctx context.Context, s storer.EncodedObjectStorer, d *os.File, p s
 	if err := unix.Mkdirat(int(d.Fd()), e.Name, 0o755); err != nil {
 		return created("mkdirat", p, err)
 	}
-	sub, err := openIn(d, e.Name, unix.O_RDONLY|unix.O_DIRECTORY)
+	sub, err := safefs.OpenIn(d, e.Name, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return err
 	}
