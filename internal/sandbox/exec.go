@@ -342,7 +342,9 @@ func (x *execution) follow(stop, done func()) {
 	defer x.stream.Close()
 	var last *api.ExecEnd
 	_ = x.relay(func(ev *api.ExecEvent) error {
-		last = ev.End
+		if ev.End != nil {
+			last = x.s.tellEnd(x.b, ev.End)
+		}
 		return nil
 	})
 	x.ended(last)
@@ -363,11 +365,12 @@ func (x *execution) foreground(ctx context.Context, timeout time.Duration, emit 
 	defer func() { x.ended(last) }()
 	err := x.relay(func(ev *api.ExecEvent) error {
 		if ev.End != nil {
-			last = ev.End
 			if timer != nil {
 				timer.Stop()
 			}
-			if timedOut.Load() {
+			ev.End = x.s.tellEnd(x.b, ev.End)
+			last = ev.End
+			if timedOut.Load() && !ev.End.SandboxEnded {
 				ev.End.TimedOut = true
 				ev.End.ExitCode = 124
 				ev.End.Status = fmt.Sprintf("timeout (%v) reached: killed", timeout)
@@ -421,13 +424,66 @@ func relay(receive func() bool, msg func() *process.ProcessEvent, emit func(*api
 	return errStreamEnded
 }
 
-// reportSandboxEnd ends a command's stream whose sandbox died under it.
-func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecEvent) error) error {
+// killedExit is the exit code of a command killed by SIGKILL (128 + 9):
+// what the agent reports, and what a command whose sandbox ended answers.
+const killedExit = 128 + 9
+
+// oomNotice bounds the wait for the OOM watcher's notice of an OOM kill
+// the kernel has already counted.
+const oomNotice = 5 * time.Second
+
+// ending tells whether b is ending: the service is destroying it, its init
+// has exited, or the OOM killer fired in it (which always destroys it).
+// A command's agent can report its kill, or lose its stream, before the
+// service learns any of that. The kernel counts an OOM kill before the
+// victim dies, so a counted kill waits up to oomNotice for the watcher's
+// notice; otherwise ending waits up to wait (0: not at all) for init's
+// exit or an OOM.
+func (s *Service) ending(b *box, wait time.Duration) bool {
 	select {
 	case <-b.inst.Done():
-	case <-time.After(2 * time.Second):
-		return s.streamEnded(b, streamErr)
+		return true
+	case <-b.inst.OOM():
+		return true
+	default:
 	}
+	b.mu.Lock()
+	ending := b.ending
+	b.mu.Unlock()
+	if ending {
+		return true
+	}
+	if b.inst.Usage().OOMKills > 0 {
+		wait = oomNotice
+	}
+	if wait == 0 {
+		return false
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-b.inst.Done():
+		return true
+	case <-b.inst.OOM():
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// tellEnd returns the end to report for a command that ended with end: a
+// command killed because its sandbox is ending is told the sandbox's end
+// and why, whichever the service learnt first.
+func (s *Service) tellEnd(b *box, end *api.ExecEnd) *api.ExecEnd {
+	if end.ExitCode != killedExit || !s.ending(b, 0) {
+		return end
+	}
+	return s.sandboxEnd(b)
+}
+
+// sandboxEnd waits (bounded) for b's end to be recorded and tells it as
+// the end of a command it killed.
+func (s *Service) sandboxEnd(b *box) *api.ExecEnd {
 	select {
 	case <-b.ended:
 	case <-time.After(30 * time.Second):
@@ -435,7 +491,16 @@ func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecE
 	b.mu.Lock()
 	reason := b.rec.EndReason
 	b.mu.Unlock()
-	return emit(&api.ExecEvent{End: &api.ExecEnd{ExitCode: 137, Status: "sandbox ended", SandboxEnded: true, EndReason: reason}})
+	return &api.ExecEnd{ExitCode: killedExit, Status: "sandbox ended", SandboxEnded: true, EndReason: reason}
+}
+
+// reportSandboxEnd ends a command's stream that broke: with the sandbox's
+// end when it died under the command.
+func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecEvent) error) error {
+	if !s.ending(b, 2*time.Second) {
+		return s.streamEnded(b, streamErr)
+	}
+	return emit(&api.ExecEvent{End: s.sandboxEnd(b)})
 }
 
 func (s *Service) streamEnded(b *box, err error) error {
@@ -473,7 +538,12 @@ func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint3
 	if err := emit(&api.ExecEvent{PID: pid}); err != nil {
 		return err
 	}
-	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, emit)
+	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
+		if ev.End != nil {
+			ev.End = s.tellEnd(b, ev.End)
+		}
+		return emit(ev)
+	})
 	if errors.Is(err, errStreamEnded) {
 		return s.reportSandboxEnd(b, stream.Err(), emit)
 	}
