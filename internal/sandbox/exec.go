@@ -80,20 +80,8 @@ func checkEnv(env map[string]string) error {
 // start (pid), output, and the end. A background command returns after
 // its start. A foreground command whose caller goes away is killed.
 func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return errdefs.Invalid("cmd is empty")
-	}
-	if err := validUser(req.User); err != nil {
-		return err
-	}
-	timeout, err := parseDuration("timeout", req.Timeout, 0, MaxTTL)
+	timeout, err := checkExec(req)
 	if err != nil {
-		return err
-	}
-	if req.TTY != nil && (req.TTY.Rows == 0 || req.TTY.Cols == 0) {
-		return errdefs.Invalid("tty: rows and cols must be positive")
-	}
-	if err := checkEnv(req.Env); err != nil {
 		return err
 	}
 	b, err := s.use(t, id)
@@ -108,12 +96,77 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	}
 	// Given back when the command ends, or when it does not start.
 	defer func() { release() }()
-	// The caller's own copy is not rewritten (redact policy).
+	req, argv, err := s.scanExec(ctx, t, b, req)
+	if err != nil {
+		return err
+	}
+	// The stream lives until the command ends, for a background command
+	// too (its end is recorded); the caller's ctx decides a kill.
+	sctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
+	x, notStarted, err := s.startExec(ctx, sctx, b, req, argv)
+	if notStarted != nil {
+		return emit(&api.ExecEvent{End: notStarted})
+	}
+	if err != nil {
+		return err
+	}
+	following := false // a background command's stream is closed by its follower
+	defer func() {
+		if !following {
+			x.stream.Close()
+		}
+	}()
+	if err := emit(&api.ExecEvent{PID: x.pid, ExecID: x.id}); err != nil {
+		if !req.Background {
+			x.kill()
+		}
+		return err
+	}
+	if err := x.sendStdin(ctx, req); err != nil {
+		return err
+	}
+	if req.Background {
+		// Follow it to its end, for the record; the caller has its pid.
+		stop, done := cancel, release
+		cancel, following, release = nil, true, func() {}
+		go x.follow(stop, done)
+		return nil
+	}
+	return x.foreground(ctx, timeout, emit)
+}
+
+// checkExec refuses a malformed command and returns its timeout.
+func checkExec(req *api.Exec) (time.Duration, error) {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return 0, errdefs.Invalid("cmd is empty")
+	}
+	if err := validUser(req.User); err != nil {
+		return 0, err
+	}
+	timeout, err := parseDuration("timeout", req.Timeout, 0, MaxTTL)
+	if err != nil {
+		return 0, err
+	}
+	if req.TTY != nil && (req.TTY.Rows == 0 || req.TTY.Cols == 0) {
+		return 0, errdefs.Invalid("tty: rows and cols must be positive")
+	}
+	return timeout, checkEnv(req.Env)
+}
+
+// scanExec applies the tenant's scan policy to a command's argv, env and
+// stdin. It returns the request to run (a copy: a redact policy rewrites
+// it, never the caller's) and the argv to record (redacted whatever the
+// policy).
+func (s *Service) scanExec(ctx context.Context, t *Principal, b *box, req *api.Exec) (*api.Exec, []string, error) {
 	r := *req
 	req = &r
 	req.Cmd = slices.Clone(req.Cmd)
 	req.Env = maps.Clone(req.Env)
-	// What the record keeps of argv: redacted whatever the policy.
 	argv := slices.Clone(req.Cmd)
 	fields := make([]field, 0, len(req.Cmd)+len(req.Env)+1)
 	for i := range req.Cmd {
@@ -130,7 +183,7 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 		fields = append(fields, field{"stdin", &stdinText, nil})
 	}
 	if err := s.scanCall(ctx, t, b.who(), "exec", fields); err != nil {
-		return err
+		return nil, nil, err
 	}
 	for k, v := range envVals {
 		req.Env[k] = *v
@@ -138,7 +191,11 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	if len(req.Stdin) > 0 {
 		req.Stdin = []byte(stdinText)
 	}
-	t0 := time.Now()
+	return req, argv, nil
+}
+
+// startRequest is the agent's request to start req's command.
+func startRequest(req *api.Exec) *process.StartRequest {
 	start := &process.StartRequest{Process: &process.ProcessConfig{Cmd: req.Cmd[0], Args: req.Cmd[1:], Envs: req.Env}}
 	if req.Cwd != "" {
 		start.Process.Cwd = &req.Cwd
@@ -151,42 +208,47 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 	if req.TTY != nil {
 		start.Pty = &process.PTY{Size: &process.PTY_Size{Rows: uint32(req.TTY.Rows), Cols: uint32(req.TTY.Cols)}}
 	}
-	// The stream lives until the command ends, for a background command
-	// too (its end is recorded); the caller's ctx decides a kill.
-	sctx, cancel := context.WithCancel(context.Background())
-	defer func() {
-		if cancel != nil {
-			cancel()
-		}
-	}()
-	// The request is recorded while the agent starts the command; the
-	// client learns the pid only once the record is on disk.
-	w := b.who()
-	execID := newID()
+	return start
+}
+
+// execution is one started command: its stream from the agent (which
+// lives in sctx), and what its exec.end record needs.
+type execution struct {
+	s      *Service
+	b      *box
+	w      who
+	id     string // exec id
+	pid    uint32
+	t0     time.Time
+	stream *connect.ServerStreamForClient[process.StartResponse]
+	out    map[string]*streamDigest
+}
+
+// startExec records the request while the agent starts the command; the
+// client learns the pid only once the record is on disk. A command that
+// cannot start answers the end to report (127 not found, 126 not
+// executable), or an error; either way it is recorded as not started.
+func (s *Service) startExec(ctx, sctx context.Context, b *box, req *api.Exec, argv []string) (*execution, *api.ExecEnd, error) {
+	x := &execution{s: s, b: b, w: b.who(), id: newID(), t0: time.Now(), out: map[string]*streamDigest{"stdout": newStreamDigest(), "stderr": newStreamDigest(), "pty": newStreamDigest()}}
 	recorded := make(chan error, 1)
 	go func() {
-		recorded <- s.commit(ctx, w, "exec.start", "observed", map[string]any{
-			"exec_id": execID, "argv": argv, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
+		recorded <- s.commit(ctx, x.w, "exec.start", "observed", map[string]any{
+			"exec_id": x.id, "argv": argv, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
 			"background": req.Background, "tag": req.Tag, "tty": req.TTY != nil, "timeout": req.Timeout, "stdin_bytes": len(req.Stdin),
 		})
 	}()
 	notStarted := func(why error) {
 		if <-recorded == nil {
-			s.note(w, "exec.end", "reported", map[string]any{"exec_id": execID, "status": "not started", "error": why.Error()})
+			s.note(x.w, "exec.end", "reported", map[string]any{"exec_id": x.id, "status": "not started", "error": why.Error()})
 		}
 	}
-	stream, err := b.agent.proc.Start(sctx, asUser(connect.NewRequest(start), req.User))
+	stream, err := b.agent.proc.Start(sctx, asUser(connect.NewRequest(startRequest(req)), req.User))
 	if err != nil {
 		notStarted(err)
-		return agentError(err)
+		return nil, nil, agentError(err)
 	}
-	following := false // a background command's stream is closed by its follower
-	defer func() {
-		if !following {
-			stream.Close()
-		}
-	}()
 	if !stream.Receive() {
+		defer stream.Close()
 		// A command that cannot start ends the way a shell reports it:
 		// 127 not found, 126 not executable.
 		var ce *connect.Error
@@ -196,114 +258,130 @@ func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Ex
 				code = 127
 			}
 			notStarted(ce)
-			return emit(&api.ExecEvent{End: &api.ExecEnd{ExitCode: code, Status: "not started", Error: agentError(ce).Error()}})
+			return nil, &api.ExecEnd{ExitCode: code, Status: "not started", Error: agentError(ce).Error()}, nil
 		}
 		notStarted(fmt.Errorf("the stream ended: %v", stream.Err()))
-		return s.streamEnded(b, stream.Err())
+		return nil, nil, s.streamEnded(b, stream.Err())
 	}
 	st := stream.Msg().GetEvent().GetStart()
 	if st == nil {
+		stream.Close()
 		notStarted(errors.New("no start event"))
-		return errdefs.New(errdefs.ErrInternal, "the sandbox's agent did not report the start (reported by the sandbox)")
+		return nil, nil, errdefs.New(errdefs.ErrInternal, "the sandbox's agent did not report the start (reported by the sandbox)")
 	}
-	pid := st.GetPid()
+	x.pid, x.stream = st.GetPid(), stream
 	s.cfg.Metrics.execs.Inc()
-	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
-	kill := func() {
-		kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer kcancel()
-		_, _ = b.agent.proc.SendSignal(kctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL}))
-	}
 	if err := <-recorded; err != nil {
-		kill() // it must not run unrecorded
-		return err
+		x.kill() // it must not run unrecorded
+		stream.Close()
+		return nil, nil, err
 	}
-	out := map[string]*streamDigest{"stdout": newStreamDigest(), "stderr": newStreamDigest(), "pty": newStreamDigest()}
-	ended := func(end *api.ExecEnd, t0 time.Time) {
-		data := map[string]any{"exec_id": execID, "pid": pid, "duration_ms": float64(time.Since(t0).Microseconds()) / 1000}
-		for k, d := range out {
-			if d.n > 0 {
-				data[k] = d.summary()
-			}
-		}
-		if end != nil {
-			data["exit_code"], data["status"], data["error"], data["timed_out"] = end.ExitCode, end.Status, end.Error, end.TimedOut
-			if end.SandboxEnded {
-				data["sandbox_ended"] = end.EndReason
-			}
-		} else {
-			data["status"] = "unknown: the stream ended without an end"
-		}
-		s.note(w, "exec.end", "reported", data)
-	}
-	digest := func(ev *api.ExecEvent) {
-		out["stdout"].add(ev.Stdout)
-		out["stderr"].add(ev.Stderr)
-		out["pty"].add(ev.PTY)
-	}
-	if err := emit(&api.ExecEvent{PID: pid, ExecID: execID}); err != nil {
-		if !req.Background {
-			kill()
-		}
-		return err
-	}
-	if len(req.Stdin) > 0 {
-		if _, err := b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: req.Stdin}}})); err != nil {
-			return agentError(err)
-		}
-	}
-	if len(req.Stdin) > 0 && !req.KeepStdin {
-		if _, err := b.agent.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel})); err != nil {
-			return agentError(err)
-		}
-	}
-	if req.Background {
-		// Follow it to its end, for the record; the caller has its pid.
-		stop, done := cancel, release
-		cancel, following, release = nil, true, func() {}
-		go func() {
-			defer done()
-			defer stop()
-			defer stream.Close()
-			var last *api.ExecEnd
-			_ = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
-				digest(ev)
-				last = ev.End
-				return nil
-			})
-			ended(last, t0)
-		}()
+	return x, nil, nil
+}
+
+// kill ends the command (SIGKILL to its process group).
+func (x *execution) kill() {
+	kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer kcancel()
+	_, _ = x.b.agent.proc.SendSignal(kctx, connect.NewRequest(&process.SendSignalRequest{Process: selector(x.pid), Signal: process.Signal_SIGNAL_SIGKILL}))
+}
+
+// sendStdin writes the request's stdin to the command, and closes it
+// unless the caller keeps it open.
+func (x *execution) sendStdin(ctx context.Context, req *api.Exec) error {
+	if len(req.Stdin) == 0 {
 		return nil
 	}
+	sel := selector(x.pid)
+	if _, err := x.b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: req.Stdin}}})); err != nil {
+		return agentError(err)
+	}
+	if !req.KeepStdin {
+		if _, err := x.b.agent.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel})); err != nil {
+			return agentError(err)
+		}
+	}
+	return nil
+}
+
+// relay passes the command's events to emit, digesting its output for
+// the record, until its end.
+func (x *execution) relay(emit func(*api.ExecEvent) error) error {
+	return relay(x.stream.Receive, func() *process.ProcessEvent { return x.stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
+		x.out["stdout"].add(ev.Stdout)
+		x.out["stderr"].add(ev.Stderr)
+		x.out["pty"].add(ev.PTY)
+		return emit(ev)
+	})
+}
+
+// ended records the command's end (nil: its stream ended without one).
+func (x *execution) ended(end *api.ExecEnd) {
+	data := map[string]any{"exec_id": x.id, "pid": x.pid, "duration_ms": float64(time.Since(x.t0).Microseconds()) / 1000}
+	for k, d := range x.out {
+		if d.n > 0 {
+			data[k] = d.summary()
+		}
+	}
+	if end != nil {
+		data["exit_code"], data["status"], data["error"], data["timed_out"] = end.ExitCode, end.Status, end.Error, end.TimedOut
+		if end.SandboxEnded {
+			data["sandbox_ended"] = end.EndReason
+		}
+	} else {
+		data["status"] = "unknown: the stream ended without an end"
+	}
+	x.s.note(x.w, "exec.end", "reported", data)
+}
+
+// follow follows a background command to its end, for the record, then
+// closes its stream, cancels it (stop) and gives its slot back (done).
+func (x *execution) follow(stop, done func()) {
+	defer done()
+	defer stop()
+	defer x.stream.Close()
+	var last *api.ExecEnd
+	_ = x.relay(func(ev *api.ExecEvent) error {
+		if ev.End != nil {
+			last = x.s.tellEnd(x.b, ev.End)
+		}
+		return nil
+	})
+	x.ended(last)
+}
+
+// foreground streams a command's events to emit until its end, killing it
+// at its timeout or when the caller goes away (ctx).
+func (x *execution) foreground(ctx context.Context, timeout time.Duration, emit func(*api.ExecEvent) error) error {
 	var timedOut atomic.Bool
 	var timer *time.Timer
 	if timeout > 0 {
-		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); kill() })
+		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); x.kill() })
 		defer timer.Stop()
 	}
-	stop := context.AfterFunc(ctx, kill) // the caller went away
+	stop := context.AfterFunc(ctx, x.kill) // the caller went away
 	defer stop()
 	var last *api.ExecEnd
-	defer func() { ended(last, t0) }()
-	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
-		digest(ev)
+	defer func() { x.ended(last) }()
+	err := x.relay(func(ev *api.ExecEvent) error {
 		if ev.End != nil {
-			last = ev.End
 			if timer != nil {
 				timer.Stop()
 			}
-			if timedOut.Load() {
+			ev.End = x.s.tellEnd(x.b, ev.End)
+			last = ev.End
+			if timedOut.Load() && !ev.End.SandboxEnded {
 				ev.End.TimedOut = true
 				ev.End.ExitCode = 124
 				ev.End.Status = fmt.Sprintf("timeout (%v) reached: killed", timeout)
-				s.cfg.Metrics.limitKills.WithLabelValues("timeout").Inc()
+				x.s.cfg.Metrics.limitKills.WithLabelValues("timeout").Inc()
 			}
-			s.cfg.Metrics.execSeconds.Observe(time.Since(t0).Seconds())
+			x.s.cfg.Metrics.execSeconds.Observe(time.Since(x.t0).Seconds())
 		}
 		return emit(ev)
 	})
 	if errors.Is(err, errStreamEnded) {
-		return s.reportSandboxEnd(b, stream.Err(), func(ev *api.ExecEvent) error { last = ev.End; return emit(ev) })
+		return x.s.reportSandboxEnd(x.b, x.stream.Err(), func(ev *api.ExecEvent) error { last = ev.End; return emit(ev) })
 	}
 	return err
 }
@@ -346,13 +424,66 @@ func relay(receive func() bool, msg func() *process.ProcessEvent, emit func(*api
 	return errStreamEnded
 }
 
-// reportSandboxEnd ends a command's stream whose sandbox died under it.
-func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecEvent) error) error {
+// killedExit is the exit code of a command killed by SIGKILL (128 + 9):
+// what the agent reports, and what a command whose sandbox ended answers.
+const killedExit = 128 + 9
+
+// oomNotice bounds the wait for the OOM watcher's notice of an OOM kill
+// the kernel has already counted.
+const oomNotice = 5 * time.Second
+
+// ending tells whether b is ending: the service is destroying it, its init
+// has exited, or the OOM killer fired in it (which always destroys it).
+// A command's agent can report its kill, or lose its stream, before the
+// service learns any of that. The kernel counts an OOM kill before the
+// victim dies, so a counted kill waits up to oomNotice for the watcher's
+// notice; otherwise ending waits up to wait (0: not at all) for init's
+// exit or an OOM.
+func (s *Service) ending(b *box, wait time.Duration) bool {
 	select {
 	case <-b.inst.Done():
-	case <-time.After(2 * time.Second):
-		return s.streamEnded(b, streamErr)
+		return true
+	case <-b.inst.OOM():
+		return true
+	default:
 	}
+	b.mu.Lock()
+	ending := b.ending
+	b.mu.Unlock()
+	if ending {
+		return true
+	}
+	if b.inst.Usage().OOMKills > 0 {
+		wait = oomNotice
+	}
+	if wait == 0 {
+		return false
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-b.inst.Done():
+		return true
+	case <-b.inst.OOM():
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// tellEnd returns the end to report for a command that ended with end: a
+// command killed because its sandbox is ending is told the sandbox's end
+// and why, whichever the service learnt first.
+func (s *Service) tellEnd(b *box, end *api.ExecEnd) *api.ExecEnd {
+	if end.ExitCode != killedExit || !s.ending(b, 0) {
+		return end
+	}
+	return s.sandboxEnd(b)
+}
+
+// sandboxEnd waits (bounded) for b's end to be recorded and tells it as
+// the end of a command it killed.
+func (s *Service) sandboxEnd(b *box) *api.ExecEnd {
 	select {
 	case <-b.ended:
 	case <-time.After(30 * time.Second):
@@ -360,7 +491,16 @@ func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecE
 	b.mu.Lock()
 	reason := b.rec.EndReason
 	b.mu.Unlock()
-	return emit(&api.ExecEvent{End: &api.ExecEnd{ExitCode: 137, Status: "sandbox ended", SandboxEnded: true, EndReason: reason}})
+	return &api.ExecEnd{ExitCode: killedExit, Status: "sandbox ended", SandboxEnded: true, EndReason: reason}
+}
+
+// reportSandboxEnd ends a command's stream that broke: with the sandbox's
+// end when it died under the command.
+func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecEvent) error) error {
+	if !s.ending(b, 2*time.Second) {
+		return s.streamEnded(b, streamErr)
+	}
+	return emit(&api.ExecEvent{End: s.sandboxEnd(b)})
 }
 
 func (s *Service) streamEnded(b *box, err error) error {
@@ -398,7 +538,12 @@ func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint3
 	if err := emit(&api.ExecEvent{PID: pid}); err != nil {
 		return err
 	}
-	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, emit)
+	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
+		if ev.End != nil {
+			ev.End = s.tellEnd(b, ev.End)
+		}
+		return emit(ev)
+	})
 	if errors.Is(err, errStreamEnded) {
 		return s.reportSandboxEnd(b, stream.Err(), emit)
 	}

@@ -18,8 +18,12 @@ import (
 	"time"
 )
 
-// residue lists what sandboxes left on the host: cgroups, locks, leases,
-// mounts, and processes running as a sandbox uid.
+// residue lists what this suite's sandboxes left on the host: cgroups,
+// locks, leases, mounts, and processes running as a sandbox uid. It looks
+// only at what the suite made (its state directory, the cgroup parent of
+// that directory, its temporary directories, the children of airlock
+// processes of its state directory): an unrelated airlock running sandboxes on the same host is
+// none of its business (TestSuiteIgnoresOtherAirlocks).
 func residue() error { return residueCheck(false) }
 
 // residueCheck is residue; final also requires the cgroup parents gone
@@ -48,7 +52,7 @@ func residueCheck(final bool) error {
 	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, l := range strings.Split(string(mi), "\n") {
-		if strings.Contains(l, stateDir) || strings.Contains(l, dataDir) {
+		if strings.Contains(l, suiteDir+"/") {
 			left = append(left, "mount "+l)
 		}
 	}
@@ -58,7 +62,7 @@ func residueCheck(final bool) error {
 			continue
 		}
 		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+p.Name(), &st) == nil && st.Uid >= 1<<30 {
+		if syscall.Stat("/proc/"+p.Name(), &st) == nil && st.Uid >= 1<<30 && suiteProcess(p.Name()) {
 			left = append(left, fmt.Sprintf("process %s (uid %d)", p.Name(), st.Uid))
 		}
 	}
@@ -66,6 +70,33 @@ func residueCheck(final bool) error {
 		return errors.New(strings.Join(left, "; "))
 	}
 	return nil
+}
+
+// suiteProcess tells whether process pid belongs to this suite's
+// sandboxes: it is in a cgroup under the suite's cgroup parent (a
+// sandbox's processes cannot leave their cgroup, and a zombie still names
+// it), or its parent is an airlock process of the suite's state
+// directory (a sandbox's init that was never reaped).
+func suiteProcess(pid string) bool {
+	cg, _ := os.ReadFile("/proc/" + pid + "/cgroup")
+	for _, l := range strings.Split(string(cg), "\n") {
+		// "hierarchy-id:controllers:path", the path from the root.
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && (f[2] == "/"+scope || strings.HasPrefix(f[2], "/"+scope+"/")) {
+			return true
+		}
+	}
+	stat, _ := os.ReadFile("/proc/" + pid + "/stat")
+	// "pid (comm) state ppid ...": comm may hold anything but ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return false
+	}
+	cmdline, _ := os.ReadFile("/proc/" + f[1] + "/cmdline")
+	return bytes.Contains(cmdline, []byte("\x00"+stateDir+"\x00"))
 }
 
 // noResidue fails the test when anything is left (other tests may run in

@@ -22,6 +22,7 @@ import (
 
 var (
 	scope      string // the test state directory's cgroup parent and nftables prefix
+	suiteDir   string // holds every state, data and binary of this run of the suite
 	airlockBin string
 	attackBin  string
 	stateDir   string
@@ -39,6 +40,7 @@ func TestMain(m *testing.M) {
 	}
 	// Sandboxes' unprivileged roots traverse the state directory.
 	_ = os.Chmod(tmp, 0o711)
+	suiteDir = tmp
 	airlockBin = filepath.Join(tmp, "airlock")
 	attackBin = filepath.Join(tmp, "attack")
 	stateDir = filepath.Join(tmp, "run")

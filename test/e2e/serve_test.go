@@ -95,17 +95,22 @@ func startDaemonWith(t *testing.T, bin, data string, extra ...string) *daemonPro
 
 // daemonOpts start a daemon elsewhere than the defaults: another binary,
 // inside a network namespace (the fake internet's stand-in host), with
-// extra environment.
+// extra environment, on another state directory than the suite's.
 type daemonOpts struct {
-	bin string
-	fi  *fakeInternet
-	env []string
+	bin      string
+	fi       *fakeInternet
+	env      []string
+	stateDir string
 }
 
 func startDaemonOpts(t *testing.T, o daemonOpts, data string, extra ...string) *daemonProc {
 	t.Helper()
 	d := &daemonProc{t: t, data: data, sock: filepath.Join(data, "airlock.sock"), log: &syncBuffer{}}
-	args := append([]string{"--state-dir", stateDir, "--data-dir", data, "serve", "--socket", d.sock}, extra...)
+	state := stateDir
+	if o.stateDir != "" {
+		state = o.stateDir
+	}
+	args := append([]string{"--state-dir", state, "--data-dir", data, "serve", "--socket", d.sock}, extra...)
 	d.cmd = exec.Command(o.bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if o.env != nil {
