@@ -15,7 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/agentpb/agentpbconnect"
 	"github.com/airlock-sandbox/airlock/api/process"
 	"github.com/airlock-sandbox/airlock/api/process/processconnect"
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -33,7 +33,7 @@ type oomBackend struct {
 	made   chan *oomInstance
 }
 
-func (o *oomBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func(egress.Event)) (Host, error) {
+func (o *oomBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func(eventlog.Event)) (Host, error) {
 	in := &oomInstance{gateInstance: gateInstance{socket: filepath.Join(o.t.TempDir(), "agent.sock"), done: make(chan struct{})}, oom: make(chan struct{}), looked: make(chan struct{}), spared: o.spared}
 	ln, err := net.Listen("unix", in.socket)
 	if err != nil {
