@@ -19,7 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/agentpb"
 	"github.com/airlock-sandbox/airlock/api/agentpb/agentpbconnect"
 	"github.com/airlock-sandbox/airlock/internal/audit"
-	"github.com/airlock-sandbox/airlock/internal/egress"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -105,7 +105,7 @@ func newFakeBackend(t *testing.T) *fakeBackend {
 	return &fakeBackend{t: t, started: make(chan string, 16), made: map[string]*fakeHost{}, left: map[string]*fakeHost{}}
 }
 
-func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ func(egress.Event)) (Host, error) {
+func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ func(eventlog.Event)) (Host, error) {
 	if f.gate != nil {
 		f.started <- id
 		select {
@@ -121,7 +121,7 @@ func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ fun
 	return in, nil
 }
 
-func (f *fakeBackend) Adopt(_ context.Context, id string, _ *spec.Spec, pid int, _ func(egress.Event)) (Host, error) {
+func (f *fakeBackend) Adopt(_ context.Context, id string, _ *spec.Spec, pid int, _ func(eventlog.Event)) (Host, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in, ok := f.left[id]
