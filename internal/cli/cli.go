@@ -1,54 +1,40 @@
-// Package cli is airlock's command line: subcommands, flags, output (text
-// and --json). Results go to stdout, diagnostics to stderr. `run`, `mcp`
-// and `serve` build their world with internal/system (the composition
-// root); the other commands talk to a daemon through the Go SDK (client),
-// and `airlock audit` reads the log on the host.
+// Package cli is airlock's command line: the root command, its global
+// flags and the exit codes; `airlock mcp` (a sandbox for an MCP session,
+// made in this process or by a daemon) and `airlock audit` (the log, read
+// on the host). Results go to stdout, diagnostics to stderr. The other
+// commands live in packages of their own: internal/cli/host (run, serve,
+// doctor, gc, image: the engine in this process), internal/cli/remote (a
+// daemon's sandboxes) and internal/cli/admin (tenants, secrets, the kill
+// switch), over what internal/cli/cmdutil shares. It imports
+// internal/cli/host, internal/cli/remote, internal/cli/admin,
+// internal/cli/cmdutil, api, internal/system, internal/run, internal/mcp,
+// internal/sandbox, internal/audit, internal/store, internal/spec,
+// internal/errdefs and internal/untrusted.
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/cli/admin"
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
+	"github.com/airlock-sandbox/airlock/internal/cli/host"
+	"github.com/airlock-sandbox/airlock/internal/cli/remote"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/run"
-	"github.com/airlock-sandbox/airlock/internal/spec"
-	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
 // Version is set at build time with -ldflags "-X ...cli.Version=...".
 var Version = "dev"
 
-// exitError carries an exit code through cobra.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
-
-// globals are the flags every subcommand shares.
-type globals struct {
-	stateDir   string
-	dataDir    string
-	debug      bool
-	imageCache string
-	// dnsUpstream, pool and allowNets are operator settings of run.
-	dnsUpstream string
-	pool        netip.Prefix
-	allowNets   []netip.Prefix
-	log         *slog.Logger
-	stdout      io.Writer
-	stderr      io.Writer
-}
-
 // Main runs the command line and returns the process exit code.
 func Main(args []string) int {
-	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	g := &cmdutil.Globals{Stdout: os.Stdout, Stderr: os.Stderr}
+	ag := &globals{stdout: g.Stdout}
 	root := &cobra.Command{
 		Use:   "airlock",
 		Short: "Disposable, isolated, network-scoped sandboxes for AI agents",
@@ -71,72 +57,42 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
 		SilenceErrors: true,
 		Version:       Version,
 	}
-	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "/run/airlock", "runtime state (leases, locks)")
-	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", "/var/lib/airlock", "persistent data (image cache)")
-	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "structured debug logs on stderr")
-	root.PersistentFlags().StringVar(&g.imageCache, "image-cache-size", "20G", "cap on the OCI image cache; least recently used images are evicted past it")
+	root.PersistentFlags().StringVar(&g.StateDir, "state-dir", "/run/airlock", "runtime state (leases, locks)")
+	root.PersistentFlags().StringVar(&g.DataDir, "data-dir", "/var/lib/airlock", "persistent data (image cache)")
+	root.PersistentFlags().BoolVar(&g.Debug, "debug", false, "structured debug logs on stderr")
+	root.PersistentFlags().StringVar(&g.ImageCache, "image-cache-size", "20G", "cap on the OCI image cache; least recently used images are evicted past it")
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")
-	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), imageCmd(g))
-	root.AddCommand(remoteCmds(g)...)
+	root.AddCommand(host.Commands(g, Version)...)
+	root.AddCommand(remote.Commands(g)...)
+	root.AddCommand(admin.Commands(g)...)
+	root.AddCommand(mcpCmd(g), auditCmd(ag))
 	// Bad flags and arguments are invalid requests: for `run` that is exit
 	// 125, "the sandbox could not be created", like any other refusal.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Invalid(err.Error()) })
 	root.PersistentPreRun = func(*cobra.Command, []string) {
-		g.log = slog.New(slog.DiscardHandler)
-		if g.debug {
-			g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		g.Log = slog.New(slog.DiscardHandler)
+		if g.Debug {
+			g.Log = slog.New(slog.NewTextHandler(g.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
+		ag.stateDir, ag.dataDir = g.StateDir, g.DataDir
 	}
 	root.SetArgs(args)
-	root.SetOut(g.stdout)
-	root.SetErr(g.stderr)
+	root.SetOut(g.Stdout)
+	root.SetErr(g.Stderr)
 	err := root.Execute()
-	var ee exitError
+	var ee cmdutil.ExitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
-		return ee.code
+		return ee.Code
 	default:
-		fmt.Fprintf(g.stderr, "airlock: %v\n", err)
+		fmt.Fprintf(g.Stderr, "airlock: %v\n", err)
 		if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) ||
 			errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) {
 			return run.ExitCreate
 		}
 		return 1
 	}
-}
-
-// systemOptions are what every mode of internal/system takes from the
-// global flags.
-func (g *globals) systemOptions(mode system.Mode) (system.Options, error) {
-	cacheBytes, err := spec.ParseSize(g.imageCache)
-	if err != nil {
-		return system.Options{}, errdefs.Invalid("--image-cache-size: " + err.Error())
-	}
-	return system.Options{Mode: mode, StateDir: g.stateDir, DataDir: g.dataDir, Log: g.log, Warn: g.warn,
-		DNSUpstream: g.dnsUpstream, SubnetPool: g.pool, EgressAllowNets: g.allowNets, ImageCacheBytes: cacheBytes}, nil
-}
-
-// lifecycle is the host's wall and lifecycle, for commands that manage
-// sandboxes' remains and images.
-func (g *globals) lifecycle(warn func(string)) (*lifecycle.Lifecycle, error) {
-	if os.Geteuid() != 0 {
-		return nil, errdefs.Unavailable("root is needed to manage the host's sandboxes and images: run this as root, or with sudo")
-	}
-	o, err := g.systemOptions(system.OneShot)
-	if err != nil {
-		return nil, err
-	}
-	o.Warn = warn
-	return system.NewLifecycle(o)
-}
-
-func (g *globals) warn(msg string) { fmt.Fprintf(g.stderr, "airlock: %s\n", msg) }
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -19,6 +19,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
+	"github.com/airlock-sandbox/airlock/internal/cli/host"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
@@ -26,9 +28,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
-func mcpCmd(g *globals) *cobra.Command {
+func mcpCmd(g *cmdutil.Globals) *cobra.Command {
 	var (
-		sf                         sandboxFlags
+		sf                         cmdutil.SandboxFlags
 		secrets                    []string
 		policy, export, scanPolicy string
 		useDaemon                  bool
@@ -58,23 +60,23 @@ Configuration for an MCP client (docs/mcp.md has more):
   airlock mcp --daemon --key-file ~/.config/airlock/key --workspace /srv/repos/shop`,
 		Args: cobra.NoArgs,
 	}
-	k := addConn(c, g, false)
+	k := cmdutil.AddConn(c, g, false)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		var err error
 		if policy != "" {
-			if err := readPolicy(policy, &sf.req.Network); err != nil {
+			if err := readPolicy(policy, &sf.Req.Network); err != nil {
 				return err
 			}
 		}
-		parsed, err := sf.spec()
+		parsed, err := sf.Spec()
 		if err != nil {
 			return err
 		}
 		req := *parsed
-		if req.Workspace, err = absPath(req.Workspace); err != nil {
+		if req.Workspace, err = cmdutil.AbsPath(req.Workspace); err != nil {
 			return err
 		}
-		if req.Repo, err = absPath(req.Repo); err != nil {
+		if req.Repo, err = cmdutil.AbsPath(req.Repo); err != nil {
 			return err
 		}
 		if !slices.Contains(spec.ScanPolicies, scanPolicy) {
@@ -89,13 +91,13 @@ Configuration for an MCP client (docs/mcp.md has more):
 			if len(secrets) > 0 {
 				return errdefs.Invalid("--secret is for the embedded sandbox; with --daemon, store secrets with airlock secret add")
 			}
-			cl, err := k.client(false)
+			cl, err := k.Client(false)
 			if err != nil {
 				return err
 			}
 			return serveMCP(ctx, g, &mcp.ClientBackend{Client: cl}, req, export)
 		}
-		local, err := localSecrets(secrets)
+		local, err := cmdutil.LocalSecrets(secrets)
 		if err != nil {
 			return err
 		}
@@ -108,7 +110,7 @@ Configuration for an MCP client (docs/mcp.md has more):
 		if err := os.MkdirAll(files, 0o700); err != nil {
 			return err
 		}
-		o, err := g.systemOptions(system.Embedded)
+		o, err := host.SystemOptions(g, system.Embedded)
 		if err != nil {
 			return err
 		}
@@ -129,17 +131,17 @@ Configuration for an MCP client (docs/mcp.md has more):
 					return err
 				}
 			}
-			g.warn("mcp: the session's audit log is in " + files)
+			g.Warn("mcp: the session's audit log is in " + files)
 			return serveMCP(ctx, g, &mcp.ServiceBackend{Service: svc, Principal: p}, req, export)
 		})
 	}
 	f := c.Flags()
-	sf.bind(f)
+	sf.Bind(f)
 	f.StringVar(&policy, "policy", "", "YAML or JSON file with allow: and deny: lists")
 	f.StringArrayVar(&secrets, "secret", nil, "a secret for --grant: NAME=env:VARIABLE or NAME=file:PATH (embedded only)")
 	f.StringVar(&scanPolicy, "scan", "block", "what a credential found in a tool call does: block, redact or record (embedded only; a daemon's tenant has its own)")
-	f.StringVar(&sf.req.TTL, "ttl", "24h", "the sandbox's lifetime, should the session outlive it")
-	f.StringVar(&sf.req.Trigger.TaskID, "task-id", "", "trigger record: the task this session serves (default mcp:<session id>)")
+	f.StringVar(&sf.Req.TTL, "ttl", "24h", "the sandbox's lifetime, should the session outlive it")
+	f.StringVar(&sf.Req.Trigger.TaskID, "task-id", "", "trigger record: the task this session serves (default mcp:<session id>)")
 	f.StringVar(&export, "export", "", "write the workspace's diff to FILE when the session ends (default: stderr)")
 	f.BoolVar(&useDaemon, "daemon", false, "make the sandbox in airlock serve (with --address and --key-file) instead of in this process")
 	return c
@@ -147,9 +149,9 @@ Configuration for an MCP client (docs/mcp.md has more):
 
 // serveMCP runs one MCP session over stdio, then ends its sandbox, first
 // saving the workspace's diff.
-func serveMCP(ctx context.Context, g *globals, backend mcp.Backend, req api.CreateSandbox, export string) error {
+func serveMCP(ctx context.Context, g *cmdutil.Globals, backend mcp.Backend, req api.CreateSandbox, export string) error {
 	srv, sess := mcp.NewServer(backend, req, mcp.Options{Version: Version})
-	sess.OnCreate = func(sb mcp.Sandbox) { g.warn("mcp: sandbox " + sb.ID() + " made for the session") }
+	sess.OnCreate = func(sb mcp.Sandbox) { g.Warn("mcp: sandbox " + sb.ID() + " made for the session") }
 	runErr := srv.Run(ctx, &sdk.StdioTransport{})
 	var diffErr error
 	endErr := sess.End(context.WithoutCancel(ctx), func(sb mcp.Sandbox) {
@@ -163,13 +165,13 @@ func serveMCP(ctx context.Context, g *globals, backend mcp.Backend, req api.Crea
 			return
 		}
 		if d == "" {
-			g.warn("mcp: no changes in /workspace")
+			g.Warn("mcp: no changes in /workspace")
 			return
 		}
-		fmt.Fprint(forTerminal(g.stderr), d)
+		fmt.Fprint(cmdutil.ForTerminal(g.Stderr), d)
 	})
 	if endErr != nil {
-		g.warn("mcp: destroy the sandbox: " + endErr.Error())
+		g.Warn("mcp: destroy the sandbox: " + endErr.Error())
 	}
 	if runErr != nil && ctx.Err() == nil && !isClosed(runErr) {
 		return runErr

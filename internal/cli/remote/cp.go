@@ -1,4 +1,4 @@
-package cli
+package remote
 
 import (
 	"archive/tar"
@@ -14,11 +14,12 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
-func cpCmd(g *globals) *cobra.Command {
+func cpCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy files into or out of a sandbox (SANDBOX:PATH on one side)",
@@ -40,7 +41,7 @@ group or other write (as umask 022), never setuid or setgid. Names are
 shown quoted when they hold control characters.`,
 		Args: cobra.ExactArgs(2),
 	}
-	k := addConn(c, g, false)
+	k := cmdutil.AddConn(c, g, false)
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		src, dst := args[0], args[1]
 		sid, spath, sremote := strings.Cut(src, ":")
@@ -51,7 +52,7 @@ shown quoted when they hold control characters.`,
 		if strings.HasPrefix(dst, "/") || strings.HasPrefix(dst, ".") {
 			dremote = false
 		}
-		cl, err := k.client(false)
+		cl, err := k.Client(false)
 		if err != nil {
 			return err
 		}
@@ -69,21 +70,21 @@ shown quoted when they hold control characters.`,
 			remoteSkipped, uerr := cl.Upload(cmd.Context(), did, dpath, pr)
 			pr.Close()
 			for _, s := range append(skipped, remoteSkipped...) {
-				g.warn("cp: skipped " + untrusted.Quote(s) + " (not a regular file or directory)")
+				g.Warn("cp: skipped " + untrusted.Quote(s) + " (not a regular file or directory)")
 			}
-			return apiErr(uerr)
+			return cmdutil.APIErr(uerr)
 		default:
 			body, skipped, err := cl.Download(cmd.Context(), sid, spath)
 			if err != nil {
-				return apiErr(err)
+				return cmdutil.APIErr(err)
 			}
 			defer body.Close()
 			for _, s := range skipped {
-				g.warn("cp: skipped " + untrusted.QuoteText(s)) // the daemon's names come quoted, with why
+				g.Warn("cp: skipped " + untrusted.QuoteText(s)) // the daemon's names come quoted, with why
 			}
 			links, err := extractTarFrom(dst, body, archiveBase(spath))
 			for _, l := range links {
-				g.warn("cp: skipped " + l)
+				g.Warn("cp: skipped " + l)
 			}
 			return err
 		}

@@ -1,4 +1,4 @@
-package cli
+package remote
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package cli
+package cmdutil
 
 import (
 	"os"
@@ -23,12 +23,12 @@ func TestParseGrant(t *testing.T) {
 	}
 	f := filepath.Join(t.TempDir(), "grants.yaml")
 	_ = os.WriteFile(f, []byte("- secret: a\n  host: api.test\n  allow: [\"GET /x\"]\n"), 0o644)
-	gs, err := grantsOf([]string{"b@h.test GET:/y"}, f)
+	gs, err := GrantsOf([]string{"b@h.test GET:/y"}, f)
 	if err != nil || len(gs) != 2 || gs[0].Secret != "a" || gs[1].Allow[0] != "GET /y" {
 		t.Errorf("grants file and flag: %+v %v", gs, err)
 	}
 	_ = os.WriteFile(f, []byte("- secret: a\n  hots: api.test\n"), 0o644)
-	if _, err := grantsOf(nil, f); err == nil {
+	if _, err := GrantsOf(nil, f); err == nil {
 		t.Error("an unknown field in a grants file was accepted")
 	}
 }
@@ -37,12 +37,12 @@ func TestLocalSecrets(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_SECRET", "s3cret")
 	f := filepath.Join(t.TempDir(), "tok")
 	_ = os.WriteFile(f, []byte("from-file\n"), 0o600)
-	m, err := localSecrets([]string{"a=env:AIRLOCK_TEST_SECRET", "b=file:" + f})
+	m, err := LocalSecrets([]string{"a=env:AIRLOCK_TEST_SECRET", "b=file:" + f})
 	if err != nil || string(m["a"]) != "s3cret" || string(m["b"]) != "from-file" {
 		t.Fatalf("%v %v", m, err)
 	}
 	for _, bad := range []string{"a=s3cret", "a=env:AIRLOCK_UNSET_VARIABLE", "A=env:AIRLOCK_TEST_SECRET", "a=file:/nonexistent"} {
-		if _, err := localSecrets([]string{bad}); err == nil {
+		if _, err := LocalSecrets([]string{bad}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

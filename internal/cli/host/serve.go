@@ -1,4 +1,4 @@
-package cli
+package host
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
@@ -55,7 +55,7 @@ func loadServeFile(path string) (*serveFile, error) {
 	return &f, nil
 }
 
-func serveCmd(g *globals) *cobra.Command {
+func serveCmd(g *cmdutil.Globals, version string) *cobra.Command {
 	var (
 		config, socket, tcp, cert, key, adminKey, logLevel, pool, otlp string
 		noAudit                                                        bool
@@ -118,7 +118,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 				registries = fc.Registries
 			}
 			if fc.ImageCacheSize != "" && !cmd.Flags().Changed("image-cache-size") {
-				g.imageCache = fc.ImageCacheSize
+				g.ImageCache = fc.ImageCacheSize
 			}
 			if fc.MaxBackgroundExecs != 0 && !cmd.Flags().Changed("max-background-execs") {
 				maxBackground = fc.MaxBackgroundExecs
@@ -133,10 +133,10 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return errdefs.Invalid("--log-level: " + err.Error())
 			}
-			if g.debug {
+			if g.Debug {
 				level = slog.LevelDebug
 			}
-			log := slog.New(slog.NewJSONHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+			log := slog.New(slog.NewJSONHandler(g.Stderr, &slog.HandlerOptions{Level: level}))
 			if len(opened) > 0 {
 				log.Warn("egress: ranges the guard blocks are opened to every sandbox", "egress_allow_net", opened)
 			}
@@ -144,19 +144,19 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			if err != nil {
 				return errdefs.Invalid("--subnet-pool: " + err.Error())
 			}
-			g.log, g.pool, g.allowNets = log, prefix, opened
-			o, err := g.systemOptions(system.Daemon)
+			g.Log, g.Pool, g.AllowNets = log, prefix, opened
+			o, err := SystemOptions(g, system.Daemon)
 			if err != nil {
 				return err
 			}
 			o.Warn = func(m string) { log.Warn(m) }
-			o.Socket, o.TCP, o.TLSCert, o.TLSKey, o.AdminKeyFile, o.NoAudit, o.OTLPEndpoint, o.Version = socket, tcp, cert, key, adminKey, noAudit, otlp, Version
+			o.Socket, o.TCP, o.TLSCert, o.TLSKey, o.AdminKeyFile, o.NoAudit, o.OTLPEndpoint, o.Version = socket, tcp, cert, key, adminKey, noAudit, otlp, version
 			o.MCPSessionTimeout, o.MaxBackground, o.MaxBackgroundPerTenant, o.Registries = mcpIdle, maxBackground, maxBackgroundTenant, registries
 			o.Ready = func(file string, created bool) {
 				if created {
-					fmt.Fprintf(g.stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
+					fmt.Fprintf(g.Stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
 				}
-				fmt.Fprintf(g.stderr, "airlock: serving on %s\n", socket)
+				fmt.Fprintf(g.Stderr, "airlock: serving on %s\n", socket)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
 			defer stop()
@@ -179,7 +179,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	f.StringVar(&pool, "subnet-pool", sandboxnet.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
 	f.StringArrayVar(&allowNets, "egress-allow-net", nil, egressAllowNetHelp)
-	f.StringVar(&g.dnsUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
+	f.StringVar(&g.DNSUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
 	_ = f.MarkHidden("dns-upstream")
 	f.StringVar(&otlp, "otlp-endpoint", "", "also export audit records to this OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://collector:4318)")
 	f.DurationVar(&mcpIdle, "mcp-session-timeout", 30*time.Minute, "end MCP sessions at /mcp (and their sandboxes) after this long without a request")
@@ -189,6 +189,3 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	_ = f.MarkHidden("no-audit")
 	return c
 }
-
-// adminKeyPath is where serve writes the admin key by default.
-func (g *globals) adminKeyPath() string { return filepath.Join(g.dataDir, "admin.key") }

@@ -1,4 +1,4 @@
-package cli
+package host
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/doctor"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
-func doctorCmd(g *globals) *cobra.Command {
+func doctorCmd(g *cmdutil.Globals) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "doctor",
@@ -24,17 +25,17 @@ airlock's controls rely on, and says what airlock refuses to do without each.
 It exits 1 when a required control is missing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			checks := doctor.Checks(g.stateDir)
+			checks := doctor.Checks(g.StateDir)
 			failed := false
 			for _, c := range checks {
 				failed = failed || !c.OK && c.Required
 			}
 			if asJSON {
-				if err := printJSON(g.stdout, map[string]any{"ok": !failed, "checks": checks}); err != nil {
+				if err := cmdutil.PrintJSON(g.Stdout, map[string]any{"ok": !failed, "checks": checks}); err != nil {
 					return err
 				}
 			} else {
-				w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+				w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
 				for _, c := range checks {
 					mark := "ok"
 					if !c.OK {
@@ -47,13 +48,13 @@ It exits 1 when a required control is missing.`,
 				}
 				w.Flush()
 				if failed {
-					fmt.Fprintln(g.stdout, "\nairlock cannot create sandboxes on this host until the MISSING controls above are available.")
+					fmt.Fprintln(g.Stdout, "\nairlock cannot create sandboxes on this host until the MISSING controls above are available.")
 				} else {
-					fmt.Fprintln(g.stdout, "\nall controls airlock needs are available.")
+					fmt.Fprintln(g.Stdout, "\nall controls airlock needs are available.")
 				}
 			}
 			if failed {
-				return exitError{1}
+				return cmdutil.ExitError{Code: 1}
 			}
 			return nil
 		},
@@ -62,7 +63,7 @@ It exits 1 when a required control is missing.`,
 	return c
 }
 
-func gcCmd(g *globals) *cobra.Command {
+func gcCmd(g *cmdutil.Globals) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "gc",
@@ -72,18 +73,18 @@ airlock process is gone (killed with SIGKILL, say). Their processes died with
 them; gc never touches a live sandbox. Every airlock run does this too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.lifecycle(g.warn)
+			eng, err := lifecycleOf(g, g.Warn)
 			if err != nil {
 				return err
 			}
 			ids, err := eng.GC()
 			if asJSON {
-				if perr := printJSON(g.stdout, map[string]any{"removed": nonNil(ids)}); perr != nil {
+				if perr := cmdutil.PrintJSON(g.Stdout, map[string]any{"removed": nonNil(ids)}); perr != nil {
 					return perr
 				}
 			} else {
 				for _, id := range ids {
-					fmt.Fprintf(g.stdout, "removed %s\n", id)
+					fmt.Fprintf(g.Stdout, "removed %s\n", id)
 				}
 			}
 			return err
@@ -100,7 +101,7 @@ func nonNil(s []string) []string {
 	return s
 }
 
-func imageCmd(g *globals) *cobra.Command {
+func imageCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "image",
 		Short: "Manage the image cache",
@@ -115,7 +116,7 @@ recently used images are evicted first, never one in use.`,
 		Short: "List cached images",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.lifecycle(func(string) {})
+			eng, err := lifecycleOf(g, func(string) {})
 			if err != nil {
 				return err
 			}
@@ -124,9 +125,9 @@ recently used images are evicted first, never one in use.`,
 				return err
 			}
 			if asJSON {
-				return printJSON(g.stdout, list)
+				return cmdutil.PrintJSON(g.Stdout, list)
 			}
-			w := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tSIZE\tLAST USED\tNAMES")
 			for _, m := range list {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.ID[:12], spec.FormatSize(m.Size), m.LastUsed.Local().Format(time.DateTime), strings.Join(m.Names, ", "))
@@ -140,7 +141,7 @@ recently used images are evicted first, never one in use.`,
 		Short: "Remove cached images (not those in use)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.lifecycle(func(string) {})
+			eng, err := lifecycleOf(g, func(string) {})
 			if err != nil {
 				return err
 			}
@@ -148,14 +149,14 @@ recently used images are evicted first, never one in use.`,
 			for _, a := range args {
 				m, err := eng.Images().Remove(a)
 				if err != nil {
-					g.warn(err.Error())
+					g.Warn(err.Error())
 					failed = errdefs.ErrNotFound
 					continue
 				}
-				fmt.Fprintf(g.stdout, "removed %s (%s)\n", m.ID[:12], strings.Join(m.Names, ", "))
+				fmt.Fprintf(g.Stdout, "removed %s (%s)\n", m.ID[:12], strings.Join(m.Names, ", "))
 			}
 			if failed != nil {
-				return exitError{1}
+				return cmdutil.ExitError{Code: 1}
 			}
 			return nil
 		},
@@ -165,16 +166,16 @@ recently used images are evicted first, never one in use.`,
 		Short: "Fetch and unpack an image into the cache without running anything",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := g.lifecycle(g.warn)
+			eng, err := lifecycleOf(g, g.Warn)
 			if err != nil {
 				return err
 			}
-			l, err := eng.Images().Resolve(context.Background(), args[0], g.warn)
+			l, err := eng.Images().Resolve(context.Background(), args[0], g.Warn)
 			if err != nil {
 				return err
 			}
 			defer l.Done()
-			fmt.Fprintf(g.stdout, "%s %s\n", l.Digest, args[0])
+			fmt.Fprintf(g.Stdout, "%s %s\n", l.Digest, args[0])
 			return nil
 		},
 	}

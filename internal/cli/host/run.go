@@ -1,4 +1,4 @@
-package cli
+package host
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/run"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
@@ -21,7 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
-func runCmd(g *globals) *cobra.Command {
+func runCmd(g *cmdutil.Globals) *cobra.Command {
 	s := spec.Default()
 	var (
 		memory, disk, timeout string
@@ -83,30 +84,30 @@ Exit status:
 			if s.Net.EgressBytes, err = spec.ParseSize(egressBytes); err != nil {
 				return fmt.Errorf("--egress-bytes: %w", err)
 			}
-			if s.Net.PolicyFile, err = absPath(s.Net.PolicyFile); err != nil {
+			if s.Net.PolicyFile, err = cmdutil.AbsPath(s.Net.PolicyFile); err != nil {
 				return err
 			}
 			s.Command = args
-			ag, err := grantsOf(grants, grantsFile)
+			ag, err := cmdutil.GrantsOf(grants, grantsFile)
 			if err != nil {
 				return err
 			}
-			if s.Grants, err = specGrants(ag); err != nil {
+			if s.Grants, err = cmdutil.SpecGrants(ag); err != nil {
 				return err
 			}
-			if nets.secrets, err = localSecrets(secrets); err != nil {
+			if nets.secrets, err = cmdutil.LocalSecrets(secrets); err != nil {
 				return err
 			}
 			if s.Workspace != "" || s.Repo != "" {
-				if s.Workspace, err = absPath(s.Workspace); err != nil {
+				if s.Workspace, err = cmdutil.AbsPath(s.Workspace); err != nil {
 					return err
 				}
-				if s.Repo, err = absPath(s.Repo); err != nil {
+				if s.Repo, err = cmdutil.AbsPath(s.Repo); err != nil {
 					return err
 				}
 			}
 			if strings.HasPrefix(s.Image, ".") {
-				if s.Image, err = absPath(s.Image); err != nil {
+				if s.Image, err = cmdutil.AbsPath(s.Image); err != nil {
 					return err
 				}
 			}
@@ -147,7 +148,7 @@ Exit status:
 	f.StringVar(&nets.dnsUpstream, "dns-upstream", "", "resolver the proxy asks (host:port; default: /etc/resolv.conf's first)")
 	f.StringVar(&nets.pool, "subnet-pool", sandboxnet.DefaultSubnetPool.String(), "IPv4 prefix from which each proxy-mode sandbox gets a /30")
 	f.StringArrayVar(&nets.allowNets, "egress-allow-net", nil, egressAllowNetHelp)
-	f.StringArrayVar(&grants, "grant", nil, grantHelp+"; the secret comes from --secret")
+	f.StringArrayVar(&grants, "grant", nil, cmdutil.GrantHelp+"; the secret comes from --secret")
 	f.StringVar(&grantsFile, "grants", "", "YAML or JSON file: a list of grants")
 	f.StringArrayVar(&secrets, "secret", nil, "a secret for --grant: NAME=env:VARIABLE or NAME=file:PATH (never the value itself; repeatable)")
 	f.StringVar(&s.Scan, "scan", "record", "what a credential in a request the proxy can read does: block, redact or record")
@@ -181,21 +182,21 @@ func parseAllowNets(vals []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets netFlags) error {
+func runSandbox(g *cmdutil.Globals, s *spec.Spec, asJSON, diff bool, export string, nets netFlags) error {
 	t0 := time.Now()
 	var err error
-	g.dnsUpstream = nets.dnsUpstream
-	if g.pool, err = netip.ParsePrefix(nets.pool); err != nil {
+	g.DNSUpstream = nets.dnsUpstream
+	if g.Pool, err = netip.ParsePrefix(nets.pool); err != nil {
 		return errdefs.Invalid(fmt.Sprintf("--subnet-pool %q: %v", nets.pool, err))
 	}
-	if g.allowNets, err = parseAllowNets(nets.allowNets); err != nil {
+	if g.AllowNets, err = parseAllowNets(nets.allowNets); err != nil {
 		return err
 	}
-	sys, err := g.runSystem(nets)
-	g.log.Debug("engine ready", "at", time.Since(t0))
+	sys, err := runSystem(g, nets)
+	g.Log.Debug("engine ready", "at", time.Since(t0))
 	if err != nil {
 		if asJSON {
-			_ = printJSON(g.stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
+			_ = cmdutil.PrintJSON(g.Stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
 		}
 		return err
 	}
@@ -204,7 +205,7 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 		if !closed {
 			closed = true
 			if cerr := sys.Close(); cerr != nil {
-				g.warn("audit log " + sys.AuditFile + ": " + cerr.Error())
+				g.Warn("audit log " + sys.AuditFile + ": " + cerr.Error())
 			}
 		}
 	}
@@ -212,7 +213,7 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 	stdio := run.Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
 	ro := run.Options{Export: export}
 	if nets.log == "-" {
-		ro.NetLog = g.stderr
+		ro.NetLog = g.Stderr
 	} else if nets.log != "" {
 		f, err := os.OpenFile(nets.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
@@ -222,7 +223,7 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 		ro.NetLog = f
 	}
 	if diff {
-		ro.Diff = forTerminal(os.Stdout)
+		ro.Diff = cmdutil.ForTerminal(os.Stdout)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
@@ -237,15 +238,15 @@ func runSandbox(g *globals, s *spec.Spec, asJSON, diff bool, export string, nets
 	}
 	res, err := sys.Run(context.Background(), s, stdio, ro)
 	closeSys()
-	return g.runOutcome(s, res, err, asJSON)
+	return runOutcome(g, s, res, err, asJSON)
 }
 
 // runSystem builds the one-shot system: root, the run's secrets, its log.
-func (g *globals) runSystem(nets netFlags) (*system.System, error) {
+func runSystem(g *cmdutil.Globals, nets netFlags) (*system.System, error) {
 	if os.Geteuid() != 0 {
 		return nil, errdefs.Unavailable("root is needed to create sandboxes: run this as root, or with sudo")
 	}
-	o, err := g.systemOptions(system.OneShot)
+	o, err := SystemOptions(g, system.OneShot)
 	if err != nil {
 		return nil, err
 	}
@@ -285,41 +286,49 @@ func attachTerminal(stdio *run.Stdio, ro *run.Options) (restore func(), err erro
 }
 
 // runOutcome tells the user how the run went and chooses the exit status.
-func (g *globals) runOutcome(s *spec.Spec, res *run.Result, err error, asJSON bool) error {
+func runOutcome(g *cmdutil.Globals, s *spec.Spec, res *run.Result, err error, asJSON bool) error {
 	if errors.Is(err, run.ErrInterrupted) {
-		g.warn(err.Error())
-		return exitError{128 + int(unix.SIGINT)}
+		g.Warn(err.Error())
+		return cmdutil.ExitError{Code: 128 + int(unix.SIGINT)}
 	}
 	if res == nil {
 		if asJSON && err != nil {
-			_ = printJSON(g.stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
+			_ = cmdutil.PrintJSON(g.Stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
 		}
 		return err
 	}
 	if err != nil {
-		g.warn(err.Error())
+		g.Warn(err.Error())
 	}
 	if res.Message != "" {
-		g.warn(res.Message)
+		g.Warn(res.Message)
 	}
 	if res.Egress != nil {
-		g.warn(res.Egress.Summary)
+		g.Warn(res.Egress.Summary)
 		for _, l := range res.Egress.LimitsHit {
 			switch l {
 			case "bytes-out":
-				g.warn(fmt.Sprintf("egress byte limit (%s) reached: connections were closed", spec.FormatSize(s.Net.EgressBytes)))
+				g.Warn(fmt.Sprintf("egress byte limit (%s) reached: connections were closed", spec.FormatSize(s.Net.EgressBytes)))
 			case "connections":
-				g.warn(fmt.Sprintf("connection limit (%d) reached: connections were refused", s.Net.MaxConns))
+				g.Warn(fmt.Sprintf("connection limit (%d) reached: connections were refused", s.Net.MaxConns))
 			}
 		}
 	}
 	if asJSON {
-		if err := printJSON(g.stdout, res); err != nil {
+		if err := cmdutil.PrintJSON(g.Stdout, res); err != nil {
 			return err
 		}
 	}
 	if res.ExitCode != 0 {
-		return exitError{res.ExitCode}
+		return cmdutil.ExitError{Code: res.ExitCode}
 	}
 	return nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errdefs.Invalid(fmt.Sprintf("--timeout %q: want a duration such as 30s, 5m or 1h", s))
+	}
+	return d, nil
 }

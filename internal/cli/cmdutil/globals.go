@@ -1,0 +1,51 @@
+// Package cmdutil is what airlock's command packages share: the global
+// flags (Globals), the exit-error type, the connection to a daemon (Conn),
+// the flags that describe a sandbox, the parsing of grants and local
+// secrets, and small flag, path and output helpers. It imports api, client,
+// internal/spec, internal/errdefs and internal/untrusted, and nothing of
+// the engine: the remote commands (internal/cli/remote,
+// internal/cli/admin) reach no further than the SDK through it.
+package cmdutil
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+)
+
+// Globals are the flags every subcommand shares, and where output goes.
+type Globals struct {
+	StateDir   string
+	DataDir    string
+	Debug      bool
+	ImageCache string
+	// DNSUpstream, Pool and AllowNets are operator settings of run and
+	// serve.
+	DNSUpstream string
+	Pool        netip.Prefix
+	AllowNets   []netip.Prefix
+	Log         *slog.Logger
+	Stdout      io.Writer
+	Stderr      io.Writer
+}
+
+// Warn tells the user something on stderr.
+func (g *Globals) Warn(msg string) { fmt.Fprintf(g.Stderr, "airlock: %s\n", msg) }
+
+// AdminKeyPath is where serve writes the admin key by default.
+func (g *Globals) AdminKeyPath() string { return filepath.Join(g.DataDir, "admin.key") }
+
+// ExitError carries an exit code through cobra.
+type ExitError struct{ Code int }
+
+func (e ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
+
+// PrintJSON writes v as indented JSON.
+func PrintJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

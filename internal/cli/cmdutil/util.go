@@ -1,0 +1,67 @@
+package cmdutil
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/term"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
+)
+
+// AbsPath is p made absolute ("" stays "").
+func AbsPath(p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	return a, nil
+}
+
+// ForTerminal is w, through untrusted.TerminalWriter when it is a
+// terminal: what goes there holds a sandbox's file contents (a diff),
+// whose controls and escape sequences could hide or rewrite the lines a
+// person reviews. Anything else (a file, a pipe) gets the bytes as they
+// are, a patch that applies.
+func ForTerminal(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return untrusted.TerminalWriter(w)
+	}
+	return w
+}
+
+// KVMap parses repeated KEY=VALUE flags (nil for none).
+func KVMap(flag string, kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, errdefs.Invalid(fmt.Sprintf("%s %q: want KEY=VALUE", flag, kv))
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// SizeFlag parses the size flag --name ("": 0).
+func SizeFlag(name, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := spec.ParseSize(v)
+	if err != nil {
+		return 0, errdefs.Invalid("--" + name + ": " + err.Error())
+	}
+	return n, nil
+}

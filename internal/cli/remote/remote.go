@@ -1,0 +1,595 @@
+// Package remote holds the commands that work on a daemon's sandboxes
+// through the Go SDK (client): create, ps, exec, attach, signal, cat,
+// write, edit, ls, cp, diff, rm, pause, resume, extend and snapshot. It
+// imports api, client, internal/cli/cmdutil, internal/spec,
+// internal/errdefs and internal/untrusted, nothing of the engine.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/untrusted"
+)
+
+// Commands are the commands that work on a daemon's sandboxes.
+func Commands(g *cmdutil.Globals) []*cobra.Command {
+	return []*cobra.Command{
+		createCmd(g), psCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
+		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
+		lifecycleCmd(g, "rm", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
+		lifecycleCmd(g, "pause", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
+			_, err := cl.Pause(ctx, id)
+			return err
+		}),
+		lifecycleCmd(g, "resume", "Thaw paused sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
+			_, err := cl.Resume(ctx, id)
+			return err
+		}),
+		extendCmd(g),
+	}
+}
+
+func createCmd(g *cmdutil.Globals) *cobra.Command {
+	var sf cmdutil.SandboxFlags
+	req := &sf.Req // what only create sets is written straight into it
+	var meta, inputs []string
+	c := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create a long-lived sandbox in the daemon and print its id",
+		Long: `create asks the daemon (airlock serve) for a sandbox that lives until it is
+removed, its TTL passes, or it sits idle too long. Run commands in it with
+exec, move files with cp, cat and write, and see what changed with diff.
+
+  id=$(airlock create --workspace "$PWD" --ttl 2h --idle-timeout 15m)
+  airlock exec "$id" -- make test
+  airlock rm "$id"
+
+A grant lets the sandbox use one of your secrets (airlock secret add) at one
+host without ever holding it: the sandbox gets a placeholder in a variable,
+and the egress proxy, which terminates TLS for that host alone (with a CA of
+the sandbox's own, in its trust store and SSL_CERT_FILE), puts the real value
+in the header only on requests the grant's rules cover:
+
+  airlock create --repo ~/src/shop \
+    --grant 'git-ro@github.com GET:/acme/shop.git/info/refs?service=git-upload-pack POST:/acme/shop.git/git-upload-pack scheme=basic env=GIT_TOKEN'
+  airlock exec "$id" -- sh -c 'git fetch "https://x:$GIT_TOKEN@github.com/acme/shop.git"'`,
+		Args: cobra.NoArgs,
+	}
+	k := cmdutil.AddConn(c, g, true)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		var err error
+		if req.Metadata, err = cmdutil.KVMap("--meta", meta); err != nil {
+			return err
+		}
+		if req.Trigger.Inputs, err = cmdutil.KVMap("--input", inputs); err != nil {
+			return err
+		}
+		spec, err := sf.Spec()
+		if err != nil {
+			return err
+		}
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		sb, err := cl.CreateSandbox(cmd.Context(), spec)
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		if k.AsJSON {
+			return cmdutil.PrintJSON(g.Stdout, sb)
+		}
+		fmt.Fprintln(g.Stdout, sb.ID)
+		return nil
+	}
+	f := c.Flags()
+	sf.Bind(f)
+	f.StringVar(&req.Network.Mode, "net", "", `network: "none" (default) or "proxy" (only --allow'ed hosts, through airlock's proxy)`)
+	f.StringVar(&req.TTL, "ttl", "", "lifetime (Go duration; default 1h, at most 168h)")
+	f.StringVar(&req.IdleTimeout, "idle-timeout", "", "end the sandbox after this long without a call on it (default: never)")
+	f.StringArrayVar(&meta, "meta", nil, "metadata KEY=VALUE (repeatable)")
+	f.StringVar(&req.Trigger.TaskID, "task-id", "", "trigger record: the task this sandbox serves")
+	f.StringVar(&req.Trigger.PromptDigest, "prompt-digest", "", "trigger record: digest of the prompt")
+	f.StringArrayVar(&inputs, "input", nil, "trigger record: input KEY=VALUE (repeatable)")
+	f.StringArrayVar(&req.AllowDegraded, "allow-degraded", nil, "run without a degradable control (landlock) on a host that lacks it")
+	return c
+}
+
+func psCmd(g *cmdutil.Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "ps [SANDBOX]",
+		Short: "List your sandboxes, or the running commands of one",
+		Args:  cobra.MaximumNArgs(1),
+	}
+	k := cmdutil.AddConn(c, g, true)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		if len(args) == 1 {
+			ps, err := cl.Processes(cmd.Context(), args[0])
+			if err != nil {
+				return cmdutil.APIErr(err)
+			}
+			if k.AsJSON {
+				return cmdutil.PrintJSON(g.Stdout, ps)
+			}
+			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "PID\tTAG\tCOMMAND")
+			for _, p := range ps {
+				// What the agent reports is the sandbox's word: quoted.
+				argv := make([]string, len(p.Cmd))
+				for i, a := range p.Cmd {
+					argv[i] = untrusted.Quote(a)
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\n", p.PID, untrusted.Quote(p.Tag), strings.Join(argv, " "))
+			}
+			return w.Flush()
+		}
+		sbs, err := cl.Sandboxes(cmd.Context())
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		if k.AsJSON {
+			return cmdutil.PrintJSON(g.Stdout, sbs)
+		}
+		w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tTENANT\tSTATE\tIMAGE\tCREATED\tEXPIRES")
+		for _, s := range sbs {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Tenant, s.State, s.Image, s.Created.Format(time.RFC3339), time.Until(s.Expires).Round(time.Second))
+		}
+		return w.Flush()
+	}
+	return c
+}
+
+func execCmd(g *cmdutil.Globals) *cobra.Command {
+	var req api.Exec
+	var env []string
+	var interactive, tty bool
+	c := &cobra.Command{
+		Use:   "exec [flags] SANDBOX -- COMMAND [ARG...]",
+		Short: "Run a command in a sandbox; exits with its exit code",
+		Long: `exec runs one command in a long-lived sandbox and streams its output. The
+exit code is the command's (124 on --timeout). -i passes this terminal's
+stdin; -t gives the command a terminal; -d leaves it running in the
+background and prints its pid (see ps, attach and signal).`,
+		Args: cobra.MinimumNArgs(2),
+	}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		id := args[0]
+		req.Cmd = args[1:]
+		if req.Cmd[0] == "--" {
+			req.Cmd = req.Cmd[1:]
+		}
+		if len(req.Cmd) == 0 {
+			return errdefs.Invalid("no command given: airlock exec SANDBOX -- COMMAND [ARG...]")
+		}
+		var err error
+		if req.Env, err = cmdutil.KVMap("-e", env); err != nil {
+			return err
+		}
+		stdinFD := int(os.Stdin.Fd())
+		if tty {
+			if !term.IsTerminal(stdinFD) {
+				return errdefs.Invalid("-t needs a terminal on stdin")
+			}
+			cols, rows, err := term.GetSize(stdinFD)
+			if err != nil {
+				return err
+			}
+			req.TTY = &api.TTY{Rows: uint16(rows), Cols: uint16(cols)}
+			interactive = true
+		}
+		req.KeepStdin = interactive && !tty
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), unix.SIGINT, unix.SIGTERM)
+		defer stop()
+		s, err := cl.ExecStream(ctx, id, &req)
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		defer s.Close()
+		first, err := s.Next()
+		if err != nil {
+			return err
+		}
+		if first.End != nil { // it could not start
+			fmt.Fprintf(g.Stderr, "airlock: %s\n", first.End.Error)
+			return cmdutil.ExitError{Code: first.End.ExitCode}
+		}
+		if req.Background {
+			fmt.Fprintln(g.Stdout, first.PID)
+			return nil
+		}
+		if interactive {
+			if tty {
+				old, err := term.MakeRaw(stdinFD)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = term.Restore(stdinFD, old) }()
+				winch := make(chan os.Signal, 1)
+				signal.Notify(winch, unix.SIGWINCH)
+				defer signal.Stop(winch)
+				go func() {
+					for range winch {
+						if cols, rows, err := term.GetSize(stdinFD); err == nil {
+							_ = cl.Resize(ctx, id, first.PID, uint16(rows), uint16(cols))
+						}
+					}
+				}()
+			}
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := os.Stdin.Read(buf)
+					if n > 0 {
+						if cl.Input(ctx, id, first.PID, append([]byte(nil), buf[:n]...), false) != nil {
+							return
+						}
+					}
+					if err != nil {
+						if !tty {
+							_ = cl.Input(ctx, id, first.PID, nil, true)
+						}
+						return
+					}
+				}
+			}()
+		}
+		end, err := client.Drain(s, g.Stdout, g.Stderr)
+		if err != nil {
+			if ctx.Err() != nil {
+				return cmdutil.ExitError{Code: 130}
+			}
+			return err
+		}
+		if end.SandboxEnded {
+			fmt.Fprintf(g.Stderr, "airlock: the sandbox ended: %s\n", end.EndReason)
+		} else if end.TimedOut {
+			fmt.Fprintf(g.Stderr, "airlock: %s\n", end.Status)
+		} else if end.Error != "" {
+			fmt.Fprintf(g.Stderr, "airlock: %s\n", end.Error)
+		}
+		if end.ExitCode != 0 {
+			return cmdutil.ExitError{Code: end.ExitCode}
+		}
+		return nil
+	}
+	f := c.Flags()
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVar(&req.Cwd, "cwd", "", "working directory (default /workspace)")
+	f.StringVarP(&req.User, "user", "u", "", `"user" (default, uid 1000) or "root" (root inside, a small capability set)`)
+	f.StringVar(&req.Timeout, "timeout", "", "kill the command after this long (Go duration)")
+	f.BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
+	f.BoolVarP(&req.Background, "detach", "d", false, "start in the background and print the pid")
+	f.StringVar(&req.Tag, "tag", "", "a name for the process (background commands)")
+	c.Flags().SetInterspersed(false)
+	return c
+}
+
+func attachCmd(g *cmdutil.Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "attach SANDBOX PID",
+		Short: "Stream a background command's output until it ends",
+		Args:  cobra.ExactArgs(2),
+	}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		pid, err := strconv.ParseUint(args[1], 10, 32)
+		if err != nil {
+			return errdefs.Invalid("PID: " + err.Error())
+		}
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		s, err := cl.Attach(cmd.Context(), args[0], uint32(pid))
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		defer s.Close()
+		end, err := client.Drain(s, g.Stdout, g.Stderr)
+		if err != nil {
+			return err
+		}
+		if end.ExitCode != 0 {
+			return cmdutil.ExitError{Code: end.ExitCode}
+		}
+		return nil
+	}
+	return c
+}
+
+func signalCmd(g *cmdutil.Globals) *cobra.Command {
+	var sig string
+	c := &cobra.Command{
+		Use:   "signal [--signal TERM|KILL] SANDBOX PID",
+		Short: "Send a signal to a command's process group in a sandbox",
+		Args:  cobra.ExactArgs(2),
+	}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		pid, err := strconv.ParseUint(args[1], 10, 32)
+		if err != nil {
+			return errdefs.Invalid("PID: " + err.Error())
+		}
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		return cmdutil.APIErr(cl.Signal(cmd.Context(), args[0], uint32(pid), sig))
+	}
+	c.Flags().StringVarP(&sig, "signal", "s", "TERM", "TERM or KILL")
+	return c
+}
+
+func catCmd(g *cmdutil.Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "cat SANDBOX PATH",
+		Short: "Print a file of a sandbox",
+		Args:  cobra.ExactArgs(2),
+	}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		b, err := cl.ReadFile(cmd.Context(), args[0], args[1])
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		_, err = g.Stdout.Write(b)
+		return err
+	}
+	return c
+}
+
+func writeCmd(g *cmdutil.Globals) *cobra.Command {
+	var mode string
+	c := &cobra.Command{
+		Use:   "write SANDBOX PATH < DATA",
+		Short: "Write stdin to a file of a sandbox (replacing it)",
+		Args:  cobra.ExactArgs(2),
+	}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		m, err := strconv.ParseUint(mode, 8, 32)
+		if err != nil || m > 0o777 {
+			return errdefs.Invalid("--mode: want octal permissions such as 644")
+		}
+		data, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20+1))
+		if err != nil {
+			return err
+		}
+		if len(data) > 64<<20 {
+			return errdefs.Invalid("write takes at most 64 MiB: use cp for more")
+		}
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		return cmdutil.APIErr(cl.WriteFile(cmd.Context(), args[0], args[1], data, os.FileMode(m)))
+	}
+	c.Flags().StringVar(&mode, "mode", "644", "permissions of a new file (octal)")
+	return c
+}
+
+func editCmd(g *cmdutil.Globals) *cobra.Command {
+	var old, new string
+	c := &cobra.Command{
+		Use:   "edit SANDBOX PATH --old TEXT --new TEXT",
+		Short: "Replace one exact, unique occurrence of a text in a file of a sandbox",
+		Args:  cobra.ExactArgs(2),
+	}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		return cmdutil.APIErr(cl.Edit(cmd.Context(), args[0], args[1], old, new))
+	}
+	c.Flags().StringVar(&old, "old", "", "the text to replace (must occur exactly once)")
+	c.Flags().StringVar(&new, "new", "", "its replacement")
+	return c
+}
+
+func lsCmd(g *cmdutil.Globals) *cobra.Command {
+	var depth int
+	c := &cobra.Command{
+		Use:   "ls SANDBOX [PATH]",
+		Short: "List a directory of a sandbox (default /workspace)",
+		Args:  cobra.RangeArgs(1, 2),
+	}
+	k := cmdutil.AddConn(c, g, true)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		p := "/workspace"
+		if len(args) == 2 {
+			p = args[1]
+		}
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		es, err := cl.ListDir(cmd.Context(), args[0], p, depth)
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		if k.AsJSON {
+			return cmdutil.PrintJSON(g.Stdout, es)
+		}
+		sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
+		w := tabwriter.NewWriter(g.Stdout, 2, 4, 1, ' ', tabwriter.AlignRight)
+		for _, e := range es {
+			// Names, owners and targets are the sandbox's: quoted.
+			name := untrusted.Quote(e.Path)
+			if e.Target != "" {
+				name += " -> " + untrusted.Quote(e.Target)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t %s\t %s\n", untrusted.Quote(e.Mode), untrusted.Quote(e.Owner), untrusted.Quote(e.Group), e.Size, e.Modified.Format("Jan _2 15:04"), name)
+		}
+		return w.Flush()
+	}
+	c.Flags().IntVar(&depth, "depth", 1, "levels to descend (1: the directory's entries)")
+	return c
+}
+
+func diffCmd(g *cmdutil.Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "diff SANDBOX",
+		Short: "Print the unified diff of a sandbox's /workspace since it was created",
+		Args:  cobra.ExactArgs(1),
+	}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		d, err := cl.Diff(cmd.Context(), args[0])
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		_, err = io.WriteString(cmdutil.ForTerminal(g.Stdout), d)
+		return err
+	}
+	return c
+}
+
+func lifecycleCmd(g *cmdutil.Globals, use, short string, do func(ctx context.Context, cl *client.Client, id string) error) *cobra.Command {
+	c := &cobra.Command{Use: use + " SANDBOX...", Short: short, Args: cobra.MinimumNArgs(1)}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, id := range args {
+			if err := do(cmd.Context(), cl, id); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", id, cmdutil.APIErr(err)))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	return c
+}
+
+func extendCmd(g *cmdutil.Globals) *cobra.Command {
+	c := &cobra.Command{Use: "extend SANDBOX TTL", Short: "Set a sandbox's expiry to TTL (a Go duration) from now", Args: cobra.ExactArgs(2)}
+	k := cmdutil.AddConn(c, g, false)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		sb, err := cl.Extend(cmd.Context(), args[0], args[1])
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		fmt.Fprintf(g.Stdout, "%s expires %s\n", sb.ID, sb.Expires.Format(time.RFC3339))
+		return nil
+	}
+	return c
+}
+
+func snapshotCmd(g *cmdutil.Globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save sandboxes' filesystem state as images; list and delete them",
+		Long: `A snapshot saves a sandbox's filesystem state (on the frozen sandbox): for an
+OCI or directory image, the whole root with the sandbox's changes; and its
+/workspace. New sandboxes start from it with --image snapshot:ID.
+
+  snap=$(airlock snapshot create "$id" --name deps-installed)
+  airlock create --image "snapshot:$snap"`,
+	}
+	var name string
+	create := &cobra.Command{Use: "create SANDBOX", Short: "Save a sandbox's filesystem state and print the snapshot's id", Args: cobra.ExactArgs(1)}
+	ck := cmdutil.AddConn(create, g, true)
+	create.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := ck.Client(false)
+		if err != nil {
+			return err
+		}
+		sn, err := cl.Snapshot(cmd.Context(), args[0], name)
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		for _, s := range sn.Skipped {
+			g.Warn("snapshot: skipped " + untrusted.Quote(s) + " (not a file, directory or symlink)")
+		}
+		if ck.AsJSON {
+			return cmdutil.PrintJSON(g.Stdout, sn)
+		}
+		fmt.Fprintln(g.Stdout, sn.ID)
+		return nil
+	}
+	create.Flags().StringVar(&name, "name", "", "a name to remember it by")
+	ls := &cobra.Command{Use: "ls", Short: "List your snapshots", Args: cobra.NoArgs}
+	lk := cmdutil.AddConn(ls, g, true)
+	ls.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := lk.Client(false)
+		if err != nil {
+			return err
+		}
+		sns, err := cl.Snapshots(cmd.Context())
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		if lk.AsJSON {
+			return cmdutil.PrintJSON(g.Stdout, sns)
+		}
+		w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tBASE\tSIZE\tCREATED")
+		for _, s := range sns {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, s.Sandbox, s.Base, spec.FormatSize(s.Bytes), s.Created.Format(time.RFC3339))
+		}
+		return w.Flush()
+	}
+	rm := &cobra.Command{Use: "rm SNAPSHOT...", Short: "Delete snapshots (refused while a sandbox runs from one)", Args: cobra.MinimumNArgs(1)}
+	rk := cmdutil.AddConn(rm, g, false)
+	rm.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := rk.Client(false)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, id := range args {
+			if err := cl.DeleteSnapshot(cmd.Context(), id); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", id, cmdutil.APIErr(err)))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	c.AddCommand(create, ls, rm)
+	return c
+}
