@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/process"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 func validUser(u string) error {
@@ -79,7 +80,7 @@ func checkEnv(env map[string]string) error {
 // Exec runs a command in sandbox id and streams its events to emit: the
 // start (pid), output, and the end. A background command returns after
 // its start. A foreground command whose caller goes away is killed.
-func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
+func (s *Service) Exec(ctx context.Context, t *tenant.Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errdefs.Invalid("cmd is empty")
 	}
@@ -380,7 +381,7 @@ func selector(pid uint32) *process.ProcessSelector {
 }
 
 // Attach streams a running command's events from now on, to its end.
-func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error {
+func (s *Service) Attach(ctx context.Context, t *tenant.Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error {
 	b, err := s.use(t, id)
 	if err != nil {
 		return err
@@ -406,7 +407,7 @@ func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint3
 }
 
 // Processes lists a sandbox's running commands.
-func (s *Service) Processes(ctx context.Context, t *Principal, id string) ([]api.Process, error) {
+func (s *Service) Processes(ctx context.Context, t *tenant.Principal, id string) ([]api.Process, error) {
 	b, err := s.use(t, id)
 	if err != nil {
 		return nil, err
@@ -426,7 +427,7 @@ func (s *Service) Processes(ctx context.Context, t *Principal, id string) ([]api
 }
 
 // Input writes to a command's stdin (or terminal), or closes its stdin.
-func (s *Service) Input(ctx context.Context, t *Principal, id string, pid uint32, in *api.Input) error {
+func (s *Service) Input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input) error {
 	b, err := s.use(t, id)
 	if err != nil {
 		return err
@@ -456,7 +457,7 @@ func (s *Service) Input(ctx context.Context, t *Principal, id string, pid uint32
 }
 
 // Signal sends TERM or KILL to a command's process group.
-func (s *Service) Signal(ctx context.Context, t *Principal, id string, pid uint32, sig string) error {
+func (s *Service) Signal(ctx context.Context, t *tenant.Principal, id string, pid uint32, sig string) error {
 	var ps process.Signal
 	switch sig {
 	case "TERM", "SIGTERM":
@@ -475,7 +476,7 @@ func (s *Service) Signal(ctx context.Context, t *Principal, id string, pid uint3
 }
 
 // Resize changes a command's terminal size.
-func (s *Service) Resize(ctx context.Context, t *Principal, id string, pid uint32, tty *api.TTY) error {
+func (s *Service) Resize(ctx context.Context, t *tenant.Principal, id string, pid uint32, tty *api.TTY) error {
 	if tty.Rows == 0 || tty.Cols == 0 {
 		return errdefs.Invalid("rows and cols must be positive")
 	}
