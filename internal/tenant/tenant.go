@@ -111,7 +111,8 @@ type Auditor interface {
 // Config configures the service.
 type Config struct {
 	Store *store.Store
-	// Sandboxes ends a deleted tenant's sandboxes and counts a tenant's.
+	// Sandboxes ends a deleted tenant's sandboxes and counts a tenant's
+	// (required by List and Delete).
 	Sandboxes Sandboxes
 	// Audit records what changes; nil records nothing (unit tests).
 	Audit Auditor

@@ -77,3 +77,91 @@ func TestUpdateTenantScanPolicy(t *testing.T) {
 		t.Errorf("a missing tenant: %v", err)
 	}
 }
+
+// fakeSandboxes is the lifecycle as the service sees it: it records what
+// deletion asked of it, and can run a sign-in while the tenant's
+// sandboxes are being ended.
+type fakeSandboxes struct {
+	ended, forgot []string
+	live          map[string]int
+	whileEnding   func()
+}
+
+func (f *fakeSandboxes) EndTenant(_ *Principal, id, _ string) ([]string, error) {
+	if f.whileEnding != nil {
+		f.whileEnding()
+	}
+	f.ended = append(f.ended, id)
+	return nil, nil
+}
+
+func (f *fakeSandboxes) ForgetTenant(_ context.Context, id string, _ []string) error {
+	f.forgot = append(f.forgot, id)
+	return nil
+}
+
+func (f *fakeSandboxes) TenantUsage(id string) (int, float64) { return f.live[id], 0 }
+
+// Deleting a tenant refuses, from the moment it begins, its key (cached
+// or not), every principal of it a request already holds, and a sign-in
+// racing the deletion; it ends the tenant's sandboxes and has the
+// lifecycle forget it, and no other tenant's principals change.
+func TestDeletedTenantIsRefusedEverywhere(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fake := &fakeSandboxes{live: map[string]int{}}
+	s := New(Config{Store: db, Sandboxes: fake})
+	ctx := context.Background()
+	admin := &Principal{Admin: true}
+	acme, err := s.Create(ctx, admin, &api.CreateTenant{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.Create(ctx, admin, &api.CreateTenant{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.Authenticate(ctx, acme.Key, "")
+	if err != nil || held.Err() != nil {
+		t.Fatalf("sign in: %+v %v", held, err)
+	}
+	bystander, _ := s.Authenticate(ctx, other.Key, "")
+	fake.live[acme.ID] = 2
+	if l, _ := s.List(ctx, held); len(l) != 1 || l[0].Sandboxes != 2 {
+		t.Errorf("acme lists %+v", l)
+	}
+	// A sign-in while the sandboxes are being ended: the principal cache
+	// was emptied of acme's key, so it is loaded again, and refused.
+	fake.whileEnding = func() {
+		if _, err := s.Authenticate(ctx, acme.Key, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Errorf("a sign-in during the deletion: %v", err)
+		}
+	}
+	if err := s.Delete(ctx, admin, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if len(fake.ended) != 1 || fake.ended[0] != acme.ID || len(fake.forgot) != 1 || fake.forgot[0] != acme.ID {
+		t.Errorf("the lifecycle ended %v and forgot %v, want %s once each", fake.ended, fake.forgot, acme.ID)
+	}
+	if err := held.Err(); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a principal held across the deletion: %v", err)
+	}
+	if err := held.UndoIfDeleted(func() {}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a write of a principal held across the deletion: %v", err)
+	}
+	if _, err := s.Authenticate(ctx, acme.Key, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("the deleted tenant's key: %v", err)
+	}
+	if err := bystander.Err(); err != nil {
+		t.Errorf("another tenant's principal: %v", err)
+	}
+	if p, err := s.Authenticate(ctx, other.Key, ""); err != nil || p.Err() != nil {
+		t.Errorf("another tenant's key: %v", err)
+	}
+	if err := s.Delete(ctx, admin, "acme"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("deleting it again: %v", err)
+	}
+}
