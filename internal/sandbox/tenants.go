@@ -6,7 +6,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
-// What internal/tenant asks of the lifecycle (tenant.Sandboxes).
+// What internal/tenant asks of the sandbox service (tenant.Sandboxes).
 var _ tenant.Sandboxes = (*Service)(nil)
 
 // EndTenant destroys every sandbox of tenant id for reason, the creates

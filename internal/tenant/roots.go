@@ -14,7 +14,7 @@ import (
 )
 
 // A tenant names host paths only under the roots the operator granted it
-// (the sandbox lifecycle holds its specs to them). Roots are checked here,
+// (the sandbox service holds its specs to them). Roots are checked here,
 // when granted: absolute, existing directories, kept by their real path,
 // never holding or lying in the daemon's own directories
 // (Config.Reserved).

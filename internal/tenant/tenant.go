@@ -1,11 +1,11 @@
 // Package tenant is who may call the daemon: tenants (their quotas, scan
 // policy and host roots, checked when granted), their API keys and the
 // admin's, the cache of signed-in principals, and the cap on records of
-// failed sign-ins. Tenants are kept in internal/store; what a tenant's
+// failed sign-ins. Tenants are kept in internal/store. What a tenant's
 // deletion ends (its sandboxes, snapshots, MCP spec, CPU budget) belongs
-// to the sandbox lifecycle, which this package reaches through the
-// Sandboxes interface and never imports. Every door (internal/httpapi,
-// internal/mcp, internal/cli) signs callers in here.
+// to the sandbox service (internal/sandbox), which this package reaches
+// only through the Sandboxes interface and never imports. The API
+// (internal/httpapi, /mcp included) signs every caller in here.
 package tenant
 
 import (
@@ -83,15 +83,15 @@ func errTenantGone() error {
 	return errdefs.New(errdefs.ErrUnauthenticated, "this key's tenant has been deleted")
 }
 
-// Sandboxes is what the tenants' service asks of the sandbox lifecycle
+// Sandboxes is what the tenants' service asks of the sandbox service
 // (sandbox.Service): a deleted tenant's sandboxes end, and what the
-// lifecycle keeps of it goes.
+// service keeps of it goes.
 type Sandboxes interface {
 	// EndTenant destroys every sandbox of tenant id for reason, those
 	// being made included, and returns their ids once all are gone; by is
 	// who asked.
 	EndTenant(by *Principal, id, reason string) ([]string, error)
-	// ForgetTenant removes what the lifecycle keeps of deleted tenant id
+	// ForgetTenant removes what the service keeps of deleted tenant id
 	// beyond its records: its MCP spec, its CPU budget, and the files of
 	// the snapshots no record names any more (freed).
 	ForgetTenant(ctx context.Context, id string, freed []string) error

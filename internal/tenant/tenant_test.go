@@ -78,7 +78,7 @@ func TestUpdateTenantScanPolicy(t *testing.T) {
 	}
 }
 
-// fakeSandboxes is the lifecycle as the service sees it: it records what
+// fakeSandboxes is the sandbox service as the tenants' sees it: it records what
 // deletion asked of it, and can run a sign-in while the tenant's
 // sandboxes are being ended.
 type fakeSandboxes struct {
@@ -105,7 +105,7 @@ func (f *fakeSandboxes) TenantUsage(id string) (int, float64) { return f.live[id
 // Deleting a tenant refuses, from the moment it begins, its key (cached
 // or not), every principal of it a request already holds, and a sign-in
 // racing the deletion; it ends the tenant's sandboxes and has the
-// lifecycle forget it, and no other tenant's principals change.
+// sandbox service forget it, and no other tenant's principals change.
 func TestDeletedTenantIsRefusedEverywhere(t *testing.T) {
 	db, err := store.Open(t.TempDir() + "/db")
 	if err != nil {
@@ -144,7 +144,7 @@ func TestDeletedTenantIsRefusedEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(fake.ended) != 1 || fake.ended[0] != acme.ID || len(fake.forgot) != 1 || fake.forgot[0] != acme.ID {
-		t.Errorf("the lifecycle ended %v and forgot %v, want %s once each", fake.ended, fake.forgot, acme.ID)
+		t.Errorf("the sandbox service ended %v and forgot %v, want %s once each", fake.ended, fake.forgot, acme.ID)
 	}
 	if err := held.Err(); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("a principal held across the deletion: %v", err)
