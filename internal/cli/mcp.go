@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/system"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 func mcpCmd(g *cmdutil.Globals) *cobra.Command {
@@ -121,13 +122,13 @@ Configuration for an MCP client (docs/mcp.md has more):
 		}
 		defer sys.Close()
 		return sys.Embedded(ctx, func(ctx context.Context, svc *sandbox.Service) error {
-			admin := &sandbox.Principal{Admin: true}
-			if _, err := svc.CreateTenant(ctx, admin, &api.CreateTenant{Name: "local", ScanPolicy: scanPolicy}); err != nil {
+			admin := &tenant.Principal{Admin: true}
+			if _, err := sys.Tenants.Create(ctx, admin, &api.CreateTenant{Name: "local", ScanPolicy: scanPolicy}); err != nil {
 				return err
 			}
-			p := &sandbox.Principal{ID: "local", Tenant: "local", ScanPolicy: scanPolicy}
+			p := &tenant.Principal{ID: "local", Tenant: "local", ScanPolicy: scanPolicy}
 			for _, name := range slices.Sorted(maps.Keys(local)) {
-				if _, err := svc.AddSecret(ctx, p, &api.AddSecret{Name: name, Value: string(local[name])}); err != nil {
+				if _, err := sys.Secrets.Add(ctx, p, &api.AddSecret{Name: name, Value: string(local[name])}); err != nil {
 					return err
 				}
 			}

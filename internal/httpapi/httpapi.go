@@ -1,5 +1,5 @@
 // Package httpapi is the daemon's HTTP API (docs/api.md) over
-// sandbox.Service: routing, API-key authentication, strict JSON decoding,
+// sandbox.Service, tenant.Service and secret.Store: routing, API-key authentication, strict JSON decoding,
 // body caps, NDJSON streams, and the one mapping from error classes
 // (errdefs) to API codes and HTTP statuses.
 package httpapi
@@ -22,6 +22,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/secret"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // Body caps.
@@ -32,6 +34,8 @@ const (
 // Handler serves the API.
 type Handler struct {
 	svc     *sandbox.Service
+	tenants *tenant.Service
+	secrets *secret.Store
 	log     *slog.Logger
 	metrics http.Handler
 	mux     *http.ServeMux
@@ -40,20 +44,22 @@ type Handler struct {
 type route struct {
 	pattern string
 	auth    bool
-	h       func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error
+	h       func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error
 }
 
-// New builds the handler; metrics serves /metrics (admin key required).
-func New(svc *sandbox.Service, log *slog.Logger, metrics http.Handler) *Handler {
-	h := &Handler{svc: svc, log: log, metrics: metrics, mux: http.NewServeMux()}
+// New builds the handler over the sandboxes, the tenants (who signs
+// every request in) and the secrets; metrics serves /metrics (admin key
+// required).
+func New(svc *sandbox.Service, tenants *tenant.Service, secrets *secret.Store, log *slog.Logger, metrics http.Handler) *Handler {
+	h := &Handler{svc: svc, tenants: tenants, secrets: secrets, log: log, metrics: metrics, mux: http.NewServeMux()}
 	for _, rt := range h.routes() {
 		rt := rt
 		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
-			var p *sandbox.Principal
+			var p *tenant.Principal
 			if rt.auth {
 				var err error
 				key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if p, err = svc.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr); err != nil {
+				if p, err = tenants.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr); err != nil {
 					writeError(w, err)
 					return
 				}
@@ -76,10 +82,10 @@ func New(svc *sandbox.Service, log *slog.Logger, metrics http.Handler) *Handler 
 // Mount serves fn at pattern (every method) behind the API's key check,
 // with the caller: for protocols of their own over the same listeners
 // (MCP at /mcp).
-func (h *Handler) Mount(pattern string, fn func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal)) {
+func (h *Handler) Mount(pattern string, fn func(w http.ResponseWriter, r *http.Request, p *tenant.Principal)) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		p, err := h.svc.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr)
+		p, err := h.tenants.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -310,11 +316,11 @@ func id(r *http.Request) string { return r.PathValue("id") }
 // daemonRoutes are the daemon's own: health and metrics.
 func (h *Handler) daemonRoutes() []route {
 	return []route{
-		{"GET /v1/health", false, func(w http.ResponseWriter, r *http.Request, _ *sandbox.Principal) error {
+		{"GET /v1/health", false, func(w http.ResponseWriter, r *http.Request, _ *tenant.Principal) error {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 			return nil
 		}},
-		{"GET /metrics", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /metrics", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			if !p.Admin {
 				return errdefs.New(errdefs.ErrPermissionDenied, "metrics need the admin key")
 			}
@@ -328,7 +334,7 @@ func (h *Handler) daemonRoutes() []route {
 func (h *Handler) auditRoutes() []route {
 	s := h.svc
 	return []route{
-		{"GET /v1/audit", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/audit", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			f := sandbox.AuditFilter{Sandbox: query(r, "sandbox"), Kind: query(r, "kind"), Trigger: query(r, "trigger")}
 			if v := query(r, "since"); v != "" {
 				t, err := time.Parse(time.RFC3339, v)
@@ -352,42 +358,41 @@ func (h *Handler) auditRoutes() []route {
 
 // tenantRoutes are tenants and their keys.
 func (h *Handler) tenantRoutes() []route {
-	s := h.svc
 	return []route{
-		{"POST /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.CreateTenant
 			if err := decode(w, r, &req); err != nil {
 				return err
 			}
-			t, err := s.CreateTenant(r.Context(), p, &req)
+			t, err := h.tenants.Create(r.Context(), p, &req)
 			if err != nil {
 				return err
 			}
 			writeJSON(w, http.StatusCreated, t)
 			return nil
 		}},
-		{"GET /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			ts, err := s.Tenants(r.Context(), p)
+		{"GET /v1/tenants", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			ts, err := h.tenants.List(r.Context(), p)
 			if err != nil {
 				return err
 			}
 			writeJSON(w, http.StatusOK, ts)
 			return nil
 		}},
-		{"PATCH /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"PATCH /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.UpdateTenant
 			if err := decode(w, r, &req); err != nil {
 				return err
 			}
-			t, err := s.UpdateTenant(r.Context(), p, r.PathValue("name"), &req)
+			t, err := h.tenants.Update(r.Context(), p, r.PathValue("name"), &req)
 			if err != nil {
 				return err
 			}
 			writeJSON(w, http.StatusOK, t)
 			return nil
 		}},
-		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			if err := s.DeleteTenant(r.Context(), p, r.PathValue("name")); err != nil {
+		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			if err := h.tenants.Delete(r.Context(), p, r.PathValue("name")); err != nil {
 				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
@@ -400,7 +405,7 @@ func (h *Handler) tenantRoutes() []route {
 func (h *Handler) mcpSpecRoutes() []route {
 	s := h.svc
 	return []route{
-		{"GET /v1/mcp/spec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/mcp/spec", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			spec, err := s.MCPSpec(r.Context(), p)
 			if err != nil {
 				return err
@@ -408,7 +413,7 @@ func (h *Handler) mcpSpecRoutes() []route {
 			writeJSON(w, http.StatusOK, spec)
 			return nil
 		}},
-		{"PUT /v1/mcp/spec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"PUT /v1/mcp/spec", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.CreateSandbox
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -424,42 +429,41 @@ func (h *Handler) mcpSpecRoutes() []route {
 
 // secretRoutes are a tenant's secrets.
 func (h *Handler) secretRoutes() []route {
-	s := h.svc
 	return []route{
-		{"POST /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.AddSecret
 			if err := decode(w, r, &req); err != nil {
 				return err
 			}
-			sec, err := s.AddSecret(r.Context(), p, &req)
+			sec, err := h.secrets.Add(r.Context(), p, &req)
 			if err != nil {
 				return err
 			}
 			writeJSON(w, http.StatusCreated, sec)
 			return nil
 		}},
-		{"GET /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			ss, err := s.Secrets(r.Context(), p)
+		{"GET /v1/secrets", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			ss, err := h.secrets.List(r.Context(), p)
 			if err != nil {
 				return err
 			}
 			writeJSON(w, http.StatusOK, ss)
 			return nil
 		}},
-		{"PUT /v1/secrets/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"PUT /v1/secrets/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.RotateSecret
 			if err := decode(w, r, &req); err != nil {
 				return err
 			}
-			sec, err := s.RotateSecret(r.Context(), p, r.PathValue("name"), &req)
+			sec, err := h.secrets.Rotate(r.Context(), p, r.PathValue("name"), &req)
 			if err != nil {
 				return err
 			}
 			writeJSON(w, http.StatusOK, sec)
 			return nil
 		}},
-		{"DELETE /v1/secrets/{name}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
-			if err := s.RemoveSecret(r.Context(), p, r.PathValue("name")); err != nil {
+		{"DELETE /v1/secrets/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			if err := h.secrets.Remove(r.Context(), p, r.PathValue("name")); err != nil {
 				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
@@ -472,7 +476,7 @@ func (h *Handler) secretRoutes() []route {
 func (h *Handler) sandboxRoutes() []route {
 	s := h.svc
 	return []route{
-		{"POST /v1/kill-all", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/kill-all", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.KillAll
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -487,7 +491,7 @@ func (h *Handler) sandboxRoutes() []route {
 			writeJSON(w, http.StatusOK, &api.Killed{Destroyed: ids})
 			return nil
 		}},
-		{"POST /v1/sandboxes", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.CreateSandbox
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -499,11 +503,11 @@ func (h *Handler) sandboxRoutes() []route {
 			writeJSON(w, http.StatusCreated, sb)
 			return nil
 		}},
-		{"GET /v1/sandboxes", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			writeJSON(w, http.StatusOK, s.List(r.Context(), p))
 			return nil
 		}},
-		{"GET /v1/sandboxes/{id}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			sb, err := s.Get(r.Context(), p, id(r))
 			if err != nil {
 				return err
@@ -511,14 +515,14 @@ func (h *Handler) sandboxRoutes() []route {
 			writeJSON(w, http.StatusOK, sb)
 			return nil
 		}},
-		{"DELETE /v1/sandboxes/{id}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"DELETE /v1/sandboxes/{id}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			if err := s.Destroy(r.Context(), p, id(r)); err != nil {
 				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/pause", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/pause", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			sb, err := s.Pause(r.Context(), p, id(r))
 			if err != nil {
 				return err
@@ -526,7 +530,7 @@ func (h *Handler) sandboxRoutes() []route {
 			writeJSON(w, http.StatusOK, sb)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/resume", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/resume", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			sb, err := s.Resume(r.Context(), p, id(r))
 			if err != nil {
 				return err
@@ -534,7 +538,7 @@ func (h *Handler) sandboxRoutes() []route {
 			writeJSON(w, http.StatusOK, sb)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/extend", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/extend", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.Extend
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -553,7 +557,7 @@ func (h *Handler) sandboxRoutes() []route {
 func (h *Handler) processRoutes() []route {
 	s := h.svc
 	return []route{
-		{"POST /v1/sandboxes/{id}/exec", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/exec", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.Exec
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -561,7 +565,7 @@ func (h *Handler) processRoutes() []route {
 			sw := &streamWriter{ResponseWriter: w}
 			return s.Exec(r.Context(), p, id(r), &req, func(ev *api.ExecEvent) error { return sw.emit(ev) })
 		}},
-		{"GET /v1/sandboxes/{id}/processes", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/processes", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			ps, err := s.Processes(r.Context(), p, id(r))
 			if err != nil {
 				return err
@@ -569,7 +573,7 @@ func (h *Handler) processRoutes() []route {
 			writeJSON(w, http.StatusOK, ps)
 			return nil
 		}},
-		{"GET /v1/sandboxes/{id}/processes/{pid}/stream", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/processes/{pid}/stream", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			n, err := pid(r)
 			if err != nil {
 				return err
@@ -577,7 +581,7 @@ func (h *Handler) processRoutes() []route {
 			sw := &streamWriter{ResponseWriter: w}
 			return s.Attach(r.Context(), p, id(r), n, func(ev *api.ExecEvent) error { return sw.emit(ev) })
 		}},
-		{"POST /v1/sandboxes/{id}/processes/{pid}/input", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/processes/{pid}/input", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			n, err := pid(r)
 			if err != nil {
 				return err
@@ -592,7 +596,7 @@ func (h *Handler) processRoutes() []route {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/processes/{pid}/signal", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/processes/{pid}/signal", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			n, err := pid(r)
 			if err != nil {
 				return err
@@ -607,7 +611,7 @@ func (h *Handler) processRoutes() []route {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/processes/{pid}/resize", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/processes/{pid}/resize", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			n, err := pid(r)
 			if err != nil {
 				return err
@@ -629,7 +633,7 @@ func (h *Handler) processRoutes() []route {
 func (h *Handler) fileRoutes() []route {
 	s := h.svc
 	return []route{
-		{"GET /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			max, err := queryInt(r, "max_bytes", sandbox.MaxFileBytes)
 			if err != nil {
 				return err
@@ -641,7 +645,7 @@ func (h *Handler) fileRoutes() []route {
 			lw.finish()
 			return nil
 		}},
-		{"PUT /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"PUT /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			mode := fs.FileMode(0o644)
 			if m := query(r, "mode"); m != "" {
 				n, err := strconv.ParseUint(m, 8, 32)
@@ -664,14 +668,14 @@ func (h *Handler) fileRoutes() []route {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
-		{"DELETE /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"DELETE /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			if err := s.Remove(r.Context(), p, id(r), query(r, "path"), query(r, "user")); err != nil {
 				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
-		{"GET /v1/sandboxes/{id}/stat", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/stat", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			e, err := s.Stat(r.Context(), p, id(r), query(r, "path"), query(r, "user"))
 			if err != nil {
 				return err
@@ -679,7 +683,7 @@ func (h *Handler) fileRoutes() []route {
 			writeJSON(w, http.StatusOK, e)
 			return nil
 		}},
-		{"GET /v1/sandboxes/{id}/dir", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/dir", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			depth, err := queryInt(r, "depth", 1)
 			if err != nil {
 				return err
@@ -691,7 +695,7 @@ func (h *Handler) fileRoutes() []route {
 			writeJSON(w, http.StatusOK, es)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/mkdir", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/mkdir", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.MakeDir
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -703,7 +707,7 @@ func (h *Handler) fileRoutes() []route {
 			writeJSON(w, http.StatusCreated, e)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/move", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/move", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.Move
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -715,7 +719,7 @@ func (h *Handler) fileRoutes() []route {
 			writeJSON(w, http.StatusOK, e)
 			return nil
 		}},
-		{"POST /v1/sandboxes/{id}/edit", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/edit", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.Edit
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -726,7 +730,7 @@ func (h *Handler) fileRoutes() []route {
 			w.WriteHeader(http.StatusNoContent)
 			return nil
 		}},
-		{"GET /v1/sandboxes/{id}/watch", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/watch", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			rec, err := queryBool(r, "recursive")
 			if err != nil {
 				return err
@@ -741,7 +745,7 @@ func (h *Handler) fileRoutes() []route {
 func (h *Handler) workspaceRoutes() []route {
 	s := h.svc
 	return []route{
-		{"PUT /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"PUT /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			skipped, err := s.Upload(r.Context(), p, id(r), query(r, "path"), query(r, "user"), http.MaxBytesReader(w, r.Body, sandbox.MaxArchiveBytes+10<<20))
 			if err != nil {
 				return err
@@ -749,7 +753,7 @@ func (h *Handler) workspaceRoutes() []route {
 			writeJSON(w, http.StatusOK, map[string][]string{"skipped": nonNil(skipped)})
 			return nil
 		}},
-		{"GET /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			// The archive is counted first (on the frozen sandbox, capped),
 			// so that one too large is an error reply; then it is streamed,
 			// what it leaves out named before the first byte.
@@ -762,7 +766,7 @@ func (h *Handler) workspaceRoutes() []route {
 			})
 			return cutShort(lw, err)
 		}},
-		{"GET /v1/sandboxes/{id}/diff", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/sandboxes/{id}/diff", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			lw := &lazyWriter{w: w, contentType: "text/x-diff; charset=utf-8"}
 			return cutShort(lw, s.Diff(r.Context(), p, id(r), lw))
 		}},
@@ -773,7 +777,7 @@ func (h *Handler) workspaceRoutes() []route {
 func (h *Handler) snapshotRoutes() []route {
 	s := h.svc
 	return []route{
-		{"POST /v1/sandboxes/{id}/snapshot", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"POST /v1/sandboxes/{id}/snapshot", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			var req api.CreateSnapshot
 			if err := decode(w, r, &req); err != nil {
 				return err
@@ -785,7 +789,7 @@ func (h *Handler) snapshotRoutes() []route {
 			writeJSON(w, http.StatusCreated, sn)
 			return nil
 		}},
-		{"GET /v1/snapshots", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"GET /v1/snapshots", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			sns, err := s.Snapshots(r.Context(), p)
 			if err != nil {
 				return err
@@ -793,7 +797,7 @@ func (h *Handler) snapshotRoutes() []route {
 			writeJSON(w, http.StatusOK, sns)
 			return nil
 		}},
-		{"DELETE /v1/snapshots/{id}", true, func(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) error {
+		{"DELETE /v1/snapshots/{id}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			if err := s.DeleteSnapshot(r.Context(), p, id(r)); err != nil {
 				return err
 			}

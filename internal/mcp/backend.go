@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // Sandbox is the one sandbox a session's tools act on.
@@ -36,7 +37,7 @@ type Backend interface {
 // tenant p (airlock serve's /mcp, and airlock mcp's embedded service).
 type ServiceBackend struct {
 	Service   *sandbox.Service
-	Principal *sandbox.Principal
+	Principal *tenant.Principal
 }
 
 // Create makes a sandbox.
@@ -50,7 +51,7 @@ func (b *ServiceBackend) Create(ctx context.Context, req *api.CreateSandbox) (Sa
 
 type serviceSandbox struct {
 	svc *sandbox.Service
-	p   *sandbox.Principal
+	p   *tenant.Principal
 	id  string
 }
 

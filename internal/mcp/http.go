@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // HTTP serves MCP over streamable HTTP for airlock serve (/mcp). Every
@@ -41,7 +42,7 @@ type HTTP struct {
 type principalKey struct{}
 
 // Serve handles one request of caller p.
-func (h *HTTP) Serve(w http.ResponseWriter, r *http.Request, p *sandbox.Principal) {
+func (h *HTTP) Serve(w http.ResponseWriter, r *http.Request, p *tenant.Principal) {
 	h.once.Do(func() {
 		h.owners = map[string]string{}
 		h.stream = sdk.NewStreamableHTTPHandler(h.newSession, &sdk.StreamableHTTPOptions{SessionTimeout: h.SessionTimeout, Logger: h.Log})
@@ -71,7 +72,7 @@ func keyHash(r *http.Request) string {
 
 // newSession makes the server of a new session.
 func (h *HTTP) newSession(r *http.Request) *sdk.Server {
-	p, _ := r.Context().Value(principalKey{}).(*sandbox.Principal)
+	p, _ := r.Context().Value(principalKey{}).(*tenant.Principal)
 	if p == nil {
 		return nil
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // Auditor is where the service records what sandboxes do
@@ -270,7 +271,7 @@ type AuditFilter struct {
 // AuditRecords streams the audit records the caller may read: a tenant
 // those of its own id (never a deleted namesake's; found through the log's
 // index, not by reading every tenant's), the admin all.
-func (s *Service) AuditRecords(ctx context.Context, t *Principal, f AuditFilter, emit func(*audit.Record) error) error {
+func (s *Service) AuditRecords(ctx context.Context, t *tenant.Principal, f AuditFilter, emit func(*audit.Record) error) error {
 	if s.cfg.AuditDir == "" {
 		return errdefs.New(errdefs.ErrUnavailable, "this daemon keeps no audit log")
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/process"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 func validUser(u string) error {
@@ -79,7 +80,7 @@ func checkEnv(env map[string]string) error {
 // Exec runs a command in sandbox id and streams its events to emit: the
 // start (pid), output, and the end. A background command returns after
 // its start. A foreground command whose caller goes away is killed.
-func (s *Service) Exec(ctx context.Context, t *Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
+func (s *Service) Exec(ctx context.Context, t *tenant.Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
 	timeout, err := checkExec(req)
 	if err != nil {
 		return err
@@ -162,7 +163,7 @@ func checkExec(req *api.Exec) (time.Duration, error) {
 // stdin. It returns the request to run (a copy: a redact policy rewrites
 // it, never the caller's) and the argv to record (redacted whatever the
 // policy).
-func (s *Service) scanExec(ctx context.Context, t *Principal, b *box, req *api.Exec) (*api.Exec, []string, error) {
+func (s *Service) scanExec(ctx context.Context, t *tenant.Principal, b *box, req *api.Exec) (*api.Exec, []string, error) {
 	r := *req
 	req = &r
 	req.Cmd = slices.Clone(req.Cmd)
@@ -520,7 +521,7 @@ func selector(pid uint32) *process.ProcessSelector {
 }
 
 // Attach streams a running command's events from now on, to its end.
-func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error {
+func (s *Service) Attach(ctx context.Context, t *tenant.Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error {
 	b, err := s.use(t, id)
 	if err != nil {
 		return err
@@ -551,7 +552,7 @@ func (s *Service) Attach(ctx context.Context, t *Principal, id string, pid uint3
 }
 
 // Processes lists a sandbox's running commands.
-func (s *Service) Processes(ctx context.Context, t *Principal, id string) ([]api.Process, error) {
+func (s *Service) Processes(ctx context.Context, t *tenant.Principal, id string) ([]api.Process, error) {
 	b, err := s.use(t, id)
 	if err != nil {
 		return nil, err
@@ -571,7 +572,7 @@ func (s *Service) Processes(ctx context.Context, t *Principal, id string) ([]api
 }
 
 // Input writes to a command's stdin (or terminal), or closes its stdin.
-func (s *Service) Input(ctx context.Context, t *Principal, id string, pid uint32, in *api.Input) error {
+func (s *Service) Input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input) error {
 	b, err := s.use(t, id)
 	if err != nil {
 		return err
@@ -601,7 +602,7 @@ func (s *Service) Input(ctx context.Context, t *Principal, id string, pid uint32
 }
 
 // Signal sends TERM or KILL to a command's process group.
-func (s *Service) Signal(ctx context.Context, t *Principal, id string, pid uint32, sig string) error {
+func (s *Service) Signal(ctx context.Context, t *tenant.Principal, id string, pid uint32, sig string) error {
 	var ps process.Signal
 	switch sig {
 	case "TERM", "SIGTERM":
@@ -620,7 +621,7 @@ func (s *Service) Signal(ctx context.Context, t *Principal, id string, pid uint3
 }
 
 // Resize changes a command's terminal size.
-func (s *Service) Resize(ctx context.Context, t *Principal, id string, pid uint32, tty *api.TTY) error {
+func (s *Service) Resize(ctx context.Context, t *tenant.Principal, id string, pid uint32, tty *api.TTY) error {
 	if tty.Rows == 0 || tty.Cols == 0 {
 		return errdefs.Invalid("rows and cols must be positive")
 	}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -113,12 +114,13 @@ func TestExecReplyTellsTheSandboxEndedForMemory(t *testing.T) {
 			t.Cleanup(func() { db.Close() })
 			be := &oomBackend{gateBackend: newGateBackend(t), broken: tc.broken, spared: tc.spared, made: make(chan *oomInstance, 1)}
 			svc := New(Config{Backend: be, Store: db})
-			admin := &Principal{Admin: true}
-			tn, err := svc.CreateTenant(ctx, admin, &api.CreateTenant{Name: "acme"})
+			tenants := tenant.New(tenant.Config{Store: db, Sandboxes: svc})
+			admin := &tenant.Principal{Admin: true}
+			tn, err := tenants.Create(ctx, admin, &api.CreateTenant{Name: "acme"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := svc.Authenticate(ctx, tn.Key, "")
+			p, err := tenants.Authenticate(ctx, tn.Key, "")
 			if err != nil {
 				t.Fatal(err)
 			}

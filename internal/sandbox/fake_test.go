@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"io"
 	"net"
 	"net/http"
@@ -349,7 +350,7 @@ func newLifeRigOn(t *testing.T, db *store.Store, be *fakeBackend, clock *fakeClo
 	r := &lifeRig{be: be, clock: clock, db: db, audit: &memAudit{}}
 	r.svc = New(Config{Backend: be, Store: db, Audit: r.audit, Now: clock.Now})
 	t.Cleanup(func() {
-		if _, err := r.svc.killAll(&Principal{Admin: true}, "", "test over"); err != nil {
+		if _, err := r.svc.killAll(&tenant.Principal{Admin: true}, "", "test over"); err != nil {
 			t.Error(err)
 		}
 	})
@@ -358,9 +359,9 @@ func newLifeRigOn(t *testing.T, db *store.Store, be *fakeBackend, clock *fakeClo
 
 // tenant is a tenant's principal with quotas q; stored makes it in the
 // store too (the CPU budget is kept there).
-func (r *lifeRig) tenant(t *testing.T, name string, q api.Quotas, stored bool) *Principal {
+func (r *lifeRig) tenant(t *testing.T, name string, q api.Quotas, stored bool) *tenant.Principal {
 	t.Helper()
-	p := &Principal{ID: "id_" + name, Tenant: name, Quotas: q}
+	p := &tenant.Principal{ID: "id_" + name, Tenant: name, Quotas: q}
 	if stored {
 		qb, _ := json.Marshal(q)
 		now := r.clock.Now()
@@ -373,7 +374,7 @@ func (r *lifeRig) tenant(t *testing.T, name string, q api.Quotas, stored bool) *
 	return p
 }
 
-func (r *lifeRig) create(t *testing.T, p *Principal, req *api.CreateSandbox) *api.Sandbox {
+func (r *lifeRig) create(t *testing.T, p *tenant.Principal, req *api.CreateSandbox) *api.Sandbox {
 	t.Helper()
 	sb, err := r.svc.Create(context.Background(), p, req)
 	if err != nil {
@@ -390,7 +391,7 @@ type createAnswer struct {
 
 // createHeld starts a create that the backend holds in flight, and
 // returns its sandbox id and where its answer will come.
-func (r *lifeRig) createHeld(t *testing.T, p *Principal, req *api.CreateSandbox) (string, chan createAnswer) {
+func (r *lifeRig) createHeld(t *testing.T, p *tenant.Principal, req *api.CreateSandbox) (string, chan createAnswer) {
 	t.Helper()
 	if r.be.gate == nil {
 		t.Fatal("createHeld without a gate")

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api/agentpb"
 	"github.com/airlock-sandbox/airlock/api/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // Caps on file calls.
@@ -57,7 +58,7 @@ func entry(e *filesystem.EntryInfo) api.FileEntry {
 }
 
 // ReadFile streams a file of the sandbox to w (at most max bytes).
-func (s *Service) ReadFile(ctx context.Context, t *Principal, id, p, user string, w io.Writer, max int64) error {
+func (s *Service) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user string, w io.Writer, max int64) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -105,7 +106,7 @@ func (s *Service) fileRecord(ctx context.Context, b *box, op, p, user string, ex
 }
 
 // WriteFile replaces (or creates) a file of the sandbox.
-func (s *Service) WriteFile(ctx context.Context, t *Principal, id, p, user string, mode fs.FileMode, data []byte, parents bool) error {
+func (s *Service) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, data []byte, parents bool) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -135,7 +136,7 @@ func (s *Service) WriteFile(ctx context.Context, t *Principal, id, p, user strin
 }
 
 // Edit replaces one exact, unique occurrence of a string in a file.
-func (s *Service) Edit(ctx context.Context, t *Principal, id string, req *api.Edit) error {
+func (s *Service) Edit(ctx context.Context, t *tenant.Principal, id string, req *api.Edit) error {
 	p, err := cleanPath(req.Path)
 	if err != nil {
 		return err
@@ -166,7 +167,7 @@ func (s *Service) Edit(ctx context.Context, t *Principal, id string, req *api.Ed
 }
 
 // Stat describes one file.
-func (s *Service) Stat(ctx context.Context, t *Principal, id, p, user string) (*api.FileEntry, error) {
+func (s *Service) Stat(ctx context.Context, t *tenant.Principal, id, p, user string) (*api.FileEntry, error) {
 	p, err := cleanPath(p)
 	if err != nil {
 		return nil, err
@@ -184,7 +185,7 @@ func (s *Service) Stat(ctx context.Context, t *Principal, id, p, user string) (*
 }
 
 // ListDir lists a directory, depth levels deep (1: its entries only).
-func (s *Service) ListDir(ctx context.Context, t *Principal, id, p, user string, depth int) ([]api.FileEntry, error) {
+func (s *Service) ListDir(ctx context.Context, t *tenant.Principal, id, p, user string, depth int) ([]api.FileEntry, error) {
 	p, err := cleanPath(p)
 	if err != nil {
 		return nil, err
@@ -208,7 +209,7 @@ func (s *Service) ListDir(ctx context.Context, t *Principal, id, p, user string,
 }
 
 // MakeDir creates a directory and its parents.
-func (s *Service) MakeDir(ctx context.Context, t *Principal, id string, req *api.MakeDir) (*api.FileEntry, error) {
+func (s *Service) MakeDir(ctx context.Context, t *tenant.Principal, id string, req *api.MakeDir) (*api.FileEntry, error) {
 	p, err := cleanPath(req.Path)
 	if err != nil {
 		return nil, err
@@ -226,7 +227,7 @@ func (s *Service) MakeDir(ctx context.Context, t *Principal, id string, req *api
 }
 
 // Move renames a file or directory.
-func (s *Service) Move(ctx context.Context, t *Principal, id string, req *api.Move) (*api.FileEntry, error) {
+func (s *Service) Move(ctx context.Context, t *tenant.Principal, id string, req *api.Move) (*api.FileEntry, error) {
 	from, err := cleanPath(req.From)
 	if err != nil {
 		return nil, err
@@ -248,7 +249,7 @@ func (s *Service) Move(ctx context.Context, t *Principal, id string, req *api.Mo
 }
 
 // Remove deletes a file or a directory tree.
-func (s *Service) Remove(ctx context.Context, t *Principal, id, p, user string) error {
+func (s *Service) Remove(ctx context.Context, t *tenant.Principal, id, p, user string) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -270,7 +271,7 @@ var opNames = map[filesystem.EventType]string{
 }
 
 // Watch streams changes under a directory until ctx ends.
-func (s *Service) Watch(ctx context.Context, t *Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error {
+func (s *Service) Watch(ctx context.Context, t *tenant.Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -317,7 +318,7 @@ func (s *Service) Watch(ctx context.Context, t *Principal, id, p, user string, r
 // Upload unpacks a tar stream into directory dir of the sandbox, through
 // its agent: regular files and directories only, every name kept under
 // dir. It returns the names it skipped.
-func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string, r io.Reader) (skipped []string, err error) {
+func (s *Service) Upload(ctx context.Context, t *tenant.Principal, id, dir, user string, r io.Reader) (skipped []string, err error) {
 	dir, err = cleanPath(dir)
 	if err != nil {
 		return nil, err
@@ -394,7 +395,7 @@ func (s *Service) Upload(ctx context.Context, t *Principal, id, dir, user string
 // it is known to fit (past MaxArchiveBytes: too_large, nothing sent), and
 // returns where the archive goes. The call is recorded before the first
 // byte; what was sent is noted after the last (file.sent).
-func (s *Service) Download(ctx context.Context, t *Principal, id, p string, start func(skipped []string) io.Writer) error {
+func (s *Service) Download(ctx context.Context, t *tenant.Principal, id, p string, start func(skipped []string) io.Writer) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -435,7 +436,7 @@ func (w digestWriter) Write(p []byte) (int, error) { w.d.add(p); return len(p), 
 // (names only for binary files, deletions and special files), at most
 // about workspace's MaxDiffBytes; past it files are named, and the diff
 // ends by saying so. The call is recorded before the first byte.
-func (s *Service) Diff(ctx context.Context, t *Principal, id string, w io.Writer) error {
+func (s *Service) Diff(ctx context.Context, t *tenant.Principal, id string, w io.Writer) error {
 	b, err := s.use(t, id)
 	if err != nil {
 		return err

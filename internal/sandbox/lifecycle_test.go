@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"io"
 	"slices"
 	"strings"
@@ -417,7 +418,7 @@ func TestKillSwitchEndsLiveAndPendingSandboxes(t *testing.T) {
 	}
 
 	r.be.gate = nil
-	admin := &Principal{Admin: true}
+	admin := &tenant.Principal{Admin: true}
 	if ids, err := r.svc.KillAll(ctx, admin, ""); err != nil || !slices.Equal(ids, []string{o.ID}) {
 		t.Errorf("the admin's kill switch: %v %v", ids, err)
 	}

@@ -3,7 +3,10 @@
 // ended), quotas, TTL and idle expiry, the kill switch, re-adoption after a
 // daemon restart, and every call on a sandbox's agent. It talks to the host
 // through the Backend interface (internal/lifecycle) and keeps its records in
-// internal/store; the HTTP adapter (internal/httpapi) sits on top.
+// internal/store; the HTTP adapter (internal/httpapi) sits on top. Who
+// calls is a tenant.Principal (internal/tenant, which signs callers in
+// and, through the Service's tenant hooks, ends a deleted tenant's
+// sandboxes); secrets are internal/secret's.
 package sandbox
 
 import (
@@ -30,6 +33,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // Host is one sandbox as the host keeps it (*lifecycle.Sandbox).
@@ -108,10 +112,9 @@ func (b lifecycleBackend) Adopt(ctx context.Context, id string, s *spec.Spec, pi
 
 // Defaults.
 const (
-	DefaultTTL       = time.Hour
-	MaxTTL           = 7 * 24 * time.Hour
-	DefaultCPUPeriod = time.Hour
-	keepEnded        = 24 * time.Hour // ended records are listed this long
+	DefaultTTL = time.Hour
+	MaxTTL     = 7 * 24 * time.Hour
+	keepEnded  = 24 * time.Hour // ended records are listed this long
 )
 
 // Config configures the service.
@@ -125,9 +128,8 @@ type Config struct {
 	// AuditDir is the log's directory, for reading it back; PatchDir
 	// keeps the workspace patches its records name.
 	AuditDir, PatchDir string
-	// Broker seals secrets, mints and revokes grants' tokens and scans
-	// calls for credentials; nil: no secrets, grants or scanning (unit
-	// tests).
+	// Broker mints and revokes grants' tokens and scans calls for
+	// credentials; nil: no grants or scanning (unit tests).
 	Broker *broker.Broker
 	// Now is the clock (tests move it).
 	Now func() time.Time
@@ -140,27 +142,19 @@ type Config struct {
 	// serves tenants leaves it unset: they name paths only under their
 	// roots (hostpaths.go).
 	HostPaths bool
-	// Reserved are the daemon's own directories (state, data, keys, audit
-	// log): no tenant root may hold or lie in one.
-	Reserved []string
 }
 
 // Service holds every live sandbox of every tenant. Tenants are keyed by
-// their id (Principal.ID), never by their name.
+// their id (tenant.Principal.ID), never by their name.
 type Service struct {
 	cfg     Config
 	mu      sync.Mutex
 	boxes   map[string]*box
 	pending map[string]*pendingCreate // creates in flight, by sandbox id
-	keys    map[string]*Principal     // key hash → who (cache; keys never change)
 	cpu     map[string]*cpuBudget
-	// gone holds the ids of tenants deleted since the daemon started: their
-	// keys' cached principals and late creates are refused.
-	gone map[string]bool
 	// background counts running background commands per tenant (and
 	// box.background per sandbox).
 	background map[string]int
-	authFails  authFailures
 	// auditIndex finds a tenant's records in the log (nil: no log).
 	auditIndex *audit.Index
 }
@@ -211,7 +205,7 @@ func New(cfg Config) *Service {
 	if cfg.MaxBackgroundPerTenant <= 0 {
 		cfg.MaxBackgroundPerTenant = DefaultMaxBackgroundPerTenant
 	}
-	s := &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]*pendingCreate{}, keys: map[string]*Principal{}, cpu: map[string]*cpuBudget{}, gone: map[string]bool{}, background: map[string]int{}}
+	s := &Service{cfg: cfg, boxes: map[string]*box{}, pending: map[string]*pendingCreate{}, cpu: map[string]*cpuBudget{}, background: map[string]int{}}
 	if cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(cfg.AuditDir)
 	}
@@ -311,7 +305,7 @@ func specOf(req *api.CreateSandbox) (spec.Spec, time.Duration, time.Duration, er
 }
 
 // Create makes a sandbox for tenant t.
-func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
+func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
 	if t.Admin {
 		return nil, errdefs.New(errdefs.ErrPermissionDenied, "the admin key manages tenants; create sandboxes with a tenant's key")
 	}
@@ -329,7 +323,7 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 	if s.cfg.Broker != nil {
 		sp.Scan = t.ScanPolicy
 		if sp.Scan == "" {
-			sp.Scan = DefaultScanPolicy
+			sp.Scan = tenant.DefaultScanPolicy
 		}
 	}
 	env := make([]field, 0, len(sp.Env))
@@ -419,12 +413,12 @@ func (s *Service) Create(ctx context.Context, t *Principal, req *api.CreateSandb
 // admit checks tenant t's quotas for one more sandbox like sp and counts
 // it as pending under id; the context it returns ends when the kill
 // switch ends the create. A deleted tenant is admitted no more.
-func (s *Service) admit(ctx context.Context, t *Principal, id string, sp *spec.Spec) (context.Context, *pendingCreate, error) {
+func (s *Service) admit(ctx context.Context, t *tenant.Principal, id string, sp *spec.Spec) (context.Context, *pendingCreate, error) {
 	q := t.Quotas
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone[t.ID] {
-		return nil, nil, errTenantGone()
+	if err := t.Err(); err != nil {
+		return nil, nil, err
 	}
 	if b := s.cpu[t.ID]; b != nil && b.exhausted(q, s.cfg.Now()) {
 		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s has used its CPU budget (%.0f s per %s); creates resume when the period ends", t.Tenant, q.CPUSeconds, q.CPUPeriod))
@@ -492,13 +486,9 @@ func killedError(id, reason string) error {
 	return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s was destroyed while it was being made: %s", id, reason))
 }
 
-func errTenantGone() error {
-	return errdefs.New(errdefs.ErrUnauthenticated, "this key's tenant has been deleted")
-}
-
 // get finds sandbox id of tenant t. Another tenant's sandbox is not found,
 // exactly as a missing one.
-func (s *Service) get(t *Principal, id string) (*box, error) {
+func (s *Service) get(t *tenant.Principal, id string) (*box, error) {
 	s.mu.Lock()
 	b, ok := s.boxes[id]
 	s.mu.Unlock()
@@ -516,7 +506,7 @@ func quoteID(id string) string {
 }
 
 // use finds a running sandbox for an operation and marks it active.
-func (s *Service) use(t *Principal, id string) (*box, error) {
+func (s *Service) use(t *tenant.Principal, id string) (*box, error) {
 	b, err := s.get(t, id)
 	if err != nil {
 		return nil, err
@@ -540,7 +530,7 @@ func (s *Service) use(t *Principal, id string) (*box, error) {
 }
 
 // Get describes one sandbox (live, or ended within the last day).
-func (s *Service) Get(ctx context.Context, t *Principal, id string) (*api.Sandbox, error) {
+func (s *Service) Get(ctx context.Context, t *tenant.Principal, id string) (*api.Sandbox, error) {
 	if b, err := s.get(t, id); err == nil {
 		return s.describe(b, true), nil
 	}
@@ -556,7 +546,7 @@ func (s *Service) Get(ctx context.Context, t *Principal, id string) (*api.Sandbo
 }
 
 // List describes tenant t's live sandboxes (every tenant's for the admin).
-func (s *Service) List(_ context.Context, t *Principal) []*api.Sandbox {
+func (s *Service) List(_ context.Context, t *tenant.Principal) []*api.Sandbox {
 	s.mu.Lock()
 	var bs []*box
 	for _, b := range s.boxes {
@@ -617,16 +607,16 @@ func describeRecord(r store.Sandbox, u *lifecycle.Usage) *api.Sandbox {
 }
 
 // Pause freezes every process of a sandbox; its TTL still runs.
-func (s *Service) Pause(ctx context.Context, t *Principal, id string) (*api.Sandbox, error) {
+func (s *Service) Pause(ctx context.Context, t *tenant.Principal, id string) (*api.Sandbox, error) {
 	return s.setPaused(ctx, t, id, true)
 }
 
 // Resume thaws a paused sandbox.
-func (s *Service) Resume(ctx context.Context, t *Principal, id string) (*api.Sandbox, error) {
+func (s *Service) Resume(ctx context.Context, t *tenant.Principal, id string) (*api.Sandbox, error) {
 	return s.setPaused(ctx, t, id, false)
 }
 
-func (s *Service) setPaused(ctx context.Context, t *Principal, id string, pause bool) (*api.Sandbox, error) {
+func (s *Service) setPaused(ctx context.Context, t *tenant.Principal, id string, pause bool) (*api.Sandbox, error) {
 	b, err := s.get(t, id)
 	if err != nil {
 		return nil, err
@@ -671,7 +661,7 @@ func (s *Service) setPaused(ctx context.Context, t *Principal, id string, pause 
 }
 
 // Extend moves a sandbox's expiry to ttl from now.
-func (s *Service) Extend(ctx context.Context, t *Principal, id string, req *api.Extend) (*api.Sandbox, error) {
+func (s *Service) Extend(ctx context.Context, t *tenant.Principal, id string, req *api.Extend) (*api.Sandbox, error) {
 	ttl, err := parseDuration("ttl", req.TTL, 0, MaxTTL)
 	if err != nil {
 		return nil, err
@@ -702,7 +692,7 @@ func (s *Service) Extend(ctx context.Context, t *Principal, id string, req *api.
 }
 
 // Destroy ends a sandbox and answers when it is gone.
-func (s *Service) Destroy(_ context.Context, t *Principal, id string) error {
+func (s *Service) Destroy(_ context.Context, t *tenant.Principal, id string) error {
 	b, err := s.get(t, id)
 	if err != nil {
 		return err
@@ -714,7 +704,7 @@ func (s *Service) Destroy(_ context.Context, t *Principal, id string) error {
 // KillAll destroys every sandbox of tenant (a name; every tenant's when
 // tenant is "" and t is the admin), those being made included, and
 // answers when they are all gone.
-func (s *Service) KillAll(ctx context.Context, t *Principal, tenant string) ([]string, error) {
+func (s *Service) KillAll(ctx context.Context, t *tenant.Principal, tenant string) ([]string, error) {
 	switch {
 	case !t.Admin && tenant != "" && tenant != t.Tenant:
 		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteID(tenant))
@@ -736,7 +726,7 @@ func (s *Service) KillAll(ctx context.Context, t *Principal, tenant string) ([]s
 // killAll destroys every sandbox of tenant id tid ("": of every tenant)
 // for reason: the live ones, and the creates in flight, which end
 // destroyed and answer an error. It returns when all of them are gone.
-func (s *Service) killAll(t *Principal, tid, reason string) ([]string, error) {
+func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, error) {
 	s.mu.Lock()
 	var bs []*box
 	for _, b := range s.boxes {
@@ -948,15 +938,13 @@ func helloAdopted(ctx context.Context, state string, inst Host, ag *agentClient)
 }
 
 // Run expires sandboxes (TTL, idle), enforces CPU budgets and refills the
-// agents' rate limits, once a second, until ctx ends; then it records
-// what the auth.failed caps dropped since the last second.
+// agents' rate limits, once a second, until ctx ends.
 func (s *Service) Run(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			s.noteAuthDropped(time.Time{})
 			return
 		case <-tick.C:
 			s.tick(ctx)
@@ -999,7 +987,6 @@ func (s *Service) tick(ctx context.Context) {
 	for _, st := range []string{api.StateRunning, api.StatePaused} {
 		s.cfg.Metrics.sandboxes.WithLabelValues(st).Set(states[st])
 	}
-	s.noteAuthDropped(now)
 	s.enforceCPU(ctx, bs)
 	wg.Wait()
 }

@@ -8,10 +8,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/scan"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
-
-// DefaultScanPolicy is a tenant's unless it chose another.
-const DefaultScanPolicy = "block"
 
 // What one API call may cost the secret scanner, which runs on the
 // daemon's CPU (gitleaks' generic rule costs microseconds a byte on its
@@ -57,7 +55,7 @@ func newScanBudget() *scanBudget {
 
 // scanCall applies the secret scanner to a call's fields under the
 // tenant's policy, within one call's budget (see scanFields).
-func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string, fields []field) error {
+func (s *Service) scanCall(ctx context.Context, t *tenant.Principal, w who, call string, fields []field) error {
 	bud := newScanBudget()
 	err := s.scanFields(ctx, t, w, call, fields, bud)
 	if serr := s.scanSummary(ctx, w, call, bud); err == nil {
@@ -72,7 +70,7 @@ func (s *Service) scanCall(ctx context.Context, t *Principal, w who, call string
 // left of bud's bytes, and records findings with their rule and a keyed
 // fingerprint (never the value) while bud has records left; the rest are
 // counted for scanSummary.
-func (s *Service) scanFields(ctx context.Context, t *Principal, w who, call string, fields []field, bud *scanBudget) error {
+func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w who, call string, fields []field, bud *scanBudget) error {
 	if s.cfg.Broker == nil {
 		return nil
 	}
@@ -103,7 +101,7 @@ func (s *Service) scanFields(ctx context.Context, t *Principal, w who, call stri
 	}
 	policy := t.ScanPolicy
 	if policy == "" {
-		policy = DefaultScanPolicy
+		policy = tenant.DefaultScanPolicy
 	}
 	action := map[string]string{"block": "blocked", "redact": "redacted", "record": "recorded"}[policy]
 	bud.found += len(fs)

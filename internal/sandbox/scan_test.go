@@ -10,10 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 const pastedKey = "ghp_Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
@@ -29,7 +28,7 @@ func TestScanPolicies(t *testing.T) {
 		for i := range argv {
 			fields = append(fields, field{"argv", &argv[i], nil})
 		}
-		err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields)
+		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields)
 		switch policy {
 		case "block":
 			if !errors.Is(err, errdefs.ErrSecretDetected) || !strings.Contains(err.Error(), "github-pat") || strings.Contains(err.Error(), pastedKey) {
@@ -64,84 +63,8 @@ func TestScanLeavesCleanCallsAlone(t *testing.T) {
 	for i := range vals {
 		fields = append(fields, field{"argv", &vals[i], nil})
 	}
-	if err := s.scanCall(context.Background(), &Principal{Tenant: "t"}, who{}, "exec", fields); err != nil || len(a.recs) != 0 {
+	if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t"}, who{}, "exec", fields); err != nil || len(a.recs) != 0 {
 		t.Errorf("%v, %d records", err, len(a.recs))
-	}
-}
-
-// Secrets are sealed in the store, bound to their tenant, name and
-// version; rotation moves the version and the old sealed value is gone.
-func TestSecretsSealedAndRotated(t *testing.T) {
-	db, err := store.Open(t.TempDir() + "/db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := New(Config{Store: db, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
-	p := &Principal{ID: "acme", Tenant: "acme"}
-	ctx := context.Background()
-	if _, err := s.AddSecret(ctx, p, &api.AddSecret{Name: "k", Value: "v1-value"}); err != nil {
-		t.Fatal(err)
-	}
-	sec, _ := db.GetSecret(ctx, "acme", "k")
-	if strings.Contains(string(sec.Sealed), "v1-value") {
-		t.Fatal("stored in the clear")
-	}
-	if _, err := s.RotateSecret(ctx, p, "k", &api.RotateSecret{Value: "v2-value"}); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := s.SecretValue("acme", "k"); err != nil || string(v) != "v2-value" {
-		t.Fatalf("after rotation: %q %v", v, err)
-	}
-	if _, err := s.SecretValue("other", "k"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("another tenant's: %v", err)
-	}
-	// A sealed value copied to another tenant's row does not open there.
-	_ = db.AddSecret(ctx, store.Secret{Tenant: "other", Name: "k", Version: 2, Sealed: sec.Sealed})
-	if _, err := s.SecretValue("other", "k"); err == nil {
-		t.Error("a sealed value opened under another tenant")
-	}
-	if err := s.RemoveSecret(ctx, p, "k"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SecretValue("acme", "k"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("after removal: %v", err)
-	}
-}
-
-// A tenant's new scan policy applies from its key's next call, though
-// that key's principal was cached.
-func TestUpdateTenantScanPolicy(t *testing.T) {
-	db, err := store.Open(t.TempDir() + "/db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s := New(Config{Store: db, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
-	ctx := context.Background()
-	admin := &Principal{Admin: true}
-	tn, err := s.CreateTenant(ctx, admin, &api.CreateTenant{Name: "acme"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Authenticate(ctx, tn.Key, "")
-	if err != nil || p.ScanPolicy != "block" {
-		t.Fatalf("%+v %v", p, err)
-	}
-	if _, err := s.UpdateTenant(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "record"}); err != nil {
-		t.Fatal(err)
-	}
-	if p, _ := s.Authenticate(ctx, tn.Key, ""); p.ScanPolicy != "record" {
-		t.Errorf("after the update: %+v", p)
-	}
-	if _, err := s.UpdateTenant(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "ignore"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("a bad policy: %v", err)
-	}
-	if _, err := s.UpdateTenant(ctx, p, "acme", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrPermissionDenied) {
-		t.Errorf("a tenant changing its own policy: %v", err)
-	}
-	if _, err := s.UpdateTenant(ctx, admin, "nope", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Errorf("a missing tenant: %v", err)
 	}
 }
 
@@ -163,7 +86,7 @@ func TestScanFindingsPerCallAreCapped(t *testing.T) {
 			sb.WriteByte('\n')
 		}
 		text := sb.String()
-		err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "write", []field{{"file /w", &text, nil}})
+		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "write", []field{{"file /w", &text, nil}})
 		if policy == "block" != errors.Is(err, errdefs.ErrSecretDetected) {
 			t.Fatalf("%s: %v", policy, err)
 		}
@@ -202,7 +125,7 @@ func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 	first := filler + " " + pastedKey + " " + strings.Repeat("y", 4<<20)
 	second := pastedKey // nothing left of the budget: unread
 	vals := []string{first, second}
-	err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: "redact"}, who{tenant: "t"}, "exec",
+	err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, who{tenant: "t"}, "exec",
 		[]field{{"argv[0]", &vals[0], nil}, {"argv[1]", &vals[1], nil}})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +161,7 @@ func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 	a := &memAudit{}
 	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
 	bud := newScanBudget()
-	p := &Principal{Tenant: "t", ScanPolicy: "record"}
+	p := &tenant.Principal{Tenant: "t", ScanPolicy: "record"}
 	for i := 0; i < 40; i++ {
 		text := strings.Repeat("z", 4<<10)
 		if err := s.scanFields(context.Background(), p, who{}, "upload", []field{{fmt.Sprintf("file /f%d", i), &text, nil}}, bud); err != nil {
@@ -275,7 +198,7 @@ func FuzzScanCallIsBounded(f *testing.F) {
 		audit := &memAudit{}
 		s.cfg.Audit = audit
 		bud := newScanBudget()
-		if err := s.scanFields(context.Background(), &Principal{Tenant: "t", ScanPolicy: "redact"}, who{}, "exec", fields, bud); err != nil {
+		if err := s.scanFields(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, who{}, "exec", fields, bud); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.scanSummary(context.Background(), who{}, "exec", bud); err != nil {
@@ -309,7 +232,7 @@ func TestRecordsKeepNoCredentialWhateverThePolicy(t *testing.T) {
 		for i := range argv {
 			fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &argv[i], &shown[i]})
 		}
-		if err := s.scanCall(context.Background(), &Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields); err != nil {
+		if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields); err != nil {
 			t.Fatal(err)
 		}
 		if sent := strings.Join(argv, " "); strings.Contains(sent, aws) != (policy == "record") {

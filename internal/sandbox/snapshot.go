@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // MaxSnapshotBytes caps one snapshot's file content.
@@ -19,7 +20,7 @@ const MaxSnapshotBytes = 8 << 30
 
 // Snapshot saves sandbox id's filesystem state (on the frozen sandbox) as
 // an image its tenant can create sandboxes from.
-func (s *Service) Snapshot(ctx context.Context, t *Principal, id string, req *api.CreateSnapshot) (*api.Snapshot, error) {
+func (s *Service) Snapshot(ctx context.Context, t *tenant.Principal, id string, req *api.CreateSnapshot) (*api.Snapshot, error) {
 	if len(req.Name) > 128 {
 		return nil, errdefs.Invalid("name: at most 128 bytes")
 	}
@@ -56,7 +57,7 @@ func (s *Service) Snapshot(ctx context.Context, t *Principal, id string, req *ap
 	if err := s.cfg.Store.PutSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
-	if err := s.undoIfGone(t, func() {
+	if err := t.UndoIfDeleted(func() {
 		if stillUsed, err := s.cfg.Store.DeleteSnapshot(context.WithoutCancel(ctx), t.ID, rec.ID); err == nil && !stillUsed {
 			s.removeSnapshotFiles(rec.Content)
 		}
@@ -88,7 +89,7 @@ func snapshotOf(r store.Snapshot) *api.Snapshot {
 }
 
 // Snapshots lists the caller's snapshots (every tenant's for the admin).
-func (s *Service) Snapshots(ctx context.Context, t *Principal) ([]*api.Snapshot, error) {
+func (s *Service) Snapshots(ctx context.Context, t *tenant.Principal) ([]*api.Snapshot, error) {
 	tenant := t.ID
 	if t.Admin {
 		tenant = ""
@@ -108,7 +109,7 @@ func (s *Service) Snapshots(ctx context.Context, t *Principal) ([]*api.Snapshot,
 // records its content and no live sandbox runs from it. Ownership is
 // checked first: another tenant's snapshot is not found, exactly as a
 // missing one, and no answer names anything of another tenant's.
-func (s *Service) DeleteSnapshot(ctx context.Context, t *Principal, sid string) error {
+func (s *Service) DeleteSnapshot(ctx context.Context, t *tenant.Principal, sid string) error {
 	if t.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "snapshots belong to tenants: use the tenant's key")
 	}
@@ -165,7 +166,7 @@ func (s *Service) removeSnapshotFiles(content string) {
 
 // fromSnapshot turns image "snapshot:<id>" into the snapshot's files: its
 // root (or the image it was taken over) and its workspace.
-func (s *Service) fromSnapshot(ctx context.Context, t *Principal, sp *spec.Spec) error {
+func (s *Service) fromSnapshot(ctx context.Context, t *tenant.Principal, sp *spec.Spec) error {
 	sid, ok := strings.CutPrefix(sp.Image, "snapshot:")
 	if !ok {
 		return nil

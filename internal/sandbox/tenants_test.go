@@ -23,8 +23,10 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
 // gateBackend is a host that makes sandboxes in memory. With gate set, a
@@ -179,11 +181,18 @@ func (h *holdAudit) Commit(ctx context.Context, r audit.Record) error {
 	return h.Append(r)
 }
 
+// tenantRig is the sandbox service with the tenants' service and the
+// secret store beside it, wired as the daemon wires them.
 type tenantRig struct {
-	svc   *Service
-	be    *gateBackend
-	db    *store.Store
-	admin *Principal
+	svc     *Service
+	tenants *tenant.Service
+	secrets *secret.Store
+	be      *gateBackend
+	db      *store.Store
+	admin   *tenant.Principal
+	// duringDeletion, when set, runs once a tenant's deletion has
+	// marked it and before it removes anything.
+	duringDeletion func()
 }
 
 func newTenantRig(t *testing.T, a Auditor, auditDir string) *tenantRig {
@@ -193,22 +202,44 @@ func newTenantRig(t *testing.T, a Auditor, auditDir string) *tenantRig {
 	}
 	t.Cleanup(func() { db.Close() })
 	be := newGateBackend(t)
-	cfg := Config{Backend: be, Store: db, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()}), AuditDir: auditDir}
+	keys := broker.EphemeralKeys()
+	cfg := Config{Backend: be, Store: db, Broker: broker.New(broker.Config{Keys: keys}), AuditDir: auditDir}
+	tcfg := tenant.Config{Store: db}
+	scfg := secret.Config{Store: db, Keys: keys}
 	if a != nil {
-		cfg.Audit = a
+		cfg.Audit, tcfg.Audit, scfg.Audit = a, a, a
 	}
-	return &tenantRig{svc: New(cfg), be: be, db: db, admin: &Principal{Admin: true}}
+	r := &tenantRig{svc: New(cfg), secrets: secret.New(scfg), be: be, db: db, admin: &tenant.Principal{Admin: true}}
+	tcfg.Sandboxes = rigSandboxes{r}
+	r.tenants = tenant.New(tcfg)
+	return r
 }
 
+// rigSandboxes is the rig's service as the tenants' service sees it.
+type rigSandboxes struct{ r *tenantRig }
+
+func (s rigSandboxes) EndTenant(by *tenant.Principal, id, reason string) ([]string, error) {
+	if s.r.duringDeletion != nil {
+		s.r.duringDeletion()
+	}
+	return s.r.svc.EndTenant(by, id, reason)
+}
+
+func (s rigSandboxes) ForgetTenant(ctx context.Context, id string, freed []string) error {
+	return s.r.svc.ForgetTenant(ctx, id, freed)
+}
+
+func (s rigSandboxes) TenantUsage(id string) (int, float64) { return s.r.svc.TenantUsage(id) }
+
 // tenant creates a tenant and signs in with its key.
-func (r *tenantRig) tenant(t *testing.T, name string) (*Principal, string) {
+func (r *tenantRig) tenant(t *testing.T, name string) (*tenant.Principal, string) {
 	t.Helper()
 	ctx := context.Background()
-	tn, err := r.svc.CreateTenant(ctx, r.admin, &api.CreateTenant{Name: name})
+	tn, err := r.tenants.Create(ctx, r.admin, &api.CreateTenant{Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.svc.Authenticate(ctx, tn.Key, "")
+	p, err := r.tenants.Authenticate(ctx, tn.Key, "")
 	if err != nil || p.ID != tn.ID || p.Tenant != name {
 		t.Fatalf("sign in: %+v %v", p, err)
 	}
@@ -222,7 +253,7 @@ type createResult struct {
 
 // createHeld starts a create that the backend holds, and returns its
 // sandbox id and where its answer will come.
-func (r *tenantRig) createHeld(t *testing.T, p *Principal) (string, chan createResult) {
+func (r *tenantRig) createHeld(t *testing.T, p *tenant.Principal) (string, chan createResult) {
 	t.Helper()
 	res := make(chan createResult, 1)
 	go func() {
@@ -374,7 +405,7 @@ func TestDeletedTenantPassesNothingToItsName(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.be.snapshots[r.be.made[sb.ID].content] = true
-	if _, err := r.svc.AddSecret(ctx, old, &api.AddSecret{Name: "token", Value: "old-tenant-value"}); err != nil {
+	if _, err := r.secrets.Add(ctx, old, &api.AddSecret{Name: "token", Value: "old-tenant-value"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.svc.SetMCPSpec(ctx, old, &api.CreateSandbox{Hostname: "old"}); err != nil {
@@ -382,7 +413,7 @@ func TestDeletedTenantPassesNothingToItsName(t *testing.T) {
 	}
 	r.be.gate = make(chan struct{})
 	id, res := r.createHeld(t, old)
-	if err := r.svc.DeleteTenant(ctx, r.admin, "acme"); err != nil {
+	if err := r.tenants.Delete(ctx, r.admin, "acme"); err != nil {
 		t.Fatal(err)
 	}
 	wantKilled(t, "tenant deleted", <-res, id, "tenant acme deleted")
@@ -393,7 +424,7 @@ func TestDeletedTenantPassesNothingToItsName(t *testing.T) {
 		t.Errorf("the deleted tenant's snapshot files: removed %v", r.be.removed)
 	}
 	// Its key, and a principal a request already holds, do nothing.
-	if _, err := r.svc.Authenticate(ctx, oldKey, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	if _, err := r.tenants.Authenticate(ctx, oldKey, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("the deleted tenant's key: %v", err)
 	}
 	r.be.gate = nil
@@ -417,16 +448,16 @@ func TestDeletedTenantPassesNothingToItsName(t *testing.T) {
 	if err := r.svc.DeleteSnapshot(ctx, again, sn.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the old acme's snapshot, deleted by the new: %v", err)
 	}
-	if l, _ := r.svc.Secrets(ctx, again); len(l) != 0 {
+	if l, _ := r.secrets.List(ctx, again); len(l) != 0 {
 		t.Errorf("the new acme lists secrets %+v", l)
 	}
-	if _, err := r.svc.SecretValue(again.ID, "token"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := r.secrets.Value(again.ID, "token"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the old acme's secret, for the new one's grants: %v", err)
 	}
 	if m, err := r.svc.MCPSpec(ctx, again); err != nil || m.Hostname != "" {
 		t.Errorf("the new acme's MCP spec: %+v %v", m, err)
 	}
-	if tn, _ := r.svc.Tenants(ctx, again); len(tn) != 1 || tn[0].ID != again.ID || tn[0].Sandboxes != 0 {
+	if tn, _ := r.tenants.List(ctx, again); len(tn) != 1 || tn[0].ID != again.ID || tn[0].Sandboxes != 0 {
 		t.Errorf("the new acme's tenant: %+v", tn)
 	}
 	var kinds []string
@@ -537,11 +568,24 @@ func TestWritesRacingDeletionAreUndone(t *testing.T) {
 	}
 	content := r.be.made[sb.ID].content
 	r.be.snapshots[content] = true
-	// Deletion has begun: the id is marked, what it owns not yet removed.
-	r.svc.mu.Lock()
-	r.svc.gone[p.ID] = true
-	r.svc.mu.Unlock()
-	if _, err := r.svc.AddSecret(ctx, p, &api.AddSecret{Name: "late", Value: "late-value"}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	// The writes come once deletion has begun: the id is marked, what it
+	// owns not yet removed.
+	ran := false
+	r.duringDeletion = func() { ran = true; lateWrites(t, r, p, sb.ID, content) }
+	if err := r.tenants.Delete(ctx, r.admin, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if !ran {
+		t.Fatal("the deletion never ended the tenant's sandboxes")
+	}
+}
+
+// lateWrites are a request's writes, under way with p in hand while p's
+// tenant is being deleted; each must be undone and refused.
+func lateWrites(t *testing.T, r *tenantRig, p *tenant.Principal, sb, content string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := r.secrets.Add(ctx, p, &api.AddSecret{Name: "late", Value: "late-value"}); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("a late secret: %v", err)
 	}
 	if secs, _ := r.db.Secrets(ctx, p.ID); len(secs) != 0 {
@@ -553,7 +597,7 @@ func TestWritesRacingDeletionAreUndone(t *testing.T) {
 	if v, _ := r.db.Meta(ctx, mcpSpecMeta(p.ID)); v != "" {
 		t.Errorf("a late MCP spec is kept: %s", v)
 	}
-	if _, err := r.svc.Snapshot(ctx, p, sb.ID, &api.CreateSnapshot{}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	if _, err := r.svc.Snapshot(ctx, p, sb, &api.CreateSnapshot{}); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("a late snapshot: %v", err)
 	}
 	if sns, _ := r.db.Snapshots(ctx, p.ID); len(sns) != 0 {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -16,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 )
@@ -38,7 +40,7 @@ func (s *System) Serve(ctx context.Context) error {
 	}
 	defer lock.Release()
 	svc := s.Service
-	created, err := svc.EnsureAdminKey(ctx, o.AdminKeyFile)
+	created, err := s.Tenants.EnsureAdminKey(ctx, o.AdminKeyFile)
 	if err != nil {
 		return fmt.Errorf("admin key: %w", err)
 	}
@@ -53,8 +55,9 @@ func (s *System) Serve(ctx context.Context) error {
 	}
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	runDone := make(chan struct{})
-	go func() { svc.Run(runCtx); close(runDone) }()
+	var running sync.WaitGroup
+	running.Go(func() { svc.Run(runCtx) })
+	running.Go(func() { s.Tenants.Run(runCtx) })
 
 	servers, errc, err := s.listen()
 	if err != nil {
@@ -77,7 +80,7 @@ func (s *System) Serve(ctx context.Context) error {
 		_ = srv.Shutdown(sctx)
 	}
 	stopRun()
-	<-runDone // its last records go in before the log closes
+	running.Wait() // their last records go in before the log closes
 	_ = os.Remove(o.Socket)
 	return nil
 }
@@ -86,7 +89,7 @@ func (s *System) Serve(ctx context.Context) error {
 // when asked.
 func (s *System) listen() ([]*http.Server, chan error, error) {
 	o := s.opts
-	h := httpapi.New(s.Service, o.Log, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	h := httpapi.New(s.Service, s.Tenants, s.Secrets, o.Log, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mcpHTTP := &mcp.HTTP{Service: s.Service, Version: o.Version, SessionTimeout: o.MCPSessionTimeout, Log: o.Log, Refuse: httpapi.WriteError}
 	h.Mount("/mcp", mcpHTTP.Serve)
 	ln, err := listenSocket(o.Socket)
@@ -125,7 +128,7 @@ func (s *System) Embedded(ctx context.Context, fn func(ctx context.Context, svc 
 	runDone := make(chan struct{})
 	go func() { s.Service.Run(runCtx); close(runDone) }()
 	err := fn(ctx, s.Service)
-	if _, kerr := s.Service.KillAll(context.WithoutCancel(ctx), &sandbox.Principal{Admin: true}, ""); kerr != nil {
+	if _, kerr := s.Service.KillAll(context.WithoutCancel(ctx), &tenant.Principal{Admin: true}, ""); kerr != nil {
 		s.opts.Log.Error("embedded: destroy the sandboxes", "err", kerr)
 	}
 	stopRun()

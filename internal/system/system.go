@@ -23,7 +23,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/run"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
+	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container"
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,9 +106,11 @@ type System struct {
 	Audit *audit.Log
 	// AuditFile is a one-shot run's log.
 	AuditFile string
-	// Store and Service: Embedded and Daemon.
+	// Store, Secrets, Service and Tenants: Embedded and Daemon.
 	Store    *store.Store
+	Secrets  *secret.Store
 	Service  *sandbox.Service
+	Tenants  *tenant.Service
 	Runner   *run.Runner // OneShot
 	registry *prometheus.Registry
 	closers  cleanup.Stack
@@ -207,8 +211,10 @@ func (s *System) oneShot() (err error) {
 	return nil
 }
 
-// service wires the long-lived service (Embedded and Daemon): the broker
-// with its key file, the lifecycle, the store, the audit log, the service.
+// service wires the long-lived service (Embedded and Daemon): the store,
+// the audit log, the secrets, the broker that opens them (with its key
+// file), the lifecycle, the sandboxes' service, and the tenants', which
+// ends a deleted tenant's sandboxes.
 func (s *System) service(ctx context.Context) (err error) {
 	o := s.opts
 	s.registry = prometheus.NewRegistry()
@@ -222,36 +228,34 @@ func (s *System) service(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	secrets := &secretValues{}
-	s.Broker = broker.New(broker.Config{Keys: keys, Dir: filepath.Join(o.Files, "broker"), Secret: secrets.value})
-	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {
-		return err
-	}
-	cfg := sandbox.Config{Backend: sandbox.NewBackend(s.Lifecycle), Store: s.Store, Log: o.Log, Metrics: sandbox.NewMetrics(s.registry), Broker: s.Broker,
-		MaxBackground: o.MaxBackground, MaxBackgroundPerTenant: o.MaxBackgroundPerTenant,
-		// The embedded service has one caller, root on this host: host
-		// paths are its own. A daemon's tenants name them only under their
-		// roots, which never touch these directories.
-		HostPaths: o.Mode == Embedded,
-		Reserved:  []string{o.StateDir, o.DataDir, o.Files, filepath.Dir(o.Database), filepath.Dir(o.AdminKeyFile), filepath.Dir(o.Socket)},
-	}
 	if err := s.openAudit(ctx); err != nil {
 		return err
 	}
+	scfg := secret.Config{Store: s.Store, Keys: keys}
+	cfg := sandbox.Config{Store: s.Store, Log: o.Log, Metrics: sandbox.NewMetrics(s.registry),
+		MaxBackground: o.MaxBackground, MaxBackgroundPerTenant: o.MaxBackgroundPerTenant,
+		// The embedded service has one caller, root on this host: host
+		// paths are its own. A daemon's tenants name them only under their
+		// roots, which never touch the daemon's directories (Reserved).
+		HostPaths: o.Mode == Embedded,
+	}
+	tcfg := tenant.Config{Store: s.Store, Log: o.Log,
+		Reserved: []string{o.StateDir, o.DataDir, o.Files, filepath.Dir(o.Database), filepath.Dir(o.AdminKeyFile), filepath.Dir(o.Socket)},
+	}
 	if s.Audit != nil {
 		cfg.Audit, cfg.AuditDir, cfg.PatchDir = s.Audit, AuditDir(o.Files), filepath.Join(AuditDir(o.Files), "patches")
+		scfg.Audit, tcfg.Audit = s.Audit, s.Audit
 	}
+	s.Secrets = secret.New(scfg)
+	s.Broker = broker.New(broker.Config{Keys: keys, Dir: filepath.Join(o.Files, "broker"), Secret: s.Secrets.Value})
+	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {
+		return err
+	}
+	cfg.Backend, cfg.Broker = sandbox.NewBackend(s.Lifecycle), s.Broker
 	s.Service = sandbox.New(cfg)
-	secrets.svc = s.Service
+	tcfg.Sandboxes = s.Service
+	s.Tenants = tenant.New(tcfg)
 	return nil
-}
-
-// secretValues answers the broker's lookups from the service's sealed
-// secrets.
-type secretValues struct{ svc *sandbox.Service }
-
-func (v *secretValues) value(tenant, name string) ([]byte, error) {
-	return v.svc.SecretValue(tenant, name)
 }
 
 // openAudit opens the service's audit log (unless NoAudit), keeping its

@@ -1,16 +1,54 @@
-package sandbox
+// Package secret keeps tenants' secrets: sealed with the broker's keys
+// (bound to tenant id, name and version) in internal/store, added,
+// rotated, listed (never their values) and removed by their tenant, and
+// opened only for the broker (Store.Value), when it puts one into a
+// granted request. A value never leaves the daemon.
+package secret
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
+
+// Auditor is where changes to secrets are recorded (internal/audit.Log):
+// Commit returns once the record is on disk.
+type Auditor interface {
+	Commit(ctx context.Context, r audit.Record) error
+}
+
+// Config configures the store.
+type Config struct {
+	Store *store.Store
+	// Keys seal and open the values (the broker's).
+	Keys *broker.Keys
+	// Audit records what changes; nil records nothing (unit tests).
+	Audit Auditor
+	// Now is the clock (tests move it).
+	Now func() time.Time
+}
+
+// Store keeps the tenants' secrets.
+type Store struct{ cfg Config }
+
+// New makes the store.
+func New(cfg Config) *Store {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{cfg: cfg}
+}
 
 // MaxSecretBytes caps a secret's value, MaxSecrets a tenant's secrets.
 const (
@@ -23,12 +61,25 @@ func sealContext(tenant, name string, version int) string {
 	return fmt.Sprintf("airlock secret %s/%s/%d", tenant, name, version)
 }
 
-func (s *Service) secretsOf(p *Principal) error {
+func ownerOnly(p *tenant.Principal) error {
 	if p.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "secrets belong to tenants: use a tenant's key")
 	}
-	if s.cfg.Broker == nil {
-		return errdefs.Unavailable("this daemon has no credential broker")
+	return nil
+}
+
+// commit records a change before the call that made it answers success;
+// a log that cannot be written refuses the call.
+func (s *Store) commit(ctx context.Context, tenant, kind string, data map[string]any) error {
+	if s.cfg.Audit == nil {
+		return nil
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Audit.Commit(context.WithoutCancel(ctx), audit.Record{Kind: kind, Tenant: tenant, Source: "observed", Data: b}); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -47,9 +98,9 @@ func checkSecretValue(v string) error {
 	return nil
 }
 
-// AddSecret stores a new secret of the caller's tenant, sealed.
-func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecret) (*api.Secret, error) {
-	if err := s.secretsOf(p); err != nil {
+// Add stores a new secret of the caller's tenant, sealed.
+func (s *Store) Add(ctx context.Context, p *tenant.Principal, req *api.AddSecret) (*api.Secret, error) {
+	if err := ownerOnly(p); err != nil {
 		return nil, err
 	}
 	if !spec.SecretNameOK(req.Name) {
@@ -67,7 +118,7 @@ func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecre
 	}
 	now := s.cfg.Now()
 	sec := store.Secret{Tenant: p.ID, Name: req.Name, Version: 1, Created: now, Updated: now,
-		Sealed: s.cfg.Broker.Keys().Seal(sealContext(p.ID, req.Name, 1), []byte(req.Value))}
+		Sealed: s.cfg.Keys.Seal(sealContext(p.ID, req.Name, 1), []byte(req.Value))}
 	err = s.cfg.Store.AddSecret(ctx, sec)
 	if errors.Is(err, store.ErrExists) {
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, fmt.Sprintf("secret %s exists: rotate it to change its value", req.Name))
@@ -75,19 +126,19 @@ func (s *Service) AddSecret(ctx context.Context, p *Principal, req *api.AddSecre
 	if err != nil {
 		return nil, err
 	}
-	if err := s.undoIfGone(p, func() { _ = s.cfg.Store.DeleteSecret(context.WithoutCancel(ctx), p.ID, req.Name) }); err != nil {
+	if err := p.UndoIfDeleted(func() { _ = s.cfg.Store.DeleteSecret(context.WithoutCancel(ctx), p.ID, req.Name) }); err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, who{tenant: p.ID}, "secret.added", "observed", map[string]any{"name": req.Name, "version": 1}); err != nil {
+	if err := s.commit(ctx, p.ID, "secret.added", map[string]any{"name": req.Name, "version": 1}); err != nil {
 		return nil, err
 	}
 	return describeSecret(sec), nil
 }
 
-// RotateSecret gives a secret a new value; live grants use it from their
+// Rotate gives a secret a new value; live grants use it from their
 // next request.
-func (s *Service) RotateSecret(ctx context.Context, p *Principal, name string, req *api.RotateSecret) (*api.Secret, error) {
-	if err := s.secretsOf(p); err != nil {
+func (s *Store) Rotate(ctx context.Context, p *tenant.Principal, name string, req *api.RotateSecret) (*api.Secret, error) {
+	if err := ownerOnly(p); err != nil {
 		return nil, err
 	}
 	if err := checkSecretValue(req.Value); err != nil {
@@ -95,28 +146,28 @@ func (s *Service) RotateSecret(ctx context.Context, p *Principal, name string, r
 	}
 	cur, err := s.cfg.Store.GetSecret(ctx, p.ID, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errdefs.New(errdefs.ErrNotFound, "no secret "+quoteID(name))
+		return nil, errdefs.New(errdefs.ErrNotFound, "no secret "+quoteName(name))
 	}
 	if err != nil {
 		return nil, err
 	}
 	next := cur
 	next.Version, next.Updated = cur.Version+1, s.cfg.Now()
-	next.Sealed = s.cfg.Broker.Keys().Seal(sealContext(p.ID, name, next.Version), []byte(req.Value))
+	next.Sealed = s.cfg.Keys.Seal(sealContext(p.ID, name, next.Version), []byte(req.Value))
 	if err := s.cfg.Store.RotateSecret(ctx, next, cur.Version); errors.Is(err, store.ErrNotFound) {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "secret "+name+" changed meanwhile; try again")
 	} else if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, who{tenant: p.ID}, "secret.rotated", "observed", map[string]any{"name": name, "version": next.Version}); err != nil {
+	if err := s.commit(ctx, p.ID, "secret.rotated", map[string]any{"name": name, "version": next.Version}); err != nil {
 		return nil, err
 	}
 	return describeSecret(next), nil
 }
 
-// Secrets lists the caller's secrets (names and versions, never values).
-func (s *Service) Secrets(ctx context.Context, p *Principal) ([]*api.Secret, error) {
-	if err := s.secretsOf(p); err != nil {
+// List lists the caller's secrets (names and versions, never values).
+func (s *Store) List(ctx context.Context, p *tenant.Principal) ([]*api.Secret, error) {
+	if err := ownerOnly(p); err != nil {
 		return nil, err
 	}
 	ss, err := s.cfg.Store.Secrets(ctx, p.ID)
@@ -130,23 +181,23 @@ func (s *Service) Secrets(ctx context.Context, p *Principal) ([]*api.Secret, err
 	return out, nil
 }
 
-// RemoveSecret deletes a secret; grants that name it fail closed from
+// Remove deletes a secret; grants that name it fail closed from
 // their next request.
-func (s *Service) RemoveSecret(ctx context.Context, p *Principal, name string) error {
-	if err := s.secretsOf(p); err != nil {
+func (s *Store) Remove(ctx context.Context, p *tenant.Principal, name string) error {
+	if err := ownerOnly(p); err != nil {
 		return err
 	}
 	if err := s.cfg.Store.DeleteSecret(ctx, p.ID, name); errors.Is(err, store.ErrNotFound) {
-		return errdefs.New(errdefs.ErrNotFound, "no secret "+quoteID(name))
+		return errdefs.New(errdefs.ErrNotFound, "no secret "+quoteName(name))
 	} else if err != nil {
 		return err
 	}
-	return s.commit(ctx, who{tenant: p.ID}, "secret.removed", "observed", map[string]any{"name": name})
+	return s.commit(ctx, p.ID, "secret.removed", map[string]any{"name": name})
 }
 
-// SecretValue opens tenant's secret name: what the broker puts into a
-// granted request. It never leaves the daemon.
-func (s *Service) SecretValue(tenant, name string) ([]byte, error) {
+// Value opens tenant's secret name: what the broker puts into a granted
+// request (broker.Config.Secret). It never leaves the daemon.
+func (s *Store) Value(tenant, name string) ([]byte, error) {
 	sec, err := s.cfg.Store.GetSecret(context.Background(), tenant, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errdefs.New(errdefs.ErrNotFound, fmt.Sprintf("secret %q not found (airlock secret add %s)", name, name))
@@ -154,9 +205,16 @@ func (s *Service) SecretValue(tenant, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.cfg.Broker.Keys().Open(sealContext(tenant, name, sec.Version), sec.Sealed)
+	return s.cfg.Keys.Open(sealContext(tenant, name, sec.Version), sec.Sealed)
 }
 
 func describeSecret(sec store.Secret) *api.Secret {
 	return &api.Secret{Name: sec.Name, Version: sec.Version, Created: sec.Created, Updated: sec.Updated}
+}
+
+func quoteName(name string) string {
+	if len(name) > 64 {
+		name = name[:64] + "…"
+	}
+	return fmt.Sprintf("%q", name)
 }

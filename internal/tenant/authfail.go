@@ -1,6 +1,7 @@
-package sandbox
+package tenant
 
 import (
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -117,11 +118,11 @@ func (s *Service) authFailed(remote string, data map[string]any) {
 	src := authSource(remote)
 	ok, summary := s.authFails.admit(s.cfg.Now(), src)
 	if summary != nil {
-		s.note(who{}, "audit.dropped", "observed", summary)
+		s.note("audit.dropped", summary)
 	}
 	if ok {
 		data["remote"] = src
-		s.note(who{}, "auth.failed", "observed", data)
+		s.note("auth.failed", data)
 	}
 }
 
@@ -129,6 +130,22 @@ func (s *Service) authFailed(remote string, data map[string]any) {
 // a zero now), what the auth.failed caps dropped.
 func (s *Service) noteAuthDropped(now time.Time) {
 	if summary := s.authFails.flush(now); summary != nil {
-		s.note(who{}, "audit.dropped", "observed", summary)
+		s.note("audit.dropped", summary)
+	}
+}
+
+// Run records, once a second until ctx ends and then once more, what the
+// auth.failed caps dropped.
+func (s *Service) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.noteAuthDropped(time.Time{})
+			return
+		case <-tick.C:
+			s.noteAuthDropped(s.cfg.Now())
+		}
 	}
 }

@@ -1,0 +1,167 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/store"
+)
+
+type memAudit struct {
+	mu   sync.Mutex
+	recs []audit.Record
+}
+
+func (m *memAudit) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
+func (m *memAudit) Append(r audit.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, r)
+	return nil
+}
+
+// Regression (issue 12, item 14): quotas of 2^63-1 were accepted, and
+// their sums overflow.
+func TestQuotaCeilings(t *testing.T) {
+	for name, q := range map[string]api.Quotas{
+		"sandboxes": {MaxSandboxes: math.MaxInt}, "memory": {MaxMemory: math.MaxInt64}, "cpus": {MaxCPUs: 1e300},
+		"cpu seconds": {CPUSeconds: 1e300}, "snapshot bytes": {MaxSnapshotBytes: math.MaxInt64}, "negative snapshot bytes": {MaxSnapshotBytes: -1},
+	} {
+		if err := validQuotas(q); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want invalid argument", name, err)
+		}
+	}
+	if err := validQuotas(api.Quotas{MaxSandboxes: maxQuotaSandboxes, MaxMemory: maxQuotaBytes, MaxCPUs: maxQuotaCPUs, CPUSeconds: maxQuotaCPUSeconds, MaxSnapshotBytes: maxQuotaBytes}); err != nil {
+		t.Errorf("at the ceilings: %v", err)
+	}
+}
+
+// A tenant's new scan policy applies from its key's next call, though
+// that key's principal was cached.
+func TestUpdateTenantScanPolicy(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(Config{Store: db})
+	ctx := context.Background()
+	admin := &Principal{Admin: true}
+	tn, err := s.Create(ctx, admin, &api.CreateTenant{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Authenticate(ctx, tn.Key, "")
+	if err != nil || p.ScanPolicy != "block" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if _, err := s.Update(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "record"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Authenticate(ctx, tn.Key, ""); p.ScanPolicy != "record" {
+		t.Errorf("after the update: %+v", p)
+	}
+	if _, err := s.Update(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "ignore"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a bad policy: %v", err)
+	}
+	if _, err := s.Update(ctx, p, "acme", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a tenant changing its own policy: %v", err)
+	}
+	if _, err := s.Update(ctx, admin, "nope", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a missing tenant: %v", err)
+	}
+}
+
+// fakeSandboxes is the sandbox service as the tenants' sees it: it records what
+// deletion asked of it, and can run a sign-in while the tenant's
+// sandboxes are being ended.
+type fakeSandboxes struct {
+	ended, forgot []string
+	live          map[string]int
+	whileEnding   func()
+}
+
+func (f *fakeSandboxes) EndTenant(_ *Principal, id, _ string) ([]string, error) {
+	if f.whileEnding != nil {
+		f.whileEnding()
+	}
+	f.ended = append(f.ended, id)
+	return nil, nil
+}
+
+func (f *fakeSandboxes) ForgetTenant(_ context.Context, id string, _ []string) error {
+	f.forgot = append(f.forgot, id)
+	return nil
+}
+
+func (f *fakeSandboxes) TenantUsage(id string) (int, float64) { return f.live[id], 0 }
+
+// Deleting a tenant refuses, from the moment it begins, its key (cached
+// or not), every principal of it a request already holds, and a sign-in
+// racing the deletion; it ends the tenant's sandboxes and has the
+// sandbox service forget it, and no other tenant's principals change.
+func TestDeletedTenantIsRefusedEverywhere(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fake := &fakeSandboxes{live: map[string]int{}}
+	s := New(Config{Store: db, Sandboxes: fake})
+	ctx := context.Background()
+	admin := &Principal{Admin: true}
+	acme, err := s.Create(ctx, admin, &api.CreateTenant{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.Create(ctx, admin, &api.CreateTenant{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.Authenticate(ctx, acme.Key, "")
+	if err != nil || held.Err() != nil {
+		t.Fatalf("sign in: %+v %v", held, err)
+	}
+	bystander, _ := s.Authenticate(ctx, other.Key, "")
+	fake.live[acme.ID] = 2
+	if l, _ := s.List(ctx, held); len(l) != 1 || l[0].Sandboxes != 2 {
+		t.Errorf("acme lists %+v", l)
+	}
+	// A sign-in while the sandboxes are being ended: the principal cache
+	// was emptied of acme's key, so it is loaded again, and refused.
+	fake.whileEnding = func() {
+		if _, err := s.Authenticate(ctx, acme.Key, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Errorf("a sign-in during the deletion: %v", err)
+		}
+	}
+	if err := s.Delete(ctx, admin, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if len(fake.ended) != 1 || fake.ended[0] != acme.ID || len(fake.forgot) != 1 || fake.forgot[0] != acme.ID {
+		t.Errorf("the sandbox service ended %v and forgot %v, want %s once each", fake.ended, fake.forgot, acme.ID)
+	}
+	if err := held.Err(); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a principal held across the deletion: %v", err)
+	}
+	if err := held.UndoIfDeleted(func() {}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("a write of a principal held across the deletion: %v", err)
+	}
+	if _, err := s.Authenticate(ctx, acme.Key, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("the deleted tenant's key: %v", err)
+	}
+	if err := bystander.Err(); err != nil {
+		t.Errorf("another tenant's principal: %v", err)
+	}
+	if p, err := s.Authenticate(ctx, other.Key, ""); err != nil || p.Err() != nil {
+		t.Errorf("another tenant's key: %v", err)
+	}
+	if err := s.Delete(ctx, admin, "acme"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("deleting it again: %v", err)
+	}
+}
