@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/cleanup"
@@ -94,7 +95,7 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 	}
 	wo := l.options(s, sb.layout, id, sb.net)
 	wo.Workspace = sb.wsDir
-	wo.Landlock = !contains(degraded, "landlock")
+	wo.Landlock = !slices.Contains(degraded, "landlock")
 	if c := o.Command; c != nil {
 		wo.Stdio, wo.TTY, wo.Rows, wo.Cols = c.Stdio, c.TTY, c.Rows, c.Cols
 	} else {
@@ -179,15 +180,6 @@ func (l *Lifecycle) gate(s *spec.Spec) ([]string, error) {
 		l.cfg.Warn(fmt.Sprintf("sandbox runs WITHOUT %s: %s", m.Control, m.Detail))
 	}
 	return degraded, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // agentNProc leaves init room for its own threads below the pids limit.
