@@ -56,11 +56,16 @@ func startProxy(t *testing.T, allow ...string) (*Proxy, *eventlog.Recorder, stri
 	return startProxyWith(t, nil, allow...)
 }
 
-// testListen is where the tests' proxies listen: an address of the
-// loopback range of this run's own, so that two runs of these tests on one
-// host (two checkouts, CI beside a developer) do not take each other's
-// ports.
-var testListen = fmt.Sprintf("127.%d.%d.3", 1+rand.IntN(254), 1+rand.IntN(254))
+// testListen is where the latest test proxy listens: a loopback address
+// of its own, drawn anew for every proxy, so that neither another run of
+// these tests on the host (two checkouts, CI beside a developer) nor a
+// socket some other process holds on one address's port 53 can make a
+// later test's proxy fail to bind. The tests do not run in parallel.
+var testListen string
+
+func newTestListen() string {
+	return fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), 1+rand.IntN(254), 2+rand.IntN(252))
+}
 
 // startProxyWith is startProxy with mod applied to the config first.
 func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *eventlog.Recorder, string) {
@@ -68,6 +73,7 @@ func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *
 	if os.Geteuid() != 0 {
 		t.Skip("the DNS forwarder binds port 53: needs root")
 	}
+	testListen = newTestListen()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "hello %s %s %d", r.Host, r.URL.Path, len(b))
