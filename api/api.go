@@ -1,8 +1,7 @@
 // Package api is airlock's wire contract: the JSON types of the daemon's
 // HTTP API (docs/api.md), its error codes, and the generated code of the
 // in-sandbox agent's Connect services (process, filesystem, agentpb). It
-// imports only the standard library, protobuf and connect; the Go SDK
-// (client/) imports nothing else of airlock.
+// imports only the standard library, protobuf and connect.
 package api
 
 import (

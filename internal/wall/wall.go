@@ -8,7 +8,7 @@
 // Sandbox.
 //
 // Walls: internal/wall/container (airlock's own namespace launcher, the
-// default). A wall imports internal/linux/* and the confined side it
+// default). A wall is built on internal/linux/* and the confined side it
 // launches; this package imports nothing of airlock.
 package wall
 

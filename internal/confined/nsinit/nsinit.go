@@ -5,7 +5,7 @@
 // seccomp (its children inherit all of it), then starts the command as its
 // child, reaps, forwards signals and reports the exit status. It trusts
 // only the host's Config and imports only internal/linux/* and
-// internal/confined/nsinit/rootfs (no net/http, no daemon code).
+// internal/confined/nsinit/rootfs (no net/http, nothing of the host side).
 package nsinit
 
 import (

@@ -4,8 +4,8 @@
 // into fresh namespaces, hands it idmapped mount trees and a Config over the
 // sync socket, and tears everything down again. It makes the syscalls;
 // policy (what to run, with which limits) arrives already validated, as
-// wall.Options. It imports internal/wall, internal/linux/* and nsinit (for
-// the wire types), nothing above.
+// wall.Options. It imports internal/wall, internal/linux/*, internal/errdefs
+// and nsinit (for the wire types), nothing above.
 package container
 
 import (

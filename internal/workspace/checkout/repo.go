@@ -4,7 +4,7 @@
 // entries, bytes and object size, refuses names git would refuse, and a
 // tenant's repository is read beneath the tenant's root (beneathFS).
 //
-// It imports go-git, internal/workspace/safefs and internal/errdefs.
+// It imports go-git, internal/workspace/safefs, internal/errdefs and x/sys.
 package checkout
 
 import (

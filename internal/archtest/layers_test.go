@@ -1,0 +1,249 @@
+package archtest
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// layer places packages of the module and says which layers they may reach,
+// directly or through anything they import. A layer's own name is not
+// implied: a layer whose packages import each other lists itself.
+// Reach is not inherited either: loosening a low layer never loosens the
+// ones above it silently, their own lines have to change too.
+type layer struct {
+	name string
+	pkgs []string // names of packages (see expand and match)
+	may  []string // the layers these packages may reach
+}
+
+// Every package of the module is placed by exactly one line; a new package
+// gets a line (or joins one) here and a row in docs/architecture.md.
+// Bottom first.
+var layers = []layer{
+	{"wire", []string{"api/..."}, []string{"wire"}},
+	{"client", []string{"client"}, []string{"wire"}},
+	{"tests", []string{"test/...", "bench", "internal/archtest"}, nil},
+
+	// Leaves: nothing of airlock above them.
+	{"base", []string{"internal/errdefs", "internal/untrusted", "internal/cleanup"}, nil},
+	{"kernel", []string{"internal/linux/..."}, []string{"base"}},
+	{"value", []string{"internal/spec", "internal/scan", "internal/egress/policy", "internal/egress/sni", "internal/egress/eventlog"}, []string{"base"}},
+	{"record", []string{"internal/audit"}, nil},
+	{"record", []string{"internal/store"}, nil},
+
+	// Confined code: runs inside a sandbox and reaches nothing of the host.
+	{"init", []string{"internal/confined/nsinit/..."}, []string{"kernel", "init"}},
+	{"agent", []string{"internal/confined/agent/..."}, []string{"wire", "agent"}},
+
+	// The wall: an interface that knows no kernel, and its implementations,
+	// which only the composition root (and doctor) know.
+	{"wall", []string{"internal/wall"}, []string{"base", "value"}},
+	{"backend", []string{"internal/wall/container"}, []string{"base", "value", "kernel", "wall", "init"}},
+
+	// What the lifecycle builds a sandbox from, below it.
+	{"image", []string{"internal/image/..."}, []string{"base", "image"}},
+	{"workspace", []string{"internal/workspace/..."}, []string{"base", "workspace"}},
+	{"egress", []string{"internal/egress", "internal/egress/dns"}, []string{"base", "value", "egress"}},
+	{"broker", []string{"internal/broker"}, []string{"base", "value", "egress"}},
+	{"netns", []string{"internal/netns"}, []string{"base", "kernel"}},
+	{"network", []string{"internal/sandboxnet"}, []string{"base", "value", "kernel", "wall", "egress", "broker", "netns"}},
+
+	// The one construction path: never up into the service, the API, the
+	// composition root or the command line, and no wall but the interface.
+	{"lifecycle", []string{"internal/lifecycle"}, []string{"base", "value", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network"}},
+	{"run", []string{"internal/run"}, []string{"base", "value", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle",
+		// TEMPORARY (issue 13): run borrows the service's record helpers
+		// (sandbox.RedactedSpec, CapRecorded, Controls) until they move
+		// out of internal/sandbox; then delete the next line.
+		"service", "tenant", "record", "wire",
+	}},
+
+	// The service and who may call it.
+	{"tenant", []string{"internal/tenant"}, []string{"base", "value", "record", "wire"}},
+	{"secret", []string{"internal/secret"}, []string{"base", "value", "record", "wire", "egress", "broker", "tenant"}},
+	{"service", []string{"internal/sandbox"}, []string{"base", "value", "record", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant"}},
+	{"front", []string{"internal/httpapi"}, []string{"base", "value", "record", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service"}},
+	{"front", []string{"internal/mcp"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
+
+	// The composition root, the only host code that knows a wall by name.
+	{"root", []string{"internal/system"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front"}},
+	{"root", []string{"internal/doctor"}, []string{"base", "value", "kernel", "wall", "backend", "init"}},
+
+	// The command line: the remote commands reach no further than the SDK.
+	{"cmdutil", []string{"internal/cli/cmdutil"}, []string{"base", "value", "wire", "client"}},
+	{"commands", []string{"internal/cli/remote", "internal/cli/admin"}, []string{"base", "value", "wire", "client", "cmdutil"}},
+	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil"}},
+	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host"}},
+	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "agent", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
+}
+
+// knownOnlyTo names packages that exactly these packages import directly:
+// what makes another wall addable without touching the service, the API,
+// audit, egress or the broker, and keeps the command line and the confined
+// side out of reach of everything else.
+var knownOnlyTo = []struct {
+	pkg       string
+	importers []string
+}{
+	{"internal/wall/container", []string{"internal/system", "internal/doctor"}},
+	{"internal/confined/nsinit", []string{"internal/wall/container", "cmd/airlock"}},
+	{"internal/confined/agent", []string{"cmd/airlock"}},
+	{"internal/cli", []string{"cmd/airlock"}},
+	{"internal/system", []string{"internal/cli", "internal/cli/host"}},
+}
+
+// bans are packages outside the module that packages of it must not reach
+// (transitively) or, where the package legitimately reaches them through
+// something else, must not import themselves (direct).
+var bans = []struct {
+	pkgs   []string
+	ban    string
+	direct bool
+	why    string
+}{
+	{[]string{"internal/confined/nsinit/..."}, "net/http", false, "init is PID 1 of the sandbox: no server, no client"},
+	{[]string{"internal/confined/nsinit/..."}, "github.com/spf13/cobra", false, "init is dispatched before the command line exists"},
+	{[]string{"internal/wall/container"}, "net/http", false, "the wall makes syscalls, it serves nothing"},
+	{[]string{"internal/spec"}, "os/exec", false, "spec is pure"},
+	{[]string{"internal/spec"}, "net", false, "spec is pure"},
+	{[]string{"internal/spec"}, "golang.org/x/sys/unix", false, "spec is pure"},
+	{[]string{"internal/egress/..."}, "golang.org/x/sys/unix", true, "the proxy works on sockets the standard library gives it"},
+	{[]string{"internal/broker"}, "golang.org/x/sys/unix", true, "the broker is a library of keys and tokens, no syscalls"},
+	{[]string{"internal/sandbox"}, "golang.org/x/sys/unix", true, "the service reaches the kernel only through the lifecycle"},
+	{[]string{"internal/httpapi"}, "connectrpc.com/connect", true, "agents' calls go through the service, never from the API"},
+}
+
+func TestLayers(t *testing.T) {
+	for _, p := range checkLayers(moduleGraph(t), layers) {
+		t.Error(p)
+	}
+}
+
+func TestKnownOnlyTo(t *testing.T) {
+	g := moduleGraph(t)
+	for _, k := range knownOnlyTo {
+		for _, p := range checkImporters(g, k.pkg, k.importers) {
+			t.Error(p)
+		}
+	}
+}
+
+func TestBans(t *testing.T) {
+	g := moduleGraph(t)
+	for _, b := range bans {
+		for _, p := range checkBan(g, b.pkgs, b.ban, b.direct) {
+			t.Errorf("%s (%s)", p, b.why)
+		}
+	}
+}
+
+// checkLayers returns what is wrong with the graph under rules, and with
+// the rules themselves: a name that places no package, a layer reached
+// that no line defines, a package placed twice or not at all.
+func checkLayers(g graph, rules []layer) []string {
+	var problems []string
+	defined := map[string][]string{} // layer → its packages
+	placed := map[string][]int{}     // package → its lines
+	for i, r := range rules {
+		for _, m := range g.missing(r.pkgs) {
+			problems = append(problems, fmt.Sprintf("layer %q names %s, which is no package of the module", r.name, m))
+		}
+		defined[r.name] = append(defined[r.name], r.pkgs...)
+		for _, p := range g.own() {
+			if matchAny(r.pkgs, p) {
+				placed[p] = append(placed[p], i)
+			}
+		}
+	}
+	for _, r := range rules {
+		for _, l := range r.may {
+			if defined[l] == nil {
+				problems = append(problems, fmt.Sprintf("layer %q may reach layer %q, which no line defines", r.name, l))
+			}
+		}
+	}
+	for _, p := range g.own() {
+		lines := placed[p]
+		switch {
+		case len(lines) == 0:
+			problems = append(problems, fmt.Sprintf("%s is in no layer: place it in a line of layers", p))
+			continue
+		case len(lines) > 1:
+			problems = append(problems, fmt.Sprintf("%s is placed by %d lines of layers", p, len(lines)))
+			continue
+		}
+		r := rules[lines[0]]
+		allowed := func(q string) bool {
+			return slices.ContainsFunc(r.may, func(l string) bool { return matchAny(defined[l], q) })
+		}
+		// Walk what p reaches through what it may reach; a package it may
+		// not reach is reported with its chain, and what lies beyond it is
+		// that package's own fault.
+		parent := map[string]string{p: ""}
+		queue := []string{p}
+		for len(queue) > 0 {
+			cur := queue[0]
+			queue = queue[1:]
+			for _, imp := range g.ownImports(cur) {
+				if _, seen := parent[imp]; seen {
+					continue
+				}
+				parent[imp] = cur
+				if allowed(imp) {
+					queue = append(queue, imp)
+				} else {
+					problems = append(problems, fmt.Sprintf("layer %q may not reach %s: %s", r.name, imp, chain(chainTo(parent, imp))))
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// checkImporters returns what is wrong with the claim that exactly
+// importers import pkg directly.
+func checkImporters(g graph, pkg string, importers []string) []string {
+	var problems []string
+	for _, m := range g.missing(append([]string{pkg}, importers...)) {
+		problems = append(problems, fmt.Sprintf("knownOnlyTo %s names %s, which is no package of the module", pkg, m))
+	}
+	for _, p := range g.own() {
+		imports := slices.Contains(g[p].Imports, pkg)
+		listed := slices.Contains(importers, p)
+		switch {
+		case imports && !listed:
+			problems = append(problems, fmt.Sprintf("%s imports %s, which only %s may know", p, pkg, strings.Join(importers, " and ")))
+		case listed && !imports && g[p] != nil && g[pkg] != nil:
+			problems = append(problems, fmt.Sprintf("%s is listed as importing %s and does not: drop it from knownOnlyTo", p, pkg))
+		}
+	}
+	return problems
+}
+
+// checkBan returns the packages of pkgs that reach ban (import it, if
+// direct), with the chain; and what makes the ban check nothing: a name
+// that matches no package, a ban nothing in the build imports.
+func checkBan(g graph, pkgs []string, ban string, direct bool) []string {
+	var problems []string
+	for _, m := range g.missing(pkgs) {
+		problems = append(problems, fmt.Sprintf("ban of %s names %s, which is no package of the module", ban, m))
+	}
+	if g[ban] == nil {
+		problems = append(problems, fmt.Sprintf("ban of %s: nothing in the build imports it (renamed?)", ban))
+	}
+	for _, p := range g.own() {
+		if !matchAny(pkgs, p) {
+			continue
+		}
+		if direct {
+			if slices.Contains(g[p].Imports, ban) {
+				problems = append(problems, fmt.Sprintf("%s imports %s", p, ban))
+			}
+		} else if c := g.path(p, ban); c != nil {
+			problems = append(problems, fmt.Sprintf("%s reaches %s: %s", p, ban, chain(c)))
+		}
+	}
+	return problems
+}
