@@ -42,7 +42,10 @@ func parseTable(md string, own func(name string) bool) ([]row, error) {
 			return nil, fmt.Errorf("architecture.md:%d: %d cells, want path | owns | imports", first+i+1, len(cells))
 		}
 		if !inTable {
-			inTable = true // the header
+			inTable = true
+			if h := strings.Join(strings.Fields(strings.Join(cells, "|")), " "); h != "path | owns | imports" {
+				return nil, fmt.Errorf("architecture.md:%d: header %q, want path | owns | imports", first+i+1, h)
+			}
 			continue
 		}
 		if strings.HasPrefix(strings.TrimSpace(cells[0]), "---") {
