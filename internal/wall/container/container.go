@@ -1,7 +1,7 @@
 // Package container is airlock's default wall (internal/wall): its own
 // namespace launcher. It leases a uid range,
 // creates the cgroup, clones `airlock init` from a sealed copy of the binary
-// into fresh namespaces, hands it idmapped mount trees and a Config over the
+// (internal/wall/container/sealedexe) into fresh namespaces, hands it idmapped mount trees and a Config over the
 // sync socket, and tears everything down again. It makes the syscalls;
 // policy (what to run, with which limits) arrives already validated, as
 // wall.Options. It imports internal/wall, internal/linux/*, internal/errdefs
@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/container/sealedexe"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,7 +67,7 @@ type Wall struct {
 	log      *slog.Logger
 	cgroups  *cgroup.Host
 	leases   *uidLeases
-	exe      sealedExe
+	exe      *sealedexe.Exe
 	seccomp  []byte
 }
 
@@ -80,8 +81,8 @@ func New(stateDir string, log *slog.Logger) (*Wall, error) {
 	}
 	// Copying the binary into its sealed memfd is the most expensive step
 	// of a cold start; begin it first, alongside the rest of the set-up.
-	rt.exe.dir = filepath.Join(stateDir, exeDir)
-	go func() { _, _ = rt.exe.get() }()
+	rt.exe = sealedexe.New(filepath.Join(stateDir, exeDir))
+	go func() { _, _ = rt.exe.Get() }()
 	cg, err := cgroup.Detect()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
@@ -198,7 +199,7 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	t0 := time.Now()
 	lap := func(step string) { rt.log.Debug("create", "id", id, "step", step, "at", time.Since(t0)) }
 
-	exe, err := rt.exe.get()
+	exe, err := rt.exe.Get()
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +253,7 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 		cmd.SysProcAttr.Pdeathsig = 0
 	}
 	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.lock.File, sb.lock.File}
-	if len(cmd.ExtraFiles)+3 > minExeFD {
+	if len(cmd.ExtraFiles)+3 > sealedexe.MinFD {
 		return nil, fmt.Errorf("%w: too many descriptors for init", errdefs.ErrInternal)
 	}
 	if !o.TTY {
@@ -453,7 +454,7 @@ func (rt *Wall) workspaceTree(dir string, hostID uint32) (int, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
-	exe, err := rt.exe.get()
+	exe, err := rt.exe.Get()
 	if err != nil {
 		return -1, err
 	}
@@ -610,7 +611,7 @@ func (rt *Wall) GC() (removed []string, err error) {
 	// uid leases of dead holders: their files stay behind (nobody unlinked
 	// them); a lease nobody holds is free and its file can go.
 	lockfile.Reap(rt.leases.dir)
-	reapExes(filepath.Join(rt.stateDir, exeDir))
+	sealedexe.Reap(filepath.Join(rt.stateDir, exeDir))
 	for id := range seen {
 		l, lerr := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 		if lerr != nil {

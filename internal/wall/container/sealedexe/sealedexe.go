@@ -1,4 +1,9 @@
-package container
+// Package sealedexe keeps the copy of the running airlock binary that a
+// sandbox's init is executed from: a file nothing can write, so that
+// /proc/1/exe inside a sandbox never names the host's airlock (the
+// CVE-2019-5736 class). It is the container wall's (internal/wall/container)
+// and imports nothing of airlock.
+package sealedexe
 
 import (
 	"crypto/sha256"
@@ -15,22 +20,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sealedExe is a copy of the running airlock binary that nothing can
-// write: the sandbox's init is executed from it, so /proc/1/exe inside a
-// sandbox never names the host's airlock (the CVE-2019-5736 class). The
+// Exe is a copy of the running airlock binary that nothing can write. The
 // copy is a root-only, read-only, immutable file under the state directory
 // (a tmpfs), made once per airlock binary and reused by every later start:
 // copying the 20 MB binary on every `airlock run` was that command's
 // largest single cost. On a filesystem without the immutable attribute the
 // copy falls back to a sealed memfd, made per process.
-type sealedExe struct {
+type Exe struct {
 	dir  string // stateDir/exe
 	once sync.Once
 	f    *os.File
 	err  error
 }
 
-func (s *sealedExe) get() (*os.File, error) {
+// New is the copy kept under dir ("": a sealed memfd only); nothing is
+// copied before the first Get.
+func New(dir string) *Exe { return &Exe{dir: dir} }
+
+// Get opens (making it first if needed) the copy, once per Exe, on a
+// descriptor of at least MinFD.
+func (s *Exe) Get() (*os.File, error) {
 	s.once.Do(func() { s.f, s.err = seal(s.dir) })
 	return s.f, s.err
 }
@@ -38,8 +47,9 @@ func (s *sealedExe) get() (*os.File, error) {
 // fsImmutableFL is FS_IMMUTABLE_FL of linux/fs.h (chattr +i).
 const fsImmutableFL = 0x10
 
-// minExeFD is far above the descriptors any child is given.
-const minExeFD = 100
+// MinFD is far above the descriptors any child is given: the copy's
+// descriptor is at least this.
+const MinFD = 100
 
 func seal(dir string) (*os.File, error) {
 	src, err := os.Open("/proc/self/exe")
@@ -59,7 +69,7 @@ func seal(dir string) (*os.File, error) {
 	// The child execs /proc/self/fd/N after os/exec has dup2'ed ExtraFiles
 	// onto fds 3, 4, ...; N must lie above them or the child would exec
 	// whatever landed on it.
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, minExeFD)
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, MinFD)
 	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("fcntl(F_DUPFD_CLOEXEC): %w", err)
@@ -156,13 +166,13 @@ func memfdCopy(src *os.File) (*os.File, error) {
 	return f, nil
 }
 
-// reapExes removes the copies of other airlock binaries (a host that
-// upgraded airlock). A running airlock that uses one holds it open.
 // staleCopy is when a temporary copy of the binary is taken for the
 // remains of a killed process.
 const staleCopy = 10 * time.Minute
 
-func reapExes(dir string) {
+// Reap removes from dir the copies of other airlock binaries (a host that
+// upgraded airlock). A running airlock that uses one holds it open.
+func Reap(dir string) {
 	src, err := os.Open("/proc/self/exe")
 	if err != nil {
 		return

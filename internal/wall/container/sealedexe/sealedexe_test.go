@@ -1,4 +1,4 @@
-package container
+package sealedexe
 
 import (
 	"os"
@@ -13,14 +13,13 @@ import (
 // ExtraFiles onto 3, 4, ...; a low N was overwritten and the child exec'd a
 // lease file ("permission denied", now and then).
 func TestSealedExeAboveChildDescriptors(t *testing.T) {
-	var s sealedExe // no directory: a sealed memfd
-	f, err := s.get()
+	f, err := New("").Get() // no directory: a sealed memfd
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if f.Fd() < minExeFD {
-		t.Fatalf("sealed binary on fd %d, want >= %d", f.Fd(), minExeFD)
+	if f.Fd() < MinFD {
+		t.Fatalf("sealed binary on fd %d, want >= %d", f.Fd(), MinFD)
 	}
 	seals, err := unix.FcntlInt(f.Fd(), unix.F_GET_SEALS, 0)
 	if err != nil {
@@ -46,8 +45,7 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 		t.Skip("root-owned immutable files need root")
 	}
 	dir := filepath.Join(t.TempDir(), "exe")
-	a := sealedExe{dir: dir}
-	f, err := a.get()
+	f, err := New(dir).Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +63,10 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 	if _, err := f.WriteAt([]byte("x"), 0); err == nil {
 		t.Fatal("wrote to the cached binary")
 	}
-	if f.Fd() < minExeFD {
+	if f.Fd() < MinFD {
 		t.Fatalf("on fd %d", f.Fd())
 	}
-	b := sealedExe{dir: dir}
-	g, err := b.get()
+	g, err := New(dir).Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +89,7 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 	_ = os.WriteFile(fresh, []byte("part"), 0o600)
 	old := time.Now().Add(-2 * staleCopy)
 	_ = os.Chtimes(stale, old, old)
-	reapExes(dir)
+	Reap(dir)
 	if _, err := os.Stat(other); err == nil {
 		t.Error("gc left another binary's copy")
 	}
@@ -111,36 +108,4 @@ func reapAll(p string) {
 		f.Close()
 	}
 	_ = os.Remove(p)
-}
-
-func TestLeaseLocksExclude(t *testing.T) {
-	dir := t.TempDir()
-	u := &uidLeases{dir: dir, first: firstUID, size: uidsPerSlot, slots: 3}
-	var got []*UIDRange
-	seen := map[uint32]bool{}
-	for i := 0; i < 3; i++ {
-		r, err := u.acquire()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[r.Base] {
-			t.Fatalf("range %d leased twice", r.Base)
-		}
-		seen[r.Base] = true
-		got = append(got, r)
-	}
-	if _, err := u.acquire(); err == nil {
-		t.Fatal("a fourth lease out of three slots")
-	}
-	got[1].lock.Release()
-	r, err := u.acquire()
-	if err != nil || r.Base != got[1].Base {
-		t.Fatalf("released range not reused: %v %v", r, err)
-	}
-	for _, g := range append(got, r) {
-		g.lock.Release()
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("lease files left: %v", ents)
-	}
 }
