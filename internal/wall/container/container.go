@@ -1,11 +1,12 @@
 // Package container is airlock's default wall (internal/wall): its own
-// namespace launcher. It leases a uid range,
-// creates the cgroup, clones `airlock init` from a sealed copy of the binary
-// (internal/wall/container/sealedexe) into fresh namespaces, hands it idmapped mount trees and a Config over the
-// sync socket, and tears everything down again. It makes the syscalls;
-// policy (what to run, with which limits) arrives already validated, as
-// wall.Options. It imports internal/wall, internal/linux/*, internal/errdefs
-// and nsinit (for the wire types), nothing above.
+// namespace launcher. It leases a uid range, creates the cgroup, clones
+// `airlock init` from a sealed copy of the binary
+// (internal/wall/container/sealedexe) into fresh namespaces, hands it
+// idmapped mount trees and a Config over the sync socket, and tears
+// everything down again. It makes the syscalls; policy (what to run, with
+// which limits) arrives already validated, as wall.Options. It imports
+// internal/wall, internal/wall/container/sealedexe, internal/linux/*,
+// internal/errdefs and nsinit (for the wire types), nothing above.
 package container
 
 import (
