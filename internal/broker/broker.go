@@ -1,13 +1,13 @@
 // Package broker keeps credentials out of sandboxes. A tenant's secrets
-// are sealed at rest (AES-256-GCM under a key file no sandbox can reach)
-// and opened only in the daemon. A sandbox gets grants: for each, a
-// placeholder token (signed, bound to the sandbox and the grant, expiring)
-// in an environment variable, a CA of its own that only vouches for the
-// granted hosts, and an egress proxy that terminates TLS for those hosts
-// alone and puts the real credential in the grant's header only on
-// requests the grant covers. A placeholder anywhere else is stripped and
-// recorded; every token of a sandbox is revoked when it ends. The same
-// door scans what it can read for credentials (internal/scan).
+// are sealed at rest (internal/broker/keys: AES-256-GCM under a key file
+// no sandbox can reach) and opened only in the daemon. A sandbox gets
+// grants: for each, a placeholder token (signed, bound to the sandbox and
+// the grant, expiring) in an environment variable, a CA of its own that
+// only vouches for the granted hosts, and an egress proxy that terminates
+// TLS for those hosts alone and puts the real credential in the grant's
+// header only on requests the grant covers. A placeholder anywhere else is
+// stripped and recorded; every token of a sandbox is revoked when it ends.
+// The same door scans what it can read for credentials (internal/scan).
 package broker
 
 import (
@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -28,7 +29,7 @@ import (
 
 // Config configures a broker.
 type Config struct {
-	Keys *Keys
+	Keys *keys.Keys
 	// Dir keeps live sandboxes' CAs for a restarted daemon; "" keeps them
 	// in memory (airlock run).
 	Dir string
@@ -58,7 +59,7 @@ func New(cfg Config) *Broker {
 }
 
 // Keys are the broker's keys (sealing, fingerprints).
-func (b *Broker) Keys() *Keys { return b.cfg.Keys }
+func (b *Broker) Keys() *keys.Keys { return b.cfg.Keys }
 
 // Mint makes a token for grant gi of sandbox id, good until exp (zero:
 // until the sandbox ends and its tokens are revoked).

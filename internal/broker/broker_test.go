@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/egress"
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/egress/policy"
@@ -58,7 +59,7 @@ func startProxy(t *testing.T, sbx string, pol *policy.Policy, rec *eventlog.Reco
 var testListen = netip.AddrFrom4([4]byte{127, byte(1 + mrand.IntN(254)), byte(1 + mrand.IntN(254)), 4})
 
 func testBroker(now *time.Time) *Broker {
-	return New(Config{Keys: EphemeralKeys(), Now: func() time.Time { return *now }, Secret: func(tenant, name string) ([]byte, error) {
+	return New(Config{Keys: keys.Ephemeral(), Now: func() time.Time { return *now }, Secret: func(tenant, name string) ([]byte, error) {
 		if tenant == "acme" && name == "github-ro" {
 			return []byte(realSecret), nil
 		}
@@ -108,7 +109,7 @@ func TestTokens(t *testing.T) {
 	if _, err := b.Verify(forged, "sbx1"); !errors.Is(err, ErrForged) && !errors.Is(err, ErrMalformed) {
 		t.Errorf("forged: %v", err)
 	}
-	if _, err := New(Config{Keys: EphemeralKeys()}).Verify(tok1, "sbx1"); !errors.Is(err, ErrForged) {
+	if _, err := New(Config{Keys: keys.Ephemeral()}).Verify(tok1, "sbx1"); !errors.Is(err, ErrForged) {
 		t.Errorf("another broker's key: %v", err)
 	}
 	now = now.Add(11 * time.Minute) // past the grant's TTL, within the sandbox's
@@ -150,39 +151,6 @@ func TestTokens(t *testing.T) {
 	b3.End("sbx3")
 	if _, err := os.Stat(b2.cfg.Dir + "/sbx3"); !os.IsNotExist(err) {
 		t.Errorf("the CA outlived its sandbox: %v", err)
-	}
-}
-
-func TestSealing(t *testing.T) {
-	k := EphemeralKeys()
-	sealed := k.Seal("acme/github-ro/1", []byte(realSecret))
-	if strings.Contains(string(sealed), "REALsecret") {
-		t.Fatal("sealed value holds the plaintext")
-	}
-	if got, err := k.Open("acme/github-ro/1", sealed); err != nil || string(got) != realSecret {
-		t.Fatalf("open: %q %v", got, err)
-	}
-	if _, err := k.Open("evil/github-ro/1", sealed); err == nil {
-		t.Error("a sealed value opened under another tenant's name")
-	}
-	if _, err := EphemeralKeys().Open("acme/github-ro/1", sealed); err == nil {
-		t.Error("a sealed value opened under another key")
-	}
-	dir := t.TempDir()
-	k1, err := LoadKeyFile(dir + "/broker.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k2, err := LoadKeyFile(dir + "/broker.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := k2.Open("x", k1.Seal("x", []byte("v"))); err != nil || string(got) != "v" {
-		t.Errorf("key file reloaded: %v", err)
-	}
-	_ = os.Chmod(dir+"/broker.key", 0o644)
-	if _, err := LoadKeyFile(dir + "/broker.key"); err == nil {
-		t.Error("a world-readable key file was accepted")
 	}
 }
 
@@ -470,7 +438,7 @@ func TestInspectRedactsAndRecords(t *testing.T) {
 // local to its text (a prefix is context, not part of it).
 func TestScanPartsAttributes(t *testing.T) {
 	key := "ghp_Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
-	b := New(Config{Keys: EphemeralKeys()})
+	b := New(Config{Keys: keys.Ephemeral()})
 	parts := []Part{{Text: "curl"}, {Prefix: "X-Note: ", Text: "token " + key}, {Text: "https://x"}}
 	fs, err := b.ScanParts(parts, '\n')
 	if err != nil || len(fs) != 1 || fs[0].Part != 1 || parts[1].Text[fs[0].Start:fs[0].End] != key {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 )
 
@@ -49,10 +50,10 @@ var (
 	ErrOutOfScope   = errors.New("outside its scope")
 )
 
-func mintToken(k *Keys, c Claims) string {
+func mintToken(k *keys.Keys, c Claims) string {
 	b, _ := json.Marshal(c)
 	payload := base64.RawURLEncoding.EncodeToString(b)
-	return TokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(k.sign(payload))
+	return TokenPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(k.Sign(payload))
 }
 
 func newTokenID() string {
@@ -62,7 +63,7 @@ func newTokenID() string {
 }
 
 // parseToken checks the signature and decodes the claims.
-func parseToken(k *Keys, tok string) (*Claims, error) {
+func parseToken(k *keys.Keys, tok string) (*Claims, error) {
 	rest, ok := strings.CutPrefix(tok, TokenPrefix)
 	payload, sig, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 {
@@ -72,7 +73,7 @@ func parseToken(k *Keys, tok string) (*Claims, error) {
 	if err != nil {
 		return nil, ErrMalformed
 	}
-	if !hmac.Equal(got, k.sign(payload)) {
+	if !hmac.Equal(got, k.Sign(payload)) {
 		return nil, ErrForged
 	}
 	b, err := base64.RawURLEncoding.DecodeString(payload)

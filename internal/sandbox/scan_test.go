@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/broker"
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
@@ -22,7 +23,7 @@ const pastedKey = "ghp_Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
 func TestScanPolicies(t *testing.T) {
 	for _, policy := range []string{"block", "redact", "record"} {
 		a := &memAudit{}
-		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		argv := []string{"curl", "-H", "Authorization: token " + pastedKey, "https://api.github.com"}
 		fields := []field{}
 		for i := range argv {
@@ -57,7 +58,7 @@ func TestScanPolicies(t *testing.T) {
 // A clean call costs no record; placeholders are not credentials.
 func TestScanLeavesCleanCallsAlone(t *testing.T) {
 	a := &memAudit{}
-	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	vals := []string{"go", "test", "./...", "GITHUB_TOKEN=alk_" + strings.Repeat("eyJzYngiOiJhYmMifQ", 3) + "." + strings.Repeat("A", 43)}
 	fields := []field{}
 	for i := range vals {
@@ -74,7 +75,7 @@ func TestScanLeavesCleanCallsAlone(t *testing.T) {
 func TestScanFindingsPerCallAreCapped(t *testing.T) {
 	for _, policy := range []string{"block", "redact", "record"} {
 		a := &memAudit{}
-		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		var sb strings.Builder
 		r := rand.New(rand.NewPCG(1, 2))
 		const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -120,7 +121,7 @@ func TestScanFindingsPerCallAreCapped(t *testing.T) {
 // says so, and redaction leaves the unread rest as it was.
 func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 	a := &memAudit{}
-	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	filler := strings.Repeat("x", MaxScanBytes-100)
 	first := filler + " " + pastedKey + " " + strings.Repeat("y", 4<<20)
 	second := pastedKey // nothing left of the budget: unread
@@ -159,7 +160,7 @@ func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 // the summary says which.
 func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 	a := &memAudit{}
-	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	bud := newScanBudget()
 	p := &tenant.Principal{Tenant: "t", ScanPolicy: "record"}
 	for i := 0; i < 40; i++ {
@@ -183,7 +184,7 @@ func FuzzScanCallIsBounded(f *testing.F) {
 	f.Add("curl -H", "token "+pastedKey, 1000, 3)
 	f.Add(pastedKey+" ", pastedKey, MaxScanBytes/len(pastedKey)+3, 2)
 	f.Add("api_key=Zx81QmPq7RkT2vLw\n", "", 5000, 1)
-	s := New(Config{Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+	s := New(Config{Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	f.Fuzz(func(t *testing.T, a, b string, repeat, nfields int) {
 		repeat, nfields = max(1, repeat%20000), max(1, nfields%8)
 		a = strings.Repeat(a, min(repeat, 2*MaxScanBytes/max(1, len(a))))
@@ -225,7 +226,7 @@ func TestRecordsKeepNoCredentialWhateverThePolicy(t *testing.T) {
 	const aws = "AKIAQ4ZT6WX2LR7NPJ3V"
 	for _, policy := range []string{"redact", "record"} {
 		a := &memAudit{}
-		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: broker.EphemeralKeys()})})
+		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		argv := []string{"aws", "--key", aws, "-H", "Authorization: token " + pastedKey, "s3", "ls"}
 		shown := slices.Clone(argv)
 		fields := []field{}

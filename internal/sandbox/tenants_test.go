@@ -5,8 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
-	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
-	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"io"
 	"net"
 	"net/http"
@@ -22,7 +20,10 @@ import (
 	"github.com/airlock-sandbox/airlock/api/agentpb/agentpbconnect"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/broker"
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
+	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -202,10 +203,10 @@ func newTenantRig(t *testing.T, a Auditor, auditDir string) *tenantRig {
 	}
 	t.Cleanup(func() { db.Close() })
 	be := newGateBackend(t)
-	keys := broker.EphemeralKeys()
-	cfg := Config{Backend: be, Store: db, Broker: broker.New(broker.Config{Keys: keys}), AuditDir: auditDir}
+	k := keys.Ephemeral()
+	cfg := Config{Backend: be, Store: db, Broker: broker.New(broker.Config{Keys: k}), AuditDir: auditDir}
 	tcfg := tenant.Config{Store: db}
-	scfg := secret.Config{Store: db, Keys: keys}
+	scfg := secret.Config{Store: db, Keys: k}
 	if a != nil {
 		cfg.Audit, tcfg.Audit, scfg.Audit = a, a, a
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
-	"github.com/airlock-sandbox/airlock/internal/broker"
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -32,7 +32,7 @@ type Auditor interface {
 type Config struct {
 	Store *store.Store
 	// Keys seal and open the values (the broker's).
-	Keys *broker.Keys
+	Keys *keys.Keys
 	// Audit records what changes; nil records nothing (unit tests).
 	Audit Auditor
 	// Now is the clock (tests move it).

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/internal/broker"
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
@@ -22,7 +22,7 @@ func TestSecretsSealedAndRotated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s := New(Config{Store: db, Keys: broker.EphemeralKeys()})
+	s := New(Config{Store: db, Keys: keys.Ephemeral()})
 	p := &tenant.Principal{ID: "acme", Tenant: "acme"}
 	ctx := context.Background()
 	if _, err := s.Add(ctx, p, &api.AddSecret{Name: "k", Value: "v1-value"}); err != nil {
@@ -62,7 +62,7 @@ func TestSecretsPerTenantAreCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s := New(Config{Store: db, Keys: broker.EphemeralKeys()})
+	s := New(Config{Store: db, Keys: keys.Ephemeral()})
 	p := &tenant.Principal{ID: "t-acme", Tenant: "acme"}
 	ctx := context.Background()
 	for i := 0; i < MaxSecrets; i++ {

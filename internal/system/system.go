@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/broker"
+	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/cleanup"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
@@ -194,7 +195,7 @@ func (s *System) lifecycleConfig() lifecycle.Config {
 // lifecycle, and the run's own audit log.
 func (s *System) oneShot() (err error) {
 	secrets := s.opts.Secrets
-	s.Broker = broker.New(broker.Config{Keys: broker.EphemeralKeys(), Secret: func(_, name string) ([]byte, error) {
+	s.Broker = broker.New(broker.Config{Keys: keys.Ephemeral(), Secret: func(_, name string) ([]byte, error) {
 		if v, ok := secrets[name]; ok {
 			return v, nil
 		}
@@ -224,14 +225,14 @@ func (s *System) service(ctx context.Context) (err error) {
 	}
 	s.closers.Push(s.Store.Close)
 	// The broker's keys live beside the database, where no sandbox looks.
-	keys, err := broker.LoadKeyFile(filepath.Join(o.Files, "broker.key"))
+	k, err := keys.LoadFile(filepath.Join(o.Files, "broker.key"))
 	if err != nil {
 		return err
 	}
 	if err := s.openAudit(ctx); err != nil {
 		return err
 	}
-	scfg := secret.Config{Store: s.Store, Keys: keys}
+	scfg := secret.Config{Store: s.Store, Keys: k}
 	cfg := sandbox.Config{Store: s.Store, Log: o.Log, Metrics: sandbox.NewMetrics(s.registry),
 		MaxBackground: o.MaxBackground, MaxBackgroundPerTenant: o.MaxBackgroundPerTenant,
 		// The embedded service has one caller, root on this host: host
@@ -247,7 +248,7 @@ func (s *System) service(ctx context.Context) (err error) {
 		scfg.Audit, tcfg.Audit = s.Audit, s.Audit
 	}
 	s.Secrets = secret.New(scfg)
-	s.Broker = broker.New(broker.Config{Keys: keys, Dir: filepath.Join(o.Files, "broker"), Secret: s.Secrets.Value})
+	s.Broker = broker.New(broker.Config{Keys: k, Dir: filepath.Join(o.Files, "broker"), Secret: s.Secrets.Value})
 	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {
 		return err
 	}

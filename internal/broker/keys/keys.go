@@ -1,4 +1,10 @@
-package broker
+// Package keys holds the broker's key material, derived from one master
+// key in a file no sandbox can reach: the AEAD that seals tenants' secrets
+// at rest (internal/secret), the MAC that signs the broker's tokens
+// (internal/broker) and the MAC that names a found credential in records
+// without letting anyone test guesses of it offline. It imports nothing of
+// airlock.
+package keys
 
 import (
 	"crypto/aes"
@@ -16,8 +22,7 @@ import (
 	"strings"
 )
 
-// Keys are the broker's key material, all derived from one 32-byte master
-// key: the AEAD that seals secrets at rest, the MAC that signs tokens, and
+// Keys are the key material, all derived from one 32-byte master key: the AEAD that seals secrets at rest, the MAC that signs tokens, and
 // the MAC that fingerprints findings (a fingerprint names a value without
 // letting anyone test guesses of it offline).
 type Keys struct {
@@ -26,10 +31,10 @@ type Keys struct {
 	print []byte
 }
 
-// NewKeys derives the keys from master (32 bytes).
-func NewKeys(master []byte) (*Keys, error) {
+// New derives the keys from master (32 bytes).
+func New(master []byte) (*Keys, error) {
 	if len(master) != 32 {
-		return nil, errors.New("broker: the master key must be 32 bytes")
+		return nil, errors.New("keys: the master key must be 32 bytes")
 	}
 	derive := func(info string) []byte {
 		k, err := hkdf.Key(sha256.New, master, nil, info, 32)
@@ -49,19 +54,19 @@ func NewKeys(master []byte) (*Keys, error) {
 	return &Keys{aead: aead, token: derive("airlock tokens v1"), print: derive("airlock fingerprints v1")}, nil
 }
 
-// EphemeralKeys are keys for one process (airlock run): nothing is sealed
+// Ephemeral are keys for one process (airlock run): nothing is sealed
 // for later and no token outlives the run.
-func EphemeralKeys() *Keys {
+func Ephemeral() *Keys {
 	master := make([]byte, 32)
 	_, _ = rand.Read(master)
-	k, _ := NewKeys(master)
+	k, _ := New(master)
 	return k
 }
 
-// LoadKeyFile reads the master key at path (64 hex characters), making
+// LoadFile reads the master key at path (64 hex characters), making
 // it (0600, its directory 0700) on first use. The file must be owned by
 // this user and readable by nobody else.
-func LoadKeyFile(path string) (*Keys, error) {
+func LoadFile(path string) (*Keys, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -78,7 +83,7 @@ func LoadKeyFile(path string) (*Keys, error) {
 			os.Remove(path)
 			return nil, fmt.Errorf("broker key: %w", err)
 		}
-		return NewKeys(master)
+		return New(master)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("broker key: %w", err)
@@ -90,7 +95,7 @@ func LoadKeyFile(path string) (*Keys, error) {
 	if err != nil || len(master) != 32 {
 		return nil, fmt.Errorf("broker key %s: not 64 hex characters", path)
 	}
-	return NewKeys(master)
+	return New(master)
 }
 
 // Seal encrypts plain, bound to context (the tenant and secret name and
@@ -105,11 +110,11 @@ func (k *Keys) Seal(context string, plain []byte) []byte {
 func (k *Keys) Open(context string, sealed []byte) ([]byte, error) {
 	n := k.aead.NonceSize()
 	if len(sealed) < n {
-		return nil, errors.New("broker: sealed value too short")
+		return nil, errors.New("keys: sealed value too short")
 	}
 	plain, err := k.aead.Open(nil, sealed[:n], sealed[n:], []byte(context))
 	if err != nil {
-		return nil, errors.New("broker: sealed value does not open (wrong key, or moved)")
+		return nil, errors.New("keys: sealed value does not open (wrong key, or moved)")
 	}
 	return plain, nil
 }
@@ -121,7 +126,8 @@ func (k *Keys) Fingerprint(value string) string {
 	return "hmac:" + hex.EncodeToString(m.Sum(nil)[:8])
 }
 
-func (k *Keys) sign(payload string) []byte {
+// Sign is the MAC of a token's payload.
+func (k *Keys) Sign(payload string) []byte {
 	m := hmac.New(sha256.New, k.token)
 	m.Write([]byte(payload))
 	return m.Sum(nil)
