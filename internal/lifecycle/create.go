@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle/hostfiles"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/wall"
@@ -66,8 +67,8 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 	if sb.host, err = l.openHost(s); err != nil {
 		return nil, err
 	}
-	undo.Do(sb.host.close)
-	if sb.layout, err = l.images.ResolveAt(ctx, s.Image, sb.host.image, l.cfg.Warn); err != nil {
+	undo.Do(sb.host.Close)
+	if sb.layout, err = l.images.ResolveAt(ctx, s.Image, sb.host.Image, l.cfg.Warn); err != nil {
 		return nil, err
 	}
 	undo.Do(sb.layout.Done)
@@ -76,9 +77,9 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 		return nil, err
 	}
 	defer res.Release()
-	sb.wsDir = path(sb.host.ws)
+	sb.wsDir = sb.host.WorkspaceDir()
 	if s.Repo != "" {
-		dir, remove, err := l.checkout(ctx, s, sb.host, id)
+		dir, remove, err := sb.host.Checkout(ctx, s, l.cfg.DataDir+"/tmp", id)
 		if err != nil {
 			return nil, err
 		}
@@ -145,16 +146,16 @@ func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int,
 	if sb.host, err = l.openHost(s); err != nil {
 		return nil, fmt.Errorf("sandbox %s: its image or workspace: %w; destroyed", id, err)
 	}
-	undo.Do(sb.host.close)
-	if sb.layout, err = l.images.ResolveAt(ctx, s.Image, sb.host.image, l.cfg.Warn); err != nil {
+	undo.Do(sb.host.Close)
+	if sb.layout, err = l.images.ResolveAt(ctx, s.Image, sb.host.Image, l.cfg.Warn); err != nil {
 		return nil, fmt.Errorf("sandbox %s: its image or workspace: %w; destroyed", id, err)
 	}
-	sb.wsDir = path(sb.host.ws)
+	sb.wsDir = sb.host.WorkspaceDir()
 	if s.Repo != "" {
 		sb.wsDir = filepath.Join(l.cfg.DataDir, "tmp", id)
 	}
 	var keep cleanup.Stack
-	keep.Do(sb.host.close)
+	keep.Do(sb.host.Close)
 	keep.Do(sb.layout.Done)
 	if sb.net != nil {
 		keep.Do(func() { sb.net.Close() })
@@ -301,4 +302,20 @@ func mergeEnv(base, user []string) []string {
 		}
 	}
 	return out
+}
+
+// openHost opens the host paths s names.
+func (l *Lifecycle) openHost(s *spec.Spec) (*hostfiles.Files, error) {
+	return hostfiles.Open(s, filepath.Join(l.cfg.DataDir, "snapshots"))
+}
+
+// CheckHostPaths opens the host paths of s as Create would, and closes
+// them: a spec kept for later is refused now, not at its use.
+func (l *Lifecycle) CheckHostPaths(s *spec.Spec) error {
+	h, err := l.openHost(s)
+	if err != nil {
+		return err
+	}
+	h.Close()
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
+	"github.com/airlock-sandbox/airlock/internal/lifecycle/hostfiles"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
@@ -24,9 +25,9 @@ type Sandbox struct {
 	id       string
 	w        wall.Sandbox
 	layout   *rootfs.Layout
-	host     *hostFiles // the spec's host paths, open while the sandbox lives
-	wsDir    string     // the workspace's host directory ("" for none)
-	socket   string     // the agent's socket (long-lived)
+	host     *hostfiles.Files // the spec's host paths, open while the sandbox lives
+	wsDir    string           // the workspace's host directory ("" for none)
+	socket   string           // the agent's socket (long-lived)
 	net      *sandboxnet.Net
 	image    string // the spec's image
 	degraded []string

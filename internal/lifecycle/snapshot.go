@@ -77,7 +77,7 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 	// The host image's "/" tree is only its /etc template; its /usr is the
 	// host's own.
 	full := sb.layout.Name != "host" && len(sb.layout.Trees) > 0 && sb.layout.Trees[0].Target == "/"
-	if full && sb.host != nil && sb.host.tenantTree {
+	if full && sb.host != nil && sb.host.TenantTree {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "a sandbox of a tenant's own rootfs directory cannot be saved whole (its files are the tenant's on the host, not the daemon's to link): use an oci: or docker-archive: image, which the daemon unpacks into its cache")
 	}
 	if !full && sb.writable {

@@ -1,4 +1,9 @@
-package lifecycle
+// Package hostfiles opens the host paths of a sandbox's spec — its image,
+// workspace and repository — once, beneath the tenant's roots when the spec
+// has them (openat2, internal/linux/hostpath), and hands out descriptors:
+// the lifecycle (internal/lifecycle) uses a path only through them, so a
+// directory swapped for a link after the check changes nothing.
+package hostfiles
 
 import (
 	"context"
@@ -14,42 +19,41 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/workspace/checkout"
 )
 
-// hostFiles are the host paths of one sandbox's spec, each opened once
+// Files are the host paths of one sandbox's spec, each opened once
 // (beneath its root when the spec has roots: a tenant's) and used through
-// that descriptor from then on: the name is never resolved again, so a
-// directory swapped for a link after the check changes nothing.
-type hostFiles struct {
-	confined bool
-	image    *os.File // a rootfs directory, oci: layout or docker-archive: file
-	ws       *os.File
-	repo     *os.File
-	// tenantTree: the image is a rootfs directory of a tenant's root,
+// that descriptor from then on: the name is never resolved again.
+type Files struct {
+	confined  bool
+	Image     *os.File // a rootfs directory, oci: layout or docker-archive: file
+	Workspace *os.File
+	repo      *os.File
+	// TenantTree: the image is a rootfs directory of a tenant's root,
 	// used in place (not the daemon's snapshot), whose files the daemon
 	// only reads through the sandbox's mount.
-	tenantTree bool
+	TenantTree bool
 }
 
-// openHost opens the host paths s names.
-func (l *Lifecycle) openHost(s *spec.Spec) (_ *hostFiles, err error) {
-	h := &hostFiles{confined: s.HostRoots != nil}
+// Open opens the host paths s names; snapshots is the daemon's directory
+// of snapshots (an image there is the daemon's, not a tenant's tree).
+func Open(s *spec.Spec, snapshots string) (_ *Files, err error) {
+	h := &Files{confined: s.HostRoots != nil}
 	defer func() {
 		if err != nil {
-			h.close()
+			h.Close()
 		}
 	}()
 	if p := spec.ImagePath(s.Image); p != "" {
-		if h.image, err = h.open(s, "image", p, !strings.HasPrefix(s.Image, "docker-archive:")); err != nil {
+		if h.Image, err = h.open(s, "image", p, !strings.HasPrefix(s.Image, "docker-archive:")); err != nil {
 			return nil, err
 		}
-		snaps := filepath.Join(l.cfg.DataDir, "snapshots")
-		ours := spec.Within(snaps, p)
-		if real, err := filepath.EvalSymlinks(snaps); err == nil && !ours {
+		ours := spec.Within(snapshots, p)
+		if real, err := filepath.EvalSymlinks(snapshots); err == nil && !ours {
 			ours = spec.Within(real, p)
 		}
-		h.tenantTree = h.confined && strings.HasPrefix(s.Image, "/") && !ours
+		h.TenantTree = h.confined && strings.HasPrefix(s.Image, "/") && !ours
 	}
 	if s.Workspace != "" {
-		if h.ws, err = h.open(s, "workspace", s.Workspace, true); err != nil {
+		if h.Workspace, err = h.open(s, "workspace", s.Workspace, true); err != nil {
 			return nil, err
 		}
 	}
@@ -64,7 +68,7 @@ func (l *Lifecycle) openHost(s *spec.Spec) (_ *hostFiles, err error) {
 // open opens p for field: a directory, or a regular file. A tenant's
 // refusals all read alike: missing, unreadable, of the wrong type or
 // leading out of its roots.
-func (h *hostFiles) open(s *spec.Spec, field, p string, dir bool) (*os.File, error) {
+func (h *Files) open(s *spec.Spec, field, p string, dir bool) (*os.File, error) {
 	root := ""
 	if h.confined {
 		if root = spec.RootOf(s.HostRoots, p); root == "" {
@@ -95,36 +99,28 @@ func (h *hostFiles) open(s *spec.Spec, field, p string, dir bool) (*os.File, err
 	return nil, errdefs.Invalid(fmt.Sprintf("--%s %s: %v", field, p, err))
 }
 
-// CheckHostPaths opens the host paths of s as Create would, and closes
-// them: a spec kept for later is refused now, not at its use.
-func (l *Lifecycle) CheckHostPaths(s *spec.Spec) error {
-	h, err := l.openHost(s)
-	if err != nil {
-		return err
-	}
-	h.close()
-	return nil
-}
-
-// path is where this process reaches f ("" when f is nil).
-func path(f *os.File) string {
-	if f == nil {
+// WorkspaceDir is where this process reaches the workspace directory (""
+// for none).
+func (h *Files) WorkspaceDir() string {
+	if h.Workspace == nil {
 		return ""
 	}
-	return hostpath.FDPath(f)
+	return hostpath.FDPath(h.Workspace)
 }
 
-// checkout makes the workspace of s's repo, through h; it stops when ctx
-// ends (the kill switch, a tenant's deletion).
-func (l *Lifecycle) checkout(ctx context.Context, s *spec.Spec, h *hostFiles, id string) (string, func(), error) {
+// Checkout makes the workspace of s's repo under tmp, through the repo's
+// descriptor; it stops when ctx ends (the kill switch, a tenant's
+// deletion).
+func (h *Files) Checkout(ctx context.Context, s *spec.Spec, tmp, id string) (string, func(), error) {
 	if h.confined {
-		return checkout.FromRepoBeneath(ctx, h.repo, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
+		return checkout.FromRepoBeneath(ctx, h.repo, s.Repo, s.Commit, tmp, id)
 	}
-	return checkout.FromRepo(ctx, s.Repo, s.Commit, l.cfg.DataDir+"/tmp", id)
+	return checkout.FromRepo(ctx, s.Repo, s.Commit, tmp, id)
 }
 
-func (h *hostFiles) close() {
-	for _, f := range []*os.File{h.image, h.ws, h.repo} {
+// Close closes the descriptors.
+func (h *Files) Close() {
+	for _, f := range []*os.File{h.Image, h.Workspace, h.repo} {
 		if f != nil {
 			f.Close()
 		}
