@@ -68,14 +68,10 @@ on the requests the grant covers (see airlock create --help, --grant).
 			return err
 		}
 		sec, err := cl.AddSecret(cmd.Context(), args[0], v)
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if ak.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, sec)
-		}
-		fmt.Fprintf(g.Stderr, "airlock: secret %s stored (version %d)\n", sec.Name, sec.Version)
-		return nil
+		return ak.Show(sec, err, func() error {
+			fmt.Fprintf(g.Stderr, "airlock: secret %s stored (version %d)\n", sec.Name, sec.Version)
+			return nil
+		})
 	}
 	add.Flags().StringVar(&from, "from-file", "", "read the value from FILE (default: stdin; a terminal is not echoed)")
 	var rfrom string
@@ -91,14 +87,10 @@ on the requests the grant covers (see airlock create --help, --grant).
 			return err
 		}
 		sec, err := cl.RotateSecret(cmd.Context(), args[0], v)
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if rok.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, sec)
-		}
-		fmt.Fprintf(g.Stderr, "airlock: secret %s rotated (version %d)\n", sec.Name, sec.Version)
-		return nil
+		return rok.Show(sec, err, func() error {
+			fmt.Fprintf(g.Stderr, "airlock: secret %s rotated (version %d)\n", sec.Name, sec.Version)
+			return nil
+		})
 	}
 	rotate.Flags().StringVar(&rfrom, "from-file", "", "read the new value from FILE (default: stdin)")
 	ls := &cobra.Command{Use: "ls", Short: "List your secrets (names and versions, never values)", Args: cobra.NoArgs}
@@ -109,18 +101,14 @@ on the requests the grant covers (see airlock create --help, --grant).
 			return err
 		}
 		ss, err := cl.Secrets(cmd.Context())
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if lk.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, ss)
-		}
-		w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tVERSION\tCREATED\tUPDATED")
-		for _, s := range ss {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Created.Format(time.RFC3339), s.Updated.Format(time.RFC3339))
-		}
-		return w.Flush()
+		return lk.Show(ss, err, func() error {
+			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tVERSION\tCREATED\tUPDATED")
+			for _, s := range ss {
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Created.Format(time.RFC3339), s.Updated.Format(time.RFC3339))
+			}
+			return w.Flush()
+		})
 	}
 	rm := &cobra.Command{Use: "rm NAME", Short: "Delete a secret (grants naming it fail from their next request)", Args: cobra.ExactArgs(1)}
 	rk := cmdutil.AddConn(rm, g, false)

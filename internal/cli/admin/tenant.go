@@ -129,15 +129,11 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 			return err
 		}
 		t, err := cl.CreateTenant(cmd.Context(), &api.CreateTenant{Name: args[0], Quotas: q, ScanPolicy: scanPolicy, Roots: roots})
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if ck.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, t)
-		}
-		fmt.Fprintln(g.Stdout, t.Key)
-		fmt.Fprintf(g.Stderr, "airlock: tenant %s created; the key above is shown only this once\n", t.Name)
-		return nil
+		return ck.Show(t, err, func() error {
+			fmt.Fprintln(g.Stdout, t.Key)
+			fmt.Fprintf(g.Stderr, "airlock: tenant %s created; the key above is shown only this once\n", t.Name)
+			return nil
+		})
 	}
 	f := create.Flags()
 	cq.bind(f)
@@ -152,22 +148,18 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 			return err
 		}
 		ts, err := cl.Tenants(cmd.Context())
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if lk.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, ts)
-		}
-		w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tID\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED\tROOTS")
-		for _, t := range ts {
-			roots := strings.Join(t.Roots, ",")
-			if roots == "" {
-				roots = "-"
+		return lk.Show(ts, err, func() error {
+			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tID\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED\tROOTS")
+			for _, t := range ts {
+				roots := strings.Join(t.Roots, ",")
+				if roots == "" {
+					roots = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%.1f\t%s\t%s\t%s\n", t.Name, t.ID, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339), roots)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%.1f\t%s\t%s\t%s\n", t.Name, t.ID, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339), roots)
-		}
-		return w.Flush()
+			return w.Flush()
+		})
 	}
 	var uq quotaFlags
 	var uScan string
@@ -208,14 +200,10 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 			return err
 		}
 		t, err := cl.UpdateTenant(cmd.Context(), args[0], &req)
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if uk.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, t)
-		}
-		fmt.Fprintf(g.Stderr, "airlock: tenant %s updated (scan policy %s)\n", t.Name, t.ScanPolicy)
-		return nil
+		return uk.Show(t, err, func() error {
+			fmt.Fprintf(g.Stderr, "airlock: tenant %s updated (scan policy %s)\n", t.Name, t.ScanPolicy)
+			return nil
+		})
 	}
 	uf := update.Flags()
 	uf.StringVar(&uScan, "scan-policy", "", "block, redact or record")

@@ -58,6 +58,18 @@ func (k *Conn) Client(admin bool) (*client.Client, error) {
 	return client.New(client.Config{Address: addr, Key: key})
 }
 
+// Show prints what a daemon call answered: its error as APIErr does, v as
+// JSON under --json, or else as text prints it.
+func (k *Conn) Show(v any, err error, text func() error) error {
+	if err != nil {
+		return APIErr(err)
+	}
+	if k.AsJSON {
+		return PrintJSON(k.g.Stdout, v)
+	}
+	return text()
+}
+
 // APIErr turns a daemon error into the CLI's error classes (exit codes).
 func APIErr(err error) error {
 	var ae *api.Error

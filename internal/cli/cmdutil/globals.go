@@ -43,6 +43,14 @@ type ExitError struct{ Code int }
 
 func (e ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
 
+// Exit is the error that makes airlock exit with code: nil for 0.
+func Exit(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return ExitError{Code: code}
+}
+
 // PrintJSON writes v as indented JSON.
 func PrintJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/untrusted"
@@ -41,8 +43,7 @@ group or other write (as umask 022), never setuid or setgid. Names are
 shown quoted when they hold control characters.`,
 		Args: cobra.ExactArgs(2),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		src, dst := args[0], args[1]
 		sid, spath, sremote := strings.Cut(src, ":")
 		did, dpath, dremote := strings.Cut(dst, ":")
@@ -51,10 +52,6 @@ shown quoted when they hold control characters.`,
 		}
 		if strings.HasPrefix(dst, "/") || strings.HasPrefix(dst, ".") {
 			dremote = false
-		}
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
 		}
 		switch {
 		case sremote == dremote:
@@ -67,14 +64,14 @@ shown quoted when they hold control characters.`,
 				skipped, terr = tarLocal(src, pw)
 				pw.CloseWithError(terr)
 			}()
-			remoteSkipped, uerr := cl.Upload(cmd.Context(), did, dpath, pr)
+			remoteSkipped, uerr := cl.Upload(ctx, did, dpath, pr)
 			pr.Close()
 			for _, s := range append(skipped, remoteSkipped...) {
 				g.Warn("cp: skipped " + untrusted.Quote(s) + " (not a regular file or directory)")
 			}
 			return cmdutil.APIErr(uerr)
 		default:
-			body, skipped, err := cl.Download(cmd.Context(), sid, spath)
+			body, skipped, err := cl.Download(ctx, sid, spath)
 			if err != nil {
 				return cmdutil.APIErr(err)
 			}
@@ -88,8 +85,7 @@ shown quoted when they hold control characters.`,
 			}
 			return err
 		}
-	}
-	return c
+	})
 }
 
 // tarLocal writes src (a file or directory, under its base name) as tar.

@@ -30,17 +30,31 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
 
+// onDaemon makes c a command on the daemon's sandboxes: it adds the
+// connection flags (and --json when jsonFlag) and runs run with a client.
+func onDaemon(g *cmdutil.Globals, c *cobra.Command, jsonFlag bool, run func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error) *cobra.Command {
+	k := cmdutil.AddConn(c, g, jsonFlag)
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := k.Client(false)
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), cl, k, args)
+	}
+	return c
+}
+
 // Commands are the commands that work on a daemon's sandboxes.
 func Commands(g *cmdutil.Globals) []*cobra.Command {
 	return []*cobra.Command{
 		createCmd(g), psCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
 		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
-		lifecycleCmd(g, "rm", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
-		lifecycleCmd(g, "pause", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
+		eachCmd(g, "rm SANDBOX...", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
+		eachCmd(g, "pause SANDBOX...", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
 			_, err := cl.Pause(ctx, id)
 			return err
 		}),
-		lifecycleCmd(g, "resume", "Thaw paused sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
+		eachCmd(g, "resume SANDBOX...", "Thaw paused sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
 			_, err := cl.Resume(ctx, id)
 			return err
 		}),
@@ -74,8 +88,17 @@ in the header only on requests the grant's rules cover:
   airlock exec "$id" -- sh -c 'git fetch "https://x:$GIT_TOKEN@github.com/acme/shop.git"'`,
 		Args: cobra.NoArgs,
 	}
-	k := cmdutil.AddConn(c, g, true)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	f := c.Flags()
+	sf.Bind(f)
+	f.StringVar(&req.Network.Mode, "net", "", `network: "none" (default) or "proxy" (only --allow'ed hosts, through airlock's proxy)`)
+	f.StringVar(&req.TTL, "ttl", "", "lifetime (Go duration; default 1h, at most 168h)")
+	f.StringVar(&req.IdleTimeout, "idle-timeout", "", "end the sandbox after this long without a call on it (default: never)")
+	f.StringArrayVar(&meta, "meta", nil, "metadata KEY=VALUE (repeatable)")
+	f.StringVar(&req.Trigger.TaskID, "task-id", "", "trigger record: the task this sandbox serves")
+	f.StringVar(&req.Trigger.PromptDigest, "prompt-digest", "", "trigger record: digest of the prompt")
+	f.StringArrayVar(&inputs, "input", nil, "trigger record: input KEY=VALUE (repeatable)")
+	f.StringArrayVar(&req.AllowDegraded, "allow-degraded", nil, "run without a degradable control (landlock) on a host that lacks it")
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, _ []string) error {
 		var err error
 		if req.Metadata, err = cmdutil.KVMap("--meta", meta); err != nil {
 			return err
@@ -87,31 +110,12 @@ in the header only on requests the grant's rules cover:
 		if err != nil {
 			return err
 		}
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		sb, err := cl.CreateSandbox(cmd.Context(), spec)
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if k.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, sb)
-		}
-		fmt.Fprintln(g.Stdout, sb.ID)
-		return nil
-	}
-	f := c.Flags()
-	sf.Bind(f)
-	f.StringVar(&req.Network.Mode, "net", "", `network: "none" (default) or "proxy" (only --allow'ed hosts, through airlock's proxy)`)
-	f.StringVar(&req.TTL, "ttl", "", "lifetime (Go duration; default 1h, at most 168h)")
-	f.StringVar(&req.IdleTimeout, "idle-timeout", "", "end the sandbox after this long without a call on it (default: never)")
-	f.StringArrayVar(&meta, "meta", nil, "metadata KEY=VALUE (repeatable)")
-	f.StringVar(&req.Trigger.TaskID, "task-id", "", "trigger record: the task this sandbox serves")
-	f.StringVar(&req.Trigger.PromptDigest, "prompt-digest", "", "trigger record: digest of the prompt")
-	f.StringArrayVar(&inputs, "input", nil, "trigger record: input KEY=VALUE (repeatable)")
-	f.StringArrayVar(&req.AllowDegraded, "allow-degraded", nil, "run without a degradable control (landlock) on a host that lacks it")
-	return c
+		sb, err := cl.CreateSandbox(ctx, spec)
+		return k.Show(sb, err, func() error {
+			fmt.Fprintln(g.Stdout, sb.ID)
+			return nil
+		})
+	})
 }
 
 func psCmd(g *cmdutil.Globals) *cobra.Command {
@@ -120,47 +124,33 @@ func psCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "List your sandboxes, or the running commands of one",
 		Args:  cobra.MaximumNArgs(1),
 	}
-	k := cmdutil.AddConn(c, g, true)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		if len(args) == 1 {
-			ps, err := cl.Processes(cmd.Context(), args[0])
-			if err != nil {
-				return cmdutil.APIErr(err)
-			}
-			if k.AsJSON {
-				return cmdutil.PrintJSON(g.Stdout, ps)
-			}
-			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PID\tTAG\tCOMMAND")
-			for _, p := range ps {
-				// What the agent reports is the sandbox's word: quoted.
-				argv := make([]string, len(p.Cmd))
-				for i, a := range p.Cmd {
-					argv[i] = untrusted.Quote(a)
+			ps, err := cl.Processes(ctx, args[0])
+			return k.Show(ps, err, func() error {
+				w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "PID\tTAG\tCOMMAND")
+				for _, p := range ps {
+					// What the agent reports is the sandbox's word: quoted.
+					argv := make([]string, len(p.Cmd))
+					for i, a := range p.Cmd {
+						argv[i] = untrusted.Quote(a)
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\n", p.PID, untrusted.Quote(p.Tag), strings.Join(argv, " "))
 				}
-				fmt.Fprintf(w, "%d\t%s\t%s\n", p.PID, untrusted.Quote(p.Tag), strings.Join(argv, " "))
+				return w.Flush()
+			})
+		}
+		sbs, err := cl.Sandboxes(ctx)
+		return k.Show(sbs, err, func() error {
+			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tTENANT\tSTATE\tIMAGE\tCREATED\tEXPIRES")
+			for _, s := range sbs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Tenant, s.State, s.Image, s.Created.Format(time.RFC3339), time.Until(s.Expires).Round(time.Second))
 			}
 			return w.Flush()
-		}
-		sbs, err := cl.Sandboxes(cmd.Context())
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if k.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, sbs)
-		}
-		w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tTENANT\tSTATE\tIMAGE\tCREATED\tEXPIRES")
-		for _, s := range sbs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Tenant, s.State, s.Image, s.Created.Format(time.RFC3339), time.Until(s.Expires).Round(time.Second))
-		}
-		return w.Flush()
-	}
-	return c
+		})
+	})
 }
 
 func execCmd(g *cmdutil.Globals) *cobra.Command {
@@ -176,8 +166,17 @@ stdin; -t gives the command a terminal; -d leaves it running in the
 background and prints its pid (see ps, attach and signal).`,
 		Args: cobra.MinimumNArgs(2),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	f := c.Flags()
+	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVar(&req.Cwd, "cwd", "", "working directory (default /workspace)")
+	f.StringVarP(&req.User, "user", "u", "", `"user" (default, uid 1000) or "root" (root inside, a small capability set)`)
+	f.StringVar(&req.Timeout, "timeout", "", "kill the command after this long (Go duration)")
+	f.BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
+	f.BoolVarP(&req.Background, "detach", "d", false, "start in the background and print the pid")
+	f.StringVar(&req.Tag, "tag", "", "a name for the process (background commands)")
+	c.Flags().SetInterspersed(false)
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		id := args[0]
 		req.Cmd = args[1:]
 		if req.Cmd[0] == "--" {
@@ -203,11 +202,7 @@ background and prints its pid (see ps, attach and signal).`,
 			interactive = true
 		}
 		req.KeepStdin = interactive && !tty
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		ctx, stop := signal.NotifyContext(cmd.Context(), unix.SIGINT, unix.SIGTERM)
+		ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM)
 		defer stop()
 		s, err := cl.ExecStream(ctx, id, &req)
 		if err != nil {
@@ -276,22 +271,8 @@ background and prints its pid (see ps, attach and signal).`,
 		} else if end.Error != "" {
 			fmt.Fprintf(g.Stderr, "airlock: %s\n", end.Error)
 		}
-		if end.ExitCode != 0 {
-			return cmdutil.ExitError{Code: end.ExitCode}
-		}
-		return nil
-	}
-	f := c.Flags()
-	f.StringArrayVarP(&env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
-	f.StringVar(&req.Cwd, "cwd", "", "working directory (default /workspace)")
-	f.StringVarP(&req.User, "user", "u", "", `"user" (default, uid 1000) or "root" (root inside, a small capability set)`)
-	f.StringVar(&req.Timeout, "timeout", "", "kill the command after this long (Go duration)")
-	f.BoolVarP(&interactive, "interactive", "i", false, "pass stdin to the command")
-	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
-	f.BoolVarP(&req.Background, "detach", "d", false, "start in the background and print the pid")
-	f.StringVar(&req.Tag, "tag", "", "a name for the process (background commands)")
-	c.Flags().SetInterspersed(false)
-	return c
+		return cmdutil.Exit(end.ExitCode)
+	})
 }
 
 func attachCmd(g *cmdutil.Globals) *cobra.Command {
@@ -300,17 +281,12 @@ func attachCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Stream a background command's output until it ends",
 		Args:  cobra.ExactArgs(2),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		pid, err := strconv.ParseUint(args[1], 10, 32)
 		if err != nil {
 			return errdefs.Invalid("PID: " + err.Error())
 		}
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		s, err := cl.Attach(cmd.Context(), args[0], uint32(pid))
+		s, err := cl.Attach(ctx, args[0], uint32(pid))
 		if err != nil {
 			return cmdutil.APIErr(err)
 		}
@@ -319,12 +295,8 @@ func attachCmd(g *cmdutil.Globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if end.ExitCode != 0 {
-			return cmdutil.ExitError{Code: end.ExitCode}
-		}
-		return nil
-	}
-	return c
+		return cmdutil.Exit(end.ExitCode)
+	})
 }
 
 func signalCmd(g *cmdutil.Globals) *cobra.Command {
@@ -334,20 +306,14 @@ func signalCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Send a signal to a command's process group in a sandbox",
 		Args:  cobra.ExactArgs(2),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	c.Flags().StringVarP(&sig, "signal", "s", "TERM", "TERM or KILL")
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		pid, err := strconv.ParseUint(args[1], 10, 32)
 		if err != nil {
 			return errdefs.Invalid("PID: " + err.Error())
 		}
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		return cmdutil.APIErr(cl.Signal(cmd.Context(), args[0], uint32(pid), sig))
-	}
-	c.Flags().StringVarP(&sig, "signal", "s", "TERM", "TERM or KILL")
-	return c
+		return cmdutil.APIErr(cl.Signal(ctx, args[0], uint32(pid), sig))
+	})
 }
 
 func catCmd(g *cmdutil.Globals) *cobra.Command {
@@ -356,20 +322,14 @@ func catCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Print a file of a sandbox",
 		Args:  cobra.ExactArgs(2),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		b, err := cl.ReadFile(cmd.Context(), args[0], args[1])
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+		b, err := cl.ReadFile(ctx, args[0], args[1])
 		if err != nil {
 			return cmdutil.APIErr(err)
 		}
 		_, err = g.Stdout.Write(b)
 		return err
-	}
-	return c
+	})
 }
 
 func writeCmd(g *cmdutil.Globals) *cobra.Command {
@@ -379,8 +339,8 @@ func writeCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Write stdin to a file of a sandbox (replacing it)",
 		Args:  cobra.ExactArgs(2),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	c.Flags().StringVar(&mode, "mode", "644", "permissions of a new file (octal)")
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		m, err := strconv.ParseUint(mode, 8, 32)
 		if err != nil || m > 0o777 {
 			return errdefs.Invalid("--mode: want octal permissions such as 644")
@@ -392,14 +352,8 @@ func writeCmd(g *cmdutil.Globals) *cobra.Command {
 		if len(data) > 64<<20 {
 			return errdefs.Invalid("write takes at most 64 MiB: use cp for more")
 		}
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		return cmdutil.APIErr(cl.WriteFile(cmd.Context(), args[0], args[1], data, os.FileMode(m)))
-	}
-	c.Flags().StringVar(&mode, "mode", "644", "permissions of a new file (octal)")
-	return c
+		return cmdutil.APIErr(cl.WriteFile(ctx, args[0], args[1], data, os.FileMode(m)))
+	})
 }
 
 func editCmd(g *cmdutil.Globals) *cobra.Command {
@@ -409,17 +363,11 @@ func editCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Replace one exact, unique occurrence of a text in a file of a sandbox",
 		Args:  cobra.ExactArgs(2),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		return cmdutil.APIErr(cl.Edit(cmd.Context(), args[0], args[1], old, new))
-	}
 	c.Flags().StringVar(&old, "old", "", "the text to replace (must occur exactly once)")
 	c.Flags().StringVar(&new, "new", "", "its replacement")
-	return c
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+		return cmdutil.APIErr(cl.Edit(ctx, args[0], args[1], old, new))
+	})
 }
 
 func lsCmd(g *cmdutil.Globals) *cobra.Command {
@@ -429,37 +377,27 @@ func lsCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "List a directory of a sandbox (default /workspace)",
 		Args:  cobra.RangeArgs(1, 2),
 	}
-	k := cmdutil.AddConn(c, g, true)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	c.Flags().IntVar(&depth, "depth", 1, "levels to descend (1: the directory's entries)")
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		p := "/workspace"
 		if len(args) == 2 {
 			p = args[1]
 		}
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		es, err := cl.ListDir(cmd.Context(), args[0], p, depth)
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if k.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, es)
-		}
-		sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
-		w := tabwriter.NewWriter(g.Stdout, 2, 4, 1, ' ', tabwriter.AlignRight)
-		for _, e := range es {
-			// Names, owners and targets are the sandbox's: quoted.
-			name := untrusted.Quote(e.Path)
-			if e.Target != "" {
-				name += " -> " + untrusted.Quote(e.Target)
+		es, err := cl.ListDir(ctx, args[0], p, depth)
+		return k.Show(es, err, func() error {
+			sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
+			w := tabwriter.NewWriter(g.Stdout, 2, 4, 1, ' ', tabwriter.AlignRight)
+			for _, e := range es {
+				// Names, owners and targets are the sandbox's: quoted.
+				name := untrusted.Quote(e.Path)
+				if e.Target != "" {
+					name += " -> " + untrusted.Quote(e.Target)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t %s\t %s\n", untrusted.Quote(e.Mode), untrusted.Quote(e.Owner), untrusted.Quote(e.Group), e.Size, e.Modified.Format("Jan _2 15:04"), name)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t %s\t %s\n", untrusted.Quote(e.Mode), untrusted.Quote(e.Owner), untrusted.Quote(e.Group), e.Size, e.Modified.Format("Jan _2 15:04"), name)
-		}
-		return w.Flush()
-	}
-	c.Flags().IntVar(&depth, "depth", 1, "levels to descend (1: the directory's entries)")
-	return c
+			return w.Flush()
+		})
+	})
 }
 
 func diffCmd(g *cmdutil.Globals) *cobra.Command {
@@ -468,57 +406,41 @@ func diffCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Print the unified diff of a sandbox's /workspace since it was created",
 		Args:  cobra.ExactArgs(1),
 	}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		d, err := cl.Diff(cmd.Context(), args[0])
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+		d, err := cl.Diff(ctx, args[0])
 		if err != nil {
 			return cmdutil.APIErr(err)
 		}
 		_, err = io.WriteString(cmdutil.ForTerminal(g.Stdout), d)
 		return err
-	}
-	return c
+	})
 }
 
-func lifecycleCmd(g *cmdutil.Globals, use, short string, do func(ctx context.Context, cl *client.Client, id string) error) *cobra.Command {
-	c := &cobra.Command{Use: use + " SANDBOX...", Short: short, Args: cobra.MinimumNArgs(1)}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
+// eachCmd is a command that does one thing to each of its arguments (use
+// names them), going on past a failure; it fails if any did.
+func eachCmd(g *cmdutil.Globals, use, short string, do func(ctx context.Context, cl *client.Client, id string) error) *cobra.Command {
+	c := &cobra.Command{Use: use, Short: short, Args: cobra.MinimumNArgs(1)}
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		var errs []error
 		for _, id := range args {
-			if err := do(cmd.Context(), cl, id); err != nil {
+			if err := do(ctx, cl, id); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", id, cmdutil.APIErr(err)))
 			}
 		}
 		return errors.Join(errs...)
-	}
-	return c
+	})
 }
 
 func extendCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{Use: "extend SANDBOX TTL", Short: "Set a sandbox's expiry to TTL (a Go duration) from now", Args: cobra.ExactArgs(2)}
-	k := cmdutil.AddConn(c, g, false)
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := k.Client(false)
-		if err != nil {
-			return err
-		}
-		sb, err := cl.Extend(cmd.Context(), args[0], args[1])
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+		sb, err := cl.Extend(ctx, args[0], args[1])
 		if err != nil {
 			return cmdutil.APIErr(err)
 		}
 		fmt.Fprintf(g.Stdout, "%s expires %s\n", sb.ID, sb.Expires.Format(time.RFC3339))
 		return nil
-	}
-	return c
+	})
 }
 
 func snapshotCmd(g *cmdutil.Globals) *cobra.Command {
@@ -534,62 +456,32 @@ OCI or directory image, the whole root with the sandbox's changes; and its
 	}
 	var name string
 	create := &cobra.Command{Use: "create SANDBOX", Short: "Save a sandbox's filesystem state and print the snapshot's id", Args: cobra.ExactArgs(1)}
-	ck := cmdutil.AddConn(create, g, true)
-	create.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := ck.Client(false)
-		if err != nil {
-			return err
-		}
-		sn, err := cl.Snapshot(cmd.Context(), args[0], name)
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		for _, s := range sn.Skipped {
-			g.Warn("snapshot: skipped " + untrusted.Quote(s) + " (not a file, directory or symlink)")
-		}
-		if ck.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, sn)
-		}
-		fmt.Fprintln(g.Stdout, sn.ID)
-		return nil
-	}
-	create.Flags().StringVar(&name, "name", "", "a name to remember it by")
-	ls := &cobra.Command{Use: "ls", Short: "List your snapshots", Args: cobra.NoArgs}
-	lk := cmdutil.AddConn(ls, g, true)
-	ls.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := lk.Client(false)
-		if err != nil {
-			return err
-		}
-		sns, err := cl.Snapshots(cmd.Context())
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		if lk.AsJSON {
-			return cmdutil.PrintJSON(g.Stdout, sns)
-		}
-		w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tBASE\tSIZE\tCREATED")
-		for _, s := range sns {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, s.Sandbox, s.Base, spec.FormatSize(s.Bytes), s.Created.Format(time.RFC3339))
-		}
-		return w.Flush()
-	}
-	rm := &cobra.Command{Use: "rm SNAPSHOT...", Short: "Delete snapshots (refused while a sandbox runs from one)", Args: cobra.MinimumNArgs(1)}
-	rk := cmdutil.AddConn(rm, g, false)
-	rm.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := rk.Client(false)
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for _, id := range args {
-			if err := cl.DeleteSnapshot(cmd.Context(), id); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", id, cmdutil.APIErr(err)))
+	onDaemon(g, create, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
+		sn, err := cl.Snapshot(ctx, args[0], name)
+		if err == nil {
+			for _, s := range sn.Skipped {
+				g.Warn("snapshot: skipped " + untrusted.Quote(s) + " (not a file, directory or symlink)")
 			}
 		}
-		return errors.Join(errs...)
-	}
+		return k.Show(sn, err, func() error {
+			fmt.Fprintln(g.Stdout, sn.ID)
+			return nil
+		})
+	})
+	create.Flags().StringVar(&name, "name", "", "a name to remember it by")
+	ls := &cobra.Command{Use: "ls", Short: "List your snapshots", Args: cobra.NoArgs}
+	onDaemon(g, ls, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, _ []string) error {
+		sns, err := cl.Snapshots(ctx)
+		return k.Show(sns, err, func() error {
+			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tNAME\tSANDBOX\tBASE\tSIZE\tCREATED")
+			for _, s := range sns {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.Name, s.Sandbox, s.Base, spec.FormatSize(s.Bytes), s.Created.Format(time.RFC3339))
+			}
+			return w.Flush()
+		})
+	})
+	rm := eachCmd(g, "rm SNAPSHOT...", "Delete snapshots (refused while a sandbox runs from one)", func(ctx context.Context, cl *client.Client, id string) error { return cl.DeleteSnapshot(ctx, id) })
 	c.AddCommand(create, ls, rm)
 	return c
 }
