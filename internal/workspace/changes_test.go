@@ -7,37 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/workspace/internal/wstest"
 	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 )
-
-func mkfiles(t *testing.T, root string, files map[string]string) {
-	t.Helper()
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func openPath(t *testing.T, p string) *os.File {
-	t.Helper()
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fd), p)
-	t.Cleanup(func() { f.Close() })
-	return f
-}
 
 // An upper layer as overlayfs writes it: changed and new files, whiteouts
 // (0:0 character devices) and opaque directories (user.overlay.opaque=y).
@@ -46,8 +24,8 @@ func TestChangesFromUpperLayer(t *testing.T) {
 		t.Skip("whiteouts are character devices: mknod needs root")
 	}
 	lower, upper := t.TempDir(), t.TempDir()
-	mkfiles(t, lower, map[string]string{"a.txt": "one\n", "b.txt": "bee\n", "same.txt": "same\n", "d/x": "x\n", "d/y": "y\n", "e/z": "z\n"})
-	mkfiles(t, upper, map[string]string{"a.txt": "two\n", "new.txt": "new\n", "same.txt": "same\n", "d/y2": "y2\n"})
+	wstest.Mkfiles(t, lower, map[string]string{"a.txt": "one\n", "b.txt": "bee\n", "same.txt": "same\n", "d/x": "x\n", "d/y": "y\n", "e/z": "z\n"})
+	wstest.Mkfiles(t, upper, map[string]string{"a.txt": "two\n", "new.txt": "new\n", "same.txt": "same\n", "d/y2": "y2\n"})
 	if err := unix.Mknod(filepath.Join(upper, "b.txt"), unix.S_IFCHR, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +36,7 @@ func TestChangesFromUpperLayer(t *testing.T) {
 		t.Skipf("no user xattrs here: %v", err)
 	}
 	_ = os.Symlink("/etc/shadow", filepath.Join(upper, "evil"))
-	set, err := Changes(context.Background(), lower, openPath(t, upper), openPath(t, upper))
+	set, err := Changes(context.Background(), lower, wstest.OpenPath(t, upper), wstest.OpenPath(t, upper))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +67,7 @@ func TestChangesFromUpperLayer(t *testing.T) {
 // write it, nor any link that resolves outside, and must say so.
 func TestExportRefusesLinksThatResolveOutside(t *testing.T) {
 	ws := t.TempDir()
-	mkfiles(t, ws, map[string]string{"README.md": "x\n", "sub/f": "y\n"})
+	wstest.Mkfiles(t, ws, map[string]string{"README.md": "x\n", "sub/f": "y\n"})
 	for link, target := range map[string]string{
 		"d":       ".",
 		"e":       "d/d/d/d/d/d/d/d/../../../../../../../..",
@@ -103,7 +81,7 @@ func TestExportRefusesLinksThatResolveOutside(t *testing.T) {
 		}
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	set := &Set{merged: openPath(t, ws)}
+	set := &Set{merged: wstest.OpenPath(t, ws)}
 	skipped, err := set.Export(out)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +113,7 @@ func TestExportRefusesLinksThatResolveOutside(t *testing.T) {
 // Export and snapshots write no setuid or setgid bit on the host.
 func TestExportStripsSetID(t *testing.T) {
 	ws := t.TempDir()
-	mkfiles(t, ws, map[string]string{"suid": "x", "shared/f": "y"})
+	wstest.Mkfiles(t, ws, map[string]string{"suid": "x", "shared/f": "y"})
 	if err := os.Chmod(filepath.Join(ws, "suid"), 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +121,7 @@ func TestExportStripsSetID(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	if _, err := (&Set{merged: openPath(t, ws)}).Export(out); err != nil {
+	if _, err := (&Set{merged: wstest.OpenPath(t, ws)}).Export(out); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"suid", "shared"} {
@@ -160,7 +138,7 @@ func TestExportStripsSetID(t *testing.T) {
 // write, as a careful tool does; the rest of the mode is kept.
 func TestExportDropsGroupAndOtherWrite(t *testing.T) {
 	ws := t.TempDir()
-	mkfiles(t, ws, map[string]string{"open": "x", "run": "y", "private": "z", "world/f": "w", "tmp/f": "v"})
+	wstest.Mkfiles(t, ws, map[string]string{"open": "x", "run": "y", "private": "z", "world/f": "w", "tmp/f": "v"})
 	want := map[string]os.FileMode{"open": 0o644, "run": 0o755, "private": 0o600, "world": os.ModeDir | 0o755, "tmp": os.ModeDir | os.ModeSticky | 0o755, "world/f": 0o640}
 	for p, m := range map[string]os.FileMode{"open": 0o666, "run": 0o777, "private": 0o600, "world": 0o777, "tmp": 0o777 | os.ModeSticky, "world/f": 0o660} {
 		if err := os.Chmod(filepath.Join(ws, p), m); err != nil {
@@ -170,7 +148,7 @@ func TestExportDropsGroupAndOtherWrite(t *testing.T) {
 	old := unix.Umask(0) // the export's process may have any umask
 	defer unix.Umask(old)
 	out := filepath.Join(t.TempDir(), "out")
-	if _, err := (&Set{merged: openPath(t, ws)}).Export(out); err != nil {
+	if _, err := (&Set{merged: wstest.OpenPath(t, ws)}).Export(out); err != nil {
 		t.Fatal(err)
 	}
 	for p, m := range want {
@@ -185,7 +163,7 @@ func TestExportDropsGroupAndOtherWrite(t *testing.T) {
 // setuid or setgid bit either.
 func TestTarStripsSetID(t *testing.T) {
 	ws := t.TempDir()
-	mkfiles(t, ws, map[string]string{"suid": "x", "shared/f": "y"})
+	wstest.Mkfiles(t, ws, map[string]string{"suid": "x", "shared/f": "y"})
 	if err := os.Chmod(filepath.Join(ws, "suid"), 0o755|os.ModeSetuid|os.ModeSetgid); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +171,7 @@ func TestTarStripsSetID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := Tar(context.Background(), openPath(t, ws), ".", 1<<20, func([]string) io.Writer { return &buf }); err != nil {
+	if err := Tar(context.Background(), wstest.OpenPath(t, ws), ".", 1<<20, func([]string) io.Writer { return &buf }); err != nil {
 		t.Fatal(err)
 	}
 	tr := tar.NewReader(&buf)
@@ -214,12 +192,12 @@ func TestDiffQuotesHostileNames(t *testing.T) {
 	upper := t.TempDir()
 	names := []string{"erase\x1b[2K", "clip\x1b]52;c;aGk=\a", "x\n+++ b/forged"}
 	for _, n := range names {
-		mkfiles(t, upper, map[string]string{n: "hi\n"})
+		wstest.Mkfiles(t, upper, map[string]string{n: "hi\n"})
 	}
-	mkfiles(t, upper, map[string]string{"bin\x1b[31m": "\x00\x01"})
+	wstest.Mkfiles(t, upper, map[string]string{"bin\x1b[31m": "\x00\x01"})
 	_ = os.Symlink("t\x1b[2J", filepath.Join(upper, "link\r"))
 	_ = os.Mkdir(filepath.Join(upper, "dir\x07"), 0o755)
-	set, err := Changes(context.Background(), "", openPath(t, upper), openPath(t, upper))
+	set, err := Changes(context.Background(), "", wstest.OpenPath(t, upper), wstest.OpenPath(t, upper))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,9 +226,9 @@ func TestExportBelongsToTheSudoUser(t *testing.T) {
 	t.Setenv("SUDO_UID", "4242")
 	t.Setenv("SUDO_GID", "4343")
 	ws := t.TempDir()
-	mkfiles(t, ws, map[string]string{"f": "x", "d/g": "y"})
+	wstest.Mkfiles(t, ws, map[string]string{"f": "x", "d/g": "y"})
 	out := filepath.Join(t.TempDir(), "out")
-	if _, err := (&Set{merged: openPath(t, ws)}).Export(out); err != nil {
+	if _, err := (&Set{merged: wstest.OpenPath(t, ws)}).Export(out); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"", "f", "d", "d/g"} {
@@ -272,7 +250,7 @@ func TestDeletedLowerTreeStopsAtTheChangeCap(t *testing.T) {
 	lower, upper := t.TempDir(), t.TempDir()
 	for i := range 40 {
 		for j := range 40 {
-			if err := os.MkdirAll(filepath.Join(lower, "gone", "d"+itoa(i), "e"+itoa(j)), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Join(lower, "gone", "d"+strconv.Itoa(i), "e"+strconv.Itoa(j)), 0o755); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -280,7 +258,7 @@ func TestDeletedLowerTreeStopsAtTheChangeCap(t *testing.T) {
 	if err := unix.Mknod(filepath.Join(upper, "gone"), unix.S_IFCHR, 0); err != nil {
 		t.Fatal(err)
 	}
-	up := openPath(t, upper)
+	up := wstest.OpenPath(t, upper)
 	u, err := safefs.Reopen(up)
 	if err != nil {
 		t.Fatal(err)

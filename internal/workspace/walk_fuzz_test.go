@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/workspace/internal/wstest"
 )
 
 // buildTree makes a tree from ops, two bytes each: an op and an argument.
@@ -75,7 +77,7 @@ func FuzzWalkReadsEachFileOnce(f *testing.F) {
 		for _, n := range inodes {
 			unique += n
 		}
-		set, err := Changes(context.Background(), "", openPath(t, root), openPath(t, root))
+		set, err := Changes(context.Background(), "", wstest.OpenPath(t, root), wstest.OpenPath(t, root))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +92,7 @@ func FuzzWalkReadsEachFileOnce(f *testing.F) {
 			t.Fatalf("digests read %d bytes, the files hold %d", set.hashed, unique)
 		}
 		var tb bytes.Buffer
-		if err := Tar(context.Background(), openPath(t, root), "", 1<<20, func([]string) io.Writer { return &tb }); err != nil {
+		if err := Tar(context.Background(), wstest.OpenPath(t, root), "", 1<<20, func([]string) io.Writer { return &tb }); err != nil {
 			t.Fatal(err)
 		}
 		tr := tar.NewReader(&tb)

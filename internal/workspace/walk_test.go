@@ -6,14 +6,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/workspace/internal/wstest"
 	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 	"github.com/airlock-sandbox/airlock/internal/workspace/snapshot"
 )
@@ -54,21 +57,10 @@ func hardLinks(t *testing.T, dir, name string, size, n int) {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if err := os.Link(filepath.Join(dir, name), filepath.Join(dir, name+"-link"+strings.Repeat("0", 4-len(itoa(i)))+itoa(i))); err != nil {
+		if err := os.Link(filepath.Join(dir, name), filepath.Join(dir, fmt.Sprintf("%s-link%04d", name, i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-}
-
-func itoa(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
-	}
-	return string(b)
 }
 
 func unreadHas(us []safefs.Unread, path, why string) bool {
@@ -85,8 +77,8 @@ func unreadHas(us []safefs.Unread, path, why string) bool {
 // the snapshot still show the README and name both subtrees.
 func TestDeepTreesAreNamedAndEverythingElseShown(t *testing.T) {
 	lower, upper := t.TempDir(), t.TempDir()
-	mkfiles(t, lower, map[string]string{"README": "hello\n"})
-	mkfiles(t, upper, map[string]string{"README": "hello\nbackdoor\n", "z-after": "after\n"})
+	wstest.Mkfiles(t, lower, map[string]string{"README": "hello\n"})
+	wstest.Mkfiles(t, upper, map[string]string{"README": "hello\nbackdoor\n", "z-after": "after\n"})
 	long := strings.Repeat("d", 200)
 	deepTree(t, upper, long, 30) // 6030 bytes of path
 	if err := os.Mkdir(filepath.Join(upper, "many"), 0o755); err != nil {
@@ -94,7 +86,7 @@ func TestDeepTreesAreNamedAndEverythingElseShown(t *testing.T) {
 	}
 	deepTree(t, filepath.Join(upper, "many"), "m", safefs.MaxDepth+10)
 
-	set, err := Changes(context.Background(), lower, openPath(t, upper), openPath(t, upper))
+	set, err := Changes(context.Background(), lower, wstest.OpenPath(t, upper), wstest.OpenPath(t, upper))
 	if err != nil {
 		t.Fatalf("the walk failed whole: %v", err)
 	}
@@ -120,7 +112,7 @@ func TestDeepTreesAreNamedAndEverythingElseShown(t *testing.T) {
 
 	var tarball bytes.Buffer
 	var skipped []string
-	err = Tar(context.Background(), openPath(t, upper), "", 1<<20, func(s []string) io.Writer { skipped = s; return &tarball })
+	err = Tar(context.Background(), wstest.OpenPath(t, upper), "", 1<<20, func(s []string) io.Writer { skipped = s; return &tarball })
 	if err != nil {
 		t.Fatalf("the archive failed whole: %v", err)
 	}
@@ -144,7 +136,7 @@ func TestDeepTreesAreNamedAndEverythingElseShown(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		skipped, err = w.CopyTree(openPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g })
+		skipped, err = w.CopyTree(wstest.OpenPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g })
 		if err != nil {
 			t.Fatalf("the snapshot failed whole: %v", err)
 		}
@@ -174,7 +166,7 @@ func TestHardLinksAreReadOnce(t *testing.T) {
 	upper := t.TempDir()
 	hardLinks(t, upper, "big", size, links)
 
-	set, err := Changes(context.Background(), "", openPath(t, upper), openPath(t, upper))
+	set, err := Changes(context.Background(), "", wstest.OpenPath(t, upper), wstest.OpenPath(t, upper))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +194,7 @@ func TestHardLinksAreReadOnce(t *testing.T) {
 	}
 
 	var tarball bytes.Buffer
-	if err := Tar(context.Background(), openPath(t, upper), "", size+1, func([]string) io.Writer { return &tarball }); err != nil {
+	if err := Tar(context.Background(), wstest.OpenPath(t, upper), "", size+1, func([]string) io.Writer { return &tarball }); err != nil {
 		t.Fatalf("archive: %v", err)
 	}
 	if n := tarball.Len(); n > size+links*2048 {
@@ -235,7 +227,7 @@ func TestHardLinksAreReadOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		if _, err := w.CopyTree(openPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g }); err != nil {
+		if _, err := w.CopyTree(wstest.OpenPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g }); err != nil {
 			t.Fatalf("snapshot: %v (the links counted as copies?)", err)
 		}
 		if w.Written() != size {
@@ -281,11 +273,11 @@ func TestDiffAndArchiveKeepTheirBudgets(t *testing.T) {
 	upper := t.TempDir()
 	line := strings.Repeat("y", 63) + "\n"
 	for i := range 40 {
-		if err := os.WriteFile(filepath.Join(upper, "f"+itoa(100+i)), []byte(strings.Repeat(line, 4096)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(upper, "f"+strconv.Itoa(100+i)), []byte(strings.Repeat(line, 4096)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	set, err := Changes(context.Background(), "", openPath(t, upper), openPath(t, upper))
+	set, err := Changes(context.Background(), "", wstest.OpenPath(t, upper), wstest.OpenPath(t, upper))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +293,7 @@ func TestDiffAndArchiveKeepTheirBudgets(t *testing.T) {
 		t.Error("the diff does not say what it left out")
 	}
 	started := false
-	err = Tar(context.Background(), openPath(t, upper), "", budget, func([]string) io.Writer { started = true; return io.Discard })
+	err = Tar(context.Background(), wstest.OpenPath(t, upper), "", budget, func([]string) io.Writer { started = true; return io.Discard })
 	if !errors.Is(err, safefs.ErrTooLarge) || started {
 		t.Errorf("archive past its cap: %v (started %v)", err, started)
 	}
@@ -310,10 +302,10 @@ func TestDiffAndArchiveKeepTheirBudgets(t *testing.T) {
 // A walk whose time is up stops and says so.
 func TestWalkStopsWhenItsTimeIsUp(t *testing.T) {
 	upper := t.TempDir()
-	mkfiles(t, upper, map[string]string{"a": "a\n", "b/c": "c\n"})
+	wstest.Mkfiles(t, upper, map[string]string{"a": "a\n", "b/c": "c\n"})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	set, err := Changes(ctx, "", openPath(t, upper), openPath(t, upper))
+	set, err := Changes(ctx, "", wstest.OpenPath(t, upper), wstest.OpenPath(t, upper))
 	if err != nil {
 		t.Fatal(err)
 	}

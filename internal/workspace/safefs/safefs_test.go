@@ -4,46 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/workspace/internal/wstest"
 	"golang.org/x/sys/unix"
 )
-
-func mkfiles(t *testing.T, root string, files map[string]string) {
-	t.Helper()
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func openPath(t *testing.T, p string) *os.File {
-	t.Helper()
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fd), p)
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
-func itoa(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
-	}
-	return string(b)
-}
 
 func unreadHas(us []Unread, path, why string) bool {
 	for _, u := range us {
@@ -59,8 +26,8 @@ func TestReadCappedRefusesEscapes(t *testing.T) {
 	_ = os.Symlink("/etc/passwd", filepath.Join(root, "abs"))
 	_ = os.Symlink("../../../../../../etc/passwd", filepath.Join(root, "rel"))
 	_ = unix.Mkfifo(filepath.Join(root, "fifo"), 0o644)
-	mkfiles(t, root, map[string]string{"big": strings.Repeat("x", 100)})
-	r := openPath(t, root)
+	wstest.Mkfiles(t, root, map[string]string{"big": strings.Repeat("x", 100)})
+	r := wstest.OpenPath(t, root)
 	for _, p := range []string{"abs", "rel", "fifo", "../etc/passwd", "/etc/passwd"} {
 		if b, err := ReadCapped(r, p, 1<<20); err == nil {
 			t.Errorf("read %s: %q", p, b)
@@ -76,11 +43,11 @@ func TestReadCappedRefusesEscapes(t *testing.T) {
 func TestWalkKeepsItsNameBudget(t *testing.T) {
 	root := t.TempDir()
 	for i := range 50 {
-		mkfiles(t, root, map[string]string{"d" + itoa(i%5) + "/" + strings.Repeat("n", 100) + itoa(i): ""})
+		wstest.Mkfiles(t, root, map[string]string{"d" + strconv.Itoa(i%5) + "/" + strings.Repeat("n", 100) + strconv.Itoa(i): ""})
 	}
 	w := NewWalker(context.Background())
 	w.max = 3 * (116 * 10) // three directories' worth
-	d := openPath(t, root)
+	d := wstest.OpenPath(t, root)
 	top, _ := Reopen(d)
 	defer top.Close()
 	read := 0

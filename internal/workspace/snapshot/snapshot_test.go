@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/workspace/internal/wstest"
 )
 
 // The writer never follows a symlink in the destination, whatever names
@@ -59,7 +61,7 @@ func TestSnapshotStripsSetID(t *testing.T) {
 		t.Skip("the writer sets owners: needs root")
 	}
 	src := t.TempDir()
-	mkfiles(t, src, map[string]string{"suid": "#!/bin/sh\n", "shared/f": "y", "tmp/t": "z"})
+	wstest.Mkfiles(t, src, map[string]string{"suid": "#!/bin/sh\n", "shared/f": "y", "tmp/t": "z"})
 	modes := map[string]os.FileMode{
 		"suid":   0o755 | os.ModeSetuid | os.ModeSetgid,
 		"shared": os.ModePerm | os.ModeSetgid,
@@ -85,7 +87,7 @@ func TestSnapshotStripsSetID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if _, err := w.CopyTree(openPath(t, src), func(u, g uint32) (uint32, uint32) { return u, g }); err != nil {
+	if _, err := w.CopyTree(wstest.OpenPath(t, src), func(u, g uint32) (uint32, uint32) { return u, g }); err != nil {
 		t.Fatal(err)
 	}
 	check(copied)
