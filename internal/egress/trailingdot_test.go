@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
+	"github.com/airlock-sandbox/airlock/internal/egress/internal/tlstest"
 )
 
 // interceptOne intercepts one host and fails its certificate: what the
@@ -42,7 +43,7 @@ func TestProxyInterceptsAHostWithATrailingDot(t *testing.T) {
 	in := &interceptOne{host: "allowed.test"}
 	_, _, ports := startProxyWith(t, func(c *Config) { c.Inspector = in }, "allowed.test")
 	tport := strings.Fields(ports)[1]
-	hello := clientHello(t, &tls.Config{ServerName: "allowed.testX", InsecureSkipVerify: true})
+	hello := tlstest.ClientHello(t, &tls.Config{ServerName: "allowed.testX", InsecureSkipVerify: true})
 	hello = bytes.Replace(hello, []byte("allowed.testX"), []byte("allowed.test."), 1)
 	for _, c := range []struct{ name, connect string }{
 		{"CONNECT", "allowed.test.:" + tport},

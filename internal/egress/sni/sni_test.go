@@ -3,40 +3,18 @@ package sni
 import (
 	"bytes"
 	"crypto/tls"
-	"net"
 	"testing"
-	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/egress/internal/tlstest"
 )
 
-// clientHello captures the first flight of a real TLS client.
-func clientHello(t testing.TB, cfg *tls.Config) []byte {
-	t.Helper()
-	c1, c2 := net.Pipe()
-	go func() {
-		_ = tls.Client(c1, cfg).Handshake()
-		c1.Close()
-	}()
-	_ = c2.SetReadDeadline(time.Now().Add(2 * time.Second))
-	var buf bytes.Buffer
-	b := make([]byte, 4096)
-	for {
-		n, err := c2.Read(b)
-		buf.Write(b[:n])
-		if err != nil || buf.Len() > 5 && buf.Len() >= 5+int(buf.Bytes()[3])<<8+int(buf.Bytes()[4]) {
-			break
-		}
-	}
-	c2.Close()
-	return buf.Bytes()
-}
-
 func TestReadClientHello(t *testing.T) {
-	raw := clientHello(t, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true})
+	raw := tlstest.ClientHello(t, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true})
 	ch, consumed, err := ReadClientHello(bytes.NewReader(raw))
 	if err != nil || ch.SNI != "allowed.test" || ch.ECH || !bytes.Equal(consumed, raw) {
 		t.Fatalf("%+v %v (consumed %d of %d)", ch, err, len(consumed), len(raw))
 	}
-	noSNI := clientHello(t, &tls.Config{InsecureSkipVerify: true})
+	noSNI := tlstest.ClientHello(t, &tls.Config{InsecureSkipVerify: true})
 	if ch, _, err := ReadClientHello(bytes.NewReader(noSNI)); err != nil || ch.SNI != "" {
 		t.Fatalf("no SNI: %+v %v", ch, err)
 	}
@@ -60,7 +38,7 @@ func TestReadClientHello(t *testing.T) {
 }
 
 func FuzzReadClientHello(f *testing.F) {
-	f.Add(clientHello(f, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true}))
+	f.Add(tlstest.ClientHello(f, &tls.Config{ServerName: "allowed.test", InsecureSkipVerify: true}))
 	f.Add([]byte{0x16, 3, 1, 0, 4, 1, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ch, consumed, err := ReadClientHello(bytes.NewReader(b))
