@@ -45,7 +45,9 @@ func layer(t testing.TB, entries ...entry) *bytes.Buffer {
 	return &buf
 }
 
-func unpackInto(t *testing.T, layers ...*bytes.Buffer) (string, error) {
+// newUnpacker is an Unpacker into a fresh root directory (closed when the
+// test ends).
+func newUnpacker(t *testing.T) (*Unpacker, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("unpacking with image ownership needs root (chown)")
@@ -58,7 +60,13 @@ func unpackInto(t *testing.T, layers ...*bytes.Buffer) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer u.Close()
+	t.Cleanup(func() { u.Close() })
+	return u, root
+}
+
+func unpackInto(t *testing.T, layers ...*bytes.Buffer) (string, error) {
+	t.Helper()
+	u, root := newUnpacker(t)
 	for _, l := range layers {
 		if err := u.ApplyLayer(context.Background(), l); err != nil {
 			return root, err
@@ -168,18 +176,7 @@ func FuzzCleanName(f *testing.F) {
 // (a few MB compressed) filled the data directory's inodes. Entries are
 // counted across layers.
 func TestUnpackCapsEntries(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("unpacking with image ownership needs root (chown)")
-	}
-	root := filepath.Join(t.TempDir(), "rootfs")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	u, err := New(root, 1<<30, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
+	u, _ := newUnpacker(t)
 	if u.maxEntries != MaxImageEntries {
 		t.Fatalf("maxEntries %d, want %d", u.maxEntries, MaxImageEntries)
 	}

@@ -132,28 +132,35 @@ func TestRepoCheckoutBombCapped(t *testing.T) {
 	}
 }
 
-// A blob whose header declares more than MaxRepoBytes is refused by its
-// declared size, before it is read.
-func TestRepoCheckoutBytesCapped(t *testing.T) {
+// repoWithLooseBlob makes a repository whose one commit holds "big": the
+// loose object hash, written as raw (zlib-compressed, as git stores it).
+func repoWithLooseBlob(t *testing.T, hash string, raw []byte) (string, plumbing.Hash) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "repo")
 	r, err := git.PlainInit(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var raw bytes.Buffer
-	zw := zlib.NewWriter(&raw)
-	fmt.Fprintf(zw, "blob %d\x00x", int64(MaxRepoBytes)+1)
-	zw.Close()
-	big := plumbing.NewHash("00000000000000000000000000000000000000aa")
+	big := plumbing.NewHash(hash)
 	obj := filepath.Join(dir, ".git", "objects", big.String()[:2], big.String()[2:])
 	if err := os.MkdirAll(filepath.Dir(obj), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(obj, raw.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(obj, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	top := putTree(t, r, []object.TreeEntry{{Name: "big", Mode: filemode.Regular, Hash: big}})
-	c := putCommit(t, r, top)
+	return dir, putCommit(t, r, top)
+}
+
+// A blob whose header declares more than MaxRepoBytes is refused by its
+// declared size, before it is read.
+func TestRepoCheckoutBytesCapped(t *testing.T) {
+	var raw bytes.Buffer
+	zw := zlib.NewWriter(&raw)
+	fmt.Fprintf(zw, "blob %d\x00x", int64(MaxRepoBytes)+1)
+	zw.Close()
+	dir, c := repoWithLooseBlob(t, "00000000000000000000000000000000000000aa", raw.Bytes())
 	f, _ := os.Open(dir)
 	defer f.Close()
 	tmp := t.TempDir()
@@ -169,11 +176,6 @@ func TestRepoCheckoutBytesCapped(t *testing.T) {
 // on disk): go-git inflated it whole into memory (over a gigabyte for
 // 200 KB on disk). It is read up to its declared size and refused.
 func TestRepoLyingObjectHeaderIsBounded(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "repo")
-	r, err := git.PlainInit(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var raw bytes.Buffer
 	zw, _ := zlib.NewWriterLevel(&raw, zlib.BestSpeed)
 	fmt.Fprintf(zw, "blob 1\x00")
@@ -181,16 +183,7 @@ func TestRepoLyingObjectHeaderIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	zw.Close()
-	big := plumbing.NewHash("00000000000000000000000000000000000000bb")
-	obj := filepath.Join(dir, ".git", "objects", big.String()[:2], big.String()[2:])
-	if err := os.MkdirAll(filepath.Dir(obj), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(obj, raw.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	top := putTree(t, r, []object.TreeEntry{{Name: "big", Mode: filemode.Regular, Hash: big}})
-	c := putCommit(t, r, top)
+	dir, c := repoWithLooseBlob(t, "00000000000000000000000000000000000000bb", raw.Bytes())
 	f, _ := os.Open(dir)
 	defer f.Close()
 	var before, after runtime.MemStats
