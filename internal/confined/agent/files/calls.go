@@ -25,14 +25,20 @@ type Calls struct{ users Users }
 // NewCalls makes the calls for users.
 func NewCalls(users Users) *Calls { return &Calls{users: users} }
 
+// path is the user a request names and its path resolved for that user.
+func (s *Calls) path(user, p string) (User, string, error) {
+	u, err := s.users.Lookup(user)
+	if err != nil {
+		return User{}, "", err
+	}
+	p, err = Resolve(u, p)
+	return u, p, err
+}
+
 // ReadFile streams a regular file in chunks, refusing one past the
 // request's max_bytes (also when it grows while read).
 func (s *Calls) ReadFile(_ context.Context, req *connect.Request[agentpb.ReadFileRequest], stream *connect.ServerStream[agentpb.ReadFileResponse]) error {
-	u, err := s.users.Lookup(req.Msg.GetUser())
-	if err != nil {
-		return err
-	}
-	p, err := Resolve(u, req.Msg.GetPath())
+	_, p, err := s.path(req.Msg.GetUser(), req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
@@ -120,11 +126,7 @@ func writeFile(p string, data []byte, mode os.FileMode, u User, parents bool) er
 // WriteFile replaces a file whole (see writeFile), 0644 unless a mode is
 // given, making missing parents when asked.
 func (s *Calls) WriteFile(_ context.Context, req *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
-	u, err := s.users.Lookup(req.Msg.GetUser())
-	if err != nil {
-		return nil, err
-	}
-	p, err := Resolve(u, req.Msg.GetPath())
+	u, p, err := s.path(req.Msg.GetUser(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +143,7 @@ func (s *Calls) WriteFile(_ context.Context, req *connect.Request[agentpb.WriteF
 // EditFile replaces the one occurrence of a text in a file (of at most
 // maxEditBytes); none or several is a failed precondition.
 func (s *Calls) EditFile(_ context.Context, req *connect.Request[agentpb.EditFileRequest]) (*connect.Response[agentpb.EditFileResponse], error) {
-	u, err := s.users.Lookup(req.Msg.GetUser())
-	if err != nil {
-		return nil, err
-	}
-	p, err := Resolve(u, req.Msg.GetPath())
+	u, p, err := s.path(req.Msg.GetUser(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
