@@ -1,9 +1,10 @@
 // Package system is airlock's composition root: from one set of Options it
 // builds the wall, the lifecycle, the broker, the store, the audit log and
-// the service, wired for one of three modes — a one-shot run (`airlock
-// run`), an embedded service for one caller (`airlock mcp`), or the daemon
-// (`airlock serve`, which also listens). Everything is built in dependency
-// order; nothing is declared before it exists.
+// the service, wired for one of four modes — a one-shot run (`airlock
+// run`), an embedded service for one caller (`airlock mcp`), the daemon
+// (`airlock serve`, which also listens), or the host's upkeep (`airlock
+// gc`, `airlock image`: the wall and the lifecycle only). Everything is
+// built in dependency order; nothing is declared before it exists.
 package system
 
 import (
@@ -48,6 +49,10 @@ const (
 	// Daemon is `airlock serve`: tenants, the API, adoption after a
 	// restart.
 	Daemon
+	// Host is `airlock gc` and `airlock image`: the wall and the
+	// lifecycle only, to manage the host's sandboxes' remains and images
+	// without making any.
+	Host
 )
 
 // Options configure a System.
@@ -132,7 +137,11 @@ func New(ctx context.Context, o Options) (_ *System, err error) {
 	if s.Wall, err = container.New(o.StateDir, o.Log); err != nil {
 		return nil, err
 	}
-	if o.Mode == OneShot {
+	switch o.Mode {
+	case Host:
+		s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall)
+		return s, err
+	case OneShot:
 		return s, s.oneShot()
 	}
 	return s, s.service(ctx)
@@ -288,17 +297,3 @@ func (s *System) openAudit(ctx context.Context) error {
 
 // Close gives back what New built, newest first.
 func (s *System) Close() error { return s.closers.Run() }
-
-// NewLifecycle builds only the wall and the lifecycle, for the commands
-// that manage the host's sandboxes and images without making any
-// (airlock gc, airlock image).
-func NewLifecycle(o Options) (*lifecycle.Lifecycle, error) {
-	o.defaults()
-	s := &System{opts: o}
-	w, err := container.New(o.StateDir, o.Log)
-	if err != nil {
-		return nil, err
-	}
-	s.Wall = w
-	return lifecycle.New(s.lifecycleConfig(), w)
-}

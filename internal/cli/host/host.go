@@ -8,13 +8,13 @@
 package host
 
 import (
+	"context"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/system"
 )
@@ -36,16 +36,16 @@ func SystemOptions(g *cmdutil.Globals, mode system.Mode) (system.Options, error)
 		DNSUpstream: g.DNSUpstream, SubnetPool: g.Pool, EgressAllowNets: g.AllowNets, ImageCacheBytes: cacheBytes}, nil
 }
 
-// lifecycleOf is the host's wall and lifecycle, for commands that manage
+// hostSystem is the host's wall and lifecycle, for commands that manage
 // sandboxes' remains and images.
-func lifecycleOf(g *cmdutil.Globals, warn func(string)) (*lifecycle.Lifecycle, error) {
+func hostSystem(ctx context.Context, g *cmdutil.Globals, warn func(string)) (*system.System, error) {
 	if os.Geteuid() != 0 {
 		return nil, errdefs.Unavailable("root is needed to manage the host's sandboxes and images: run this as root, or with sudo")
 	}
-	o, err := SystemOptions(g, system.OneShot)
+	o, err := SystemOptions(g, system.Host)
 	if err != nil {
 		return nil, err
 	}
 	o.Warn = warn
-	return system.NewLifecycle(o)
+	return system.New(ctx, o)
 }

@@ -73,11 +73,12 @@ airlock process is gone (killed with SIGKILL, say). Their processes died with
 them; gc never touches a live sandbox. Every airlock run does this too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := lifecycleOf(g, g.Warn)
+			sys, err := hostSystem(cmd.Context(), g, g.Warn)
 			if err != nil {
 				return err
 			}
-			ids, err := eng.GC()
+			defer sys.Close()
+			ids, err := sys.Lifecycle.GC()
 			if asJSON {
 				if perr := cmdutil.PrintJSON(g.Stdout, map[string]any{"removed": nonNil(ids)}); perr != nil {
 					return perr
@@ -116,11 +117,12 @@ recently used images are evicted first, never one in use.`,
 		Short: "List cached images",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := lifecycleOf(g, func(string) {})
+			sys, err := hostSystem(cmd.Context(), g, func(string) {})
 			if err != nil {
 				return err
 			}
-			list, err := eng.Images().List()
+			defer sys.Close()
+			list, err := sys.Lifecycle.Images().List()
 			if err != nil {
 				return err
 			}
@@ -141,13 +143,14 @@ recently used images are evicted first, never one in use.`,
 		Short: "Remove cached images (not those in use)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := lifecycleOf(g, func(string) {})
+			sys, err := hostSystem(cmd.Context(), g, func(string) {})
 			if err != nil {
 				return err
 			}
+			defer sys.Close()
 			var failed error
 			for _, a := range args {
-				m, err := eng.Images().Remove(a)
+				m, err := sys.Lifecycle.Images().Remove(a)
 				if err != nil {
 					g.Warn(err.Error())
 					failed = errdefs.ErrNotFound
@@ -166,11 +169,12 @@ recently used images are evicted first, never one in use.`,
 		Short: "Fetch and unpack an image into the cache without running anything",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			eng, err := lifecycleOf(g, g.Warn)
+			sys, err := hostSystem(cmd.Context(), g, g.Warn)
 			if err != nil {
 				return err
 			}
-			l, err := eng.Images().Resolve(context.Background(), args[0], g.Warn)
+			defer sys.Close()
+			l, err := sys.Lifecycle.Images().Resolve(context.Background(), args[0], g.Warn)
 			if err != nil {
 				return err
 			}
