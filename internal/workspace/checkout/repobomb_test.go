@@ -37,22 +37,21 @@ func putBlob(t *testing.T, r *git.Repository, b string) plumbing.Hash {
 }
 
 func putTree(t *testing.T, r *git.Repository, es []object.TreeEntry) plumbing.Hash {
-	tr := &object.Tree{Entries: es}
-	o := r.Storer.NewEncodedObject()
-	if err := tr.Encode(o); err != nil {
-		t.Fatal(err)
-	}
-	h, err := r.Storer.SetEncodedObject(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
+	return putObject(t, r, &object.Tree{Entries: es})
 }
 
 func putCommit(t *testing.T, r *git.Repository, tree plumbing.Hash) plumbing.Hash {
-	c := &object.Commit{Author: object.Signature{Name: "t", Email: "t@t", When: time.Unix(0, 0)}, Committer: object.Signature{Name: "t", Email: "t@t", When: time.Unix(0, 0)}, TreeHash: tree, Message: "x"}
+	sig := object.Signature{Name: "t", Email: "t@t", When: time.Unix(0, 0)}
+	return putObject(t, r, &object.Commit{Author: sig, Committer: sig, TreeHash: tree, Message: "x"})
+}
+
+// putObject stores a tree or commit in r.
+func putObject(t *testing.T, r *git.Repository, obj interface {
+	Encode(plumbing.EncodedObject) error
+}) plumbing.Hash {
+	t.Helper()
 	o := r.Storer.NewEncodedObject()
-	if err := c.Encode(o); err != nil {
+	if err := obj.Encode(o); err != nil {
 		t.Fatal(err)
 	}
 	h, err := r.Storer.SetEncodedObject(o)
