@@ -1,14 +1,14 @@
 // Package lifecycle is the one path by which a sandbox is made, used and
 // destroyed, for `airlock run`, `airlock serve` and `airlock mcp` alike:
 // a validated spec is checked against the wall's controls (Landlock), its
-// host paths are opened (beneath a tenant's roots), its image resolved,
-// its id reserved, its workspace checked out, its network brought up
-// (internal/sandboxnet), and the prepared root, limits and namespace are
-// handed to a wall (internal/wall) to start. Teardown is the reverse, in
-// one place (Sandbox.Destroy, Sandbox.Release). A long-lived sandbox
-// serves the agent; a one-shot one runs its command with the caller's
-// streams (internal/run). Nothing here knows tenants, records or the API:
-// callers above (internal/sandbox, internal/run) do.
+// host paths are opened (beneath a tenant's roots; internal/lifecycle/hostfiles),
+// its image resolved, its id reserved, its workspace checked out, its
+// network brought up (internal/sandboxnet), and the prepared root, limits
+// and namespace are handed to a wall (internal/wall) to start. Teardown is
+// the reverse, in one place (Sandbox.Destroy, Sandbox.Release). A
+// long-lived sandbox serves the agent; a one-shot one runs its command
+// with the caller's streams (internal/run). Nothing here knows tenants,
+// records or the API: callers above (internal/sandbox, internal/run) do.
 package lifecycle
 
 import (
