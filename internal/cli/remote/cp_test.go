@@ -10,35 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil/tartest"
 	"github.com/airlock-sandbox/airlock/internal/workspace"
 	"golang.org/x/sys/unix"
 )
-
-type entry struct {
-	name, link string
-	typ        byte
-	body       string
-}
-
-func tarOf(t testing.TB, es ...entry) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, e := range es {
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: 0o644, Size: int64(len(e.body))}
-		if e.typ != tar.TypeReg {
-			h.Size = 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if e.typ == tar.TypeReg {
-			_, _ = tw.Write([]byte(e.body))
-		}
-	}
-	_ = tw.Close()
-	return b.Bytes()
-}
 
 // A download ships a file's further hard links as link entries: cp makes
 // them links to the file it wrote, and never to anything else (a host
@@ -50,10 +25,10 @@ func TestExtractTarHardLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
-	_, err := extractTar(dst, bytes.NewReader(tarOf(t,
-		entry{name: "d/", typ: tar.TypeDir},
-		entry{name: "d/a", typ: tar.TypeReg, body: "content"},
-		entry{name: "b", typ: tar.TypeLink, link: "d/a"},
+	_, err := extractTar(dst, bytes.NewReader(tartest.Tar(t,
+		tartest.Entry{Name: "d/", Type: tar.TypeDir},
+		tartest.Entry{Name: "d/a", Type: tar.TypeReg, Body: "content"},
+		tartest.Entry{Name: "b", Type: tar.TypeLink, Link: "d/a"},
 	)))
 	if err != nil {
 		t.Fatal(err)
@@ -63,14 +38,14 @@ func TestExtractTarHardLinks(t *testing.T) {
 	if err != nil || !os.SameFile(a, b) {
 		t.Errorf("the link was not made: %v", err)
 	}
-	for _, hostile := range [][]entry{
-		{{name: "x", typ: tar.TypeLink, link: secret}},
-		{{name: "x", typ: tar.TypeLink, link: "../../../../../../../../" + secret}},
-		{{name: "l", typ: tar.TypeSymlink, link: secret}, {name: "x", typ: tar.TypeLink, link: "l"}},
-		{{name: "x", typ: tar.TypeLink, link: "never-written"}},
+	for _, hostile := range [][]tartest.Entry{
+		{{Name: "x", Type: tar.TypeLink, Link: secret}},
+		{{Name: "x", Type: tar.TypeLink, Link: "../../../../../../../../" + secret}},
+		{{Name: "l", Type: tar.TypeSymlink, Link: secret}, {Name: "x", Type: tar.TypeLink, Link: "l"}},
+		{{Name: "x", Type: tar.TypeLink, Link: "never-written"}},
 	} {
 		dst := t.TempDir()
-		if _, err := extractTar(dst, bytes.NewReader(tarOf(t, hostile...))); err == nil {
+		if _, err := extractTar(dst, bytes.NewReader(tartest.Tar(t, hostile...))); err == nil {
 			t.Errorf("%+v: no error", hostile)
 		}
 		if _, err := os.Lstat(filepath.Join(dst, "x")); err == nil {
@@ -81,10 +56,10 @@ func TestExtractTarHardLinks(t *testing.T) {
 
 // Whatever archive cp is given, nothing appears outside its destination.
 func FuzzExtractTarStaysInside(f *testing.F) {
-	f.Add(tarOf(f, entry{name: "a", typ: tar.TypeReg, body: "x"}, entry{name: "b", typ: tar.TypeLink, link: "a"}))
-	f.Add(tarOf(f, entry{name: "l", typ: tar.TypeSymlink, link: ".."}, entry{name: "l/x", typ: tar.TypeReg, body: "x"}))
-	f.Add(tarOf(f, entry{name: "l", typ: tar.TypeSymlink, link: "/"}, entry{name: "b", typ: tar.TypeLink, link: "l"}))
-	f.Add(tarOf(f, entry{name: "../x", typ: tar.TypeReg, body: "x"}, entry{name: "y", typ: tar.TypeLink, link: "../x"}))
+	f.Add(tartest.Tar(f, tartest.Entry{Name: "a", Type: tar.TypeReg, Body: "x"}, tartest.Entry{Name: "b", Type: tar.TypeLink, Link: "a"}))
+	f.Add(tartest.Tar(f, tartest.Entry{Name: "l", Type: tar.TypeSymlink, Link: ".."}, tartest.Entry{Name: "l/x", Type: tar.TypeReg, Body: "x"}))
+	f.Add(tartest.Tar(f, tartest.Entry{Name: "l", Type: tar.TypeSymlink, Link: "/"}, tartest.Entry{Name: "b", Type: tar.TypeLink, Link: "l"}))
+	f.Add(tartest.Tar(f, tartest.Entry{Name: "../x", Type: tar.TypeReg, Body: "x"}, tartest.Entry{Name: "y", Type: tar.TypeLink, Link: "../x"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		root := t.TempDir()
 		dst := filepath.Join(root, "dst")

@@ -11,38 +11,12 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/testutil/tartest"
 )
 
-type entry struct {
-	name, link string
-	typ        byte
-	body       string
-	uid        int
-	mode       int64
-}
-
-func layer(t testing.TB, entries ...entry) *bytes.Buffer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		mode := e.mode
-		if mode == 0 {
-			mode = 0o644
-		}
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: mode, Uid: e.uid, Gid: e.uid, Size: int64(len(e.body))}
-		if e.typ != tar.TypeReg {
-			h.Size = 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if e.typ == tar.TypeReg {
-			_, _ = tw.Write([]byte(e.body))
-		}
-	}
-	_ = tw.Close()
-	return &buf
+// layer is a layer of es.
+func layer(t testing.TB, es ...tartest.Entry) *bytes.Buffer {
+	return bytes.NewBuffer(tartest.Tar(t, es...))
 }
 
 // newUnpacker is an Unpacker into a fresh root directory (closed when the
@@ -78,21 +52,21 @@ func unpackInto(t *testing.T, layers ...*bytes.Buffer) (string, error) {
 func TestUnpackLayersAndWhiteouts(t *testing.T) {
 	root, err := unpackInto(t,
 		layer(t,
-			entry{name: "etc/", typ: tar.TypeDir, mode: 0o755},
-			entry{name: "etc/passwd", typ: tar.TypeReg, body: "root:x:0:0::/root:/bin/sh\n"},
-			entry{name: "usr/bin/tool", typ: tar.TypeReg, body: "#!/bin/sh\n", mode: 0o4755},
-			entry{name: "home/app/file", typ: tar.TypeReg, body: "x", uid: 1234},
-			entry{name: "old/a", typ: tar.TypeReg, body: "a"},
-			entry{name: "opq/lower", typ: tar.TypeReg, body: "l"},
-			entry{name: "bin", typ: tar.TypeSymlink, link: "usr/bin"},
-			entry{name: "etc/localtime", typ: tar.TypeSymlink, link: "/usr/share/zoneinfo/UTC"},
-			entry{name: "usr/bin/tool2", typ: tar.TypeLink, link: "usr/bin/tool"},
+			tartest.Entry{Name: "etc/", Type: tar.TypeDir, Mode: 0o755},
+			tartest.Entry{Name: "etc/passwd", Type: tar.TypeReg, Body: "root:x:0:0::/root:/bin/sh\n"},
+			tartest.Entry{Name: "usr/bin/tool", Type: tar.TypeReg, Body: "#!/bin/sh\n", Mode: 0o4755},
+			tartest.Entry{Name: "home/app/file", Type: tar.TypeReg, Body: "x", UID: 1234},
+			tartest.Entry{Name: "old/a", Type: tar.TypeReg, Body: "a"},
+			tartest.Entry{Name: "opq/lower", Type: tar.TypeReg, Body: "l"},
+			tartest.Entry{Name: "bin", Type: tar.TypeSymlink, Link: "usr/bin"},
+			tartest.Entry{Name: "etc/localtime", Type: tar.TypeSymlink, Link: "/usr/share/zoneinfo/UTC"},
+			tartest.Entry{Name: "usr/bin/tool2", Type: tar.TypeLink, Link: "usr/bin/tool"},
 		),
 		layer(t,
-			entry{name: "old/.wh.a", typ: tar.TypeReg},
-			entry{name: "opq/.wh..wh..opq", typ: tar.TypeReg},
-			entry{name: "opq/upper", typ: tar.TypeReg, body: "u"},
-			entry{name: "./etc/passwd", typ: tar.TypeReg, body: "root:x:0:0::/root:/bin/sh\napp:x:1234:1234::/home/app:/bin/sh\n"},
+			tartest.Entry{Name: "old/.wh.a", Type: tar.TypeReg},
+			tartest.Entry{Name: "opq/.wh..wh..opq", Type: tar.TypeReg},
+			tartest.Entry{Name: "opq/upper", Type: tar.TypeReg, Body: "u"},
+			tartest.Entry{Name: "./etc/passwd", Type: tar.TypeReg, Body: "root:x:0:0::/root:/bin/sh\napp:x:1234:1234::/home/app:/bin/sh\n"},
 		),
 	)
 	if err != nil {
@@ -124,24 +98,24 @@ func TestUnpackLayersAndWhiteouts(t *testing.T) {
 func TestUnpackRefusesHostileArchives(t *testing.T) {
 	outside := t.TempDir()
 	cases := map[string][]*bytes.Buffer{
-		"path traversal":          {layer(t, entry{name: "../../escape", typ: tar.TypeReg, body: "x"})},
-		"traversal inside a path": {layer(t, entry{name: "a/../../escape", typ: tar.TypeReg, body: "x"})},
+		"path traversal":          {layer(t, tartest.Entry{Name: "../../escape", Type: tar.TypeReg, Body: "x"})},
+		"traversal inside a path": {layer(t, tartest.Entry{Name: "a/../../escape", Type: tar.TypeReg, Body: "x"})},
 		"write through absolute symlink": {layer(t,
-			entry{name: "evil", typ: tar.TypeSymlink, link: outside},
-			entry{name: "evil/pwned", typ: tar.TypeReg, body: "x"})},
+			tartest.Entry{Name: "evil", Type: tar.TypeSymlink, Link: outside},
+			tartest.Entry{Name: "evil/pwned", Type: tar.TypeReg, Body: "x"})},
 		"write through relative symlink": {layer(t,
-			entry{name: "evil", typ: tar.TypeSymlink, link: "../../../../../../" + outside},
-			entry{name: "evil/pwned", typ: tar.TypeReg, body: "x"})},
+			tartest.Entry{Name: "evil", Type: tar.TypeSymlink, Link: "../../../../../../" + outside},
+			tartest.Entry{Name: "evil/pwned", Type: tar.TypeReg, Body: "x"})},
 		"symlink planted in an earlier layer": {
-			layer(t, entry{name: "etc", typ: tar.TypeSymlink, link: outside}),
-			layer(t, entry{name: "etc/pwned", typ: tar.TypeReg, body: "x"})},
-		"hard link out":              {layer(t, entry{name: "shadow", typ: tar.TypeLink, link: "../../../../etc/shadow"})},
-		"hard link to absolute path": {layer(t, entry{name: "shadow", typ: tar.TypeLink, link: "/etc/shadow"})},
+			layer(t, tartest.Entry{Name: "etc", Type: tar.TypeSymlink, Link: outside}),
+			layer(t, tartest.Entry{Name: "etc/pwned", Type: tar.TypeReg, Body: "x"})},
+		"hard link out":              {layer(t, tartest.Entry{Name: "shadow", Type: tar.TypeLink, Link: "../../../../etc/shadow"})},
+		"hard link to absolute path": {layer(t, tartest.Entry{Name: "shadow", Type: tar.TypeLink, Link: "/etc/shadow"})},
 		"hard link through symlink": {layer(t,
-			entry{name: "etc", typ: tar.TypeSymlink, link: "/etc"},
-			entry{name: "shadow", typ: tar.TypeLink, link: "etc/shadow"})},
-		"char device":  {layer(t, entry{name: "dev/mem", typ: tar.TypeChar})},
-		"block device": {layer(t, entry{name: "dev/sda", typ: tar.TypeBlock})},
+			tartest.Entry{Name: "etc", Type: tar.TypeSymlink, Link: "/etc"},
+			tartest.Entry{Name: "shadow", Type: tar.TypeLink, Link: "etc/shadow"})},
+		"char device":  {layer(t, tartest.Entry{Name: "dev/mem", Type: tar.TypeChar})},
+		"block device": {layer(t, tartest.Entry{Name: "dev/sda", Type: tar.TypeBlock})},
 		"corrupt":      {bytes.NewBufferString("this is not a tar archive, but long enough to look like a header block....................................................................................................................................................................................................................................................................................................................................................................................................................................................................................................")},
 	}
 	for name, layers := range cases {
@@ -181,9 +155,9 @@ func TestUnpackCapsEntries(t *testing.T) {
 		t.Fatalf("maxEntries %d, want %d", u.maxEntries, MaxImageEntries)
 	}
 	u.maxEntries = 10
-	var es []entry
+	var es []tartest.Entry
 	for i := 0; i < 6; i++ {
-		es = append(es, entry{name: string(rune('a' + i)), typ: tar.TypeReg})
+		es = append(es, tartest.Entry{Name: string(rune('a' + i)), Type: tar.TypeReg})
 	}
 	if err := u.ApplyLayer(context.Background(), layer(t, es...)); err != nil {
 		t.Fatalf("six entries: %v", err)
