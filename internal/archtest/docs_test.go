@@ -206,7 +206,8 @@ var claims = []claim{
 	{pkg: "internal/confined/nsinit", phrase: "imports only internal/linux/* and internal/confined/nsinit/rootfs (no net/http, nothing of the host side)", own: []string{"internal/linux/...", "internal/confined/nsinit/rootfs"}},
 	{pkg: "internal/confined/nsinit/rootfs", phrase: "like init it imports nothing of airlock but internal/linux/mount.", own: []string{"internal/linux/mount"}},
 	{pkg: "internal/wall", phrase: "this package imports nothing of airlock.", atMost: true},
-	{pkg: "internal/wall/container", phrase: "It imports internal/wall, internal/linux/*, internal/errdefs and nsinit (for the wire types), nothing above.", own: []string{"internal/wall", "internal/linux/...", "internal/errdefs", "internal/confined/nsinit"}},
+	{pkg: "internal/wall/container", phrase: "It imports internal/wall, internal/wall/container/sealedexe, internal/linux/*, internal/errdefs and nsinit (for the wire types), nothing above.", own: []string{"internal/wall", "internal/wall/container/sealedexe", "internal/linux/...", "internal/errdefs", "internal/confined/nsinit"}},
+	{pkg: "internal/wall/container/sealedexe", phrase: "It imports x/sys only.", libs: []string{"golang.org/x/sys/..."}},
 
 	{pkg: "internal/image", phrase: "It imports its subpackages, go-containerregistry, internal/errdefs and x/sys.", own: []string{"internal/image/{rootfs,unpack}", "internal/errdefs"}, libs: []string{"github.com/google/go-containerregistry/...", "golang.org/x/sys/..."}},
 	{pkg: "internal/image/rootfs", phrase: "It imports internal/errdefs and x/sys.", own: []string{"internal/errdefs"}, libs: []string{"golang.org/x/sys/..."}},
@@ -215,6 +216,8 @@ var claims = []claim{
 	{pkg: "internal/workspace/safefs", phrase: "It imports internal/untrusted and x/sys only;", own: []string{"internal/untrusted"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/workspace/checkout", phrase: "It imports go-git, internal/workspace/safefs, internal/errdefs and x/sys.", own: []string{"internal/workspace/safefs", "internal/errdefs"}, libs: []string{"github.com/go-git/...", "golang.org/x/sys/..."}},
 	{pkg: "internal/workspace/snapshot", phrase: "It imports internal/workspace/safefs and x/sys.", own: []string{"internal/workspace/safefs"}, libs: []string{"golang.org/x/sys/..."}},
+	{pkg: "internal/workspace/internal/wstest", phrase: "It imports x/sys only.", libs: []string{"golang.org/x/sys/..."}},
+	{pkg: "internal/testutil/tartest", phrase: "It imports the standard library only.", libs: std},
 
 	{pkg: "internal/netns", phrase: "It imports netlink, netns, nftables, x/sys and internal/linux/lockfile.", own: []string{"internal/linux/lockfile"}, libs: []string{"github.com/vishvananda/netlink/...", "github.com/vishvananda/netns", "github.com/google/nftables/...", "golang.org/x/sys/..."}},
 	{pkg: "internal/egress", phrase: "It imports its subpackages and the standard library.", own: []string{"internal/egress/{dns,eventlog,policy,sni}"}, libs: std},
@@ -222,13 +225,15 @@ var claims = []claim{
 	{pkg: "internal/egress/eventlog", phrase: "It imports internal/untrusted and the standard library.", own: []string{"internal/untrusted"}, libs: std},
 	{pkg: "internal/egress/policy", phrase: "it imports the standard library and yaml.", libs: []string{"gopkg.in/yaml.v3"}},
 	{pkg: "internal/egress/sni", phrase: "It imports the standard library only.", libs: std},
+	{pkg: "internal/egress/internal/tlstest", phrase: "It imports the standard library only.", libs: std},
+	{pkg: "internal/broker/keys", phrase: "It imports only the standard library.", libs: std},
 
 	{pkg: "internal/cli", phrase: "It imports internal/cli/host, internal/cli/remote, internal/cli/admin, internal/cli/cmdutil, api, internal/system, internal/run, internal/mcp, internal/sandbox, internal/tenant, internal/audit, internal/store, internal/spec, internal/errdefs and internal/untrusted.",
 		own: []string{"internal/cli/{host,remote,admin,cmdutil}", "api", "internal/system", "internal/run", "internal/mcp", "internal/sandbox", "internal/tenant", "internal/audit", "internal/store", "internal/spec", "internal/errdefs", "internal/untrusted"}},
 	{pkg: "internal/cli/admin", phrase: "the package imports api, internal/cli/cmdutil and internal/errdefs, nothing of the engine.", own: []string{"api", "internal/cli/cmdutil", "internal/errdefs"}},
 	{pkg: "internal/cli/cmdutil", phrase: "It imports api, client, internal/spec, internal/errdefs and internal/untrusted, and nothing of the engine", own: []string{"api", "client", "internal/spec", "internal/errdefs", "internal/untrusted"}},
-	{pkg: "internal/cli/host", phrase: "It imports api, internal/cli/cmdutil, internal/system, internal/run, internal/lifecycle, internal/sandboxnet, internal/doctor, internal/sandbox, internal/spec and internal/errdefs.",
-		own: []string{"api", "internal/cli/cmdutil", "internal/system", "internal/run", "internal/lifecycle", "internal/sandboxnet", "internal/doctor", "internal/sandbox", "internal/spec", "internal/errdefs"}},
+	{pkg: "internal/cli/host", phrase: "It imports api, internal/cli/cmdutil, internal/system, internal/run, internal/sandboxnet, internal/doctor, internal/sandbox, internal/spec and internal/errdefs.",
+		own: []string{"api", "internal/cli/cmdutil", "internal/system", "internal/run", "internal/sandboxnet", "internal/doctor", "internal/sandbox", "internal/spec", "internal/errdefs"}},
 	{pkg: "internal/cli/remote", phrase: "It imports api, client, internal/cli/cmdutil, internal/spec, internal/errdefs and internal/untrusted, nothing of the engine.", own: []string{"api", "client", "internal/cli/cmdutil", "internal/spec", "internal/errdefs", "internal/untrusted"}},
 }
 

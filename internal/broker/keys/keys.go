@@ -2,8 +2,8 @@
 // key in a file no sandbox can reach: the AEAD that seals tenants' secrets
 // at rest (internal/secret), the MAC that signs the broker's tokens
 // (internal/broker) and the MAC that names a found credential in records
-// without letting anyone test guesses of it offline. It imports nothing of
-// airlock.
+// without letting anyone test guesses of it offline. It imports only the
+// standard library.
 package keys
 
 import (

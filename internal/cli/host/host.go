@@ -3,8 +3,8 @@
 // (the daemon) and the host's upkeep (doctor, gc, image). Each builds its
 // world with internal/system (the composition root), as `airlock mcp`
 // does through SystemOptions. It imports api, internal/cli/cmdutil,
-// internal/system, internal/run, internal/lifecycle, internal/sandboxnet,
-// internal/doctor, internal/sandbox, internal/spec and internal/errdefs.
+// internal/system, internal/run, internal/sandboxnet, internal/doctor,
+// internal/sandbox, internal/spec and internal/errdefs.
 package host
 
 import (

@@ -1,7 +1,7 @@
 // Package tartest builds tar streams entry by entry, for the tests of
 // what reads a hostile archive on the host (image layers in
-// internal/image/unpack, `airlock cp`'s extraction in internal/cli/remote).
-// Only tests import it.
+// internal/image/unpack, `airlock cp`'s extraction in internal/cli/remote);
+// for tests only. It imports the standard library only.
 package tartest
 
 import (

@@ -1,6 +1,7 @@
 // Package tlstest is what the egress packages' tests (internal/egress and
 // its sni) share: the first flight of a real TLS client, to feed the
-// proxy's and the ClientHello reader's tests. Only tests import it.
+// proxy's and the ClientHello reader's tests; for tests only. It imports
+// the standard library only.
 package tlstest
 
 import (

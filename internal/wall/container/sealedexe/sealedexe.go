@@ -1,8 +1,8 @@
 // Package sealedexe keeps the copy of the running airlock binary that a
 // sandbox's init is executed from: a file nothing can write, so that
 // /proc/1/exe inside a sandbox never names the host's airlock (the
-// CVE-2019-5736 class). It is the container wall's (internal/wall/container)
-// and imports nothing of airlock.
+// CVE-2019-5736 class). It is the container wall's
+// (internal/wall/container). It imports x/sys only.
 package sealedexe
 
 import (

@@ -1,7 +1,7 @@
 // Package wstest is what the tests of the workspace packages
 // (internal/workspace and its safefs, snapshot) share: a tree written from
 // a map, and a directory held by an O_PATH descriptor, as the host holds a
-// sandbox's layers. Only tests import it.
+// sandbox's layers; for tests only. It imports x/sys only.
 package wstest
 
 import (
