@@ -645,7 +645,7 @@ func cutSuffix(s, suf string) (string, bool) {
 // ProbeIdmap checks that an idmapped mount of dir can be made here, with a
 // throwaway user namespace (for `airlock doctor`).
 func ProbeIdmap(dir string) error {
-	rt := &Wall{}
+	rt := &Wall{exe: sealedexe.New("")}
 	fd, err := rt.workspaceTree(dir, firstUID)
 	if err != nil {
 		return err
