@@ -227,9 +227,11 @@ var claims = []claim{
 	{pkg: "internal/egress/sni", phrase: "It imports the standard library only.", libs: std},
 	{pkg: "internal/egress/internal/tlstest", phrase: "It imports the standard library only.", libs: std},
 	{pkg: "internal/broker/keys", phrase: "It imports only the standard library.", libs: std},
+	{pkg: "internal/audit/record", phrase: "It imports internal/audit (the log), internal/spec (a sandbox's spec), internal/egress/eventlog (the egress record is the proxy's Event), internal/workspace (a change's type), internal/scan (the rule set's name) and internal/errdefs.",
+		own: []string{"internal/audit", "internal/spec", "internal/egress/eventlog", "internal/workspace", "internal/scan", "internal/errdefs"}, libs: std},
 
-	{pkg: "internal/cli", phrase: "It imports internal/cli/host, internal/cli/remote, internal/cli/admin, internal/cli/cmdutil, api, internal/system, internal/run, internal/mcp, internal/sandbox, internal/tenant, internal/audit, internal/store, internal/spec, internal/errdefs and internal/untrusted.",
-		own: []string{"internal/cli/{host,remote,admin,cmdutil}", "api", "internal/system", "internal/run", "internal/mcp", "internal/sandbox", "internal/tenant", "internal/audit", "internal/store", "internal/spec", "internal/errdefs", "internal/untrusted"}},
+	{pkg: "internal/cli", phrase: "It imports internal/cli/host, internal/cli/remote, internal/cli/admin, internal/cli/cmdutil, api, internal/system, internal/run, internal/mcp, internal/sandbox, internal/tenant, internal/audit, internal/audit/record, internal/store, internal/spec, internal/errdefs and internal/untrusted.",
+		own: []string{"internal/cli/{host,remote,admin,cmdutil}", "api", "internal/system", "internal/run", "internal/mcp", "internal/sandbox", "internal/tenant", "internal/audit", "internal/audit/record", "internal/store", "internal/spec", "internal/errdefs", "internal/untrusted"}},
 	{pkg: "internal/cli/admin", phrase: "the package imports api, internal/cli/cmdutil and internal/errdefs, nothing of the engine.", own: []string{"api", "internal/cli/cmdutil", "internal/errdefs"}},
 	{pkg: "internal/cli/cmdutil", phrase: "It imports api, client, internal/spec, internal/errdefs and internal/untrusted, and nothing of the engine", own: []string{"api", "client", "internal/spec", "internal/errdefs", "internal/untrusted"}},
 	{pkg: "internal/cli/host", phrase: "It imports api, internal/cli/cmdutil, internal/system, internal/run, internal/sandboxnet, internal/doctor, internal/sandbox, internal/spec and internal/errdefs.",

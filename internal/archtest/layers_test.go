@@ -48,35 +48,32 @@ var layers = []layer{
 	{"egress", []string{"internal/egress", "internal/egress/dns"}, []string{"base", "value", "egress"}},
 	{"broker", []string{"internal/broker"}, []string{"base", "value", "egress"}},
 	{"netns", []string{"internal/netns"}, []string{"base", "kernel"}},
+	// What the audit log says: one type per kind, for every door.
+	{"records", []string{"internal/audit/record"}, []string{"base", "value", "record", "workspace"}},
 	{"network", []string{"internal/sandboxnet"}, []string{"base", "value", "kernel", "wall", "egress", "broker", "netns"}},
 
 	// The one construction path: never up into the service, the API, the
 	// composition root or the command line, and no wall but the interface.
 	{"lifecycle", []string{"internal/lifecycle", "internal/lifecycle/hostfiles"}, []string{"base", "value", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle"}},
-	{"run", []string{"internal/run"}, []string{"base", "value", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle",
-		// TEMPORARY (issue 13): run borrows the service's record helpers
-		// (sandbox.RedactedSpec, CapRecorded, Controls) until they move
-		// out of internal/sandbox; then delete the next line.
-		"service", "tenant", "record", "wire",
-	}},
+	{"run", []string{"internal/run"}, []string{"base", "value", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "record", "records"}},
 
 	// The service and who may call it.
-	{"tenant", []string{"internal/tenant"}, []string{"base", "value", "record", "wire"}},
-	{"secret", []string{"internal/secret"}, []string{"base", "value", "record", "wire", "tenant"}},
-	{"service", []string{"internal/sandbox"}, []string{"base", "value", "record", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant"}},
-	{"front", []string{"internal/httpapi"}, []string{"base", "value", "record", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service"}},
-	{"front", []string{"internal/mcp"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
+	{"tenant", []string{"internal/tenant"}, []string{"base", "value", "record", "records", "workspace", "wire"}},
+	{"secret", []string{"internal/secret"}, []string{"base", "value", "record", "records", "workspace", "wire", "tenant"}},
+	{"service", []string{"internal/sandbox"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant"}},
+	{"front", []string{"internal/httpapi"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service"}},
+	{"front", []string{"internal/mcp"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
 
 	// The composition root, the only host code that knows a wall by name.
-	{"root", []string{"internal/system"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front"}},
+	{"root", []string{"internal/system"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front"}},
 	{"root", []string{"internal/doctor"}, []string{"base", "value", "kernel", "wall", "backend", "init"}},
 
 	// The command line: the remote commands reach no further than the SDK.
 	{"cmdutil", []string{"internal/cli/cmdutil"}, []string{"base", "value", "wire", "client"}},
 	{"commands", []string{"internal/cli/remote", "internal/cli/admin"}, []string{"base", "value", "wire", "client", "cmdutil"}},
-	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil"}},
-	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host"}},
-	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "wire", "client", "kernel", "wall", "backend", "init", "agent", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
+	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil"}},
+	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host"}},
+	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "agent", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
 }
 
 // knownOnlyTo names packages that exactly these packages import directly:

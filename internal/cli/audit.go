@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/system"
@@ -34,9 +35,12 @@ on the daemon's host, as root.
 
   sudo airlock audit verify
   sudo airlock audit query --sandbox ID --kind exec.start
-  sudo airlock audit report ID`,
+  sudo airlock audit report ID
+  airlock audit report --log RUN-LOG-FILE     (an airlock run's own log)`,
 	}
-	c.AddCommand(auditVerifyCmd(g), auditPubkeyCmd(g), auditQueryCmd(g), auditReportCmd(g))
+	var logPath string
+	c.PersistentFlags().StringVar(&logPath, "log", "", "for query and report: the log to read, a daemon's directory or an airlock run's file (default: DATA_DIR/audit)")
+	c.AddCommand(auditVerifyCmd(g), auditPubkeyCmd(g), auditQueryCmd(g, &logPath), auditReportCmd(g, &logPath))
 	return c
 }
 
@@ -191,7 +195,7 @@ func (f *auditFilter) match(r *audit.Record) bool {
 	return true
 }
 
-func auditQueryCmd(g *globals) *cobra.Command {
+func auditQueryCmd(g *globals, logPath *string) *cobra.Command {
 	var f auditFilter
 	var since, until string
 	var follow bool
@@ -208,7 +212,7 @@ func auditQueryCmd(g *globals) *cobra.Command {
 				return err
 			}
 			enc := json.NewEncoder(g.stdout)
-			return audit.Read(cmd.Context(), system.AuditDir(g.dataDir), follow, func(r *audit.Record) error {
+			return audit.Read(cmd.Context(), auditLogPath(g, *logPath), follow, func(r *audit.Record) error {
 				if f.match(r) {
 					return enc.Encode(r)
 				}
@@ -242,15 +246,27 @@ func parseWhen(flag, v string) (time.Time, error) {
 	return t, nil
 }
 
-func auditReportCmd(g *globals) *cobra.Command {
+func auditReportCmd(g *globals, logPath *string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "report SANDBOX",
+		Use:   "report [SANDBOX]",
 		Short: "Summarize one sandbox's run: trigger, commands, network, files changed, limits",
-		Args:  cobra.ExactArgs(1),
+		Long: `Summarize one sandbox's records for a person: its trigger and controls, every
+command with its exit, every file call, the hosts it reached and was refused,
+the credentials found, the files it changed in /workspace and the limits it hit.
+
+  sudo airlock audit report 8035500fd41a
+  airlock audit report --log ~/.local/state/airlock/runs/20261201-101500.audit
+
+SANDBOX may be left out when the log holds one sandbox (an airlock run's log).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var recs []*audit.Record
-			err := audit.Read(cmd.Context(), system.AuditDir(g.dataDir), false, func(r *audit.Record) error {
-				if r.Sandbox == args[0] {
+			ids := map[string]bool{}
+			err := audit.Read(cmd.Context(), auditLogPath(g, *logPath), false, func(r *audit.Record) error {
+				if r.Sandbox != "" {
+					ids[r.Sandbox] = true
+				}
+				if r.Sandbox != "" && (len(args) == 0 || r.Sandbox == args[0]) {
 					recs = append(recs, r)
 				}
 				return nil
@@ -258,80 +274,90 @@ func auditReportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if len(args) == 0 && len(ids) > 1 {
+				return errdefs.Invalid(fmt.Sprintf("the log holds %d sandboxes: name one (airlock audit query --kind sandbox.created lists them)", len(ids)))
+			}
 			if len(recs) == 0 {
-				return errdefs.New(errdefs.ErrNotFound, "no audit records of sandbox "+args[0])
+				return errdefs.New(errdefs.ErrNotFound, "no audit records of sandbox "+strings.Join(args, ""))
 			}
 			return writeReport(g.stdout, recs)
 		},
 	}
 }
 
-// writeReport summarises one sandbox's records for a person. Paths, hosts,
-// argv and what the sandbox reported are chosen by the sandbox or its
-// caller: they are shown quoted (untrusted.Quote).
+// auditLogPath is the log the reading commands read: --log, or the
+// daemon's.
+func auditLogPath(g *globals, logPath string) string {
+	if logPath != "" {
+		return logPath
+	}
+	return system.AuditDir(g.dataDir)
+}
+
+// writeReport summarises one sandbox's records for a person, reading each
+// through its kind's type (internal/audit/record). Paths, hosts, argv and
+// what the sandbox reported are chosen by the sandbox or its caller: they
+// are shown quoted (untrusted.Quote).
 func writeReport(w io.Writer, recs []*audit.Record) error {
 	q := func(v any) string { return untrusted.Quote(fmt.Sprint(v)) }
-	argv := func(v any) string {
-		l, _ := v.([]any)
+	argv := func(l []string) string {
 		out := make([]string, len(l))
 		for i, a := range l {
 			out[i] = q(a)
 		}
 		return "[" + strings.Join(out, " ") + "]"
 	}
-	var data map[string]any
-	get := func(r *audit.Record) map[string]any {
-		data = map[string]any{}
-		_ = json.Unmarshal(r.Data, &data)
-		return data
-	}
 	first := recs[0]
 	fmt.Fprintf(w, "sandbox %s (tenant %s)\n", first.Sandbox, first.Tenant)
 	allowed, denied := map[string]int{}, map[string]int{}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	var files []string
+	var files, findings []string
 	changed := -1 // as the destroy record counts them (it lists at most 1000)
+	unreadable := 0
 	for _, r := range recs {
-		d := get(r)
-		switch r.Kind {
-		case "sandbox.created":
-			fmt.Fprintf(w, "created %s; trigger %s\n", r.Time.Format(time.RFC3339), q(d["trigger"]))
-			fmt.Fprintf(w, "controls %v\n", d["controls"])
-		case "exec.start":
-			fmt.Fprintf(tw, "  %s\tstart\texec %s\t%s\n", r.Time.Format("15:04:05.000"), q(d["exec_id"]), argv(d["argv"]))
-		case "exec.end":
-			fmt.Fprintf(tw, "  %s\tend\texec %s\tpid %v, exit %v, %s (reported by the sandbox)\n", r.Time.Format("15:04:05.000"), q(d["exec_id"]), d["pid"], d["exit_code"], q(d["status"]))
-		case "egress":
-			host := q(d["host"])
-			if d["decision"] == "allowed" {
-				allowed[host]++
+		d, err := record.Decode(r)
+		if err != nil {
+			unreadable++
+			continue
+		}
+		at := r.Time.Format("15:04:05.000")
+		switch d := d.(type) {
+		case *record.SandboxCreated:
+			fmt.Fprintf(w, "created %s; image %s; trigger %s\n", r.Time.Format(time.RFC3339), q(d.Image), q(jsonText(d.Trigger)))
+			fmt.Fprintf(w, "controls %s\n", jsonText(d.Controls))
+		case *record.ExecStart:
+			fmt.Fprintf(tw, "  %s\tstart\texec %s\t%s\n", at, q(d.ExecID), argv(d.Argv))
+		case *record.ExecEnd:
+			fmt.Fprintf(tw, "  %s\tend\texec %s\tpid %d, exit %d, %s (reported by the sandbox)\n", at, q(d.ExecID), d.PID, d.ExitCode, q(d.Status))
+		case *record.Egress:
+			if d.Decision == "allowed" {
+				allowed[q(d.Host)]++
 			} else {
-				denied[host]++
+				denied[q(d.Host)]++
 			}
-		case "sandbox.destroyed":
-			fmt.Fprintf(w, "ended %s: %s\n", r.Time.Format(time.RFC3339), q(d["reason"]))
-			if ws, ok := d["workspace"].(map[string]any); ok {
-				if n, ok := ws["changed"].(float64); ok {
-					changed = int(n)
-				}
-				if paths, ok := ws["paths"].([]any); ok {
-					for _, p := range paths {
-						if m, ok := p.(map[string]any); ok {
-							files = append(files, fmt.Sprintf("%v %s (%v bytes)", m["kind"], q(m["path"]), m["size"]))
-						}
-					}
+		case *record.SecretFinding:
+			findings = append(findings, fmt.Sprintf("%s in %s (%s): %s", q(d.Rule), q(d.Where), d.Call, d.Action))
+		case *record.SandboxDestroyed:
+			fmt.Fprintf(w, "ended %s: %s\n", r.Time.Format(time.RFC3339), q(d.Reason))
+			if ws := d.Workspace; ws != nil {
+				changed = ws.Changed
+				for _, p := range ws.Paths {
+					files = append(files, fmt.Sprintf("%s %s (%d bytes)", p.Kind, q(p.Path), p.Size))
 				}
 			}
-			if n := d["pids_limited"]; n != nil && n != float64(0) {
-				fmt.Fprintf(w, "limit: pids (%v forks refused)\n", n)
+			if d.PidsLimited > 0 {
+				fmt.Fprintf(w, "limit: pids (%d forks refused)\n", d.PidsLimited)
 			}
-			if n := d["oom_kills"]; n != nil && n != float64(0) {
+			if d.OOMKills > 0 {
 				fmt.Fprintln(w, "limit: memory (OOM)")
 			}
-		default:
-			if strings.HasPrefix(r.Kind, "file.") {
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", r.Time.Format("15:04:05.000"), r.Kind, q(d["path"]))
+			for _, l := range d.Limits {
+				if l != "pids" && l != "memory" {
+					fmt.Fprintf(w, "limit: %s\n", l)
+				}
 			}
+		case interface{ Call() record.FileCall }:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", at, r.Kind, q(d.Call().Path))
 		}
 	}
 	fmt.Fprintln(w, "commands and file calls:")
@@ -339,6 +365,12 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 	fmt.Fprintf(w, "network: %d hosts allowed, %d denied\n", len(allowed), len(denied))
 	for h, n := range denied {
 		fmt.Fprintf(w, "  denied %s (x%d)\n", h, n)
+	}
+	if len(findings) > 0 {
+		fmt.Fprintf(w, "credentials found: %d\n", len(findings))
+		for _, f := range findings {
+			fmt.Fprintln(w, "  "+f)
+		}
 	}
 	if changed > len(files) {
 		fmt.Fprintf(w, "files changed in /workspace: %d (%d listed)\n", changed, len(files))
@@ -348,7 +380,19 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 	for _, f := range files {
 		fmt.Fprintln(w, "  "+f)
 	}
+	if unreadable > 0 {
+		fmt.Fprintf(w, "records of an unknown kind or shape (an older airlock's?): %d (airlock audit query shows them)\n", unreadable)
+	}
 	return nil
+}
+
+// jsonText is v as compact JSON, for a line of the report.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // flockHeld reports whether another process holds f's lock.

@@ -8,8 +8,9 @@
 // switch), over what internal/cli/cmdutil shares. It imports
 // internal/cli/host, internal/cli/remote, internal/cli/admin,
 // internal/cli/cmdutil, api, internal/system, internal/run, internal/mcp,
-// internal/sandbox, internal/tenant, internal/audit, internal/store,
-// internal/spec, internal/errdefs and internal/untrusted.
+// internal/sandbox, internal/tenant, internal/audit,
+// internal/audit/record, internal/store, internal/spec, internal/errdefs
+// and internal/untrusted.
 package cli
 
 import (

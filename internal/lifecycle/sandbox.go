@@ -49,23 +49,6 @@ type Usage struct {
 	OOMKills, PidsLimited int64
 }
 
-// Change is one path of /workspace that changed.
-type Change struct {
-	Path   string `json:"path"`
-	Kind   string `json:"kind"` // added, modified, deleted
-	Type   string `json:"type"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256,omitempty"` // new contents of a regular file
-}
-
-// WorkspaceChanges is what changed in /workspace, as far as the reading's
-// budget went.
-type WorkspaceChanges struct {
-	Changes   []Change
-	Unread    []string // what the walk could not read, and why
-	Truncated string   // why Changes stops short ("" when whole)
-}
-
 // ID is the sandbox's id.
 func (sb *Sandbox) ID() string { return sb.id }
 
@@ -181,21 +164,14 @@ func (sb *Sandbox) Diff(ctx context.Context, w io.Writer) error {
 
 // Changes lists what changed in /workspace (on the frozen sandbox) and
 // writes the patch, at most maxPatch bytes, to w, within ctx's time.
-func (sb *Sandbox) Changes(ctx context.Context, w io.Writer, maxPatch int64) (*WorkspaceChanges, error) {
-	out := &WorkspaceChanges{}
-	err := sb.frozen(func() error {
+func (sb *Sandbox) Changes(ctx context.Context, w io.Writer, maxPatch int64) (out *workspace.Report, err error) {
+	err = sb.frozen(func() error {
 		l := sb.w.Layers()
 		ch, err := workspace.Changes(ctx, sb.wsDir, l.WorkspaceUpper, l.Workspace)
 		if err != nil {
 			return err
 		}
-		for _, c := range ch.Changes {
-			out.Changes = append(out.Changes, Change{Path: c.Path, Kind: string(c.Kind), Type: c.Type, Size: c.Size, SHA256: ch.Digest(c)})
-		}
-		for _, u := range ch.Unread {
-			out.Unread = append(out.Unread, u.String())
-		}
-		out.Truncated = ch.Truncated
+		out = ch.Report()
 		return ch.WriteDiff(w, maxPatch)
 	})
 	return out, err

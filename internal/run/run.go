@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
-	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
-	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/scan"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -59,12 +58,10 @@ type Options struct {
 	Resize <-chan [2]uint16
 	// NetLog receives one JSON line per egress decision (proxy mode).
 	NetLog io.Writer
-	// Audit, when set, is told what the run did as audit records: the
-	// sandbox's id, the kind, the source ("observed" by the host or
-	// "reported" by the sandbox) and the data. With wait it returns once
-	// the record (and all before it) is on disk; an error then stops the
-	// run before anything runs unrecorded.
-	Audit func(sandbox, kind, source string, data any, wait bool) error
+	// Audit, when set, records what the run did: the command's start is
+	// committed (on disk) before it runs, and a log that cannot take it
+	// stops the run before anything runs unrecorded.
+	Audit *record.Recorder
 }
 
 // Limit names a resource cap that ended or constrained the run.
@@ -95,6 +92,8 @@ type Result struct {
 	Egress     *sandboxnet.Result `json:"egress,omitempty"`
 	// Audit is the file the run's audit records went to.
 	Audit string `json:"audit,omitempty"`
+
+	execID string // the command's, in its records
 }
 
 // ErrInterrupted: the user interrupted the run before the sandbox existed.
@@ -245,25 +244,43 @@ func (r *Runner) deliver(sb *lifecycle.Sandbox, o Options) error {
 	return nil
 }
 
-// egressSink records the run's egress decisions.
+// egressSink records the run's egress decisions, and what each found.
 func (r *Runner) egressSink(o Options) func(eventlog.Event) {
 	if o.Audit == nil {
 		return nil
 	}
-	return func(ev eventlog.Event) { _ = o.Audit(ev.Sandbox, "egress", "observed", ev, false) }
+	return func(ev eventlog.Event) {
+		w := record.Who{Sandbox: ev.Sandbox}
+		o.Audit.Note(w, record.Egress{Event: ev})
+		for _, f := range record.EgressFindings(ev) {
+			o.Audit.Note(w, f)
+		}
+	}
 }
 
 // recordStart puts the run on the record before anything runs: a run that
-// cannot be recorded does not start.
+// cannot be recorded does not start. The records are the daemon's for the
+// same sandbox and command (internal/audit/record).
 func (r *Runner) recordStart(s *spec.Spec, sb *lifecycle.Sandbox, res *Result, o Options) error {
 	res.Degraded = sb.Degraded()
 	if o.Audit == nil {
 		return nil
 	}
-	shown := r.recorded(s, res.SandboxID, o.Audit)
-	_ = o.Audit(res.SandboxID, "sandbox.created", "observed", map[string]any{"spec": shown, "image": s.Image, "image_digest": sb.ImageDigest(), "controls": sandbox.Controls(res.Degraded)}, false)
-	if err := o.Audit(res.SandboxID, "exec.start", "observed", map[string]any{"argv": shown.Command, "user": s.User, "cwd": "/workspace", "env": shown.Env, "tty": s.TTY}, true); err != nil {
-		return fmt.Errorf("%w: the audit log: %v", errdefs.ErrUnavailable, err)
+	w := record.Who{Sandbox: res.SandboxID}
+	shown := r.recorded(s, w, o.Audit)
+	o.Audit.Note(w, record.SandboxCreated{
+		Spec: shown, Image: s.Image, ImageDigest: sb.ImageDigest(), PolicySHA256: record.PolicyHash(s.Net.Allow, s.Net.Deny),
+		Controls: record.ControlsOf(res.Degraded), // init_pid 0: recorded before init exists
+	})
+	user := s.User
+	if user == "" {
+		user = "user"
+	}
+	res.execID = lifecycle.NewID()
+	if err := o.Audit.Commit(context.Background(), w, record.ExecStart{
+		ExecID: res.execID, Argv: shown.Command, Cwd: "/workspace", User: user, Env: shown.Env, TTY: s.TTY, Timeout: s.Timeout.String(),
+	}); err != nil {
+		return fmt.Errorf("the audit log: %w", err)
 	}
 	return nil
 }
@@ -274,28 +291,32 @@ func (r *Runner) recordEnd(sb *lifecycle.Sandbox, res *Result, ex wall.Exit, sta
 	if o.Audit == nil {
 		return
 	}
-	_ = o.Audit(res.SandboxID, "exec.end", "reported", map[string]any{"exit_code": ex.Code, "signal": ex.Signal, "error": ex.Error}, false)
-	destroyed := map[string]any{"reason": endReason(res), "limits": res.Limits, "cpu_seconds": stats.CPU.Seconds(), "memory_peak_bytes": stats.MemoryPeak}
-	ctx, cancel := context.WithTimeout(context.Background(), sandbox.RecordTime)
-	defer cancel()
-	if ch, err := sb.ChangeSet(ctx); err == nil {
-		// Capped as the daemon's record is: a sandbox chooses the names.
-		changes, left := sandbox.CapRecorded(ch.Changes, sandbox.MaxRecordedChanges, sandbox.MaxRecordedBytes)
-		destroyed["workspace"] = changes
-		if left > 0 {
-			destroyed["workspace_left_out"] = left
-		}
-		if unread, left := sandbox.CapRecorded(ch.Unread, sandbox.MaxRecordedChanges, sandbox.MaxRecordedBytes/4); len(unread) > 0 {
-			destroyed["workspace_unread"] = unread
-			if left > 0 {
-				destroyed["workspace_unread_left_out"] = left
-			}
-		}
-		if ch.Truncated != "" {
-			destroyed["workspace_truncated"] = ch.Truncated
-		}
+	w := record.Who{Sandbox: res.SandboxID}
+	end := record.ExecEnd{ExecID: res.execID, DurationMS: res.WallMS, ExitCode: ex.Code, Status: exitStatus(ex), Error: ex.Error, TimedOut: res.Limit == LimitTimeout}
+	if ex.OOM || ex.InitDied {
+		end.SandboxEnded = endReason(res)
 	}
-	_ = o.Audit(res.SandboxID, "sandbox.destroyed", "observed", destroyed, false)
+	o.Audit.Note(w, end)
+	limits := make([]string, 0, len(res.Limits))
+	for _, l := range res.Limits {
+		limits = append(limits, string(l))
+	}
+	o.Audit.Note(w, record.SandboxDestroyed{
+		Reason: endReason(res), Limits: limits, CPUSeconds: stats.CPU.Seconds(), MemoryPeakBytes: stats.MemoryPeak,
+		OOMKills: stats.OOMKills, PidsLimited: stats.PidsLimited, Workspace: record.ReadWorkspace(sb, res.SandboxID, ""),
+	})
+}
+
+// exitStatus says how a command ended as the sandbox's agent says it
+// (Go's os.ProcessState): "exit status 1", "signal: killed".
+func exitStatus(ex wall.Exit) string {
+	switch {
+	case ex.Error != "":
+		return "not started"
+	case ex.Signal > 0:
+		return "signal: " + unix.Signal(ex.Signal).String()
+	}
+	return fmt.Sprintf("exit status %d", ex.Code)
 }
 
 // endReason says why a run's sandbox ended.
@@ -309,13 +330,13 @@ func endReason(res *Result) string {
 	return "exit"
 }
 
-// recorded is s as a run's records show it (sandbox.RedactedSpec), its
-// command with every credential the scanner finds replaced by
-// [REDACTED:rule] and recorded as a finding by fingerprint: the command
-// runs as given; its record does not keep the value. A scanner that
-// cannot run leaves no command in the record.
-func (r *Runner) recorded(s *spec.Spec, id string, rec func(sandbox, kind, source string, data any, wait bool) error) spec.Spec {
-	shown := sandbox.RedactedSpec(*s)
+// recorded is s as a run's records show it (record.Spec), its command
+// with every credential the scanner finds replaced by [REDACTED:rule] and
+// recorded as a finding by fingerprint: the command runs as given; its
+// record does not keep the value. A scanner that cannot run leaves no
+// command in the record.
+func (r *Runner) recorded(s *spec.Spec, w record.Who, rec *record.Recorder) spec.Spec {
+	shown := record.Spec(*s)
 	if r.Broker == nil {
 		return shown
 	}
@@ -326,8 +347,8 @@ func (r *Runner) recorded(s *spec.Spec, id string, rec func(sandbox, kind, sourc
 	}
 	shown.Command = cmd
 	for _, f := range fs {
-		_ = rec(id, "secret.finding", "observed", map[string]any{"call": "run", "where": fmt.Sprintf("argv[%d]", f.Part), "rule": f.Rule, "rules": scan.RuleSet,
-			"fingerprint": r.Broker.Keys().Fingerprint(f.Secret), "action": "redacted", "reason": "redacted in the record; the command ran as given"}, false)
+		rec.Note(w, record.SecretFinding{Call: "run", Where: fmt.Sprintf("argv[%d]", f.Part), Rule: f.Rule, Rules: scan.RuleSet,
+			Fingerprint: r.Broker.Keys().Fingerprint(f.Secret), Action: "redacted", Reason: "redacted in the record; the command ran as given"})
 	}
 	return shown
 }

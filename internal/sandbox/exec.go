@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/api/process"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
@@ -215,14 +216,14 @@ func startRequest(req *api.Exec) *process.StartRequest {
 // execution is one started command: its stream from the agent (which
 // lives in sctx), and what its exec.end record needs.
 type execution struct {
-	s      *Service
-	b      *box
-	w      who
-	id     string // exec id
-	pid    uint32
-	t0     time.Time
-	stream *connect.ServerStreamForClient[process.StartResponse]
-	out    map[string]*streamDigest
+	s                   *Service
+	b                   *box
+	w                   record.Who
+	id                  string // exec id
+	pid                 uint32
+	t0                  time.Time
+	stream              *connect.ServerStreamForClient[process.StartResponse]
+	stdout, stderr, pty *record.Digester
 }
 
 // startExec records the request while the agent starts the command; the
@@ -230,17 +231,17 @@ type execution struct {
 // cannot start answers the end to report (127 not found, 126 not
 // executable), or an error; either way it is recorded as not started.
 func (s *Service) startExec(ctx, sctx context.Context, b *box, req *api.Exec, argv []string) (*execution, *api.ExecEnd, error) {
-	x := &execution{s: s, b: b, w: b.who(), id: newID(), t0: time.Now(), out: map[string]*streamDigest{"stdout": newStreamDigest(), "stderr": newStreamDigest(), "pty": newStreamDigest()}}
+	x := &execution{s: s, b: b, w: b.who(), id: newID(), t0: time.Now(), stdout: record.NewDigester(), stderr: record.NewDigester(), pty: record.NewDigester()}
 	recorded := make(chan error, 1)
 	go func() {
-		recorded <- s.commit(ctx, x.w, "exec.start", "observed", map[string]any{
-			"exec_id": x.id, "argv": argv, "cwd": req.Cwd, "user": userOr(req.User), "env": envNames(req.Env),
-			"background": req.Background, "tag": req.Tag, "tty": req.TTY != nil, "timeout": req.Timeout, "stdin_bytes": len(req.Stdin),
+		recorded <- s.cfg.Audit.Commit(ctx, x.w, record.ExecStart{
+			ExecID: x.id, Argv: argv, Cwd: req.Cwd, User: userOr(req.User), Env: record.EnvNames(req.Env),
+			Background: req.Background, Tag: req.Tag, TTY: req.TTY != nil, Timeout: req.Timeout, StdinBytes: len(req.Stdin),
 		})
 	}()
 	notStarted := func(why error) {
 		if <-recorded == nil {
-			s.note(x.w, "exec.end", "reported", map[string]any{"exec_id": x.id, "status": "not started", "error": why.Error()})
+			s.cfg.Audit.Note(x.w, record.ExecEnd{ExecID: x.id, ExitCode: -1, Status: "not started", Error: why.Error()})
 		}
 	}
 	stream, err := b.agent.proc.Start(sctx, asUser(connect.NewRequest(startRequest(req)), req.User))
@@ -309,30 +310,24 @@ func (x *execution) sendStdin(ctx context.Context, req *api.Exec) error {
 // the record, until its end.
 func (x *execution) relay(emit func(*api.ExecEvent) error) error {
 	return relay(x.stream.Receive, func() *process.ProcessEvent { return x.stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
-		x.out["stdout"].add(ev.Stdout)
-		x.out["stderr"].add(ev.Stderr)
-		x.out["pty"].add(ev.PTY)
+		x.stdout.Add(ev.Stdout)
+		x.stderr.Add(ev.Stderr)
+		x.pty.Add(ev.PTY)
 		return emit(ev)
 	})
 }
 
 // ended records the command's end (nil: its stream ended without one).
 func (x *execution) ended(end *api.ExecEnd) {
-	data := map[string]any{"exec_id": x.id, "pid": x.pid, "duration_ms": float64(time.Since(x.t0).Microseconds()) / 1000}
-	for k, d := range x.out {
-		if d.n > 0 {
-			data[k] = d.summary()
-		}
-	}
+	d := record.ExecEnd{ExecID: x.id, PID: int(x.pid), DurationMS: float64(time.Since(x.t0).Microseconds()) / 1000,
+		ExitCode: -1, Status: "unknown: the stream ended without an end", Stdout: x.stdout.Seen(), Stderr: x.stderr.Seen(), PTY: x.pty.Seen()}
 	if end != nil {
-		data["exit_code"], data["status"], data["error"], data["timed_out"] = end.ExitCode, end.Status, end.Error, end.TimedOut
+		d.ExitCode, d.Status, d.Error, d.TimedOut = end.ExitCode, end.Status, end.Error, end.TimedOut
 		if end.SandboxEnded {
-			data["sandbox_ended"] = end.EndReason
+			d.SandboxEnded = end.EndReason
 		}
-	} else {
-		data["status"] = "unknown: the stream ended without an end"
 	}
-	x.s.note(x.w, "exec.end", "reported", data)
+	x.s.cfg.Audit.Note(x.w, d)
 }
 
 // follow follows a background command to its end, for the record, then

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
+	"github.com/airlock-sandbox/airlock/internal/workspace"
 	"io"
 	"net"
 	"net/http"
@@ -264,9 +266,9 @@ func (i *fakeHost) setUsage(u lifecycle.Usage) {
 func (i *fakeHost) Diff(context.Context, io.Writer) error { return nil }
 
 // Changes: one file was added to /workspace.
-func (i *fakeHost) Changes(_ context.Context, w io.Writer, _ int64) (*lifecycle.WorkspaceChanges, error) {
+func (i *fakeHost) Changes(_ context.Context, w io.Writer, _ int64) (*workspace.Report, error) {
 	_, _ = io.WriteString(w, "+++ b/notes.txt\n")
-	return &lifecycle.WorkspaceChanges{Changes: []lifecycle.Change{{Path: "notes.txt", Kind: "added", Type: "file", Size: 5}}}, nil
+	return &workspace.Report{Changes: []workspace.Reported{{Path: "notes.txt", Kind: "added", Type: "file", Size: 5}}}, nil
 }
 
 func (i *fakeHost) Degraded() []string  { return nil }
@@ -348,7 +350,7 @@ func newLifeRig(t *testing.T) *lifeRig {
 // newLifeRigOn is a service (a daemon) over an existing store and host.
 func newLifeRigOn(t *testing.T, db *store.Store, be *fakeBackend, clock *fakeClock) *lifeRig {
 	r := &lifeRig{be: be, clock: clock, db: db, audit: &memAudit{}}
-	r.svc = New(Config{Backend: be, Store: db, Audit: r.audit, Now: clock.Now})
+	r.svc = New(Config{Backend: be, Store: db, Audit: record.New(r.audit, nil), Now: clock.Now})
 	t.Cleanup(func() {
 		if _, err := r.svc.killAll(&tenant.Principal{Admin: true}, "", "test over"); err != nil {
 			t.Error(err)

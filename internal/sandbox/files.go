@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/api/agentpb"
 	"github.com/airlock-sandbox/airlock/api/filesystem"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
@@ -79,13 +80,13 @@ func (s *Service) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user
 	}
 	defer stream.Close()
 	var n int64
-	dg := newStreamDigest()
+	dg := record.NewDigester()
 	for stream.Receive() {
 		d := stream.Msg().GetData()
 		if n += int64(len(d)); n > max {
 			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("%s is larger than %d bytes", p, max))
 		}
-		dg.add(d)
+		dg.Add(d)
 		if _, err := w.Write(d); err != nil {
 			return err
 		}
@@ -93,17 +94,16 @@ func (s *Service) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user
 	if err := stream.Err(); err != nil {
 		return agentError(err)
 	}
-	return s.fileRecord(ctx, b, "read", p, user, dg.summary())
+	return s.fileRecord(ctx, b, record.FileRead{FileCall: fileCall(p, user), Content: dg.Digest()})
 }
 
 // fileRecord records one file call on a sandbox once it succeeded.
-func (s *Service) fileRecord(ctx context.Context, b *box, op, p, user string, extra map[string]any) error {
-	data := map[string]any{"op": op, "path": p, "user": userOr(user)}
-	for k, v := range extra {
-		data[k] = v
-	}
-	return s.commit(ctx, b.who(), "file."+op, "observed", data)
+func (s *Service) fileRecord(ctx context.Context, b *box, d record.Data) error {
+	return s.cfg.Audit.Commit(ctx, b.who(), d)
 }
+
+// fileCall is what every file call's record says.
+func fileCall(p, user string) record.FileCall { return record.FileCall{Path: p, User: userOr(user)} }
 
 // WriteFile replaces (or creates) a file of the sandbox.
 func (s *Service) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, data []byte, parents bool) error {
@@ -130,9 +130,9 @@ func (s *Service) WriteFile(ctx context.Context, t *tenant.Principal, id, p, use
 	if _, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents})); err != nil {
 		return agentError(err)
 	}
-	dg := newStreamDigest()
-	dg.add(data)
-	return s.fileRecord(ctx, b, "write", p, user, map[string]any{"mode": fmt.Sprintf("%o", mode.Perm()), "content": dg.summary()})
+	dg := record.NewDigester()
+	dg.Add(data)
+	return s.fileRecord(ctx, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
 }
 
 // Edit replaces one exact, unique occurrence of a string in a file.
@@ -160,10 +160,10 @@ func (s *Service) Edit(ctx context.Context, t *tenant.Principal, id string, req 
 	if err != nil {
 		return agentError(err)
 	}
-	old, new := newStreamDigest(), newStreamDigest()
-	old.add([]byte(req.Old))
-	new.add([]byte(req.New))
-	return s.fileRecord(ctx, b, "edit", p, req.User, map[string]any{"old": old.summary(), "new": new.summary(), "size_reported": res.Msg.GetSize()})
+	old, new := record.NewDigester(), record.NewDigester()
+	old.Add([]byte(req.Old))
+	new.Add([]byte(req.New))
+	return s.fileRecord(ctx, b, record.FileEdit{FileCall: fileCall(p, req.User), Old: old.Digest(), New: new.Digest(), SizeReported: res.Msg.GetSize()})
 }
 
 // Stat describes one file.
@@ -181,7 +181,7 @@ func (s *Service) Stat(ctx context.Context, t *tenant.Principal, id, p, user str
 		return nil, agentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, s.fileRecord(ctx, b, "stat", p, user, nil)
+	return &e, s.fileRecord(ctx, b, record.FileStat{FileCall: fileCall(p, user)})
 }
 
 // ListDir lists a directory, depth levels deep (1: its entries only).
@@ -205,7 +205,7 @@ func (s *Service) ListDir(ctx context.Context, t *tenant.Principal, id, p, user 
 	for _, e := range res.Msg.GetEntries() {
 		out = append(out, entry(e))
 	}
-	return out, s.fileRecord(ctx, b, "list", p, user, map[string]any{"depth": depth, "entries": len(out)})
+	return out, s.fileRecord(ctx, b, record.FileList{FileCall: fileCall(p, user), Depth: depth, Entries: len(out)})
 }
 
 // MakeDir creates a directory and its parents.
@@ -223,7 +223,7 @@ func (s *Service) MakeDir(ctx context.Context, t *tenant.Principal, id string, r
 		return nil, agentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, s.fileRecord(ctx, b, "mkdir", p, req.User, nil)
+	return &e, s.fileRecord(ctx, b, record.FileMkdir{FileCall: fileCall(p, req.User)})
 }
 
 // Move renames a file or directory.
@@ -245,7 +245,7 @@ func (s *Service) Move(ctx context.Context, t *tenant.Principal, id string, req 
 		return nil, agentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, s.fileRecord(ctx, b, "move", from, req.User, map[string]any{"to": to})
+	return &e, s.fileRecord(ctx, b, record.FileMove{FileCall: fileCall(from, req.User), To: to})
 }
 
 // Remove deletes a file or a directory tree.
@@ -261,7 +261,7 @@ func (s *Service) Remove(ctx context.Context, t *tenant.Principal, id, p, user s
 	if _, err = b.agent.fs.Remove(ctx, asUser(connect.NewRequest(&filesystem.RemoveRequest{Path: p}), user)); err != nil {
 		return agentError(err)
 	}
-	return s.fileRecord(ctx, b, "remove", p, user, nil)
+	return s.fileRecord(ctx, b, record.FileRemove{FileCall: fileCall(p, user)})
 }
 
 var opNames = map[filesystem.EventType]string{
@@ -284,7 +284,7 @@ func (s *Service) Watch(ctx context.Context, t *tenant.Principal, id, p, user st
 	if err != nil {
 		return agentError(err)
 	}
-	if err := s.fileRecord(ctx, b, "watch", p, user, map[string]any{"recursive": recursive}); err != nil {
+	if err := s.fileRecord(ctx, b, record.FileWatch{FileCall: fileCall(p, user), Recursive: recursive}); err != nil {
 		return err
 	}
 	defer stream.Close()
@@ -342,7 +342,7 @@ func (s *Service) Upload(ctx context.Context, t *tenant.Principal, id, dir, user
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return skipped, s.fileRecord(ctx, b, "upload", dir, user, map[string]any{"entries": n, "bytes": total, "skipped": len(skipped)})
+			return skipped, s.fileRecord(ctx, b, record.FileUpload{FileCall: fileCall(dir, user), Entries: n, Bytes: total, Skipped: len(skipped)})
 		}
 		if err != nil {
 			return skipped, errdefs.Invalid("upload: not a tar stream: " + err.Error())
@@ -408,10 +408,10 @@ func (s *Service) Download(ctx context.Context, t *tenant.Principal, id, p strin
 	if err != nil {
 		return err
 	}
-	dg := newStreamDigest()
+	dg := record.NewDigester()
 	var recErr error
 	err = b.inst.Archive(ctx, strings.TrimPrefix(rel, "/"), MaxArchiveBytes, func(skipped []string) io.Writer {
-		if recErr = s.fileRecord(ctx, b, "download", p, "", map[string]any{"skipped": recordedNames(skipped)}); recErr != nil {
+		if recErr = s.fileRecord(ctx, b, record.FileDownload{FileCall: fileCall(p, ""), Skipped: record.Names(skipped)}); recErr != nil {
 			return failWriter{recErr} // nothing leaves unrecorded
 		}
 		return io.MultiWriter(start(skipped), digestWriter{dg})
@@ -419,7 +419,8 @@ func (s *Service) Download(ctx context.Context, t *tenant.Principal, id, p strin
 	if recErr != nil {
 		return recErr
 	}
-	s.note(b.who(), "file.sent", "observed", map[string]any{"op": "download", "path": p, "tar": dg.summary(), "complete": err == nil})
+	tar := dg.Digest()
+	s.cfg.Audit.Note(b.who(), record.FileSent{Op: "download", Path: p, Tar: &tar, Complete: err == nil})
 	return err
 }
 
@@ -428,9 +429,9 @@ type failWriter struct{ err error }
 
 func (f failWriter) Write([]byte) (int, error) { return 0, f.err }
 
-type digestWriter struct{ d *streamDigest }
+type digestWriter struct{ d *record.Digester }
 
-func (w digestWriter) Write(p []byte) (int, error) { w.d.add(p); return len(p), nil }
+func (w digestWriter) Write(p []byte) (int, error) { w.d.Add(p); return len(p), nil }
 
 // Diff streams the unified diff of the sandbox's /workspace since creation
 // (names only for binary files, deletions and special files), at most
@@ -441,11 +442,12 @@ func (s *Service) Diff(ctx context.Context, t *tenant.Principal, id string, w io
 	if err != nil {
 		return err
 	}
-	if err := s.fileRecord(ctx, b, "diff", "/workspace", "", nil); err != nil {
+	if err := s.fileRecord(ctx, b, record.FileDiff{FileCall: fileCall("/workspace", "")}); err != nil {
 		return err
 	}
-	dg := newStreamDigest()
+	dg := record.NewDigester()
 	err = b.inst.Diff(ctx, io.MultiWriter(w, digestWriter{dg}))
-	s.note(b.who(), "file.sent", "observed", map[string]any{"op": "diff", "path": "/workspace", "patch": dg.summary(), "complete": err == nil})
+	patch := dg.Digest()
+	s.cfg.Audit.Note(b.who(), record.FileSent{Op: "diff", Path: "/workspace", Patch: &patch, Complete: err == nil})
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
@@ -64,5 +65,5 @@ func (s *Service) SetMCPSpec(ctx context.Context, p *tenant.Principal, spec *api
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	return s.commit(ctx, who{tenant: p.ID}, "mcp.spec", "observed", map[string]any{"spec": rec, "env": names})
+	return s.cfg.Audit.Commit(ctx, record.Who{Tenant: p.ID}, record.MCPSpec{Spec: rec, Env: names})
 }

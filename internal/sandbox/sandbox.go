@@ -27,6 +27,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -34,6 +35,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
+	"github.com/airlock-sandbox/airlock/internal/workspace"
 )
 
 // Host is one sandbox as the host keeps it (*lifecycle.Sandbox).
@@ -50,7 +52,7 @@ type Host interface {
 	Diff(ctx context.Context, w io.Writer) error
 	// Changes lists what changed in /workspace and writes the patch (at
 	// most maxPatch bytes) to w, within ctx's time.
-	Changes(ctx context.Context, w io.Writer, maxPatch int64) (*lifecycle.WorkspaceChanges, error)
+	Changes(ctx context.Context, w io.Writer, maxPatch int64) (*workspace.Report, error)
 	// Degraded lists the controls the sandbox runs without (an explicit
 	// opt-out the host needed).
 	Degraded() []string
@@ -124,7 +126,7 @@ type Config struct {
 	Log     *slog.Logger
 	Metrics *Metrics
 	// Audit records what sandboxes do; nil records nothing (unit tests).
-	Audit Auditor
+	Audit *record.Recorder
 	// AuditDir is the log's directory, for reading it back; PatchDir
 	// keeps the workspace patches its records name.
 	AuditDir, PatchDir string
@@ -331,7 +333,7 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 		k, _, _ := strings.Cut(kv, "=")
 		env = append(env, field{"env " + k, &sp.Env[i], nil})
 	}
-	if err := s.scanCall(ctx, t, who{tenant: t.ID}, "create", env); err != nil {
+	if err := s.scanCall(ctx, t, record.Who{Tenant: t.ID}, "create", env); err != nil {
 		return nil, err
 	}
 	if err := s.auditable(); err != nil {
@@ -378,17 +380,17 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 	// The audit record first, then the daemon's own: a crash in between
 	// leaves a sandbox without a record, which the next daemon ends (and
 	// records); never one that runs unaudited.
-	if err := s.commit(ctx, b.who(), "sandbox.created", "observed", map[string]any{
-		"spec": RedactedSpec(sp), "metadata": req.Metadata, "trigger": req.Trigger, "expires": b.rec.Expires, "idle_timeout": idle.String(),
-		"controls": Controls(inst.Degraded()), "init_pid": inst.InitPid(),
-		"image_digest": inst.ImageDigest(), "policy_sha256": policyHash(sp.Net.Allow, sp.Net.Deny),
+	if err := s.cfg.Audit.Commit(ctx, b.who(), record.SandboxCreated{
+		Spec: record.Spec(sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
+		Metadata: req.Metadata, Trigger: req.Trigger, Expires: &b.rec.Expires, IdleTimeout: idle.String(),
+		Controls: record.ControlsOf(inst.Degraded()), InitPID: inst.InitPid(),
 	}); err != nil {
 		discard(inst)
 		return nil, err
 	}
 	if err := s.cfg.Store.PutSandbox(context.WithoutCancel(ctx), b.rec); err != nil {
 		discard(inst)
-		s.note(b.who(), "sandbox.destroyed", "observed", map[string]any{"reason": "the daemon could not record it: " + err.Error()})
+		s.cfg.Audit.Note(b.who(), record.SandboxDestroyed{Reason: "the daemon could not record it: " + err.Error()})
 		return nil, fmt.Errorf("record sandbox: %w", err)
 	}
 	// Live from here, unless the kill switch came first: then it ends as
@@ -477,7 +479,7 @@ func (s *Service) killedCreate(pc *pendingCreate, inst Host) error {
 	if s.cfg.Broker != nil {
 		s.cfg.Broker.End(pc.id)
 	}
-	s.note(who{tenant: pc.tenant, sandbox: pc.id}, "sandbox.destroyed", "observed", map[string]any{"reason": reason, "while": "create"})
+	s.cfg.Audit.Note(record.Who{Tenant: pc.tenant, Sandbox: pc.id}, record.SandboxDestroyed{Reason: reason, While: "create"})
 	s.cfg.Metrics.ends.WithLabelValues(endLabel(reason)).Inc()
 	return killedError(pc.id, reason)
 }
@@ -651,7 +653,11 @@ func (s *Service) setPaused(ctx context.Context, t *tenant.Principal, id string,
 	b.mu.Unlock()
 	err = s.cfg.Store.PutSandbox(ctx, rec)
 	if err == nil {
-		err = s.commit(ctx, b.who(), "sandbox."+map[bool]string{true: "paused", false: "resumed"}[pause], "observed", nil)
+		var d record.Data = record.SandboxResumed{}
+		if pause {
+			d = record.SandboxPaused{}
+		}
+		err = s.cfg.Audit.Commit(ctx, b.who(), d)
 	}
 	b.mu.Lock()
 	if err != nil {
@@ -685,7 +691,7 @@ func (s *Service) Extend(ctx context.Context, t *tenant.Principal, id string, re
 	if err := s.cfg.Store.PutSandbox(ctx, rec); err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, b.who(), "sandbox.extended", "observed", map[string]any{"expires": rec.Expires}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, b.who(), record.SandboxExtended{Expires: rec.Expires}); err != nil {
 		return nil, err
 	}
 	return describeRecord(rec, nil), nil
@@ -761,7 +767,7 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 	wg.Wait()
 	slices.Sort(ids)
 	s.cfg.Log.Warn("kill switch", "tenant", tid, "destroyed", len(ids), "in_flight", len(pcs))
-	return ids, s.commit(context.Background(), who{tenant: tid}, "killswitch", "observed", map[string]any{"admin": t.Admin, "destroyed": ids})
+	return ids, s.cfg.Audit.Commit(context.Background(), record.Who{Tenant: tid}, record.KillSwitch{Admin: t.Admin, Destroyed: ids})
 }
 
 // end destroys b (once) and records why; every caller returns only when
@@ -784,7 +790,7 @@ func (s *Service) end(b *box, reason string) {
 	if err != nil {
 		s.cfg.Log.Error("destroy", "id", b.rec.ID, "err", err)
 	}
-	changes := s.workspaceChanges(b)
+	changes := record.ReadWorkspace(b.inst, b.rec.ID, s.cfg.PatchDir)
 	b.inst.Release()
 	if s.cfg.Broker != nil {
 		s.cfg.Broker.End(b.rec.ID) // every token it held is refused from now on
@@ -799,15 +805,28 @@ func (s *Service) end(b *box, reason string) {
 	if err := s.cfg.Store.PutSandbox(context.Background(), rec); err != nil {
 		s.cfg.Log.Error("record sandbox end", "id", rec.ID, "err", err)
 	}
-	if err := s.commit(context.Background(), b.who(), "sandbox.destroyed", "observed", map[string]any{
-		"reason": reason, "cpu_seconds": usage.CPU.Seconds(), "memory_peak_bytes": usage.MemoryPeak,
-		"oom_kills": usage.OOMKills, "pids_limited": usage.PidsLimited, "workspace": changes,
+	if err := s.cfg.Audit.Commit(context.Background(), b.who(), record.SandboxDestroyed{
+		Reason: reason, Limits: limitsHit(usage), CPUSeconds: usage.CPU.Seconds(), MemoryPeakBytes: usage.MemoryPeak,
+		OOMKills: usage.OOMKills, PidsLimited: usage.PidsLimited, Workspace: changes,
 	}); err != nil {
 		s.cfg.Log.Error("audit", "kind", "sandbox.destroyed", "id", rec.ID, "err", err)
 	}
 	s.cfg.Metrics.ends.WithLabelValues(endLabel(reason)).Inc()
 	s.cfg.Log.Info("sandbox ended", "id", rec.ID, "tenant", rec.Tenant, "reason", reason)
 	close(b.ended)
+}
+
+// limitsHit names the limits a sandbox's usage says it reached, as a
+// run's record names them.
+func limitsHit(u lifecycle.Usage) []string {
+	out := []string{}
+	if u.OOMKills > 0 {
+		out = append(out, "memory")
+	}
+	if u.PidsLimited > 0 {
+		out = append(out, "pids")
+	}
+	return out
 }
 
 // watch ends a sandbox whose init died on its own (a limit, a crash).
@@ -867,7 +886,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			s.cfg.Broker.End(id)
 		}
 		s.cfg.Log.Warn("discarded a sandbox without a record", "id", id, "err", err)
-		s.note(who{sandbox: id}, "sandbox.destroyed", "observed", map[string]any{"reason": "found without a record after a daemon restart"})
+		s.cfg.Audit.Note(record.Who{Sandbox: id}, record.SandboxDestroyed{Reason: "found without a record after a daemon restart"})
 	}
 	if s.cfg.Broker != nil {
 		s.mu.Lock()
@@ -891,7 +910,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 			s.cfg.Log.Error("record sandbox end", "id", r.ID, "err", perr)
 		}
 		s.cfg.Log.Warn("sandbox not adopted", "id", r.ID, "err", err)
-		s.note(who{r.Tenant, r.ID, ""}, "sandbox.destroyed", "observed", map[string]any{"reason": r.EndReason})
+		s.cfg.Audit.Note(record.Who{Tenant: r.Tenant, Sandbox: r.ID}, record.SandboxDestroyed{Reason: r.EndReason})
 		s.cfg.Metrics.ends.WithLabelValues("lost").Inc()
 	}
 	var sp spec.Spec
@@ -917,7 +936,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
 	s.mu.Unlock()
 	go s.watch(b)
 	s.cfg.Metrics.adopted.Inc()
-	s.note(b.who(), "sandbox.adopted", "observed", map[string]any{"init_pid": inst.InitPid()})
+	s.cfg.Audit.Note(b.who(), record.SandboxAdopted{InitPID: inst.InitPid()})
 	s.cfg.Log.Info("sandbox adopted", "id", r.ID, "tenant", r.Tenant)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/scan"
@@ -55,7 +56,7 @@ func newScanBudget() *scanBudget {
 
 // scanCall applies the secret scanner to a call's fields under the
 // tenant's policy, within one call's budget (see scanFields).
-func (s *Service) scanCall(ctx context.Context, t *tenant.Principal, w who, call string, fields []field) error {
+func (s *Service) scanCall(ctx context.Context, t *tenant.Principal, w record.Who, call string, fields []field) error {
 	bud := newScanBudget()
 	err := s.scanFields(ctx, t, w, call, fields, bud)
 	if serr := s.scanSummary(ctx, w, call, bud); err == nil {
@@ -70,7 +71,7 @@ func (s *Service) scanCall(ctx context.Context, t *tenant.Principal, w who, call
 // left of bud's bytes, and records findings with their rule and a keyed
 // fingerprint (never the value) while bud has records left; the rest are
 // counted for scanSummary.
-func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w who, call string, fields []field, bud *scanBudget) error {
+func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w record.Who, call string, fields []field, bud *scanBudget) error {
 	if s.cfg.Broker == nil {
 		return nil
 	}
@@ -111,11 +112,9 @@ func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w who, ca
 			continue
 		}
 		bud.records--
-		data := map[string]any{"call": call, "where": fields[f.Part].where, "rule": f.Rule, "rules": scan.RuleSet, "fingerprint": s.cfg.Broker.Keys().Fingerprint(f.Secret), "action": action}
-		if partial[f.Part] {
-			data["partly_scanned"] = true
-		}
-		if err := s.commit(ctx, w, "secret.finding", "observed", data); err != nil {
+		d := record.SecretFinding{Call: call, Where: fields[f.Part].where, Rule: f.Rule, Rules: scan.RuleSet,
+			Fingerprint: s.cfg.Broker.Keys().Fingerprint(f.Secret), Action: action, PartlyScanned: partial[f.Part]}
+		if err := s.cfg.Audit.Commit(ctx, w, d); err != nil {
 			return err
 		}
 	}
@@ -145,17 +144,11 @@ func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w who, ca
 // scanSummary records what a call's scan left out: findings past
 // MaxFindingRecords, and values read only in part (past MaxScanBytes).
 // A call that fit its budget makes no summary.
-func (s *Service) scanSummary(ctx context.Context, w who, call string, bud *scanBudget) error {
+func (s *Service) scanSummary(ctx context.Context, w record.Who, call string, bud *scanBudget) error {
 	if s.cfg.Broker == nil || bud.dropped == 0 && len(bud.unscanned) == 0 {
 		return nil
 	}
-	data := map[string]any{"call": call, "findings": bud.found, "findings_recorded": bud.found - bud.dropped, "findings_dropped": bud.dropped,
-		"scanned_bytes": bud.read, "bytes": bud.total, "max_scan_bytes": MaxScanBytes, "max_finding_records": MaxFindingRecords}
-	if len(bud.unscanned) > 0 {
-		data["partly_scanned"] = bud.unscanned
-	}
-	if bud.unscannedUnnamed > 0 {
-		data["partly_scanned_more"] = bud.unscannedUnnamed
-	}
-	return s.commit(ctx, w, "secret.scan_summary", "observed", data)
+	return s.cfg.Audit.Commit(ctx, w, record.ScanSummary{Call: call, Findings: bud.found, FindingsRecorded: bud.found - bud.dropped,
+		FindingsDropped: bud.dropped, ScannedBytes: bud.read, Bytes: bud.total, MaxScanBytes: MaxScanBytes, MaxFindingRecords: MaxFindingRecords,
+		PartlyScanned: bud.unscanned, PartlyScannedMore: bud.unscannedUnnamed})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -23,13 +24,13 @@ const pastedKey = "ghp_Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
 func TestScanPolicies(t *testing.T) {
 	for _, policy := range []string{"block", "redact", "record"} {
 		a := &memAudit{}
-		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
+		s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		argv := []string{"curl", "-H", "Authorization: token " + pastedKey, "https://api.github.com"}
 		fields := []field{}
 		for i := range argv {
 			fields = append(fields, field{"argv", &argv[i], nil})
 		}
-		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields)
+		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "exec", fields)
 		switch policy {
 		case "block":
 			if !errors.Is(err, errdefs.ErrSecretDetected) || !strings.Contains(err.Error(), "github-pat") || strings.Contains(err.Error(), pastedKey) {
@@ -58,13 +59,13 @@ func TestScanPolicies(t *testing.T) {
 // A clean call costs no record; placeholders are not credentials.
 func TestScanLeavesCleanCallsAlone(t *testing.T) {
 	a := &memAudit{}
-	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
+	s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	vals := []string{"go", "test", "./...", "GITHUB_TOKEN=alk_" + strings.Repeat("eyJzYngiOiJhYmMifQ", 3) + "." + strings.Repeat("A", 43)}
 	fields := []field{}
 	for i := range vals {
 		fields = append(fields, field{"argv", &vals[i], nil})
 	}
-	if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t"}, who{}, "exec", fields); err != nil || len(a.recs) != 0 {
+	if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t"}, record.Who{}, "exec", fields); err != nil || len(a.recs) != 0 {
 		t.Errorf("%v, %d records", err, len(a.recs))
 	}
 }
@@ -75,7 +76,7 @@ func TestScanLeavesCleanCallsAlone(t *testing.T) {
 func TestScanFindingsPerCallAreCapped(t *testing.T) {
 	for _, policy := range []string{"block", "redact", "record"} {
 		a := &memAudit{}
-		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
+		s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		var sb strings.Builder
 		r := rand.New(rand.NewPCG(1, 2))
 		const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -87,7 +88,7 @@ func TestScanFindingsPerCallAreCapped(t *testing.T) {
 			sb.WriteByte('\n')
 		}
 		text := sb.String()
-		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "write", []field{{"file /w", &text, nil}})
+		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "write", []field{{"file /w", &text, nil}})
 		if policy == "block" != errors.Is(err, errdefs.ErrSecretDetected) {
 			t.Fatalf("%s: %v", policy, err)
 		}
@@ -121,12 +122,12 @@ func TestScanFindingsPerCallAreCapped(t *testing.T) {
 // says so, and redaction leaves the unread rest as it was.
 func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 	a := &memAudit{}
-	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
+	s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	filler := strings.Repeat("x", MaxScanBytes-100)
 	first := filler + " " + pastedKey + " " + strings.Repeat("y", 4<<20)
 	second := pastedKey // nothing left of the budget: unread
 	vals := []string{first, second}
-	err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, who{tenant: "t"}, "exec",
+	err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, record.Who{Tenant: "t"}, "exec",
 		[]field{{"argv[0]", &vals[0], nil}, {"argv[1]", &vals[1], nil}})
 	if err != nil {
 		t.Fatal(err)
@@ -160,16 +161,16 @@ func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 // the summary says which.
 func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 	a := &memAudit{}
-	s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
+	s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	bud := newScanBudget()
 	p := &tenant.Principal{Tenant: "t", ScanPolicy: "record"}
 	for i := 0; i < 40; i++ {
 		text := strings.Repeat("z", 4<<10)
-		if err := s.scanFields(context.Background(), p, who{}, "upload", []field{{fmt.Sprintf("file /f%d", i), &text, nil}}, bud); err != nil {
+		if err := s.scanFields(context.Background(), p, record.Who{}, "upload", []field{{fmt.Sprintf("file /f%d", i), &text, nil}}, bud); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.scanSummary(context.Background(), who{}, "upload", bud); err != nil {
+	if err := s.scanSummary(context.Background(), record.Who{}, "upload", bud); err != nil {
 		t.Fatal(err)
 	}
 	if bud.read != MaxScanBytes || len(bud.unscanned) != 40-MaxScanBytes/(4<<10) || len(a.recs) != 1 || a.recs[0].Kind != "secret.scan_summary" {
@@ -197,12 +198,12 @@ func FuzzScanCallIsBounded(f *testing.F) {
 			fields[i] = field{fmt.Sprintf("argv[%d]", i), &vals[i], nil}
 		}
 		audit := &memAudit{}
-		s.cfg.Audit = audit
+		s.cfg.Audit = record.New(audit, nil)
 		bud := newScanBudget()
-		if err := s.scanFields(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, who{}, "exec", fields, bud); err != nil {
+		if err := s.scanFields(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, record.Who{}, "exec", fields, bud); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.scanSummary(context.Background(), who{}, "exec", bud); err != nil {
+		if err := s.scanSummary(context.Background(), record.Who{}, "exec", bud); err != nil {
 			t.Fatal(err)
 		}
 		if bud.read > MaxScanBytes || len(audit.recs) > MaxFindingRecords+1 {
@@ -226,14 +227,14 @@ func TestRecordsKeepNoCredentialWhateverThePolicy(t *testing.T) {
 	const aws = "AKIAQ4ZT6WX2LR7NPJ3V"
 	for _, policy := range []string{"redact", "record"} {
 		a := &memAudit{}
-		s := New(Config{Audit: a, Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
+		s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		argv := []string{"aws", "--key", aws, "-H", "Authorization: token " + pastedKey, "s3", "ls"}
 		shown := slices.Clone(argv)
 		fields := []field{}
 		for i := range argv {
 			fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &argv[i], &shown[i]})
 		}
-		if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, who{tenant: "t"}, "exec", fields); err != nil {
+		if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "exec", fields); err != nil {
 			t.Fatal(err)
 		}
 		if sent := strings.Join(argv, " "); strings.Contains(sent, aws) != (policy == "record") {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -64,9 +65,9 @@ func (s *Service) Snapshot(ctx context.Context, t *tenant.Principal, id string, 
 	}); err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, b.who(), "sandbox.snapshot", "observed", map[string]any{
-		"snapshot": rec.ID, "content": files.ID, "name": req.Name, "base": files.Base, "root": files.Root, "bytes": files.Bytes,
-		"skipped": recordedNames(files.Skipped), "workspace": s.workspaceChanges(b),
+	if err := s.cfg.Audit.Commit(ctx, b.who(), record.SandboxSnapshot{
+		Snapshot: rec.ID, Content: files.ID, Name: req.Name, Base: files.Base, Root: files.Root, Bytes: files.Bytes,
+		Skipped: record.Names(files.Skipped), Workspace: record.ReadWorkspace(b.inst, b.rec.ID, s.cfg.PatchDir),
 	}); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
+	"github.com/airlock-sandbox/airlock/internal/workspace"
 	"io"
 	"net"
 	"net/http"
@@ -141,8 +143,8 @@ func (i *gateInstance) Pause() error                          { return nil }
 func (i *gateInstance) Resume() error                         { return nil }
 func (i *gateInstance) Usage() lifecycle.Usage                { return lifecycle.Usage{} }
 func (i *gateInstance) Diff(context.Context, io.Writer) error { return nil }
-func (i *gateInstance) Changes(context.Context, io.Writer, int64) (*lifecycle.WorkspaceChanges, error) {
-	return &lifecycle.WorkspaceChanges{}, nil
+func (i *gateInstance) Changes(context.Context, io.Writer, int64) (*workspace.Report, error) {
+	return &workspace.Report{}, nil
 }
 func (i *gateInstance) Degraded() []string  { return nil }
 func (i *gateInstance) ImageDigest() string { return "" }
@@ -196,7 +198,7 @@ type tenantRig struct {
 	duringDeletion func()
 }
 
-func newTenantRig(t *testing.T, a Auditor, auditDir string) *tenantRig {
+func newTenantRig(t *testing.T, a record.Log, auditDir string) *tenantRig {
 	db, err := store.Open(filepath.Join(t.TempDir(), "db"))
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +210,8 @@ func newTenantRig(t *testing.T, a Auditor, auditDir string) *tenantRig {
 	tcfg := tenant.Config{Store: db}
 	scfg := secret.Config{Store: db, Keys: k}
 	if a != nil {
-		cfg.Audit, tcfg.Audit, scfg.Audit = a, a, a
+		rec := record.New(a, nil)
+		cfg.Audit, tcfg.Audit, scfg.Audit = rec, rec, rec
 	}
 	r := &tenantRig{svc: New(cfg), secrets: secret.New(scfg), be: be, db: db, admin: &tenant.Principal{Admin: true}}
 	tcfg.Sandboxes = rigSandboxes{r}

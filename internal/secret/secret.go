@@ -7,14 +7,13 @@ package secret
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -22,19 +21,13 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
-// Auditor is where changes to secrets are recorded (internal/audit.Log):
-// Commit returns once the record is on disk.
-type Auditor interface {
-	Commit(ctx context.Context, r audit.Record) error
-}
-
 // Config configures the store.
 type Config struct {
 	Store *store.Store
 	// Keys seal and open the values (the broker's).
 	Keys *keys.Keys
 	// Audit records what changes; nil records nothing (unit tests).
-	Audit Auditor
+	Audit *record.Recorder
 	// Now is the clock (tests move it).
 	Now func() time.Time
 }
@@ -64,22 +57,6 @@ func sealContext(tenant, name string, version int) string {
 func ownerOnly(p *tenant.Principal) error {
 	if p.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "secrets belong to tenants: use a tenant's key")
-	}
-	return nil
-}
-
-// commit records a change before the call that made it answers success;
-// a log that cannot be written refuses the call.
-func (s *Store) commit(ctx context.Context, tenant, kind string, data map[string]any) error {
-	if s.cfg.Audit == nil {
-		return nil
-	}
-	b, err := json.Marshal(data)
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.Audit.Commit(context.WithoutCancel(ctx), audit.Record{Kind: kind, Tenant: tenant, Source: "observed", Data: b}); err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -129,7 +106,7 @@ func (s *Store) Add(ctx context.Context, p *tenant.Principal, req *api.AddSecret
 	if err := p.UndoIfDeleted(func() { _ = s.cfg.Store.DeleteSecret(context.WithoutCancel(ctx), p.ID, req.Name) }); err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, p.ID, "secret.added", map[string]any{"name": req.Name, "version": 1}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: p.ID}, record.SecretAdded{Name: req.Name, Version: 1}); err != nil {
 		return nil, err
 	}
 	return describeSecret(sec), nil
@@ -159,7 +136,7 @@ func (s *Store) Rotate(ctx context.Context, p *tenant.Principal, name string, re
 	} else if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, p.ID, "secret.rotated", map[string]any{"name": name, "version": next.Version}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: p.ID}, record.SecretRotated{Name: name, Version: next.Version}); err != nil {
 		return nil, err
 	}
 	return describeSecret(next), nil
@@ -192,7 +169,7 @@ func (s *Store) Remove(ctx context.Context, p *tenant.Principal, name string) er
 	} else if err != nil {
 		return err
 	}
-	return s.commit(ctx, p.ID, "secret.removed", map[string]any{"name": name})
+	return s.cfg.Audit.Commit(ctx, record.Who{Tenant: p.ID}, record.SecretRemoved{Name: name})
 }
 
 // Value opens tenant's secret name: what the broker puts into a granted

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/broker"
 	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/cleanup"
@@ -108,8 +109,10 @@ type System struct {
 	Wall      wall.Wall
 	Lifecycle *lifecycle.Lifecycle
 	Broker    *broker.Broker
-	// Audit is the log every record goes to (nil: none).
-	Audit *audit.Log
+	// Audit is the log every record goes to (nil: none), through
+	// Recorder, the one writer of records every part of the system shares.
+	Audit    *audit.Log
+	Recorder *record.Recorder
 	// AuditFile is a one-shot run's log.
 	AuditFile string
 	// Store, Secrets, Service and Tenants: Embedded and Daemon.
@@ -217,6 +220,7 @@ func (s *System) oneShot() (err error) {
 		return err
 	}
 	s.closers.Push(s.Audit.Close)
+	s.Recorder = record.New(s.Audit, s.opts.Log)
 	s.Runner = &run.Runner{Lifecycle: s.Lifecycle, Broker: s.Broker, Log: s.opts.Log, Warn: s.opts.Warn}
 	return nil
 }
@@ -253,9 +257,10 @@ func (s *System) service(ctx context.Context) (err error) {
 		Reserved: []string{o.StateDir, o.DataDir, o.Files, filepath.Dir(o.Database), filepath.Dir(o.AdminKeyFile), filepath.Dir(o.Socket)},
 	}
 	if s.Audit != nil {
-		cfg.Audit, cfg.AuditDir, cfg.PatchDir = s.Audit, AuditDir(o.Files), filepath.Join(AuditDir(o.Files), "patches")
-		scfg.Audit, tcfg.Audit = s.Audit, s.Audit
+		s.Recorder = record.New(s.Audit, o.Log)
+		cfg.AuditDir, cfg.PatchDir = AuditDir(o.Files), filepath.Join(AuditDir(o.Files), "patches")
 	}
+	cfg.Audit, scfg.Audit, tcfg.Audit = s.Recorder, s.Recorder, s.Recorder
 	s.Secrets = secret.New(scfg)
 	s.Broker = broker.New(broker.Config{Keys: k, Dir: filepath.Join(o.Files, "broker"), Secret: s.Secrets.Value})
 	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {

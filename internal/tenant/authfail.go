@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 )
 
 // Caps on auth.failed records: anyone who can reach the API can fail to
@@ -37,7 +39,7 @@ type authFailures struct {
 // admit says whether a failure from source at now is recorded; it also
 // returns the summary of what earlier seconds dropped, when there is one
 // to record.
-func (a *authFailures) admit(now time.Time, source string) (bool, map[string]any) {
+func (a *authFailures) admit(now time.Time, source string) (bool, *record.AuditDropped) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	summary := a.roll(now)
@@ -65,7 +67,7 @@ func (a *authFailures) admit(now time.Time, source string) (bool, map[string]any
 // flush returns the summary of what was dropped before now's second, if
 // anything was (the service's tick calls it once a second); a zero now
 // takes everything dropped so far (the service stops).
-func (a *authFailures) flush(now time.Time) map[string]any {
+func (a *authFailures) flush(now time.Time) *record.AuditDropped {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if now.IsZero() {
@@ -76,7 +78,7 @@ func (a *authFailures) flush(now time.Time) map[string]any {
 
 // roll starts a new window once now has left the current one, and
 // returns the summary of what the windows gone by dropped.
-func (a *authFailures) roll(now time.Time) map[string]any {
+func (a *authFailures) roll(now time.Time) *record.AuditDropped {
 	if now.Before(a.window.Add(time.Second)) && !now.Before(a.window) {
 		return nil
 	}
@@ -85,15 +87,12 @@ func (a *authFailures) roll(now time.Time) map[string]any {
 }
 
 // summary takes the count of what was dropped, if anything was.
-func (a *authFailures) summary() map[string]any {
+func (a *authFailures) summary() *record.AuditDropped {
 	if a.droppedN == 0 {
 		return nil
 	}
-	sum := map[string]any{"kind": "auth.failed", "records": a.droppedN, "cap_per_second": MaxAuthFailedRecords,
-		"cap_per_source_per_second": MaxAuthFailedPerSource, "sources": a.dropped}
-	if a.otherDrop > 0 {
-		sum["other_sources"] = a.otherDrop
-	}
+	sum := &record.AuditDropped{Of: "auth.failed", Records: a.droppedN, CapPerSecond: MaxAuthFailedRecords,
+		CapPerSourcePerSecond: MaxAuthFailedPerSource, Sources: a.dropped, OtherSources: a.otherDrop}
 	a.dropped, a.droppedN, a.otherDrop = nil, 0, 0
 	return sum
 }
@@ -114,15 +113,15 @@ func authSource(remote string) string {
 }
 
 // authFailed records a failed authentication from remote, within the caps.
-func (s *Service) authFailed(remote string, data map[string]any) {
+func (s *Service) authFailed(remote string, d record.AuthFailed) {
 	src := authSource(remote)
 	ok, summary := s.authFails.admit(s.cfg.Now(), src)
 	if summary != nil {
-		s.note("audit.dropped", summary)
+		s.cfg.Audit.Note(record.Who{}, *summary)
 	}
 	if ok {
-		data["remote"] = src
-		s.note("auth.failed", data)
+		d.Remote = src
+		s.cfg.Audit.Note(record.Who{}, d)
 	}
 }
 
@@ -130,7 +129,7 @@ func (s *Service) authFailed(remote string, data map[string]any) {
 // a zero now), what the auth.failed caps dropped.
 func (s *Service) noteAuthDropped(now time.Time) {
 	if summary := s.authFails.flush(now); summary != nil {
-		s.note("audit.dropped", summary)
+		s.cfg.Audit.Note(record.Who{}, *summary)
 	}
 }
 

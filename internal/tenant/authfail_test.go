@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestFailedAuthRecordsAreCapped(t *testing.T) {
 	defer db.Close()
 	now := time.Unix(1_800_000_000, 0)
 	a := &memAudit{}
-	s := New(Config{Audit: a, Store: db, Now: func() time.Time { return now }})
+	s := New(Config{Audit: record.New(a, nil), Store: db, Now: func() time.Time { return now }})
 	ctx := context.Background()
 	// One source floods; others try a few times each.
 	for i := 0; i < 3000; i++ {
@@ -78,7 +79,7 @@ func TestFailedAuthRecordsAreCapped(t *testing.T) {
 func TestFailedAuthSummaryAtTheNextFailure(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	a := &memAudit{}
-	s := New(Config{Audit: a, Now: func() time.Time { return now }})
+	s := New(Config{Audit: record.New(a, nil), Now: func() time.Time { return now }})
 	for i := 0; i < MaxAuthFailedPerSource+5; i++ {
 		_, _ = s.Authenticate(context.Background(), "", "[2001:db8::1]:80")
 	}
@@ -106,7 +107,7 @@ func TestFailedAuthSummaryAtTheNextFailure(t *testing.T) {
 func TestFailedAuthSummaryWhenTheServiceStops(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	a := &memAudit{}
-	s := New(Config{Audit: a, Now: func() time.Time { return now }})
+	s := New(Config{Audit: record.New(a, nil), Now: func() time.Time { return now }})
 	for i := 0; i < MaxAuthFailedPerSource+3; i++ {
 		_, _ = s.Authenticate(context.Background(), "", "")
 	}

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -100,22 +100,15 @@ type Sandboxes interface {
 	TenantUsage(id string) (sandboxes int, cpuSeconds float64)
 }
 
-// Auditor is where tenants' changes and failed sign-ins are recorded
-// (internal/audit.Log). Commit returns once the record is on disk; Append
-// writes it within the log's flush interval.
-type Auditor interface {
-	Commit(ctx context.Context, r audit.Record) error
-	Append(r audit.Record) error
-}
-
 // Config configures the service.
 type Config struct {
 	Store *store.Store
 	// Sandboxes ends a deleted tenant's sandboxes and counts a tenant's
 	// (required by List and Delete).
 	Sandboxes Sandboxes
-	// Audit records what changes; nil records nothing (unit tests).
-	Audit Auditor
+	// Audit records what changes and failed sign-ins; nil records
+	// nothing (unit tests).
+	Audit *record.Recorder
 	Log   *slog.Logger
 	// Now is the clock (tests move it).
 	Now func() time.Time
@@ -155,49 +148,6 @@ func (s *Service) mark(id string) *atomic.Bool {
 		s.deleted[id] = m
 	}
 	return m
-}
-
-// commit records a change before the call that made it answers success;
-// a log that cannot be written refuses the call.
-func (s *Service) commit(ctx context.Context, tenant, kind string, data any) error {
-	if s.cfg.Audit == nil {
-		return nil
-	}
-	r, err := record(tenant, kind, data)
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.Audit.Commit(context.WithoutCancel(ctx), r); err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	return nil
-}
-
-// note records a fact nobody waits for (a failed sign-in); a failure is
-// logged.
-func (s *Service) note(kind string, data any) {
-	if s.cfg.Audit == nil {
-		return
-	}
-	r, err := record("", kind, data)
-	if err == nil {
-		err = s.cfg.Audit.Append(r)
-	}
-	if err != nil {
-		s.cfg.Log.Error("audit", "kind", kind, "err", err)
-	}
-}
-
-func record(tenant, kind string, data any) (audit.Record, error) {
-	r := audit.Record{Kind: kind, Tenant: tenant, Source: "observed"}
-	if data != nil {
-		b, err := json.Marshal(data)
-		if err != nil {
-			return r, err
-		}
-		r.Data = b
-	}
-	return r, nil
 }
 
 // CPUPeriod is the period of quota q's CPU-seconds budget (an invalid
@@ -257,7 +207,7 @@ func (s *Service) EnsureAdminKey(ctx context.Context, path string) (bool, error)
 // remote address, for the record of a failure.
 func (s *Service) Authenticate(ctx context.Context, key, remote string) (*Principal, error) {
 	if key == "" {
-		s.authFailed(remote, map[string]any{"reason": "no key"})
+		s.authFailed(remote, record.AuthFailed{Reason: "no key"})
 		return nil, errdefs.New(errdefs.ErrUnauthenticated, "no API key: send Authorization: Bearer <key>")
 	}
 	h := store.HashKey(key)
@@ -270,7 +220,7 @@ func (s *Service) Authenticate(ctx context.Context, key, remote string) (*Princi
 		if errors.Is(err, store.ErrNotFound) {
 			// Who tried is unknown; the key's digest prefix ties attempts
 			// together without keeping anything usable.
-			s.authFailed(remote, map[string]any{"key_sha256_prefix": h[:12]})
+			s.authFailed(remote, record.AuthFailed{KeySHA256Prefix: h[:12]})
 			return nil, errdefs.New(errdefs.ErrUnauthenticated, "unknown API key")
 		}
 		if err != nil {
@@ -389,7 +339,7 @@ func (s *Service) Create(ctx context.Context, p *Principal, req *api.CreateTenan
 	if err != nil {
 		return nil, err
 	}
-	if err := s.commit(ctx, id, "tenant.created", map[string]any{"name": req.Name, "quotas": req.Quotas, "scan_policy": req.ScanPolicy, "roots": roots}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: id}, record.TenantCreated{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots}); err != nil {
 		return nil, err
 	}
 	s.cfg.Log.Info("tenant created", "tenant", req.Name, "id", id)
@@ -450,7 +400,7 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 		}
 	}
 	s.mu.Unlock()
-	if err := s.commit(ctx, cur.ID, "tenant.updated", map[string]any{"quotas": q, "scan_policy": policy, "roots": roots}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: cur.ID}, record.TenantUpdated{Quotas: q, ScanPolicy: policy, Roots: roots}); err != nil {
 		return nil, err
 	}
 	return &api.Tenant{ID: cur.ID, Name: name, Quotas: q, ScanPolicy: policy, Roots: roots, Created: cur.Created}, nil
@@ -517,5 +467,5 @@ func (s *Service) Delete(ctx context.Context, p *Principal, name string) error {
 		return err
 	}
 	s.cfg.Log.Info("tenant deleted", "tenant", name, "id", tn.ID, "sandboxes", len(ids), "snapshot_files_removed", len(freed))
-	return s.commit(ctx, tn.ID, "tenant.deleted", map[string]any{"name": name, "destroyed": ids})
+	return s.cfg.Audit.Commit(ctx, record.Who{Tenant: tn.ID}, record.TenantDeleted{Name: name, Destroyed: ids})
 }

@@ -19,6 +19,7 @@ type memAudit struct {
 }
 
 func (m *memAudit) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
+func (m *memAudit) Failed() error                                  { return nil }
 func (m *memAudit) Append(r audit.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
