@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -360,6 +361,24 @@ func TestEgress(t *testing.T) {
 		}
 		j := lastJSON(t, r.stdout)
 		_ = j
+	})
+	// Regression (issue 13): `run --scan record` wrote no secret.finding
+	// for what its proxy found in a request; the daemon's log had one.
+	t.Run("a key in a request body is a finding in the run's log", func(t *testing.T) {
+		const key = "AKIAQ4ZT6WX2LR7NPJ3V"
+		logFile := filepath.Join(t.TempDir(), "run.audit")
+		r := fi.airlock(t, "run", "--allow", "allowed.test", "--scan", "record", "--audit", logFile, "-e", "K="+key, "--", "python3", "-c",
+			"import os, urllib.request as u; print(u.urlopen(u.Request('http://allowed.test/', data=('key=' + os.environ['K']).encode())).status)")
+		if r.code != 0 || !strings.Contains(r.stdout, "200") {
+			t.Fatalf("%s", r)
+		}
+		b, _ := os.ReadFile(logFile)
+		if !regexp.MustCompile(`"kind":"secret.finding"[^\n]*"call":"egress"[^\n]*"where":"body"`).Match(b) {
+			t.Errorf("no egress finding in the run's log:\n%s", b)
+		}
+		if strings.Contains(string(b), key) {
+			t.Error("the run's log holds the key")
+		}
 	})
 	t.Run("policy file", func(t *testing.T) {
 		pf := filepath.Join(t.TempDir(), "policy.yaml")
