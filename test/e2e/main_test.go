@@ -38,6 +38,13 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The run's claim on its directory, taken before anything else (the
+	// build takes a while): another run of the suite starting meanwhile
+	// reaps only directories whose owner is gone.
+	owner, err := os.Create(filepath.Join(tmp, "owner.lock"))
+	if err != nil || syscall.Flock(int(owner.Fd()), syscall.LOCK_EX) != nil {
+		panic(fmt.Sprint("owner lock: ", err))
+	}
 	// Sandboxes' unprivileged roots traverse the state directory.
 	_ = os.Chmod(tmp, 0o711)
 	suiteDir = tmp
@@ -58,10 +65,6 @@ func TestMain(m *testing.M) {
 			fmt.Printf("build %s: %v\n%s", pkg, err, out)
 			os.Exit(1)
 		}
-	}
-	owner, err := os.Create(filepath.Join(tmp, "owner.lock"))
-	if err != nil || syscall.Flock(int(owner.Fd()), syscall.LOCK_EX) != nil {
-		panic(fmt.Sprint("owner lock: ", err))
 	}
 	reapStaleRuns(tmp)
 	code := m.Run()
@@ -158,6 +161,10 @@ func reapStaleRuns(self string) {
 			if held {
 				continue
 			}
+		} else if fi, err := os.Stat(d); err != nil || time.Since(fi.ModTime()) < time.Minute {
+			// A run that made its directory a moment ago and has not
+			// taken its lock yet is alive.
+			continue
 		}
 		procs, _ := os.ReadDir("/proc")
 		for _, p := range procs {
