@@ -6,7 +6,8 @@
 // everything down again. It makes the syscalls; policy (what to run, with
 // which limits) arrives already validated, as wall.Options. It imports
 // internal/wall, internal/wall/container/sealedexe, internal/linux/*,
-// internal/errdefs and nsinit (for the wire types), nothing above.
+// internal/errdefs, internal/cleanup and nsinit (for the wire types),
+// nothing above.
 package container
 
 import (
@@ -23,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/cleanup"
 	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
@@ -188,14 +190,8 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 		return nil, fmt.Errorf("container wall: a reservation of another wall")
 	}
 	id := r.id
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
+	var undo cleanup.Stack
+	defer undo.RunUnless(&err)
 	sb := &Sandbox{id: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: -1, exited: make(chan struct{}), agent: o.AgentSocket != ""}
 	t0 := time.Now()
 	lap := func(step string) { rt.log.Debug("create", "id", id, "step", step, "at", time.Since(t0)) }
@@ -209,16 +205,16 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 		return nil, fmt.Errorf("reservation %s already used", id)
 	}
 	sb.lock = r.lock
-	undo = append(undo, r.Release)
+	undo.Do(r.Release)
 	if sb.uid, err = rt.leases.acquire(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
 	}
-	undo = append(undo, sb.uid.lock.Release)
+	undo.Do(sb.uid.lock.Release)
 	sb.cg, err = rt.cgroups.Create(id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	undo = append(undo, func() { _ = sb.cg.Remove() })
+	undo.Push(sb.cg.Remove)
 	lap("cgroup")
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -227,7 +223,7 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	}
 	sb.sock = fds[0]
 	child := os.NewFile(uintptr(fds[1]), "sync")
-	undo = append(undo, func() { unix.Close(sb.sock) })
+	undo.Do(func() { unix.Close(sb.sock) })
 	if err := nsinit.MakeRoom(sb.sock); err != nil {
 		return nil, fmt.Errorf("sync socket: %w", err)
 	}
@@ -271,18 +267,18 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	sb.cmd = cmd
 	sb.initPid = cmd.Process.Pid
 	lap("cloned")
-	undo = append(undo, func() { sb.kill(); _ = cmd.Wait() })
+	undo.Do(func() { sb.kill(); _ = cmd.Wait() })
 	if sb.pidfd, err = unix.PidfdOpen(sb.initPid, 0); err != nil {
 		return nil, fmt.Errorf("pidfd_open: %w", err)
 	}
 	// Closed and forgotten: a kill after this (an earlier undo step) must
 	// not signal whatever file the number names next.
-	undo = append(undo, func() { unix.Close(sb.pidfd); sb.pidfd = -1 })
+	undo.Do(func() { unix.Close(sb.pidfd); sb.pidfd = -1 })
 
 	if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.kill() }); err != nil {
 		return nil, err
 	}
-	undo = append(undo, sb.oomStop)
+	undo.Do(sb.oomStop)
 
 	if err := rt.configure(sb, o); err != nil {
 		return nil, err
