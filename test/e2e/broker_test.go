@@ -52,6 +52,25 @@ except Exception as e:
 // real credentials arrive only on requests their grants cover, the
 // placeholders are worthless everywhere else and after destroy, and the
 // secret scanner stops pasted keys.
+// brokerRig is what TestServeCredentialBroker's parts share: the daemon,
+// the tenant's client and its sandbox with three grants, their
+// placeholders, and helpers that run commands in a sandbox and read what
+// the fake API host saw last.
+type brokerRig struct {
+	ctx       context.Context
+	fi        *fakeInternet
+	d         *daemonProc
+	c         *client.Client
+	apiSecret string
+	apiGrant  api.Grant
+	sb        *api.Sandbox
+	created   time.Time
+	tokens    map[string]string
+	sh        func(c *client.Client, id, script string, env map[string]string) string
+	req       func(c *client.Client, id string, env map[string]string, args ...string) string
+	lastSeen  func() string
+}
+
 func TestServeCredentialBroker(t *testing.T) {
 	fi := &fakeInternet{Internet: fakenet.New(t)}
 	data := newDataDir(t)
@@ -148,153 +167,20 @@ func TestServeCredentialBroker(t *testing.T) {
 		}
 	}
 
-	t.Run("the coding run: fetch, test, no push, no other repository", func(t *testing.T) {
-		url := "https://" + fi.GitUser + ":$GIT_TOKEN@git.test/acme/shop.git"
-		out := sh(c, sb.ID, "cd /workspace && sh test.sh && git -c init.defaultBranch=main init -q /tmp/shop && cd /tmp/shop && git fetch -q "+url+" main && git checkout -q FETCH_HEAD && sh test.sh && git log --oneline | head -1", nil)
-		if !strings.Contains(out, "tests of shop pass\ntests of shop pass") || !strings.Contains(out, "first commit of shop") || !strings.HasSuffix(out, "exit=0") {
-			t.Fatalf("fetch through the grant:\n%s", out)
-		}
-		creds := "Basic " + base64.StdEncoding.EncodeToString([]byte(fi.GitUser+":"+fi.GitPassword))
-		fetched := false
-		for _, line := range fi.Seen() {
-			fetched = fetched || strings.Contains(line, "POST /acme/shop.git/git-upload-pack auth="+strconv.Quote(creds))
-		}
-		if !fetched {
-			t.Errorf("git.test never got the credential on the upload-pack request:\n%s", strings.Join(fi.Seen(), "\n"))
-		}
-		before, _ := exec.Command("git", "-C", filepath.Join(fi.GitRoot, "acme", "shop.git"), "rev-parse", "main").Output()
-		out = sh(c, sb.ID, "cd /tmp/shop && git -c user.name=a -c user.email=a@a commit -q --allow-empty -m pushed && git push -q "+url+" HEAD:main", nil)
-		after, _ := exec.Command("git", "-C", filepath.Join(fi.GitRoot, "acme", "shop.git"), "rev-parse", "main").Output()
-		if strings.HasSuffix(out, "exit=0") || string(before) != string(after) {
-			t.Errorf("a push through a read-only grant: %s (main %s -> %s)", out, before, after)
-		}
-		out = sh(c, sb.ID, "git ls-remote https://"+fi.GitUser+":$GIT_TOKEN@git.test/acme/other.git", nil)
-		if strings.HasSuffix(out, "exit=0") {
-			t.Errorf("another repository with the same token: %s", out)
-		}
-		for _, line := range fi.Seen() {
-			if strings.Contains(line, "git-receive-pack") || strings.Contains(line, "/acme/other.git") {
-				if strings.Contains(line, "auth=\"Basic") && !strings.Contains(line, `auth=""`) {
-					t.Errorf("git.test got credentials outside the grant: %s", line)
-				}
-			}
-		}
-	})
+	r := &brokerRig{ctx: ctx, fi: fi, d: d, c: c, apiSecret: apiSecret, apiGrant: apiGrant, sb: sb, created: created, tokens: tokens, sh: sh, req: req, lastSeen: lastSeen}
+	t.Run("the coding run: fetch, test, no push, no other repository", func(t *testing.T) { brokerTheCodingRunFetchTestNoPushNoOtherRepository(t, r) })
 
-	t.Run("the API: the credential only where the grant says", func(t *testing.T) {
-		api := "https://api.test"
-		if out := req(c, sb.ID, nil, "GET", api+"/repos/acme/shop/pulls", "H:Authorization=Bearer {API_TOKEN}"); !strings.HasPrefix(out, "200") || !strings.Contains(lastSeen(), `auth="Bearer `+apiSecret+`"`) {
-			t.Fatalf("a covered request: %s; api.test saw %s", out, lastSeen())
-		}
-		for _, c2 := range []struct{ name, method, url string }{
-			{"another path", "GET", api + "/repos/acme/other"},
-			{"another method", "POST", api + "/repos/acme/shop/pulls"},
-			{"plain HTTP", "GET", "http://api.test/repos/acme/shop/pulls"},
-		} {
-			out := req(c, sb.ID, nil, c2.method, c2.url, "H:Authorization=Bearer {API_TOKEN}", "body=x")
-			if strings.Contains(lastSeen(), apiSecret) || strings.Contains(lastSeen(), "alk_") {
-				t.Errorf("%s: %s; api.test saw %s", c2.name, out, lastSeen())
-			}
-		}
-		req(c, sb.ID, nil, "GET", api+"/repos/acme/shop/x?token={API_TOKEN}")
-		req(c, sb.ID, nil, "PUT", "http://api.test/upload", "body=token={API_TOKEN}")
-		for _, line := range fi.Seen() {
-			if strings.Contains(line, "alk_") {
-				t.Errorf("a placeholder reached api.test: %s", line)
-			}
-		}
-		// Interception only where a grant is: api.test's certificate is the
-		// sandbox's CA's, allowed.test's is the world's.
-		if out := req(c, sb.ID, nil, "GET", api+"/repos/acme/shop", "ca=/etc/airlock/ca.pem"); !strings.HasPrefix(out, "200") {
-			t.Errorf("api.test under the sandbox's CA: %s", out)
-		}
-		if out := req(c, sb.ID, nil, "GET", "https://allowed.test/", "ca=/etc/airlock/ca.pem"); !strings.Contains(out, "CERTIFICATE_VERIFY_FAILED") {
-			t.Errorf("allowed.test (no grant) verified under the sandbox's CA: intercepted? %s", out)
-		}
-		world, _ := os.ReadFile(fi.CAFile)
-		if err := c.WriteFile(ctx, sb.ID, "/tmp/world-ca.pem", world, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out := req(c, sb.ID, nil, "GET", "https://allowed.test/", "ca=/tmp/world-ca.pem"); !strings.Contains(out, "hello from allowed") {
-			t.Errorf("allowed.test through its tunnel: %s", out)
-		}
-		// The TTL of a grant's placeholder, shorter than the sandbox's
-		// (checked before it ran out, first thing after the create).
-		time.Sleep(time.Until(created.Add(6 * time.Second)))
-		req(c, sb.ID, nil, "GET", api+"/short", "H:X-Api-Key={SHORT_TOKEN}")
-		if !strings.Contains(lastSeen(), `x-api-key=""`) {
-			t.Errorf("the short grant after its TTL: api.test saw %s", lastSeen())
-		}
-	})
+	t.Run("the API: the credential only where the grant says", func(t *testing.T) { brokerTheCredentialOnlyWhereTheGrantSays(t, r) })
 
 	// A restarted daemon (kill -9) adopts the sandbox with its grants.
 	d.kill9()
 	d = startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24")
 	c = d.client(t, tn.Key)
-	t.Run("a restarted daemon keeps the grants, tokens are no API keys", func(t *testing.T) {
-		if out := req(c, sb.ID, nil, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {API_TOKEN}"); !strings.HasPrefix(out, "200") || !strings.Contains(lastSeen(), `auth="Bearer `+apiSecret+`"`) {
-			t.Errorf("the grant after a restart: %s; api.test saw %s", out, lastSeen())
-		}
-		_, err := d.client(t, tokens["API_TOKEN"]).Sandboxes(ctx)
-		wantCode(t, "a grant's token as an API key", err, api.CodeUnauthenticated)
-	})
+	t.Run("a restarted daemon keeps the grants, tokens are no API keys", func(t *testing.T) { brokerARestartedDaemonKeepsTheGrants(t, r) })
 
-	t.Run("secret scanning blocks pasted keys", func(t *testing.T) {
-		pasted := "ghp_" + "Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
-		_, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"curl", "-H", "Authorization: token " + pasted, "https://api.github.com/user"}}, nil, nil)
-		wantCode(t, "a key in an argument", err, api.CodeSecretDetected)
-		if err == nil || !strings.Contains(err.Error(), "github-pat") || strings.Contains(err.Error(), pasted) {
-			t.Errorf("the error names the rule, not the key: %v", err)
-		}
-		key := privateKeyPEM(t)
-		err = c.WriteFile(ctx, sb.ID, "/workspace/id_ecdsa", []byte(key), 0o600)
-		wantCode(t, "a private key written", err, api.CodeSecretDetected)
-		n := len(fi.Seen())
-		// The key reaches the sandbox's process some way the API did not
-		// see (here: in two halves), and it tries to send it out.
-		halves := map[string]string{"P1": pasted[:16], "P2": pasted[16:]}
-		if out := req(c, sb.ID, halves, "POST", "https://api.test/repos/acme/shop/issues", "body={\"body\": \"my token is {P1}{P2}\"}"); !strings.HasPrefix(out, "403") || !strings.Contains(out, "github-pat") || len(fi.Seen()) != n {
-			t.Errorf("a key in an outbound body: %s", out)
-		}
-	})
+	t.Run("secret scanning blocks pasted keys", func(t *testing.T) { brokerSecretScanningBlocksPastedKeys(t, r) })
 
-	t.Run("tokens are bound to their sandbox and die with it", func(t *testing.T) {
-		sb2, err := c.CreateSandbox(ctx, &api.CreateSandbox{Grants: []api.Grant{apiGrant}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.WriteFile(ctx, sb2.ID, "/tmp/req.py", []byte(reqScript), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		stolen := map[string]string{"STOLEN": tokens["API_TOKEN"]}
-		req(c, sb2.ID, stolen, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {STOLEN}")
-		if strings.Contains(lastSeen(), apiSecret) || strings.Contains(lastSeen(), "alk_") {
-			t.Errorf("another sandbox's token was honoured: %s", lastSeen())
-		}
-		if err := c.Destroy(ctx, sb.ID); err != nil {
-			t.Fatal(err)
-		}
-		req(c, sb2.ID, stolen, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {STOLEN}")
-		if strings.Contains(lastSeen(), apiSecret) {
-			t.Errorf("a destroyed sandbox's token was honoured: %s", lastSeen())
-		}
-		// Egress records are written behind the requests: wait for them.
-		var j []byte
-		for i := 0; i < 50; i++ {
-			recs, err := c.Audit(ctx, sb2.ID, "secret.finding")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if j, _ = json.Marshal(recs); strings.Contains(string(j), "revoked") {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if !strings.Contains(string(j), "issued to another sandbox") || !strings.Contains(string(j), "revoked") {
-			t.Errorf("findings of the replays:\n%s", j)
-		}
-		_ = c.Destroy(ctx, sb2.ID)
-	})
+	t.Run("tokens are bound to their sandbox and die with it", func(t *testing.T) { brokerTokensAreBoundToTheirSandboxAndDieWithIt(t, r) })
 
 	// No secret value anywhere: API answers, audit records, the daemon's
 	// log, any file of the daemon's (its database holds them sealed).
@@ -329,6 +215,155 @@ func TestServeCredentialBroker(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(data, "broker")); len(ents) != 0 {
 		t.Errorf("CAs left after their sandboxes: %d", len(ents))
 	}
+}
+
+func brokerTheCodingRunFetchTestNoPushNoOtherRepository(t *testing.T, r *brokerRig) {
+	fi, c, sb, sh := r.fi, r.c, r.sb, r.sh
+	url := "https://" + fi.GitUser + ":$GIT_TOKEN@git.test/acme/shop.git"
+	out := sh(c, sb.ID, "cd /workspace && sh test.sh && git -c init.defaultBranch=main init -q /tmp/shop && cd /tmp/shop && git fetch -q "+url+" main && git checkout -q FETCH_HEAD && sh test.sh && git log --oneline | head -1", nil)
+	if !strings.Contains(out, "tests of shop pass\ntests of shop pass") || !strings.Contains(out, "first commit of shop") || !strings.HasSuffix(out, "exit=0") {
+		t.Fatalf("fetch through the grant:\n%s", out)
+	}
+	creds := "Basic " + base64.StdEncoding.EncodeToString([]byte(fi.GitUser+":"+fi.GitPassword))
+	fetched := false
+	for _, line := range fi.Seen() {
+		fetched = fetched || strings.Contains(line, "POST /acme/shop.git/git-upload-pack auth="+strconv.Quote(creds))
+	}
+	if !fetched {
+		t.Errorf("git.test never got the credential on the upload-pack request:\n%s", strings.Join(fi.Seen(), "\n"))
+	}
+	before, _ := exec.Command("git", "-C", filepath.Join(fi.GitRoot, "acme", "shop.git"), "rev-parse", "main").Output()
+	out = sh(c, sb.ID, "cd /tmp/shop && git -c user.name=a -c user.email=a@a commit -q --allow-empty -m pushed && git push -q "+url+" HEAD:main", nil)
+	after, _ := exec.Command("git", "-C", filepath.Join(fi.GitRoot, "acme", "shop.git"), "rev-parse", "main").Output()
+	if strings.HasSuffix(out, "exit=0") || string(before) != string(after) {
+		t.Errorf("a push through a read-only grant: %s (main %s -> %s)", out, before, after)
+	}
+	out = sh(c, sb.ID, "git ls-remote https://"+fi.GitUser+":$GIT_TOKEN@git.test/acme/other.git", nil)
+	if strings.HasSuffix(out, "exit=0") {
+		t.Errorf("another repository with the same token: %s", out)
+	}
+	for _, line := range fi.Seen() {
+		if strings.Contains(line, "git-receive-pack") || strings.Contains(line, "/acme/other.git") {
+			if strings.Contains(line, "auth=\"Basic") && !strings.Contains(line, `auth=""`) {
+				t.Errorf("git.test got credentials outside the grant: %s", line)
+			}
+		}
+	}
+}
+
+func brokerTheCredentialOnlyWhereTheGrantSays(t *testing.T, r *brokerRig) {
+	ctx, fi, c, apiSecret, sb, created, req, lastSeen := r.ctx, r.fi, r.c, r.apiSecret, r.sb, r.created, r.req, r.lastSeen
+	api := "https://api.test"
+	if out := req(c, sb.ID, nil, "GET", api+"/repos/acme/shop/pulls", "H:Authorization=Bearer {API_TOKEN}"); !strings.HasPrefix(out, "200") || !strings.Contains(lastSeen(), `auth="Bearer `+apiSecret+`"`) {
+		t.Fatalf("a covered request: %s; api.test saw %s", out, lastSeen())
+	}
+	for _, c2 := range []struct{ name, method, url string }{
+		{"another path", "GET", api + "/repos/acme/other"},
+		{"another method", "POST", api + "/repos/acme/shop/pulls"},
+		{"plain HTTP", "GET", "http://api.test/repos/acme/shop/pulls"},
+	} {
+		out := req(c, sb.ID, nil, c2.method, c2.url, "H:Authorization=Bearer {API_TOKEN}", "body=x")
+		if strings.Contains(lastSeen(), apiSecret) || strings.Contains(lastSeen(), "alk_") {
+			t.Errorf("%s: %s; api.test saw %s", c2.name, out, lastSeen())
+		}
+	}
+	req(c, sb.ID, nil, "GET", api+"/repos/acme/shop/x?token={API_TOKEN}")
+	req(c, sb.ID, nil, "PUT", "http://api.test/upload", "body=token={API_TOKEN}")
+	for _, line := range fi.Seen() {
+		if strings.Contains(line, "alk_") {
+			t.Errorf("a placeholder reached api.test: %s", line)
+		}
+	}
+	// Interception only where a grant is: api.test's certificate is the
+	// sandbox's CA's, allowed.test's is the world's.
+	if out := req(c, sb.ID, nil, "GET", api+"/repos/acme/shop", "ca=/etc/airlock/ca.pem"); !strings.HasPrefix(out, "200") {
+		t.Errorf("api.test under the sandbox's CA: %s", out)
+	}
+	if out := req(c, sb.ID, nil, "GET", "https://allowed.test/", "ca=/etc/airlock/ca.pem"); !strings.Contains(out, "CERTIFICATE_VERIFY_FAILED") {
+		t.Errorf("allowed.test (no grant) verified under the sandbox's CA: intercepted? %s", out)
+	}
+	world, _ := os.ReadFile(fi.CAFile)
+	if err := c.WriteFile(ctx, sb.ID, "/tmp/world-ca.pem", world, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := req(c, sb.ID, nil, "GET", "https://allowed.test/", "ca=/tmp/world-ca.pem"); !strings.Contains(out, "hello from allowed") {
+		t.Errorf("allowed.test through its tunnel: %s", out)
+	}
+	// The TTL of a grant's placeholder, shorter than the sandbox's
+	// (checked before it ran out, first thing after the create).
+	time.Sleep(time.Until(created.Add(6 * time.Second)))
+	req(c, sb.ID, nil, "GET", api+"/short", "H:X-Api-Key={SHORT_TOKEN}")
+	if !strings.Contains(lastSeen(), `x-api-key=""`) {
+		t.Errorf("the short grant after its TTL: api.test saw %s", lastSeen())
+	}
+}
+
+func brokerARestartedDaemonKeepsTheGrants(t *testing.T, r *brokerRig) {
+	ctx, d, c, apiSecret, sb, req, lastSeen, tokens := r.ctx, r.d, r.c, r.apiSecret, r.sb, r.req, r.lastSeen, r.tokens
+	if out := req(c, sb.ID, nil, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {API_TOKEN}"); !strings.HasPrefix(out, "200") || !strings.Contains(lastSeen(), `auth="Bearer `+apiSecret+`"`) {
+		t.Errorf("the grant after a restart: %s; api.test saw %s", out, lastSeen())
+	}
+	_, err := d.client(t, tokens["API_TOKEN"]).Sandboxes(ctx)
+	wantCode(t, "a grant's token as an API key", err, api.CodeUnauthenticated)
+}
+
+func brokerSecretScanningBlocksPastedKeys(t *testing.T, r *brokerRig) {
+	ctx, fi, c, sb, req := r.ctx, r.fi, r.c, r.sb, r.req
+	pasted := "ghp_" + "Zx81QmPq7RkT2vLw9NcY4bHs6JdF3gUe5KaM"
+	_, err := c.Exec(ctx, sb.ID, &api.Exec{Cmd: []string{"curl", "-H", "Authorization: token " + pasted, "https://api.github.com/user"}}, nil, nil)
+	wantCode(t, "a key in an argument", err, api.CodeSecretDetected)
+	if err == nil || !strings.Contains(err.Error(), "github-pat") || strings.Contains(err.Error(), pasted) {
+		t.Errorf("the error names the rule, not the key: %v", err)
+	}
+	key := privateKeyPEM(t)
+	err = c.WriteFile(ctx, sb.ID, "/workspace/id_ecdsa", []byte(key), 0o600)
+	wantCode(t, "a private key written", err, api.CodeSecretDetected)
+	n := len(fi.Seen())
+	// The key reaches the sandbox's process some way the API did not
+	// see (here: in two halves), and it tries to send it out.
+	halves := map[string]string{"P1": pasted[:16], "P2": pasted[16:]}
+	if out := req(c, sb.ID, halves, "POST", "https://api.test/repos/acme/shop/issues", "body={\"body\": \"my token is {P1}{P2}\"}"); !strings.HasPrefix(out, "403") || !strings.Contains(out, "github-pat") || len(fi.Seen()) != n {
+		t.Errorf("a key in an outbound body: %s", out)
+	}
+}
+
+func brokerTokensAreBoundToTheirSandboxAndDieWithIt(t *testing.T, r *brokerRig) {
+	ctx, c, apiSecret, apiGrant, sb, req, lastSeen, tokens := r.ctx, r.c, r.apiSecret, r.apiGrant, r.sb, r.req, r.lastSeen, r.tokens
+	sb2, err := c.CreateSandbox(ctx, &api.CreateSandbox{Grants: []api.Grant{apiGrant}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, sb2.ID, "/tmp/req.py", []byte(reqScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stolen := map[string]string{"STOLEN": tokens["API_TOKEN"]}
+	req(c, sb2.ID, stolen, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {STOLEN}")
+	if strings.Contains(lastSeen(), apiSecret) || strings.Contains(lastSeen(), "alk_") {
+		t.Errorf("another sandbox's token was honoured: %s", lastSeen())
+	}
+	if err := c.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	req(c, sb2.ID, stolen, "GET", "https://api.test/repos/acme/shop/pulls", "H:Authorization=Bearer {STOLEN}")
+	if strings.Contains(lastSeen(), apiSecret) {
+		t.Errorf("a destroyed sandbox's token was honoured: %s", lastSeen())
+	}
+	// Egress records are written behind the requests: wait for them.
+	var j []byte
+	for i := 0; i < 50; i++ {
+		recs, err := c.Audit(ctx, sb2.ID, "secret.finding")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j, _ = json.Marshal(recs); strings.Contains(string(j), "revoked") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(string(j), "issued to another sandbox") || !strings.Contains(string(j), "revoked") {
+		t.Errorf("findings of the replays:\n%s", j)
+	}
+	_ = c.Destroy(ctx, sb2.ID)
 }
 
 func privateKeyPEM(t *testing.T) string {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/client"
 )
 
 // hostRepo makes a git repository with one commit at dir.
@@ -79,6 +80,14 @@ func TestServeTenantHostPaths(t *testing.T) {
 	}
 	bob := d.client(t, nobody.Key)
 
+	hostPathsRefused(t, ctx, d, alice, bob, an.Key, data, inside, outsideRepo, adminKey)
+	hostPathsGranted(t, ctx, alice, ws, inside)
+	hostPathsSwapRace(t, ctx, alice, data, inside, adminKey)
+}
+
+// hostPathsRefused: every host path outside the tenant's root, by every
+// door, is permission_denied, and says nothing of what is behind it.
+func hostPathsRefused(t *testing.T, ctx context.Context, d *daemonProc, alice, bob *client.Client, aliceKey, data, inside, outsideRepo string, adminKey []byte) {
 	for _, req := range []api.CreateSandbox{
 		{Workspace: data},
 		{Workspace: "/root"},
@@ -127,7 +136,7 @@ func TestServeTenantHostPaths(t *testing.T) {
 
 	// The MCP door: a session whose initialization names the data
 	// directory gets no sandbox of it.
-	hc := unixHTTP(d.sock, an.Key)
+	hc := unixHTTP(d.sock, aliceKey)
 	post := func(sid, body string) (string, string) { return mcpPost(t, hc, sid, body) }
 	sid, _ := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"},"_meta":{"airlock/sandbox":{"workspace":"`+data+`"}}}}`)
 	if sid != "" {
@@ -139,8 +148,10 @@ func TestServeTenantHostPaths(t *testing.T) {
 	for _, sb := range mustList(t, alice) {
 		t.Errorf("a sandbox exists after the refusals: %+v", sb)
 	}
+}
 
-	// Inside the root, it works.
+// hostPathsGranted: inside the root, a workspace and a rootfs work.
+func hostPathsGranted(t *testing.T, ctx context.Context, alice *client.Client, ws, inside string) {
 	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Workspace: ws})
 	if err != nil {
 		t.Fatalf("a workspace under the root: %v", err)
@@ -171,10 +182,12 @@ func TestServeTenantHostPaths(t *testing.T) {
 	if err := alice.Destroy(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// A swap race: the workspace directory and a link to the data
-	// directory change places while creates run. What a sandbox sees is
-	// the directory or nothing, never the data directory.
+// hostPathsSwapRace: the workspace directory and a link to the data
+// directory change places while creates run. What a sandbox sees is the
+// directory or nothing, never the data directory.
+func hostPathsSwapRace(t *testing.T, ctx context.Context, alice *client.Client, data, inside string, adminKey []byte) {
 	race := filepath.Join(inside, "race")
 	if err := os.Mkdir(race, 0o755); err != nil {
 		t.Fatal(err)

@@ -255,248 +255,21 @@ func TestServeSandboxLifecycle(t *testing.T) {
 	}
 	id := sb.ID
 
-	t.Run("exec", func(t *testing.T) {
-		out, errOut, end := run(t, alice, id, sh("echo out; echo err >&2; id -u; pwd; exit 3"))
-		if out != "out\n1000\n/workspace\n" || errOut != "err\n" || end.ExitCode != 3 {
-			t.Errorf("got %q %q %+v", out, errOut, end)
-		}
-		out, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"sh", "-c", "id -u; echo $FOO; pwd"}, User: "root", Env: map[string]string{"FOO": "bar"}, Cwd: "/tmp"})
-		if out != "0\nbar\n/tmp\n" || end.ExitCode != 0 {
-			t.Errorf("root/env/cwd: %q %+v", out, end)
-		}
-		out, _, _ = run(t, alice, id, &api.Exec{Cmd: []string{"cat"}, Stdin: []byte("piped")})
-		if out != "piped" {
-			t.Errorf("stdin: %q", out)
-		}
-		_, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"no-such-command"}})
-		if end.ExitCode != 127 {
-			t.Errorf("missing command: %+v", end)
-		}
-		_, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"sleep", "30"}, Timeout: "300ms"})
-		if !end.TimedOut || end.ExitCode != 124 {
-			t.Errorf("timeout: %+v", end)
-		}
-		out, _, _ = run(t, alice, id, &api.Exec{Cmd: []string{"sh", "-c", "stty size"}, TTY: &api.TTY{Rows: 33, Cols: 101}})
-		if !strings.Contains(out, "33 101") {
-			t.Errorf("tty: %q", out)
-		}
-	})
+	t.Run("exec", func(t *testing.T) { lifecycleExec(t, alice, id) })
 
-	t.Run("background", func(t *testing.T) {
-		s, err := alice.ExecStream(ctx, id, &api.Exec{Cmd: []string{"sh", "-c", "read line; echo got $line; sleep 60"}, Background: true, KeepStdin: true, Tag: "bg"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		first, err := s.Next()
-		s.Close()
-		if err != nil || first.PID == 0 {
-			t.Fatalf("start: %+v %v", first, err)
-		}
-		ps, err := alice.Processes(ctx, id)
-		if err != nil || len(ps) != 1 || ps[0].PID != first.PID || ps[0].Tag != "bg" {
-			t.Fatalf("processes: %+v %v", ps, err)
-		}
-		att, err := alice.Attach(ctx, id, first.PID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer att.Close()
-		if ev, err := att.Next(); err != nil || ev.PID != first.PID {
-			t.Fatalf("attach: %+v %v", ev, err)
-		}
-		if err := alice.Input(ctx, id, first.PID, []byte("ping\n"), false); err != nil {
-			t.Fatal(err)
-		}
-		ev, err := att.Next()
-		if err != nil || string(ev.Stdout) != "got ping\n" {
-			t.Fatalf("attached output: %+v %v", ev, err)
-		}
-		if err := alice.Signal(ctx, id, first.PID, "KILL"); err != nil {
-			t.Fatal(err)
-		}
-		end, err := client.Drain(att, nil, nil)
-		if err != nil || end.ExitCode != 137 {
-			t.Errorf("after KILL: %+v %v", end, err)
-		}
-		wantCode(t, "signal a gone process", alice.Signal(ctx, id, first.PID, "TERM"), api.CodeNotFound)
-	})
+	t.Run("background", func(t *testing.T) { lifecycleBackground(t, ctx, alice, id) })
 
-	t.Run("files", func(t *testing.T) {
-		if err := alice.WriteFile(ctx, id, "/workspace/new/dir/f.txt", []byte("one two three\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		b, err := alice.ReadFile(ctx, id, "/workspace/new/dir/f.txt")
-		if err != nil || string(b) != "one two three\n" {
-			t.Fatalf("read back: %q %v", b, err)
-		}
-		out, _, _ := run(t, alice, id, sh("stat -c '%u %a' /workspace/new/dir/f.txt"))
-		if out != "1000 600\n" {
-			t.Errorf("owner and mode of a written file: %q", out)
-		}
-		if err := alice.Edit(ctx, id, "/workspace/new/dir/f.txt", "two", "2"); err != nil {
-			t.Fatal(err)
-		}
-		wantCode(t, "edit of a missing text", alice.Edit(ctx, id, "/workspace/new/dir/f.txt", "four", "4"), api.CodeFailedPrecondition)
-		if err := alice.WriteFile(ctx, id, "/workspace/dup.txt", []byte("x x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		wantCode(t, "edit of a text that is not unique", alice.Edit(ctx, id, "/workspace/dup.txt", "x", "y"), api.CodeFailedPrecondition)
-		b, _ = alice.ReadFile(ctx, id, "/workspace/new/dir/f.txt")
-		if string(b) != "one 2 three\n" {
-			t.Errorf("after edit: %q", b)
-		}
-		st, err := alice.Stat(ctx, id, "/workspace/hello.txt")
-		if err != nil || st.Type != "file" || st.Size != 12 {
-			t.Errorf("stat: %+v %v", st, err)
-		}
-		es, err := alice.ListDir(ctx, id, "/workspace/new", 1)
-		if err != nil || len(es) != 1 || es[0].Path != "/workspace/new/dir" || es[0].Type != "dir" {
-			t.Errorf("list depth 1: %+v %v", es, err)
-		}
-		es, _ = alice.ListDir(ctx, id, "/workspace/new", 2)
-		if len(es) != 2 {
-			t.Errorf("list depth 2: %+v", es)
-		}
-		if _, err := alice.MakeDir(ctx, id, "/workspace/m/n"); err != nil {
-			t.Fatal(err)
-		}
-		wantCode(t, "mkdir of an existing dir", func() error { _, err := alice.MakeDir(ctx, id, "/workspace/m/n"); return err }(), api.CodeAlreadyExists)
-		if _, err := alice.Move(ctx, id, "/workspace/m/n", "/workspace/m/o"); err != nil {
-			t.Fatal(err)
-		}
-		if err := alice.Remove(ctx, id, "/workspace/m"); err != nil {
-			t.Fatal(err)
-		}
-		wantCode(t, "stat of a removed dir", func() error { _, err := alice.Stat(ctx, id, "/workspace/m"); return err }(), api.CodeNotFound)
-		wantCode(t, "read of a missing file", func() error { _, err := alice.ReadFile(ctx, id, "/nope"); return err }(), api.CodeNotFound)
-		wantCode(t, "write to the read-only image", alice.WriteFile(ctx, id, "/usr/evil", []byte("x"), 0o644), api.CodePermissionDenied)
+	t.Run("files", func(t *testing.T) { lifecycleFiles(t, ctx, alice, id) })
 
-		// Upload a tar, download it again.
-		var tb bytes.Buffer
-		tw := tar.NewWriter(&tb)
-		_ = tw.WriteHeader(&tar.Header{Name: "up/", Typeflag: tar.TypeDir, Mode: 0o755})
-		_ = tw.WriteHeader(&tar.Header{Name: "up/a.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 3})
-		_, _ = tw.Write([]byte("abc"))
-		_ = tw.WriteHeader(&tar.Header{Name: "../../escape.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
-		_, _ = tw.Write([]byte("e"))
-		_ = tw.WriteHeader(&tar.Header{Name: "up/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
-		_ = tw.Close()
-		skipped, err := alice.Upload(ctx, id, "/workspace/in", &tb)
-		if err != nil || len(skipped) != 1 {
-			t.Fatalf("upload: %v %v", skipped, err)
-		}
-		if b, _ := alice.ReadFile(ctx, id, "/workspace/in/escape.txt"); string(b) != "e" {
-			t.Errorf("a ../ name must land inside the target directory, got %q", b)
-		}
-		run(t, alice, id, sh("ln -s /etc/passwd /workspace/in/up/pw"))
-		body, _, err := alice.Download(ctx, id, "/workspace/in")
-		if err != nil {
-			t.Fatal(err)
-		}
-		names := map[string]string{}
-		tr := tar.NewReader(body)
-		for {
-			h, err := tr.Next()
-			if err != nil {
-				break
-			}
-			data, _ := io.ReadAll(tr)
-			names[h.Name] = string(data) + h.Linkname
-		}
-		body.Close()
-		if names["in/up/a.txt"] != "abc" || names["in/up/pw"] != "/etc/passwd" {
-			t.Errorf("download: %v", names)
-		}
-		wantCode(t, "download outside /workspace", func() error { _, _, err := alice.Download(ctx, id, "/etc"); return err }(), api.CodeInvalidArgument)
-	})
+	t.Run("watch", func(t *testing.T) { lifecycleWatch(t, ctx, alice, id) })
 
-	t.Run("watch", func(t *testing.T) {
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		w, err := alice.Watch(wctx, id, "/workspace", true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		if ev, err := w.Next(); err != nil || ev.Op != "start" {
-			t.Fatalf("watch start: %+v %v", ev, err)
-		}
-		run(t, alice, id, sh("echo x > /workspace/watched.txt"))
-		for {
-			ev, err := w.Next()
-			if err != nil {
-				t.Fatalf("no event for the new file: %v", err)
-			}
-			if ev.Path == "/workspace/watched.txt" && ev.Op == "create" {
-				break
-			}
-		}
-	})
+	t.Run("diff", func(t *testing.T) { lifecycleDiff(t, ctx, alice, ws, id) })
 
-	t.Run("diff", func(t *testing.T) {
-		run(t, alice, id, sh("echo changed >> /workspace/hello.txt"))
-		d, err := alice.Diff(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(d, "+changed") || !strings.Contains(d, "new/dir/f.txt") {
-			t.Errorf("diff:\n%s", d)
-		}
-		if b, _ := os.ReadFile(filepath.Join(ws, "hello.txt")); string(b) != "hello\nworld\n" {
-			t.Errorf("the host workspace changed: %q", b)
-		}
-	})
+	t.Run("isolation", func(t *testing.T) { lifecycleIsolation(t, d, alice, id) })
 
-	t.Run("isolation", func(t *testing.T) {
-		for _, c := range []string{"read-host", "write-outside", "host-procs", "ptrace", "fds", "mount", "userns", "keyctl", "tiocsti", "caps"} {
-			req := &api.Exec{Cmd: []string{"/workspace/attack", c}}
-			if c == "tiocsti" {
-				req.TTY = &api.TTY{Rows: 24, Cols: 80} // the attack needs a terminal
-			}
-			out, _, end := run(t, alice, id, req)
-			if strings.Contains(out, "VULNERABLE") || end.ExitCode != 0 {
-				t.Errorf("attack %s: %s %+v", c, out, end)
-			}
-		}
-		out, _, end := run(t, alice, id, &api.Exec{Cmd: []string{"/workspace/attack", "agent", filepath.Join(stateDir, "agents", id+".sock"), d.sock}})
-		if strings.Contains(out, "VULNERABLE") || end.ExitCode != 0 {
-			t.Errorf("agent socket: %s %+v", out, end)
-		}
-	})
+	t.Run("tenants", func(t *testing.T) { lifecycleTenants(t, ctx, alice, bob, id) })
 
-	t.Run("tenants", func(t *testing.T) {
-		// Another tenant's sandbox does not exist for bob: 404 everywhere.
-		wantCode(t, "get", func() error { _, err := bob.Sandbox(ctx, id); return err }(), api.CodeNotFound)
-		wantCode(t, "exec", func() error { _, err := bob.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeNotFound)
-		wantCode(t, "read", func() error { _, err := bob.ReadFile(ctx, id, "/etc/hostname"); return err }(), api.CodeNotFound)
-		wantCode(t, "destroy", bob.Destroy(ctx, id), api.CodeNotFound)
-		wantCode(t, "pause", func() error { _, err := bob.Pause(ctx, id); return err }(), api.CodeNotFound)
-		wantCode(t, "kill-all of another tenant", func() error { _, err := bob.KillAll(ctx, "alice"); return err }(), api.CodeNotFound)
-		if l, _ := bob.Sandboxes(ctx); len(l) != 0 {
-			t.Errorf("bob sees %d sandboxes", len(l))
-		}
-		wantCode(t, "tenant key on an admin call", func() error { _, err := bob.CreateTenant(ctx, &api.CreateTenant{Name: "x"}); return err }(), api.CodePermissionDenied)
-		if _, err := alice.Sandbox(ctx, id); err != nil {
-			t.Errorf("alice lost her sandbox: %v", err)
-		}
-	})
-
-	t.Run("pause", func(t *testing.T) {
-		if _, err := alice.Pause(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		wantCode(t, "exec while paused", func() error { _, err := alice.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeFailedPrecondition)
-		if _, err := alice.Resume(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, end := run(t, alice, id, sh("true")); end.ExitCode != 0 {
-			t.Errorf("after resume: %+v", end)
-		}
-		sb, err := alice.Extend(ctx, id, "3h")
-		if err != nil || time.Until(sb.Expires) < 2*time.Hour {
-			t.Errorf("extend: %+v %v", sb, err)
-		}
-	})
+	t.Run("pause", func(t *testing.T) { lifecyclePause(t, ctx, alice, id) })
 
 	if err := alice.Destroy(ctx, id); err != nil {
 		t.Fatal(err)
@@ -507,6 +280,249 @@ func TestServeSandboxLifecycle(t *testing.T) {
 	}
 	wantCode(t, "exec after destroy", func() error { _, err := alice.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeNotFound)
 	noResidue(t)
+}
+
+func lifecycleExec(t *testing.T, alice *client.Client, id string) {
+	out, errOut, end := run(t, alice, id, sh("echo out; echo err >&2; id -u; pwd; exit 3"))
+	if out != "out\n1000\n/workspace\n" || errOut != "err\n" || end.ExitCode != 3 {
+		t.Errorf("got %q %q %+v", out, errOut, end)
+	}
+	out, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"sh", "-c", "id -u; echo $FOO; pwd"}, User: "root", Env: map[string]string{"FOO": "bar"}, Cwd: "/tmp"})
+	if out != "0\nbar\n/tmp\n" || end.ExitCode != 0 {
+		t.Errorf("root/env/cwd: %q %+v", out, end)
+	}
+	out, _, _ = run(t, alice, id, &api.Exec{Cmd: []string{"cat"}, Stdin: []byte("piped")})
+	if out != "piped" {
+		t.Errorf("stdin: %q", out)
+	}
+	_, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"no-such-command"}})
+	if end.ExitCode != 127 {
+		t.Errorf("missing command: %+v", end)
+	}
+	_, _, end = run(t, alice, id, &api.Exec{Cmd: []string{"sleep", "30"}, Timeout: "300ms"})
+	if !end.TimedOut || end.ExitCode != 124 {
+		t.Errorf("timeout: %+v", end)
+	}
+	out, _, _ = run(t, alice, id, &api.Exec{Cmd: []string{"sh", "-c", "stty size"}, TTY: &api.TTY{Rows: 33, Cols: 101}})
+	if !strings.Contains(out, "33 101") {
+		t.Errorf("tty: %q", out)
+	}
+}
+
+func lifecycleBackground(t *testing.T, ctx context.Context, alice *client.Client, id string) {
+	s, err := alice.ExecStream(ctx, id, &api.Exec{Cmd: []string{"sh", "-c", "read line; echo got $line; sleep 60"}, Background: true, KeepStdin: true, Tag: "bg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Next()
+	s.Close()
+	if err != nil || first.PID == 0 {
+		t.Fatalf("start: %+v %v", first, err)
+	}
+	ps, err := alice.Processes(ctx, id)
+	if err != nil || len(ps) != 1 || ps[0].PID != first.PID || ps[0].Tag != "bg" {
+		t.Fatalf("processes: %+v %v", ps, err)
+	}
+	att, err := alice.Attach(ctx, id, first.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	if ev, err := att.Next(); err != nil || ev.PID != first.PID {
+		t.Fatalf("attach: %+v %v", ev, err)
+	}
+	if err := alice.Input(ctx, id, first.PID, []byte("ping\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := att.Next()
+	if err != nil || string(ev.Stdout) != "got ping\n" {
+		t.Fatalf("attached output: %+v %v", ev, err)
+	}
+	if err := alice.Signal(ctx, id, first.PID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	end, err := client.Drain(att, nil, nil)
+	if err != nil || end.ExitCode != 137 {
+		t.Errorf("after KILL: %+v %v", end, err)
+	}
+	wantCode(t, "signal a gone process", alice.Signal(ctx, id, first.PID, "TERM"), api.CodeNotFound)
+}
+
+func lifecycleFiles(t *testing.T, ctx context.Context, alice *client.Client, id string) {
+	if err := alice.WriteFile(ctx, id, "/workspace/new/dir/f.txt", []byte("one two three\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := alice.ReadFile(ctx, id, "/workspace/new/dir/f.txt")
+	if err != nil || string(b) != "one two three\n" {
+		t.Fatalf("read back: %q %v", b, err)
+	}
+	out, _, _ := run(t, alice, id, sh("stat -c '%u %a' /workspace/new/dir/f.txt"))
+	if out != "1000 600\n" {
+		t.Errorf("owner and mode of a written file: %q", out)
+	}
+	if err := alice.Edit(ctx, id, "/workspace/new/dir/f.txt", "two", "2"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "edit of a missing text", alice.Edit(ctx, id, "/workspace/new/dir/f.txt", "four", "4"), api.CodeFailedPrecondition)
+	if err := alice.WriteFile(ctx, id, "/workspace/dup.txt", []byte("x x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "edit of a text that is not unique", alice.Edit(ctx, id, "/workspace/dup.txt", "x", "y"), api.CodeFailedPrecondition)
+	b, _ = alice.ReadFile(ctx, id, "/workspace/new/dir/f.txt")
+	if string(b) != "one 2 three\n" {
+		t.Errorf("after edit: %q", b)
+	}
+	st, err := alice.Stat(ctx, id, "/workspace/hello.txt")
+	if err != nil || st.Type != "file" || st.Size != 12 {
+		t.Errorf("stat: %+v %v", st, err)
+	}
+	es, err := alice.ListDir(ctx, id, "/workspace/new", 1)
+	if err != nil || len(es) != 1 || es[0].Path != "/workspace/new/dir" || es[0].Type != "dir" {
+		t.Errorf("list depth 1: %+v %v", es, err)
+	}
+	es, _ = alice.ListDir(ctx, id, "/workspace/new", 2)
+	if len(es) != 2 {
+		t.Errorf("list depth 2: %+v", es)
+	}
+	if _, err := alice.MakeDir(ctx, id, "/workspace/m/n"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "mkdir of an existing dir", func() error { _, err := alice.MakeDir(ctx, id, "/workspace/m/n"); return err }(), api.CodeAlreadyExists)
+	if _, err := alice.Move(ctx, id, "/workspace/m/n", "/workspace/m/o"); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Remove(ctx, id, "/workspace/m"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "stat of a removed dir", func() error { _, err := alice.Stat(ctx, id, "/workspace/m"); return err }(), api.CodeNotFound)
+	wantCode(t, "read of a missing file", func() error { _, err := alice.ReadFile(ctx, id, "/nope"); return err }(), api.CodeNotFound)
+	wantCode(t, "write to the read-only image", alice.WriteFile(ctx, id, "/usr/evil", []byte("x"), 0o644), api.CodePermissionDenied)
+
+	// Upload a tar, download it again.
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	_ = tw.WriteHeader(&tar.Header{Name: "up/", Typeflag: tar.TypeDir, Mode: 0o755})
+	_ = tw.WriteHeader(&tar.Header{Name: "up/a.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 3})
+	_, _ = tw.Write([]byte("abc"))
+	_ = tw.WriteHeader(&tar.Header{Name: "../../escape.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	_, _ = tw.Write([]byte("e"))
+	_ = tw.WriteHeader(&tar.Header{Name: "up/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
+	_ = tw.Close()
+	skipped, err := alice.Upload(ctx, id, "/workspace/in", &tb)
+	if err != nil || len(skipped) != 1 {
+		t.Fatalf("upload: %v %v", skipped, err)
+	}
+	if b, _ := alice.ReadFile(ctx, id, "/workspace/in/escape.txt"); string(b) != "e" {
+		t.Errorf("a ../ name must land inside the target directory, got %q", b)
+	}
+	run(t, alice, id, sh("ln -s /etc/passwd /workspace/in/up/pw"))
+	body, _, err := alice.Download(ctx, id, "/workspace/in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	tr := tar.NewReader(body)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		data, _ := io.ReadAll(tr)
+		names[h.Name] = string(data) + h.Linkname
+	}
+	body.Close()
+	if names["in/up/a.txt"] != "abc" || names["in/up/pw"] != "/etc/passwd" {
+		t.Errorf("download: %v", names)
+	}
+	wantCode(t, "download outside /workspace", func() error { _, _, err := alice.Download(ctx, id, "/etc"); return err }(), api.CodeInvalidArgument)
+}
+
+func lifecycleWatch(t *testing.T, ctx context.Context, alice *client.Client, id string) {
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	w, err := alice.Watch(wctx, id, "/workspace", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if ev, err := w.Next(); err != nil || ev.Op != "start" {
+		t.Fatalf("watch start: %+v %v", ev, err)
+	}
+	run(t, alice, id, sh("echo x > /workspace/watched.txt"))
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatalf("no event for the new file: %v", err)
+		}
+		if ev.Path == "/workspace/watched.txt" && ev.Op == "create" {
+			break
+		}
+	}
+}
+
+func lifecycleDiff(t *testing.T, ctx context.Context, alice *client.Client, ws string, id string) {
+	run(t, alice, id, sh("echo changed >> /workspace/hello.txt"))
+	d, err := alice.Diff(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d, "+changed") || !strings.Contains(d, "new/dir/f.txt") {
+		t.Errorf("diff:\n%s", d)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "hello.txt")); string(b) != "hello\nworld\n" {
+		t.Errorf("the host workspace changed: %q", b)
+	}
+}
+
+func lifecycleIsolation(t *testing.T, d *daemonProc, alice *client.Client, id string) {
+	for _, c := range []string{"read-host", "write-outside", "host-procs", "ptrace", "fds", "mount", "userns", "keyctl", "tiocsti", "caps"} {
+		req := &api.Exec{Cmd: []string{"/workspace/attack", c}}
+		if c == "tiocsti" {
+			req.TTY = &api.TTY{Rows: 24, Cols: 80} // the attack needs a terminal
+		}
+		out, _, end := run(t, alice, id, req)
+		if strings.Contains(out, "VULNERABLE") || end.ExitCode != 0 {
+			t.Errorf("attack %s: %s %+v", c, out, end)
+		}
+	}
+	out, _, end := run(t, alice, id, &api.Exec{Cmd: []string{"/workspace/attack", "agent", filepath.Join(stateDir, "agents", id+".sock"), d.sock}})
+	if strings.Contains(out, "VULNERABLE") || end.ExitCode != 0 {
+		t.Errorf("agent socket: %s %+v", out, end)
+	}
+}
+
+func lifecycleTenants(t *testing.T, ctx context.Context, alice *client.Client, bob *client.Client, id string) {
+	// Another tenant's sandbox does not exist for bob: 404 everywhere.
+	wantCode(t, "get", func() error { _, err := bob.Sandbox(ctx, id); return err }(), api.CodeNotFound)
+	wantCode(t, "exec", func() error { _, err := bob.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeNotFound)
+	wantCode(t, "read", func() error { _, err := bob.ReadFile(ctx, id, "/etc/hostname"); return err }(), api.CodeNotFound)
+	wantCode(t, "destroy", bob.Destroy(ctx, id), api.CodeNotFound)
+	wantCode(t, "pause", func() error { _, err := bob.Pause(ctx, id); return err }(), api.CodeNotFound)
+	wantCode(t, "kill-all of another tenant", func() error { _, err := bob.KillAll(ctx, "alice"); return err }(), api.CodeNotFound)
+	if l, _ := bob.Sandboxes(ctx); len(l) != 0 {
+		t.Errorf("bob sees %d sandboxes", len(l))
+	}
+	wantCode(t, "tenant key on an admin call", func() error { _, err := bob.CreateTenant(ctx, &api.CreateTenant{Name: "x"}); return err }(), api.CodePermissionDenied)
+	if _, err := alice.Sandbox(ctx, id); err != nil {
+		t.Errorf("alice lost her sandbox: %v", err)
+	}
+}
+
+func lifecyclePause(t *testing.T, ctx context.Context, alice *client.Client, id string) {
+	if _, err := alice.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "exec while paused", func() error { _, err := alice.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeFailedPrecondition)
+	if _, err := alice.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, end := run(t, alice, id, sh("true")); end.ExitCode != 0 {
+		t.Errorf("after resume: %+v", end)
+	}
+	sb, err := alice.Extend(ctx, id, "3h")
+	if err != nil || time.Until(sb.Expires) < 2*time.Hour {
+		t.Errorf("extend: %+v %v", sb, err)
+	}
 }
 
 func TestServeQuotasAndKillSwitch(t *testing.T) {
