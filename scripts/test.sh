@@ -32,10 +32,10 @@ go test -count=1 -timeout 40m ./...
 # -fuzztime deadline as a failure (golang/go#75804, fixed in Go 1.27).
 for f in "FuzzFilterMatchesRules ./internal/linux/seccomp 200000" "FuzzCleanName ./internal/image/unpack 200000" "FuzzValidate ./internal/spec 200000" \
 	"FuzzParseSize ./internal/spec 200000" "FuzzReadClientHello ./internal/egress/sni 200000" "FuzzParseRule ./internal/egress/policy 200000" \
-	"FuzzSpecOf ./internal/sandbox 200000" "FuzzVerifyCatchesEveryEdit ./internal/audit 20000" \
+	"FuzzSpecOf ./internal/sandbox/core 200000" "FuzzVerifyCatchesEveryEdit ./internal/audit 20000" \
 	"FuzzRequestRule ./internal/spec 200000" "FuzzScan ./internal/scan 20000" \
 	"FuzzQuoteIsSafeAndReversible ./internal/untrusted 200000" "FuzzLinkInsideNeverEscapes ./internal/untrusted 20000" \
-	"FuzzScanCallIsBounded ./internal/sandbox 500" \
+	"FuzzScanCallIsBounded ./internal/sandbox/core 500" \
 	"FuzzOpenStaysBeneathRoot ./internal/linux/hostpath 50000" "FuzzRootOf ./internal/spec 200000" \
 	"FuzzExtractTarStaysInside ./internal/cli/remote 20000" "FuzzWalkReadsEachFileOnce ./internal/workspace 5000" \
 	"FuzzRecordKeepsNoPartOfAKey ./internal/egress/eventlog 200000" "FuzzCheckoutName ./internal/workspace/checkout 200000"; do

@@ -60,7 +60,7 @@ var layers = []layer{
 	// The service and who may call it.
 	{"tenant", []string{"internal/tenant"}, []string{"base", "value", "record", "records", "workspace", "wire"}},
 	{"secret", []string{"internal/secret"}, []string{"base", "value", "record", "records", "workspace", "wire", "tenant"}},
-	{"service", []string{"internal/sandbox"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant"}},
+	{"service", []string{"internal/sandbox/..."}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
 	{"front", []string{"internal/httpapi"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service"}},
 	{"front", []string{"internal/mcp"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
 
@@ -108,7 +108,7 @@ var bans = []struct {
 	{[]string{"internal/spec"}, "golang.org/x/sys/unix", false, "spec is pure"},
 	{[]string{"internal/egress/..."}, "golang.org/x/sys/unix", true, "the proxy works on sockets the standard library gives it"},
 	{[]string{"internal/broker"}, "golang.org/x/sys/unix", true, "the broker is a library of keys and tokens, no syscalls"},
-	{[]string{"internal/sandbox"}, "golang.org/x/sys/unix", true, "the service reaches the kernel only through the lifecycle"},
+	{[]string{"internal/sandbox/..."}, "golang.org/x/sys/unix", true, "the service reaches the kernel only through the lifecycle"},
 	{[]string{"internal/httpapi"}, "connectrpc.com/connect", true, "agents' calls go through the service, never from the API"},
 }
 

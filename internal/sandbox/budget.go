@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
@@ -29,18 +30,18 @@ func (b *cpuBudget) exhausted(q api.Quotas, now time.Time) bool {
 }
 
 // chargeCPU adds what b used since last charged to its tenant's budget.
-func (s *Service) chargeCPU(b *box) {
-	cpu := b.inst.Usage().CPU
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	bud := s.cpu[b.rec.Tenant]
+func (s *Service) chargeCPU(b *core.Box) {
+	cpu := b.Inst.Usage().CPU
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	bud := s.cpu[b.Rec.Tenant]
 	if bud == nil {
-		bud = &cpuBudget{start: s.cfg.Now()}
-		s.cpu[b.rec.Tenant] = bud
+		bud = &cpuBudget{start: s.Cfg.Now()}
+		s.cpu[b.Rec.Tenant] = bud
 	}
-	if cpu > b.cpuSeen {
-		bud.used += cpu - b.cpuSeen
-		b.cpuSeen = cpu
+	if cpu > b.CPUSeen {
+		bud.used += cpu - b.CPUSeen
+		b.CPUSeen = cpu
 	}
 }
 
@@ -49,8 +50,8 @@ func (s *Service) chargeCPU(b *box) {
 // (Recover loads them before any sandbox can end and charge one), and a
 // tenant made since is loaded at the next tick.
 func (s *Service) loadBudgets(ts []store.Tenant) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	for _, t := range ts {
 		if s.cpu[t.ID] == nil {
 			s.cpu[t.ID] = &cpuBudget{start: t.CPUPeriodStart, used: t.CPUUsed}
@@ -60,8 +61,8 @@ func (s *Service) loadBudgets(ts []store.Tenant) {
 
 // enforceCPU charges every live sandbox's CPU time, rolls budget periods
 // over, and stops the sandboxes of tenants past their budget.
-func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
-	ts, err := s.cfg.Store.Tenants(ctx)
+func (s *Service) enforceCPU(ctx context.Context, bs []*core.Box) {
+	ts, err := s.Cfg.Store.Tenants(ctx)
 	if err != nil {
 		return
 	}
@@ -69,34 +70,32 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*box) {
 	for _, b := range bs {
 		s.chargeCPU(b)
 	}
-	now := s.cfg.Now()
+	now := s.Cfg.Now()
 	for _, t := range ts {
 		var q api.Quotas
 		_ = json.Unmarshal([]byte(t.Quotas), &q)
 		period := tenant.CPUPeriod(q)
-		s.mu.Lock()
+		s.Mu.Lock()
 		bud := s.cpu[t.ID]
 		if now.Sub(bud.start) >= period {
 			bud.start, bud.used = now, 0
 		}
 		start, used := bud.start, bud.used
-		s.mu.Unlock()
+		s.Mu.Unlock()
 		if start != t.CPUPeriodStart || used != t.CPUUsed {
-			_ = s.cfg.Store.SetTenantCPU(ctx, t.ID, start, used)
+			_ = s.Cfg.Store.SetTenantCPU(ctx, t.ID, start, used)
 		}
 		if q.CPUSeconds > 0 && used.Seconds() >= q.CPUSeconds {
 			reason := fmt.Sprintf("cpu budget of tenant %s exhausted (%.1f s of %.0f s per %v)", t.Name, used.Seconds(), q.CPUSeconds, period)
 			for _, b := range bs {
-				b.mu.Lock()
-				ending := b.ending // stopped already, or ending for another reason
-				b.mu.Unlock()
-				if b.rec.Tenant == t.ID && !ending {
-					s.cfg.Metrics.limitKills.WithLabelValues("cpu_budget").Inc()
+				b.Mu.Lock()
+				ending := b.Ending // stopped already, or ending for another reason
+				b.Mu.Unlock()
+				if b.Rec.Tenant == t.ID && !ending {
+					s.Cfg.Metrics.LimitKills.WithLabelValues("cpu_budget").Inc()
 					go s.end(b, reason)
 				}
 			}
 		}
 	}
 }
-
-// mcpSpecMeta keys a tenant's default MCP sandbox spec in the store, by

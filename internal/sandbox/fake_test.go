@@ -33,6 +33,21 @@ import (
 // minimal agent on a unix socket, and a rig that wires them into a
 // Service with a real store and an audit log in memory.
 
+// memAudit is an audit log in memory.
+type memAudit struct {
+	mu   sync.Mutex
+	recs []audit.Record
+}
+
+func (m *memAudit) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
+func (m *memAudit) Failed() error                                  { return nil }
+func (m *memAudit) Append(r audit.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, r)
+	return nil
+}
+
 // fakeClock is the service's clock; only the test moves it.
 type fakeClock struct {
 	mu  sync.Mutex
@@ -418,9 +433,9 @@ func (r *lifeRig) tick() { r.svc.tick(context.Background()) }
 
 // live says whether sandbox id is among the live ones.
 func (r *lifeRig) live(id string) bool {
-	r.svc.mu.Lock()
-	defer r.svc.mu.Unlock()
-	_, ok := r.svc.boxes[id]
+	r.svc.Mu.Lock()
+	defer r.svc.Mu.Unlock()
+	_, ok := r.svc.Boxes[id]
 	return ok
 }
 
@@ -432,16 +447,16 @@ func (r *lifeRig) live(id string) bool {
 func (r *lifeRig) onEnd(t *testing.T, ids ...string) func() {
 	t.Helper()
 	var ended []chan struct{}
-	r.svc.mu.Lock()
+	r.svc.Mu.Lock()
 	for _, id := range ids {
-		b := r.svc.boxes[id]
+		b := r.svc.Boxes[id]
 		if b == nil {
-			r.svc.mu.Unlock()
+			r.svc.Mu.Unlock()
 			t.Fatalf("sandbox %s is not live", id)
 		}
-		ended = append(ended, b.ended)
+		ended = append(ended, b.Ended)
 	}
-	r.svc.mu.Unlock()
+	r.svc.Mu.Unlock()
 	return func() {
 		t.Helper()
 		for i, c := range ended {

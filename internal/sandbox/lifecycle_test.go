@@ -652,7 +652,7 @@ func TestCPUBudgetKillIsCountedOnce(t *testing.T) {
 	wait()
 	r.wantEnded(t, sb.ID, "cpu budget of tenant acme exhausted (11.0 s of 10 s per 1h0m0s)")
 	var m dto.Metric
-	if err := r.svc.cfg.Metrics.limitKills.WithLabelValues("cpu_budget").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+	if err := r.svc.Cfg.Metrics.LimitKills.WithLabelValues("cpu_budget").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
 		t.Errorf("cpu_budget limit kills: %v (%v), want 1", m.GetCounter().GetValue(), err)
 	}
 }

@@ -21,25 +21,25 @@ func (s *Service) EndTenant(by *tenant.Principal, id, reason string) ([]string, 
 // MCP spec, its CPU budget, and the snapshot files no record names any
 // more (freed).
 func (s *Service) ForgetTenant(ctx context.Context, id string, freed []string) error {
-	if err := s.cfg.Store.DeleteMeta(ctx, mcpSpecMeta(id)); err != nil {
+	if err := s.ForgetMCPSpec(ctx, id); err != nil {
 		return err
 	}
 	for _, c := range freed {
-		s.removeSnapshotFiles(c)
+		s.RemoveFiles(c)
 	}
-	s.mu.Lock()
+	s.Mu.Lock()
 	delete(s.cpu, id)
-	s.mu.Unlock()
+	s.Mu.Unlock()
 	return nil
 }
 
 // TenantUsage is tenant id's live sandboxes and the CPU seconds it used
 // in its current period.
 func (s *Service) TenantUsage(id string) (sandboxes int, cpuSeconds float64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.boxes {
-		if b.rec.Tenant == id {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	for _, b := range s.Boxes {
+		if b.Rec.Tenant == id {
 			sandboxes++
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -64,7 +65,7 @@ func (g *gateBackend) Create(ctx context.Context, id string, s *spec.Spec, _ fun
 			}
 		}
 	}
-	in := &gateInstance{socket: filepath.Join(g.t.TempDir(), "agent.sock"), done: make(chan struct{}), image: s.Image, content: newID()}
+	in := &gateInstance{socket: filepath.Join(g.t.TempDir(), "agent.sock"), done: make(chan struct{}), image: s.Image, content: core.NewID()}
 	ln, err := net.Listen("unix", in.socket)
 	if err != nil {
 		return nil, err
@@ -278,10 +279,10 @@ func (r *tenantRig) createHeld(t *testing.T, p *tenant.Principal) (string, chan 
 func (r *tenantRig) waitKilled(t *testing.T, id string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		r.svc.mu.Lock()
+		r.svc.Mu.Lock()
 		pc := r.svc.pending[id]
 		killed := pc == nil || pc.killed != ""
-		r.svc.mu.Unlock()
+		r.svc.Mu.Unlock()
 		if killed {
 			return
 		}
@@ -325,11 +326,11 @@ func TestKillSwitchEndsCreatesInFlight(t *testing.T) {
 					res <- createResult{sb, err}
 				}()
 				<-a.held
-				r.svc.mu.Lock()
+				r.svc.Mu.Lock()
 				for pid := range r.svc.pending {
 					id = pid
 				}
-				r.svc.mu.Unlock()
+				r.svc.Mu.Unlock()
 			} else {
 				r.be.gate, r.be.deaf = make(chan struct{}), tc.deaf
 				id, res = r.createHeld(t, acme)
@@ -598,8 +599,8 @@ func lateWrites(t *testing.T, r *tenantRig, p *tenant.Principal, sb, content str
 	if err := r.svc.SetMCPSpec(ctx, p, &api.CreateSandbox{Hostname: "late"}); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("a late MCP spec: %v", err)
 	}
-	if v, _ := r.db.Meta(ctx, mcpSpecMeta(p.ID)); v != "" {
-		t.Errorf("a late MCP spec is kept: %s", v)
+	if sp, err := r.svc.MCPSpec(ctx, p); err != nil || sp.Hostname != "" {
+		t.Errorf("a late MCP spec is kept: %+v, %v", sp, err)
 	}
 	if _, err := r.svc.Snapshot(ctx, p, sb, &api.CreateSnapshot{}); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("a late snapshot: %v", err)

@@ -1,4 +1,9 @@
-package sandbox
+// Package files is the sandbox service's calls on a sandbox's files:
+// read, write and edit (scanned for credentials), stat, list, make
+// directories, move, remove and watch through its agent, upload a tar
+// through it, and download and diff /workspace read from the host; every
+// call is recorded.
+package files
 
 import (
 	"archive/tar"
@@ -17,8 +22,15 @@ import (
 	"github.com/airlock-sandbox/airlock/api/filesystem"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
+
+// Files is the service's calls on files, on its Core.
+type Files struct{ *core.Core }
+
+// New makes the calls on files of c's sandboxes.
+func New(c *core.Core) *Files { return &Files{c} }
 
 // Caps on file calls.
 const (
@@ -59,24 +71,24 @@ func entry(e *filesystem.EntryInfo) api.FileEntry {
 }
 
 // ReadFile streams a file of the sandbox to w (at most max bytes).
-func (s *Service) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user string, w io.Writer, max int64) error {
+func (s *Files) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user string, w io.Writer, max int64) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
 	}
-	if err := validUser(user); err != nil {
+	if err := core.ValidUser(user); err != nil {
 		return err
 	}
 	if max <= 0 || max > MaxFileBytes {
 		max = MaxFileBytes
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
-	stream, err := b.agent.files.ReadFile(ctx, connect.NewRequest(&agentpb.ReadFileRequest{Path: p, User: user, MaxBytes: max}))
+	stream, err := b.Agent.Files.ReadFile(ctx, connect.NewRequest(&agentpb.ReadFileRequest{Path: p, User: user, MaxBytes: max}))
 	if err != nil {
-		return agentError(err)
+		return core.AgentError(err)
 	}
 	defer stream.Close()
 	var n int64
@@ -92,43 +104,45 @@ func (s *Service) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return agentError(err)
+		return core.AgentError(err)
 	}
 	return s.fileRecord(ctx, b, record.FileRead{FileCall: fileCall(p, user), Content: dg.Digest()})
 }
 
 // fileRecord records one file call on a sandbox once it succeeded.
-func (s *Service) fileRecord(ctx context.Context, b *box, d record.Data) error {
-	return s.cfg.Audit.Commit(ctx, b.who(), d)
+func (s *Files) fileRecord(ctx context.Context, b *core.Box, d record.Data) error {
+	return s.Cfg.Audit.Commit(ctx, b.Who(), d)
 }
 
 // fileCall is what every file call's record says.
-func fileCall(p, user string) record.FileCall { return record.FileCall{Path: p, User: userOr(user)} }
+func fileCall(p, user string) record.FileCall {
+	return record.FileCall{Path: p, User: core.UserOr(user)}
+}
 
 // WriteFile replaces (or creates) a file of the sandbox.
-func (s *Service) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, data []byte, parents bool) error {
+func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, data []byte, parents bool) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
 	}
-	if err := validUser(user); err != nil {
+	if err := core.ValidUser(user); err != nil {
 		return err
 	}
 	if len(data) > MaxFileBytes {
 		return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("a file of at most %d bytes per call", MaxFileBytes))
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
 	if text := string(data); utf8.ValidString(text) {
-		if err := s.scanCall(ctx, t, b.who(), "write", []field{{"file " + p, &text, nil}}); err != nil {
+		if err := s.ScanCall(ctx, t, b.Who(), "write", []core.Field{{Where: "file " + p, Val: &text}}); err != nil {
 			return err
 		}
 		data = []byte(text)
 	}
-	if _, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents})); err != nil {
-		return agentError(err)
+	if _, err = b.Agent.Files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents})); err != nil {
+		return core.AgentError(err)
 	}
 	dg := record.NewDigester()
 	dg.Add(data)
@@ -136,29 +150,29 @@ func (s *Service) WriteFile(ctx context.Context, t *tenant.Principal, id, p, use
 }
 
 // Edit replaces one exact, unique occurrence of a string in a file.
-func (s *Service) Edit(ctx context.Context, t *tenant.Principal, id string, req *api.Edit) error {
+func (s *Files) Edit(ctx context.Context, t *tenant.Principal, id string, req *api.Edit) error {
 	p, err := cleanPath(req.Path)
 	if err != nil {
 		return err
 	}
-	if err := validUser(req.User); err != nil {
+	if err := core.ValidUser(req.User); err != nil {
 		return err
 	}
 	if req.Old == "" {
 		return errdefs.Invalid("old is empty")
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
 	r := *req
 	req = &r
-	if err := s.scanCall(ctx, t, b.who(), "edit", []field{{"the new text for " + p, &req.New, nil}}); err != nil {
+	if err := s.ScanCall(ctx, t, b.Who(), "edit", []core.Field{{Where: "the new text for " + p, Val: &req.New}}); err != nil {
 		return err
 	}
-	res, err := b.agent.files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
+	res, err := b.Agent.Files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
 	if err != nil {
-		return agentError(err)
+		return core.AgentError(err)
 	}
 	old, new := record.NewDigester(), record.NewDigester()
 	old.Add([]byte(req.Old))
@@ -167,25 +181,25 @@ func (s *Service) Edit(ctx context.Context, t *tenant.Principal, id string, req 
 }
 
 // Stat describes one file.
-func (s *Service) Stat(ctx context.Context, t *tenant.Principal, id, p, user string) (*api.FileEntry, error) {
+func (s *Files) Stat(ctx context.Context, t *tenant.Principal, id, p, user string) (*api.FileEntry, error) {
 	p, err := cleanPath(p)
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.agent.fs.Stat(ctx, asUser(connect.NewRequest(&filesystem.StatRequest{Path: p}), user))
+	res, err := b.Agent.FS.Stat(ctx, core.AsUser(connect.NewRequest(&filesystem.StatRequest{Path: p}), user))
 	if err != nil {
-		return nil, agentError(err)
+		return nil, core.AgentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
 	return &e, s.fileRecord(ctx, b, record.FileStat{FileCall: fileCall(p, user)})
 }
 
 // ListDir lists a directory, depth levels deep (1: its entries only).
-func (s *Service) ListDir(ctx context.Context, t *tenant.Principal, id, p, user string, depth int) ([]api.FileEntry, error) {
+func (s *Files) ListDir(ctx context.Context, t *tenant.Principal, id, p, user string, depth int) ([]api.FileEntry, error) {
 	p, err := cleanPath(p)
 	if err != nil {
 		return nil, err
@@ -193,13 +207,13 @@ func (s *Service) ListDir(ctx context.Context, t *tenant.Principal, id, p, user 
 	if depth < 0 || depth > 64 {
 		return nil, errdefs.Invalid("depth: 1 to 64")
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.agent.fs.ListDir(ctx, asUser(connect.NewRequest(&filesystem.ListDirRequest{Path: p, Depth: uint32(depth)}), user))
+	res, err := b.Agent.FS.ListDir(ctx, core.AsUser(connect.NewRequest(&filesystem.ListDirRequest{Path: p, Depth: uint32(depth)}), user))
 	if err != nil {
-		return nil, agentError(err)
+		return nil, core.AgentError(err)
 	}
 	out := make([]api.FileEntry, 0, len(res.Msg.GetEntries()))
 	for _, e := range res.Msg.GetEntries() {
@@ -209,25 +223,25 @@ func (s *Service) ListDir(ctx context.Context, t *tenant.Principal, id, p, user 
 }
 
 // MakeDir creates a directory and its parents.
-func (s *Service) MakeDir(ctx context.Context, t *tenant.Principal, id string, req *api.MakeDir) (*api.FileEntry, error) {
+func (s *Files) MakeDir(ctx context.Context, t *tenant.Principal, id string, req *api.MakeDir) (*api.FileEntry, error) {
 	p, err := cleanPath(req.Path)
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.agent.fs.MakeDir(ctx, asUser(connect.NewRequest(&filesystem.MakeDirRequest{Path: p}), req.User))
+	res, err := b.Agent.FS.MakeDir(ctx, core.AsUser(connect.NewRequest(&filesystem.MakeDirRequest{Path: p}), req.User))
 	if err != nil {
-		return nil, agentError(err)
+		return nil, core.AgentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
 	return &e, s.fileRecord(ctx, b, record.FileMkdir{FileCall: fileCall(p, req.User)})
 }
 
 // Move renames a file or directory.
-func (s *Service) Move(ctx context.Context, t *tenant.Principal, id string, req *api.Move) (*api.FileEntry, error) {
+func (s *Files) Move(ctx context.Context, t *tenant.Principal, id string, req *api.Move) (*api.FileEntry, error) {
 	from, err := cleanPath(req.From)
 	if err != nil {
 		return nil, err
@@ -236,30 +250,30 @@ func (s *Service) Move(ctx context.Context, t *tenant.Principal, id string, req 
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.agent.fs.Move(ctx, asUser(connect.NewRequest(&filesystem.MoveRequest{Source: from, Destination: to}), req.User))
+	res, err := b.Agent.FS.Move(ctx, core.AsUser(connect.NewRequest(&filesystem.MoveRequest{Source: from, Destination: to}), req.User))
 	if err != nil {
-		return nil, agentError(err)
+		return nil, core.AgentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
 	return &e, s.fileRecord(ctx, b, record.FileMove{FileCall: fileCall(from, req.User), To: to})
 }
 
 // Remove deletes a file or a directory tree.
-func (s *Service) Remove(ctx context.Context, t *tenant.Principal, id, p, user string) error {
+func (s *Files) Remove(ctx context.Context, t *tenant.Principal, id, p, user string) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
-	if _, err = b.agent.fs.Remove(ctx, asUser(connect.NewRequest(&filesystem.RemoveRequest{Path: p}), user)); err != nil {
-		return agentError(err)
+	if _, err = b.Agent.FS.Remove(ctx, core.AsUser(connect.NewRequest(&filesystem.RemoveRequest{Path: p}), user)); err != nil {
+		return core.AgentError(err)
 	}
 	return s.fileRecord(ctx, b, record.FileRemove{FileCall: fileCall(p, user)})
 }
@@ -271,18 +285,18 @@ var opNames = map[filesystem.EventType]string{
 }
 
 // Watch streams changes under a directory until ctx ends.
-func (s *Service) Watch(ctx context.Context, t *tenant.Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error {
+func (s *Files) Watch(ctx context.Context, t *tenant.Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
-	stream, err := b.agent.fs.WatchDir(ctx, asUser(connect.NewRequest(&filesystem.WatchDirRequest{Path: p, Recursive: recursive}), user))
+	stream, err := b.Agent.FS.WatchDir(ctx, core.AsUser(connect.NewRequest(&filesystem.WatchDirRequest{Path: p, Recursive: recursive}), user))
 	if err != nil {
-		return agentError(err)
+		return core.AgentError(err)
 	}
 	if err := s.fileRecord(ctx, b, record.FileWatch{FileCall: fileCall(p, user), Recursive: recursive}); err != nil {
 		return err
@@ -307,35 +321,35 @@ func (s *Service) Watch(ctx context.Context, t *tenant.Principal, id, p, user st
 		}
 	}
 	if !started {
-		return agentError(stream.Err())
+		return core.AgentError(stream.Err())
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	return agentError(stream.Err())
+	return core.AgentError(stream.Err())
 }
 
 // Upload unpacks a tar stream into directory dir of the sandbox, through
 // its agent: regular files and directories only, every name kept under
 // dir. It returns the names it skipped.
-func (s *Service) Upload(ctx context.Context, t *tenant.Principal, id, dir, user string, r io.Reader) (skipped []string, err error) {
+func (s *Files) Upload(ctx context.Context, t *tenant.Principal, id, dir, user string, r io.Reader) (skipped []string, err error) {
 	dir, err = cleanPath(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := validUser(user); err != nil {
+	if err := core.ValidUser(user); err != nil {
 		return nil, err
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return nil, err
 	}
 	tr := tar.NewReader(io.LimitReader(r, MaxArchiveBytes+1))
 	var total int64
 	// The archive's text files share one call's scanning budget.
-	bud := newScanBudget()
+	bud := core.NewScanBudget()
 	defer func() {
-		if serr := s.scanSummary(ctx, b.who(), "upload", bud); err == nil {
+		if serr := s.ScanSummary(ctx, b.Who(), "upload", bud); err == nil {
 			err = serr
 		}
 	}()
@@ -357,7 +371,7 @@ func (s *Service) Upload(ctx context.Context, t *tenant.Principal, id, dir, user
 		target := path.Join(dir, rel)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			_, err = b.agent.fs.MakeDir(ctx, asUser(connect.NewRequest(&filesystem.MakeDirRequest{Path: target}), user))
+			_, err = b.Agent.FS.MakeDir(ctx, core.AsUser(connect.NewRequest(&filesystem.MakeDirRequest{Path: target}), user))
 			if ce := new(connect.Error); errors.As(err, &ce) && ce.Code() == connect.CodeAlreadyExists {
 				err = nil
 			}
@@ -373,18 +387,18 @@ func (s *Service) Upload(ctx context.Context, t *tenant.Principal, id, dir, user
 				return skipped, errdefs.Invalid("upload: " + rerr.Error())
 			}
 			if text := string(data); utf8.ValidString(text) {
-				if err := s.scanFields(ctx, t, b.who(), "upload", []field{{"file " + target, &text, nil}}, bud); err != nil {
+				if err := s.ScanFields(ctx, t, b.Who(), "upload", []core.Field{{Where: "file " + target, Val: &text}}, bud); err != nil {
 					return skipped, err
 				}
 				data = []byte(text)
 			}
-			_, err = b.agent.files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: target, Data: data, User: user, Mode: uint32(h.Mode & 0o777), MakeParents: true}))
+			_, err = b.Agent.Files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: target, Data: data, User: user, Mode: uint32(h.Mode & 0o777), MakeParents: true}))
 		default:
 			skipped = append(skipped, h.Name)
 			continue
 		}
 		if err != nil {
-			return skipped, agentError(err)
+			return skipped, core.AgentError(err)
 		}
 	}
 }
@@ -395,7 +409,7 @@ func (s *Service) Upload(ctx context.Context, t *tenant.Principal, id, dir, user
 // it is known to fit (past MaxArchiveBytes: too_large, nothing sent), and
 // returns where the archive goes. The call is recorded before the first
 // byte; what was sent is noted after the last (file.sent).
-func (s *Service) Download(ctx context.Context, t *tenant.Principal, id, p string, start func(skipped []string) io.Writer) error {
+func (s *Files) Download(ctx context.Context, t *tenant.Principal, id, p string, start func(skipped []string) io.Writer) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -404,13 +418,13 @@ func (s *Service) Download(ctx context.Context, t *tenant.Principal, id, p strin
 	if !ok || (rel != "" && rel[0] != '/') {
 		return errdefs.Invalid("download reads /workspace (or a path under it) from the host; read other files with cat")
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
 	dg := record.NewDigester()
 	var recErr error
-	err = b.inst.Archive(ctx, strings.TrimPrefix(rel, "/"), MaxArchiveBytes, func(skipped []string) io.Writer {
+	err = b.Inst.Archive(ctx, strings.TrimPrefix(rel, "/"), MaxArchiveBytes, func(skipped []string) io.Writer {
 		if recErr = s.fileRecord(ctx, b, record.FileDownload{FileCall: fileCall(p, ""), Skipped: record.Names(skipped)}); recErr != nil {
 			return failWriter{recErr} // nothing leaves unrecorded
 		}
@@ -420,7 +434,7 @@ func (s *Service) Download(ctx context.Context, t *tenant.Principal, id, p strin
 		return recErr
 	}
 	tar := dg.Digest()
-	s.cfg.Audit.Note(b.who(), record.FileSent{Op: "download", Path: p, Tar: &tar, Complete: err == nil})
+	s.Cfg.Audit.Note(b.Who(), record.FileSent{Op: "download", Path: p, Tar: &tar, Complete: err == nil})
 	return err
 }
 
@@ -437,8 +451,8 @@ func (w digestWriter) Write(p []byte) (int, error) { w.d.Add(p); return len(p), 
 // (names only for binary files, deletions and special files), at most
 // about workspace's MaxDiffBytes; past it files are named, and the diff
 // ends by saying so. The call is recorded before the first byte.
-func (s *Service) Diff(ctx context.Context, t *tenant.Principal, id string, w io.Writer) error {
-	b, err := s.use(t, id)
+func (s *Files) Diff(ctx context.Context, t *tenant.Principal, id string, w io.Writer) error {
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
@@ -446,8 +460,8 @@ func (s *Service) Diff(ctx context.Context, t *tenant.Principal, id string, w io
 		return err
 	}
 	dg := record.NewDigester()
-	err = b.inst.Diff(ctx, io.MultiWriter(w, digestWriter{dg}))
+	err = b.Inst.Diff(ctx, io.MultiWriter(w, digestWriter{dg}))
 	patch := dg.Digest()
-	s.cfg.Audit.Note(b.who(), record.FileSent{Op: "diff", Path: "/workspace", Patch: &patch, Complete: err == nil})
+	s.Cfg.Audit.Note(b.Who(), record.FileSent{Op: "diff", Path: "/workspace", Patch: &patch, Complete: err == nil})
 	return err
 }

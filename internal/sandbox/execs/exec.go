@@ -1,4 +1,9 @@
-package sandbox
+// Package execs is the sandbox service's calls on commands: exec (its
+// scan, its records before the pid is told, its timeout and the kill of a
+// command whose caller went away, a background command followed to its
+// end), attach, processes, input, signals and terminal sizes; a command
+// killed because its sandbox is ending is told the sandbox's end.
+package execs
 
 import (
 	"context"
@@ -16,44 +21,42 @@ import (
 	"github.com/airlock-sandbox/airlock/api/process"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
-func validUser(u string) error {
-	switch u {
-	case "", "user", "root":
-		return nil
-	}
-	return errdefs.Invalid(fmt.Sprintf("user %q: want \"user\" or \"root\"", u))
+// Commands is the service's calls on commands, on its Core.
+type Commands struct {
+	*core.Core
+	// background counts running background commands per tenant id (and
+	// Box.Background per sandbox), under Core.Mu.
+	background map[string]int
 }
 
-// Default caps on background commands running at once.
-const (
-	DefaultMaxBackground          = 64
-	DefaultMaxBackgroundPerTenant = 256
-)
+// New makes the calls on commands of c's sandboxes.
+func New(c *core.Core) *Commands { return &Commands{Core: c, background: map[string]int{}} }
 
 // takeBackground counts one more background command of b, within the
 // sandbox's and its tenant's caps; release gives it back.
-func (s *Service) takeBackground(b *box) (release func(), err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	tenant := b.rec.Tenant // its id
+func (s *Commands) takeBackground(b *core.Box) (release func(), err error) {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	tenant := b.Rec.Tenant // its id
 	switch {
-	case b.background >= s.cfg.MaxBackground:
-		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("sandbox %s runs %d background commands, its most at once: wait for one to end or kill one (POST .../processes/{pid}/signal)", b.rec.ID, b.background))
-	case s.background[tenant] >= s.cfg.MaxBackgroundPerTenant:
-		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant %s runs %d background commands in all, its most at once: wait for one to end or kill one", b.rec.TenantName, s.background[tenant]))
+	case b.Background >= s.Cfg.MaxBackground:
+		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("sandbox %s runs %d background commands, its most at once: wait for one to end or kill one (POST .../processes/{pid}/signal)", b.Rec.ID, b.Background))
+	case s.background[tenant] >= s.Cfg.MaxBackgroundPerTenant:
+		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant %s runs %d background commands in all, its most at once: wait for one to end or kill one", b.Rec.TenantName, s.background[tenant]))
 	}
-	b.background++
+	b.Background++
 	s.background[tenant]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			b.background--
+			s.Mu.Lock()
+			defer s.Mu.Unlock()
+			b.Background--
 			if s.background[tenant]--; s.background[tenant] == 0 {
 				delete(s.background, tenant)
 			}
@@ -81,12 +84,12 @@ func checkEnv(env map[string]string) error {
 // Exec runs a command in sandbox id and streams its events to emit: the
 // start (pid), output, and the end. A background command returns after
 // its start. A foreground command whose caller goes away is killed.
-func (s *Service) Exec(ctx context.Context, t *tenant.Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
+func (s *Commands) Exec(ctx context.Context, t *tenant.Principal, id string, req *api.Exec, emit func(*api.ExecEvent) error) error {
 	timeout, err := checkExec(req)
 	if err != nil {
 		return err
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
@@ -147,10 +150,10 @@ func checkExec(req *api.Exec) (time.Duration, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return 0, errdefs.Invalid("cmd is empty")
 	}
-	if err := validUser(req.User); err != nil {
+	if err := core.ValidUser(req.User); err != nil {
 		return 0, err
 	}
-	timeout, err := parseDuration("timeout", req.Timeout, 0, MaxTTL)
+	timeout, err := core.ParseDuration("timeout", req.Timeout, 0, core.MaxTTL)
 	if err != nil {
 		return 0, err
 	}
@@ -164,27 +167,27 @@ func checkExec(req *api.Exec) (time.Duration, error) {
 // stdin. It returns the request to run (a copy: a redact policy rewrites
 // it, never the caller's) and the argv to record (redacted whatever the
 // policy).
-func (s *Service) scanExec(ctx context.Context, t *tenant.Principal, b *box, req *api.Exec) (*api.Exec, []string, error) {
+func (s *Commands) scanExec(ctx context.Context, t *tenant.Principal, b *core.Box, req *api.Exec) (*api.Exec, []string, error) {
 	r := *req
 	req = &r
 	req.Cmd = slices.Clone(req.Cmd)
 	req.Env = maps.Clone(req.Env)
 	argv := slices.Clone(req.Cmd)
-	fields := make([]field, 0, len(req.Cmd)+len(req.Env)+1)
+	fields := make([]core.Field, 0, len(req.Cmd)+len(req.Env)+1)
 	for i := range req.Cmd {
-		fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &req.Cmd[i], &argv[i]})
+		fields = append(fields, core.Field{Where: fmt.Sprintf("argv[%d]", i), Val: &req.Cmd[i], Shown: &argv[i]})
 	}
 	envVals := make(map[string]*string, len(req.Env))
 	for _, k := range slices.Sorted(maps.Keys(req.Env)) {
 		v := req.Env[k]
 		envVals[k] = &v
-		fields = append(fields, field{"env " + k, &v, nil})
+		fields = append(fields, core.Field{Where: "env " + k, Val: &v})
 	}
 	stdinText := string(req.Stdin)
 	if len(req.Stdin) > 0 {
-		fields = append(fields, field{"stdin", &stdinText, nil})
+		fields = append(fields, core.Field{Where: "stdin", Val: &stdinText})
 	}
-	if err := s.scanCall(ctx, t, b.who(), "exec", fields); err != nil {
+	if err := s.ScanCall(ctx, t, b.Who(), "exec", fields); err != nil {
 		return nil, nil, err
 	}
 	for k, v := range envVals {
@@ -216,8 +219,8 @@ func startRequest(req *api.Exec) *process.StartRequest {
 // execution is one started command: its stream from the agent (which
 // lives in sctx), and what its exec.end record needs.
 type execution struct {
-	s                   *Service
-	b                   *box
+	s                   *Commands
+	b                   *core.Box
 	w                   record.Who
 	id                  string // exec id
 	pid                 uint32
@@ -230,24 +233,24 @@ type execution struct {
 // client learns the pid only once the record is on disk. A command that
 // cannot start answers the end to report (127 not found, 126 not
 // executable), or an error; either way it is recorded as not started.
-func (s *Service) startExec(ctx, sctx context.Context, b *box, req *api.Exec, argv []string) (*execution, *api.ExecEnd, error) {
-	x := &execution{s: s, b: b, w: b.who(), id: newID(), t0: time.Now(), stdout: record.NewDigester(), stderr: record.NewDigester(), pty: record.NewDigester()}
+func (s *Commands) startExec(ctx, sctx context.Context, b *core.Box, req *api.Exec, argv []string) (*execution, *api.ExecEnd, error) {
+	x := &execution{s: s, b: b, w: b.Who(), id: core.NewID(), t0: time.Now(), stdout: record.NewDigester(), stderr: record.NewDigester(), pty: record.NewDigester()}
 	recorded := make(chan error, 1)
 	go func() {
-		recorded <- s.cfg.Audit.Commit(ctx, x.w, record.ExecStart{
-			ExecID: x.id, Argv: argv, Cwd: req.Cwd, User: userOr(req.User), Env: record.EnvNames(req.Env),
+		recorded <- s.Cfg.Audit.Commit(ctx, x.w, record.ExecStart{
+			ExecID: x.id, Argv: argv, Cwd: req.Cwd, User: core.UserOr(req.User), Env: record.EnvNames(req.Env),
 			Background: req.Background, Tag: req.Tag, TTY: req.TTY != nil, Timeout: req.Timeout, StdinBytes: len(req.Stdin),
 		})
 	}()
 	notStarted := func(why error) {
 		if <-recorded == nil {
-			s.cfg.Audit.Note(x.w, record.ExecEnd{ExecID: x.id, ExitCode: -1, Status: "not started", Error: why.Error()})
+			s.Cfg.Audit.Note(x.w, record.ExecEnd{ExecID: x.id, ExitCode: -1, Status: "not started", Error: why.Error()})
 		}
 	}
-	stream, err := b.agent.proc.Start(sctx, asUser(connect.NewRequest(startRequest(req)), req.User))
+	stream, err := b.Agent.Proc.Start(sctx, core.AsUser(connect.NewRequest(startRequest(req)), req.User))
 	if err != nil {
 		notStarted(err)
-		return nil, nil, agentError(err)
+		return nil, nil, core.AgentError(err)
 	}
 	if !stream.Receive() {
 		defer stream.Close()
@@ -260,7 +263,7 @@ func (s *Service) startExec(ctx, sctx context.Context, b *box, req *api.Exec, ar
 				code = 127
 			}
 			notStarted(ce)
-			return nil, &api.ExecEnd{ExitCode: code, Status: "not started", Error: agentError(ce).Error()}, nil
+			return nil, &api.ExecEnd{ExitCode: code, Status: "not started", Error: core.AgentError(ce).Error()}, nil
 		}
 		notStarted(fmt.Errorf("the stream ended: %v", stream.Err()))
 		return nil, nil, s.streamEnded(b, stream.Err())
@@ -272,7 +275,7 @@ func (s *Service) startExec(ctx, sctx context.Context, b *box, req *api.Exec, ar
 		return nil, nil, errdefs.New(errdefs.ErrInternal, "the sandbox's agent did not report the start (reported by the sandbox)")
 	}
 	x.pid, x.stream = st.GetPid(), stream
-	s.cfg.Metrics.execs.Inc()
+	s.Cfg.Metrics.Execs.Inc()
 	if err := <-recorded; err != nil {
 		x.kill() // it must not run unrecorded
 		stream.Close()
@@ -285,7 +288,7 @@ func (s *Service) startExec(ctx, sctx context.Context, b *box, req *api.Exec, ar
 func (x *execution) kill() {
 	kctx, kcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer kcancel()
-	_, _ = x.b.agent.proc.SendSignal(kctx, connect.NewRequest(&process.SendSignalRequest{Process: selector(x.pid), Signal: process.Signal_SIGNAL_SIGKILL}))
+	_, _ = x.b.Agent.Proc.SendSignal(kctx, connect.NewRequest(&process.SendSignalRequest{Process: selector(x.pid), Signal: process.Signal_SIGNAL_SIGKILL}))
 }
 
 // sendStdin writes the request's stdin to the command, and closes it
@@ -295,12 +298,12 @@ func (x *execution) sendStdin(ctx context.Context, req *api.Exec) error {
 		return nil
 	}
 	sel := selector(x.pid)
-	if _, err := x.b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: req.Stdin}}})); err != nil {
-		return agentError(err)
+	if _, err := x.b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel, Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: req.Stdin}}})); err != nil {
+		return core.AgentError(err)
 	}
 	if !req.KeepStdin {
-		if _, err := x.b.agent.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel})); err != nil {
-			return agentError(err)
+		if _, err := x.b.Agent.Proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel})); err != nil {
+			return core.AgentError(err)
 		}
 	}
 	return nil
@@ -327,7 +330,7 @@ func (x *execution) ended(end *api.ExecEnd) {
 			d.SandboxEnded = end.EndReason
 		}
 	}
-	x.s.cfg.Audit.Note(x.w, d)
+	x.s.Cfg.Audit.Note(x.w, d)
 }
 
 // follow follows a background command to its end, for the record, then
@@ -370,9 +373,9 @@ func (x *execution) foreground(ctx context.Context, timeout time.Duration, emit 
 				ev.End.TimedOut = true
 				ev.End.ExitCode = 124
 				ev.End.Status = fmt.Sprintf("timeout (%v) reached: killed", timeout)
-				x.s.cfg.Metrics.limitKills.WithLabelValues("timeout").Inc()
+				x.s.Cfg.Metrics.LimitKills.WithLabelValues("timeout").Inc()
 			}
-			x.s.cfg.Metrics.execSeconds.Observe(time.Since(x.t0).Seconds())
+			x.s.Cfg.Metrics.ExecSeconds.Observe(time.Since(x.t0).Seconds())
 		}
 		return emit(ev)
 	})
@@ -380,13 +383,6 @@ func (x *execution) foreground(ctx context.Context, timeout time.Duration, emit 
 		return x.s.reportSandboxEnd(x.b, x.stream.Err(), func(ev *api.ExecEvent) error { last = ev.End; return emit(ev) })
 	}
 	return err
-}
-
-func userOr(u string) string {
-	if u == "" {
-		return "user"
-	}
-	return u
 }
 
 var errStreamEnded = errors.New("stream ended without an end event")
@@ -435,21 +431,21 @@ const oomNotice = 5 * time.Second
 // victim dies, so a counted kill waits up to oomNotice for the watcher's
 // notice; otherwise ending waits up to wait (0: not at all) for init's
 // exit or an OOM.
-func (s *Service) ending(b *box, wait time.Duration) bool {
+func (s *Commands) ending(b *core.Box, wait time.Duration) bool {
 	select {
-	case <-b.inst.Done():
+	case <-b.Inst.Done():
 		return true
-	case <-b.inst.OOM():
+	case <-b.Inst.OOM():
 		return true
 	default:
 	}
-	b.mu.Lock()
-	ending := b.ending
-	b.mu.Unlock()
+	b.Mu.Lock()
+	ending := b.Ending
+	b.Mu.Unlock()
 	if ending {
 		return true
 	}
-	if b.inst.Usage().OOMKills > 0 {
+	if b.Inst.Usage().OOMKills > 0 {
 		wait = oomNotice
 	}
 	if wait == 0 {
@@ -458,9 +454,9 @@ func (s *Service) ending(b *box, wait time.Duration) bool {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case <-b.inst.Done():
+	case <-b.Inst.Done():
 		return true
-	case <-b.inst.OOM():
+	case <-b.Inst.OOM():
 		return true
 	case <-timer.C:
 		return false
@@ -470,7 +466,7 @@ func (s *Service) ending(b *box, wait time.Duration) bool {
 // tellEnd returns the end to report for a command that ended with end: a
 // command killed because its sandbox is ending is told the sandbox's end
 // and why, whichever the service learnt first.
-func (s *Service) tellEnd(b *box, end *api.ExecEnd) *api.ExecEnd {
+func (s *Commands) tellEnd(b *core.Box, end *api.ExecEnd) *api.ExecEnd {
 	if end.ExitCode != killedExit || !s.ending(b, 0) {
 		return end
 	}
@@ -479,36 +475,36 @@ func (s *Service) tellEnd(b *box, end *api.ExecEnd) *api.ExecEnd {
 
 // sandboxEnd waits (bounded) for b's end to be recorded and tells it as
 // the end of a command it killed.
-func (s *Service) sandboxEnd(b *box) *api.ExecEnd {
+func (s *Commands) sandboxEnd(b *core.Box) *api.ExecEnd {
 	select {
-	case <-b.ended:
+	case <-b.Ended:
 	case <-time.After(30 * time.Second):
 	}
-	b.mu.Lock()
-	reason := b.rec.EndReason
-	b.mu.Unlock()
+	b.Mu.Lock()
+	reason := b.Rec.EndReason
+	b.Mu.Unlock()
 	return &api.ExecEnd{ExitCode: killedExit, Status: "sandbox ended", SandboxEnded: true, EndReason: reason}
 }
 
 // reportSandboxEnd ends a command's stream that broke: with the sandbox's
 // end when it died under the command.
-func (s *Service) reportSandboxEnd(b *box, streamErr error, emit func(*api.ExecEvent) error) error {
+func (s *Commands) reportSandboxEnd(b *core.Box, streamErr error, emit func(*api.ExecEvent) error) error {
 	if !s.ending(b, 2*time.Second) {
 		return s.streamEnded(b, streamErr)
 	}
 	return emit(&api.ExecEvent{End: s.sandboxEnd(b)})
 }
 
-func (s *Service) streamEnded(b *box, err error) error {
+func (s *Commands) streamEnded(b *core.Box, err error) error {
 	select {
-	case <-b.inst.Done():
+	case <-b.Inst.Done():
 		return errdefs.New(errdefs.ErrNotFound, "the sandbox ended")
 	default:
 	}
 	if err == nil {
 		return errdefs.New(errdefs.ErrInternal, "the sandbox's agent closed the stream (reported by the sandbox)")
 	}
-	return agentError(err)
+	return core.AgentError(err)
 }
 
 func selector(pid uint32) *process.ProcessSelector {
@@ -516,14 +512,14 @@ func selector(pid uint32) *process.ProcessSelector {
 }
 
 // Attach streams a running command's events from now on, to its end.
-func (s *Service) Attach(ctx context.Context, t *tenant.Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error {
-	b, err := s.use(t, id)
+func (s *Commands) Attach(ctx context.Context, t *tenant.Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error {
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
-	stream, err := b.agent.proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: selector(pid)}))
+	stream, err := b.Agent.Proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: selector(pid)}))
 	if err != nil {
-		return agentError(err)
+		return core.AgentError(err)
 	}
 	defer stream.Close()
 	if !stream.Receive() {
@@ -547,14 +543,14 @@ func (s *Service) Attach(ctx context.Context, t *tenant.Principal, id string, pi
 }
 
 // Processes lists a sandbox's running commands.
-func (s *Service) Processes(ctx context.Context, t *tenant.Principal, id string) ([]api.Process, error) {
-	b, err := s.use(t, id)
+func (s *Commands) Processes(ctx context.Context, t *tenant.Principal, id string) ([]api.Process, error) {
+	b, err := s.Use(t, id)
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.agent.proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
+	res, err := b.Agent.Proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
 	if err != nil {
-		return nil, agentError(err)
+		return nil, core.AgentError(err)
 	}
 	out := []api.Process{}
 	for _, p := range res.Msg.GetProcesses() {
@@ -567,37 +563,37 @@ func (s *Service) Processes(ctx context.Context, t *tenant.Principal, id string)
 }
 
 // Input writes to a command's stdin (or terminal), or closes its stdin.
-func (s *Service) Input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input) error {
-	b, err := s.use(t, id)
+func (s *Commands) Input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input) error {
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
 	if len(in.Data) > 0 {
 		text := string(in.Data)
-		if err := s.scanCall(ctx, t, b.who(), "input", []field{{"stdin", &text, nil}}); err != nil {
+		if err := s.ScanCall(ctx, t, b.Who(), "input", []core.Field{{Where: "stdin", Val: &text}}); err != nil {
 			return err
 		}
 		in = &api.Input{Data: []byte(text), EOF: in.EOF}
 		// Try stdin; a command on a terminal takes it there.
-		_, err := b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}}))
+		_, err := b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}}))
 		var ce *connect.Error
 		if errors.As(err, &ce) && ce.Code() == connect.CodeFailedPrecondition {
-			_, err = b.agent.proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: in.Data}}}))
+			_, err = b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: in.Data}}}))
 		}
 		if err != nil {
-			return agentError(err)
+			return core.AgentError(err)
 		}
 	}
 	if in.EOF {
-		if _, err := b.agent.proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: selector(pid)})); err != nil {
-			return agentError(err)
+		if _, err := b.Agent.Proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: selector(pid)})); err != nil {
+			return core.AgentError(err)
 		}
 	}
 	return nil
 }
 
 // Signal sends TERM or KILL to a command's process group.
-func (s *Service) Signal(ctx context.Context, t *tenant.Principal, id string, pid uint32, sig string) error {
+func (s *Commands) Signal(ctx context.Context, t *tenant.Principal, id string, pid uint32, sig string) error {
 	var ps process.Signal
 	switch sig {
 	case "TERM", "SIGTERM":
@@ -607,23 +603,23 @@ func (s *Service) Signal(ctx context.Context, t *tenant.Principal, id string, pi
 	default:
 		return errdefs.Invalid(fmt.Sprintf("signal %q: want TERM or KILL", sig))
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
-	_, err = b.agent.proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: selector(pid), Signal: ps}))
-	return agentError(err)
+	_, err = b.Agent.Proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: selector(pid), Signal: ps}))
+	return core.AgentError(err)
 }
 
 // Resize changes a command's terminal size.
-func (s *Service) Resize(ctx context.Context, t *tenant.Principal, id string, pid uint32, tty *api.TTY) error {
+func (s *Commands) Resize(ctx context.Context, t *tenant.Principal, id string, pid uint32, tty *api.TTY) error {
 	if tty.Rows == 0 || tty.Cols == 0 {
 		return errdefs.Invalid("rows and cols must be positive")
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
-	_, err = b.agent.proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: selector(pid), Pty: &process.PTY{Size: &process.PTY_Size{Rows: uint32(tty.Rows), Cols: uint32(tty.Cols)}}}))
-	return agentError(err)
+	_, err = b.Agent.Proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: selector(pid), Pty: &process.PTY{Size: &process.PTY_Size{Rows: uint32(tty.Rows), Cols: uint32(tty.Cols)}}}))
+	return core.AgentError(err)
 }

@@ -1,4 +1,8 @@
-package sandbox
+// Package snapshots is what a tenant keeps beyond its sandboxes' lives:
+// snapshots (saved from a frozen sandbox, listed, deleted, their files
+// removed once nothing uses them, a create's "snapshot:<id>" image
+// resolved to them) and its MCP sessions' default spec.
+package snapshots
 
 import (
 	"context"
@@ -11,21 +15,28 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
+
+// Keeper is the service's calls on snapshots and MCP specs, on its Core.
+type Keeper struct{ *core.Core }
+
+// New makes the calls on snapshots and MCP specs of c's tenants.
+func New(c *core.Core) *Keeper { return &Keeper{c} }
 
 // MaxSnapshotBytes caps one snapshot's file content.
 const MaxSnapshotBytes = 8 << 30
 
 // Snapshot saves sandbox id's filesystem state (on the frozen sandbox) as
 // an image its tenant can create sandboxes from.
-func (s *Service) Snapshot(ctx context.Context, t *tenant.Principal, id string, req *api.CreateSnapshot) (*api.Snapshot, error) {
+func (s *Keeper) Snapshot(ctx context.Context, t *tenant.Principal, id string, req *api.CreateSnapshot) (*api.Snapshot, error) {
 	if len(req.Name) > 128 {
 		return nil, errdefs.Invalid("name: at most 128 bytes")
 	}
-	b, err := s.use(t, id)
+	b, err := s.Use(t, id)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +46,7 @@ func (s *Service) Snapshot(ctx context.Context, t *tenant.Principal, id string, 
 	limit := int64(MaxSnapshotBytes)
 	var used int64
 	if q := t.Quotas.MaxSnapshotBytes; q > 0 {
-		mine, err := s.cfg.Store.Snapshots(ctx, t.ID)
+		mine, err := s.Cfg.Store.Snapshots(ctx, t.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -47,31 +58,31 @@ func (s *Service) Snapshot(ctx context.Context, t *tenant.Principal, id string, 
 		}
 		limit = min(limit, q-used)
 	}
-	files, err := b.inst.Snapshot(limit)
+	files, err := b.Inst.Snapshot(limit)
 	if errors.Is(err, errdefs.ErrTooLarge) && t.Quotas.MaxSnapshotBytes > 0 {
 		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: this snapshot would take tenant %s's snapshots past %s", t.Tenant, spec.FormatSize(t.Quotas.MaxSnapshotBytes)))
 	}
 	if err != nil {
 		return nil, err
 	}
-	rec := store.Snapshot{ID: snapshotID(t.ID, files.ID), Tenant: t.ID, Content: files.ID, Name: req.Name, Sandbox: id, Base: files.Base, HasRoot: files.Root, Bytes: files.Bytes, Created: s.cfg.Now()}
-	if err := s.cfg.Store.PutSnapshot(ctx, rec); err != nil {
+	rec := store.Snapshot{ID: snapshotID(t.ID, files.ID), Tenant: t.ID, Content: files.ID, Name: req.Name, Sandbox: id, Base: files.Base, HasRoot: files.Root, Bytes: files.Bytes, Created: s.Cfg.Now()}
+	if err := s.Cfg.Store.PutSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
 	if err := t.UndoIfDeleted(func() {
-		if stillUsed, err := s.cfg.Store.DeleteSnapshot(context.WithoutCancel(ctx), t.ID, rec.ID); err == nil && !stillUsed {
-			s.removeSnapshotFiles(rec.Content)
+		if stillUsed, err := s.Cfg.Store.DeleteSnapshot(context.WithoutCancel(ctx), t.ID, rec.ID); err == nil && !stillUsed {
+			s.RemoveFiles(rec.Content)
 		}
 	}); err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Audit.Commit(ctx, b.who(), record.SandboxSnapshot{
+	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxSnapshot{
 		Snapshot: rec.ID, Content: files.ID, Name: req.Name, Base: files.Base, Root: files.Root, Bytes: files.Bytes,
-		Skipped: record.Names(files.Skipped), Workspace: record.ReadWorkspace(b.inst, b.rec.ID, s.cfg.PatchDir),
+		Skipped: record.Names(files.Skipped), Workspace: record.ReadWorkspace(b.Inst, b.Rec.ID, s.Cfg.PatchDir),
 	}); err != nil {
 		return nil, err
 	}
-	s.cfg.Log.Info("snapshot saved", "id", rec.ID, "content", files.ID, "sandbox", id, "tenant", t.ID, "bytes", files.Bytes)
+	s.Cfg.Log.Info("snapshot saved", "id", rec.ID, "content", files.ID, "sandbox", id, "tenant", t.ID, "bytes", files.Bytes)
 	out := snapshotOf(rec)
 	out.Skipped = files.Skipped
 	return out, nil
@@ -90,12 +101,12 @@ func snapshotOf(r store.Snapshot) *api.Snapshot {
 }
 
 // Snapshots lists the caller's snapshots (every tenant's for the admin).
-func (s *Service) Snapshots(ctx context.Context, t *tenant.Principal) ([]*api.Snapshot, error) {
+func (s *Keeper) Snapshots(ctx context.Context, t *tenant.Principal) ([]*api.Snapshot, error) {
 	tenant := t.ID
 	if t.Admin {
 		tenant = ""
 	}
-	recs, err := s.cfg.Store.Snapshots(ctx, tenant)
+	recs, err := s.Cfg.Store.Snapshots(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -110,64 +121,64 @@ func (s *Service) Snapshots(ctx context.Context, t *tenant.Principal) ([]*api.Sn
 // records its content and no live sandbox runs from it. Ownership is
 // checked first: another tenant's snapshot is not found, exactly as a
 // missing one, and no answer names anything of another tenant's.
-func (s *Service) DeleteSnapshot(ctx context.Context, t *tenant.Principal, sid string) error {
+func (s *Keeper) DeleteSnapshot(ctx context.Context, t *tenant.Principal, sid string) error {
 	if t.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "snapshots belong to tenants: use the tenant's key")
 	}
-	rec, err := s.cfg.Store.SnapshotOf(ctx, t.ID, sid)
+	rec, err := s.Cfg.Store.SnapshotOf(ctx, t.ID, sid)
 	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+quoteID(sid))
+		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+core.QuoteID(sid))
 	}
 	if err != nil {
 		return err
 	}
 	if b := s.snapshotUser(rec.Content, t.ID); b != nil {
-		return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("snapshot %s is in use by your sandbox %s: destroy it first", sid, b.rec.ID))
+		return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("snapshot %s is in use by your sandbox %s: destroy it first", sid, b.Rec.ID))
 	}
-	stillUsed, err := s.cfg.Store.DeleteSnapshot(ctx, t.ID, sid)
+	stillUsed, err := s.Cfg.Store.DeleteSnapshot(ctx, t.ID, sid)
 	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+quoteID(sid))
+		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+core.QuoteID(sid))
 	}
 	if err != nil {
 		return err
 	}
 	if !stillUsed {
-		s.removeSnapshotFiles(rec.Content)
+		s.RemoveFiles(rec.Content)
 	}
 	return nil
 }
 
 // snapshotUser is a live sandbox of tenant id tid ("": of any tenant)
 // made from the snapshot files of content, or nil.
-func (s *Service) snapshotUser(content, tid string) *box {
-	root, ws, err := s.cfg.Backend.SnapshotPaths(content)
+func (s *Keeper) snapshotUser(content, tid string) *core.Box {
+	root, ws, err := s.Cfg.Backend.SnapshotPaths(content)
 	if err != nil {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, b := range s.boxes {
-		if (tid == "" || b.rec.Tenant == tid) && ((root != "" && b.spec.Image == root) || (ws != "" && b.spec.Workspace == ws)) {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	for _, b := range s.Boxes {
+		if (tid == "" || b.Rec.Tenant == tid) && ((root != "" && b.Spec.Image == root) || (ws != "" && b.Spec.Workspace == ws)) {
 			return b
 		}
 	}
 	return nil
 }
 
-// removeSnapshotFiles deletes the files of content, which no tenant
+// RemoveFiles deletes the files of content, which no tenant
 // records any more, unless a live sandbox still runs from them.
-func (s *Service) removeSnapshotFiles(content string) {
+func (s *Keeper) RemoveFiles(content string) {
 	if s.snapshotUser(content, "") != nil {
 		return
 	}
-	if err := s.cfg.Backend.RemoveSnapshot(content); err != nil {
-		s.cfg.Log.Error("remove snapshot files", "content", content, "err", err)
+	if err := s.Cfg.Backend.RemoveSnapshot(content); err != nil {
+		s.Cfg.Log.Error("remove snapshot files", "content", content, "err", err)
 	}
 }
 
-// fromSnapshot turns image "snapshot:<id>" into the snapshot's files: its
+// FromSnapshot turns image "snapshot:<id>" into the snapshot's files: its
 // root (or the image it was taken over) and its workspace.
-func (s *Service) fromSnapshot(ctx context.Context, t *tenant.Principal, sp *spec.Spec) error {
+func (s *Keeper) FromSnapshot(ctx context.Context, t *tenant.Principal, sp *spec.Spec) error {
 	sid, ok := strings.CutPrefix(sp.Image, "snapshot:")
 	if !ok {
 		return nil
@@ -175,18 +186,18 @@ func (s *Service) fromSnapshot(ctx context.Context, t *tenant.Principal, sp *spe
 	if sp.Workspace != "" || sp.Repo != "" {
 		return errdefs.Invalid("a sandbox made from a snapshot takes its /workspace from the snapshot: drop workspace and repo")
 	}
-	r, err := s.cfg.Store.SnapshotOf(ctx, t.ID, sid)
+	r, err := s.Cfg.Store.SnapshotOf(ctx, t.ID, sid)
 	if errors.Is(err, store.ErrNotFound) {
-		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+quoteID(sid))
+		return errdefs.New(errdefs.ErrNotFound, "no snapshot "+core.QuoteID(sid))
 	}
 	if err != nil {
 		return err
 	}
-	root, ws, err := s.cfg.Backend.SnapshotPaths(r.Content)
+	root, ws, err := s.Cfg.Backend.SnapshotPaths(r.Content)
 	if err != nil {
 		// Its files are gone: say so without the host's paths.
-		s.cfg.Log.Error("snapshot files", "snapshot", sid, "content", r.Content, "err", err)
-		return errdefs.New(errdefs.ErrNotFound, "snapshot "+quoteID(sid)+": its files are missing on the host")
+		s.Cfg.Log.Error("snapshot files", "snapshot", sid, "content", r.Content, "err", err)
+		return errdefs.New(errdefs.ErrNotFound, "snapshot "+core.QuoteID(sid)+": its files are missing on the host")
 	}
 	sp.Image, sp.Workspace = r.Base, ws
 	if root != "" {

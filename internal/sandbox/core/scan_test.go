@@ -1,4 +1,4 @@
-package sandbox
+package core
 
 import (
 	"context"
@@ -26,11 +26,11 @@ func TestScanPolicies(t *testing.T) {
 		a := &memAudit{}
 		s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		argv := []string{"curl", "-H", "Authorization: token " + pastedKey, "https://api.github.com"}
-		fields := []field{}
+		fields := []Field{}
 		for i := range argv {
-			fields = append(fields, field{"argv", &argv[i], nil})
+			fields = append(fields, Field{Where: "argv", Val: &argv[i]})
 		}
-		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "exec", fields)
+		err := s.ScanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "exec", fields)
 		switch policy {
 		case "block":
 			if !errors.Is(err, errdefs.ErrSecretDetected) || !strings.Contains(err.Error(), "github-pat") || strings.Contains(err.Error(), pastedKey) {
@@ -61,11 +61,11 @@ func TestScanLeavesCleanCallsAlone(t *testing.T) {
 	a := &memAudit{}
 	s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 	vals := []string{"go", "test", "./...", "GITHUB_TOKEN=alk_" + strings.Repeat("eyJzYngiOiJhYmMifQ", 3) + "." + strings.Repeat("A", 43)}
-	fields := []field{}
+	fields := []Field{}
 	for i := range vals {
-		fields = append(fields, field{"argv", &vals[i], nil})
+		fields = append(fields, Field{Where: "argv", Val: &vals[i]})
 	}
-	if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t"}, record.Who{}, "exec", fields); err != nil || len(a.recs) != 0 {
+	if err := s.ScanCall(context.Background(), &tenant.Principal{Tenant: "t"}, record.Who{}, "exec", fields); err != nil || len(a.recs) != 0 {
 		t.Errorf("%v, %d records", err, len(a.recs))
 	}
 }
@@ -88,7 +88,7 @@ func TestScanFindingsPerCallAreCapped(t *testing.T) {
 			sb.WriteByte('\n')
 		}
 		text := sb.String()
-		err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "write", []field{{"file /w", &text, nil}})
+		err := s.ScanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "write", []Field{{Where: "file /w", Val: &text}})
 		if policy == "block" != errors.Is(err, errdefs.ErrSecretDetected) {
 			t.Fatalf("%s: %v", policy, err)
 		}
@@ -127,8 +127,8 @@ func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 	first := filler + " " + pastedKey + " " + strings.Repeat("y", 4<<20)
 	second := pastedKey // nothing left of the budget: unread
 	vals := []string{first, second}
-	err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, record.Who{Tenant: "t"}, "exec",
-		[]field{{"argv[0]", &vals[0], nil}, {"argv[1]", &vals[1], nil}})
+	err := s.ScanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, record.Who{Tenant: "t"}, "exec",
+		[]Field{{Where: "argv[0]", Val: &vals[0]}, {Where: "argv[1]", Val: &vals[1]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,15 +162,15 @@ func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 	a := &memAudit{}
 	s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
-	bud := newScanBudget()
+	bud := NewScanBudget()
 	p := &tenant.Principal{Tenant: "t", ScanPolicy: "record"}
 	for i := 0; i < 40; i++ {
 		text := strings.Repeat("z", 4<<10)
-		if err := s.scanFields(context.Background(), p, record.Who{}, "upload", []field{{fmt.Sprintf("file /f%d", i), &text, nil}}, bud); err != nil {
+		if err := s.ScanFields(context.Background(), p, record.Who{}, "upload", []Field{{Where: fmt.Sprintf("file /f%d", i), Val: &text}}, bud); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.scanSummary(context.Background(), record.Who{}, "upload", bud); err != nil {
+	if err := s.ScanSummary(context.Background(), record.Who{}, "upload", bud); err != nil {
 		t.Fatal(err)
 	}
 	if bud.read != MaxScanBytes || len(bud.unscanned) != 40-MaxScanBytes/(4<<10) || len(a.recs) != 1 || a.recs[0].Kind != "secret.scan_summary" {
@@ -191,19 +191,19 @@ func FuzzScanCallIsBounded(f *testing.F) {
 		a = strings.Repeat(a, min(repeat, 2*MaxScanBytes/max(1, len(a))))
 		vals := make([]string, nfields)
 		orig := make([]string, nfields)
-		fields := make([]field, nfields)
+		fields := make([]Field, nfields)
 		for i := range vals {
 			vals[i] = []string{a, b}[i%2]
 			orig[i] = vals[i]
-			fields[i] = field{fmt.Sprintf("argv[%d]", i), &vals[i], nil}
+			fields[i] = Field{Where: fmt.Sprintf("argv[%d]", i), Val: &vals[i]}
 		}
 		audit := &memAudit{}
-		s.cfg.Audit = record.New(audit, nil)
-		bud := newScanBudget()
-		if err := s.scanFields(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, record.Who{}, "exec", fields, bud); err != nil {
+		s.Cfg.Audit = record.New(audit, nil)
+		bud := NewScanBudget()
+		if err := s.ScanFields(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}, record.Who{}, "exec", fields, bud); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.scanSummary(context.Background(), record.Who{}, "exec", bud); err != nil {
+		if err := s.ScanSummary(context.Background(), record.Who{}, "exec", bud); err != nil {
 			t.Fatal(err)
 		}
 		if bud.read > MaxScanBytes || len(audit.recs) > MaxFindingRecords+1 {
@@ -230,11 +230,11 @@ func TestRecordsKeepNoCredentialWhateverThePolicy(t *testing.T) {
 		s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
 		argv := []string{"aws", "--key", aws, "-H", "Authorization: token " + pastedKey, "s3", "ls"}
 		shown := slices.Clone(argv)
-		fields := []field{}
+		fields := []Field{}
 		for i := range argv {
-			fields = append(fields, field{fmt.Sprintf("argv[%d]", i), &argv[i], &shown[i]})
+			fields = append(fields, Field{Where: fmt.Sprintf("argv[%d]", i), Val: &argv[i], Shown: &shown[i]})
 		}
-		if err := s.scanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "exec", fields); err != nil {
+		if err := s.ScanCall(context.Background(), &tenant.Principal{Tenant: "t", ScanPolicy: policy}, record.Who{Tenant: "t"}, "exec", fields); err != nil {
 			t.Fatal(err)
 		}
 		if sent := strings.Join(argv, " "); strings.Contains(sent, aws) != (policy == "record") {

@@ -1,4 +1,4 @@
-package sandbox
+package core
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 // A tenant names host paths (workspace, repo, a rootfs, oci: and
 // docker-archive: images) only under the roots the operator granted it:
-// confine checks that on every create and MCP spec, whatever the door, and
+// Confine checks that on every create and MCP spec, whatever the door, and
 // gives the spec those roots, beneath which the backend opens each path
 // without following a link out. Roots are checked when granted: absolute,
 // existing directories, kept by their real path, never holding or lying in
@@ -28,11 +28,11 @@ func refusal(field, p string, roots []string) error {
 		"start from a snapshot, or ask the operator for a root (airlock tenant update NAME --root DIR)", field, p, have))
 }
 
-// confine holds tenant t's spec sp to the host paths it may name. The
+// Confine holds tenant t's spec sp to the host paths it may name. The
 // embedded service (Config.HostPaths: airlock mcp, root on the host, one
 // user) takes them as they are.
-func (s *Service) confine(t *tenant.Principal, sp *spec.Spec) error {
-	if s.cfg.HostPaths {
+func (s *Core) Confine(t *tenant.Principal, sp *spec.Spec) error {
+	if s.Cfg.HostPaths {
 		return nil
 	}
 	for _, f := range sp.HostPaths() {

@@ -1,4 +1,4 @@
-package sandbox
+package snapshots
 
 import (
 	"context"
@@ -8,19 +8,21 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
+// mcpSpecMeta keys a tenant's default MCP sandbox spec in the store, by
 // the tenant's id.
 func mcpSpecMeta(tenantID string) string { return "mcp_spec/" + tenantID }
 
 // MCPSpec is the tenant's default spec for the sandboxes of its MCP
 // sessions (empty: the defaults of a create).
-func (s *Service) MCPSpec(ctx context.Context, p *tenant.Principal) (*api.CreateSandbox, error) {
+func (s *Keeper) MCPSpec(ctx context.Context, p *tenant.Principal) (*api.CreateSandbox, error) {
 	if p.Admin {
 		return nil, errdefs.New(errdefs.ErrPermissionDenied, "MCP specs belong to tenants: use a tenant's key")
 	}
-	v, err := s.cfg.Store.Meta(ctx, mcpSpecMeta(p.ID))
+	v, err := s.Cfg.Store.Meta(ctx, mcpSpecMeta(p.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -35,27 +37,27 @@ func (s *Service) MCPSpec(ctx context.Context, p *tenant.Principal) (*api.Create
 
 // SetMCPSpec keeps the tenant's default MCP sandbox spec, validated as a
 // create would be.
-func (s *Service) SetMCPSpec(ctx context.Context, p *tenant.Principal, spec *api.CreateSandbox) error {
+func (s *Keeper) SetMCPSpec(ctx context.Context, p *tenant.Principal, spec *api.CreateSandbox) error {
 	if p.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "MCP specs belong to tenants: use a tenant's key")
 	}
-	sp, _, _, err := specOf(spec)
+	sp, _, _, err := core.SpecOf(spec)
 	if err != nil {
 		return err
 	}
-	if err := s.confine(p, &sp); err != nil {
+	if err := s.Confine(p, &sp); err != nil {
 		return err
 	}
-	if s.cfg.Backend != nil {
-		if err := s.cfg.Backend.CheckHostPaths(&sp); err != nil {
+	if s.Cfg.Backend != nil {
+		if err := s.Cfg.Backend.CheckHostPaths(&sp); err != nil {
 			return err
 		}
 	}
 	b, _ := json.Marshal(spec)
-	if err := s.cfg.Store.SetMeta(ctx, mcpSpecMeta(p.ID), string(b)); err != nil {
+	if err := s.Cfg.Store.SetMeta(ctx, mcpSpecMeta(p.ID), string(b)); err != nil {
 		return err
 	}
-	if err := p.UndoIfDeleted(func() { _ = s.cfg.Store.DeleteMeta(context.WithoutCancel(ctx), mcpSpecMeta(p.ID)) }); err != nil {
+	if err := p.UndoIfDeleted(func() { _ = s.Cfg.Store.DeleteMeta(context.WithoutCancel(ctx), mcpSpecMeta(p.ID)) }); err != nil {
 		return err
 	}
 	rec := *spec
@@ -65,5 +67,10 @@ func (s *Service) SetMCPSpec(ctx context.Context, p *tenant.Principal, spec *api
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	return s.cfg.Audit.Commit(ctx, record.Who{Tenant: p.ID}, record.MCPSpec{Spec: rec, Env: names})
+	return s.Cfg.Audit.Commit(ctx, record.Who{Tenant: p.ID}, record.MCPSpec{Spec: rec, Env: names})
+}
+
+// ForgetMCPSpec removes the MCP spec of deleted tenant id.
+func (s *Keeper) ForgetMCPSpec(ctx context.Context, id string) error {
+	return s.Cfg.Store.DeleteMeta(ctx, mcpSpecMeta(id))
 }

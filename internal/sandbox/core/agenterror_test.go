@@ -1,4 +1,4 @@
-package sandbox
+package core
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 // An agent's error message is the sandbox's text: it reaches a person
 // quoted, classed and labelled.
 func TestAgentErrorIsQuoted(t *testing.T) {
-	err := agentError(connect.NewError(connect.CodeNotFound, errors.New("open /workspace/x\x1b]52;c;aGk=\a\n+++ b/forged: no such file")))
+	err := AgentError(connect.NewError(connect.CodeNotFound, errors.New("open /workspace/x\x1b]52;c;aGk=\a\n+++ b/forged: no such file")))
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("class: %v", err)
 	}

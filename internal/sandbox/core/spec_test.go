@@ -1,19 +1,15 @@
-package sandbox
+package core
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/spec"
-	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
 func decodeCreate(b []byte) (*api.CreateSandbox, error) {
@@ -24,7 +20,7 @@ func decodeCreate(b []byte) (*api.CreateSandbox, error) {
 }
 
 func TestSpecOf(t *testing.T) {
-	sp, ttl, idle, err := specOf(&api.CreateSandbox{Env: map[string]string{"B": "2", "A": "1"}, TTL: "2h", IdleTimeout: "5m", Repo: "/src"})
+	sp, ttl, idle, err := SpecOf(&api.CreateSandbox{Env: map[string]string{"B": "2", "A": "1"}, TTL: "2h", IdleTimeout: "5m", Repo: "/src"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +54,7 @@ func TestSpecOf(t *testing.T) {
 		"max duration ttl":  {TTL: "2562047h"},
 		"max duration idle": {IdleTimeout: "2562047h"},
 	} {
-		if _, _, _, err := specOf(req); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, _, _, err := SpecOf(req); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want invalid argument", name, err)
 		}
 	}
@@ -77,7 +73,7 @@ func FuzzSpecOf(f *testing.F) {
 		if err != nil {
 			return
 		}
-		sp, ttl, idle, err := specOf(req)
+		sp, ttl, idle, err := SpecOf(req)
 		if err != nil {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Fatalf("unclassed error: %v", err)
@@ -91,63 +87,4 @@ func FuzzSpecOf(f *testing.F) {
 			t.Fatalf("ttl %v idle %v", ttl, idle)
 		}
 	})
-}
-
-// Regression (issue 12, item 14): an exec's env names were not checked
-// by the daemon.
-func TestCheckEnv(t *testing.T) {
-	if err := checkEnv(map[string]string{"A": "1", "B_2": ""}); err != nil {
-		t.Fatal(err)
-	}
-	many := map[string]string{}
-	for i := 0; i <= spec.MaxEnv; i++ {
-		many[fmt.Sprintf("V%d", i)] = ""
-	}
-	for name, env := range map[string]map[string]string{
-		"= in name": {"A=B": "x"}, "NUL in name": {"A\x00": "x"}, "empty name": {"": "x"},
-		"NUL in value": {"A": "x\x00y"}, "too many": many,
-	} {
-		if err := checkEnv(env); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("%s: %v, want invalid argument", name, err)
-		}
-	}
-}
-
-// Regression (issue 12, item 14): every background command holds a
-// stream of the daemon's, and nothing capped them. Past a sandbox's or a
-// tenant's cap a background exec is resource_exhausted; an ended one
-// gives its place back.
-func TestBackgroundExecsAreCapped(t *testing.T) {
-	s := New(Config{MaxBackground: 2, MaxBackgroundPerTenant: 3})
-	a1, a2, b1 := &box{rec: store.Sandbox{ID: "a1", Tenant: "t-a", TenantName: "a"}}, &box{rec: store.Sandbox{ID: "a2", Tenant: "t-a", TenantName: "a"}}, &box{rec: store.Sandbox{ID: "b1", Tenant: "t-b", TenantName: "b"}}
-	var releases []func()
-	take := func(b *box) error {
-		r, err := s.takeBackground(b)
-		if err == nil {
-			releases = append(releases, r)
-		}
-		return err
-	}
-	for _, b := range []*box{a1, a1, a2} {
-		if err := take(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := take(a1); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "sandbox a1") {
-		t.Errorf("past the sandbox's cap: %v", err)
-	}
-	if err := take(a2); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "tenant a") {
-		t.Errorf("past the tenant's cap: %v", err)
-	}
-	if err := take(b1); err != nil {
-		t.Errorf("another tenant: %v", err)
-	}
-	releases[0]()
-	releases[0]() // twice is once
-	if err := take(a2); err != nil {
-		t.Errorf("after one ended: %v", err)
-	}
-	if err := take(a2); !errors.Is(err, errdefs.ErrResourceExhausted) {
-		t.Errorf("one release counted twice: %v", err)
-	}
 }

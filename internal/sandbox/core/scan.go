@@ -1,4 +1,4 @@
-package sandbox
+package core
 
 import (
 	"context"
@@ -28,20 +28,20 @@ const (
 	maxUnscannedNamed = 32
 )
 
-// field is one value of a call the scanner reads, named for messages.
-// shown, when set, is the copy of it a record keeps: it is given the
+// Field is one value of a call the scanner reads, named for messages
+// (Where). Shown, when set, is the copy of it a record keeps: it is given the
 // value with every credential found redacted, whatever the policy (under
 // record the call goes on with the value unchanged; its record does not
 // keep it).
-type field struct {
-	where string
-	val   *string
-	shown *string
+type Field struct {
+	Where string
+	Val   *string
+	Shown *string
 }
 
-// scanBudget is what is left of one call's scanning allowance; an
+// ScanBudget is what is left of one call's scanning allowance; an
 // upload's files share one.
-type scanBudget struct {
+type ScanBudget struct {
 	bytes, records int
 	// What the call's summary says.
 	read, total      int
@@ -50,40 +50,41 @@ type scanBudget struct {
 	unscannedUnnamed int      // past maxUnscannedNamed
 }
 
-func newScanBudget() *scanBudget {
-	return &scanBudget{bytes: MaxScanBytes, records: MaxFindingRecords}
+// NewScanBudget is one call's whole allowance.
+func NewScanBudget() *ScanBudget {
+	return &ScanBudget{bytes: MaxScanBytes, records: MaxFindingRecords}
 }
 
-// scanCall applies the secret scanner to a call's fields under the
-// tenant's policy, within one call's budget (see scanFields).
-func (s *Service) scanCall(ctx context.Context, t *tenant.Principal, w record.Who, call string, fields []field) error {
-	bud := newScanBudget()
-	err := s.scanFields(ctx, t, w, call, fields, bud)
-	if serr := s.scanSummary(ctx, w, call, bud); err == nil {
+// ScanCall applies the secret scanner to a call's fields under the
+// tenant's policy, within one call's budget (see ScanFields).
+func (s *Core) ScanCall(ctx context.Context, t *tenant.Principal, w record.Who, call string, fields []Field) error {
+	bud := NewScanBudget()
+	err := s.ScanFields(ctx, t, w, call, fields, bud)
+	if serr := s.ScanSummary(ctx, w, call, bud); err == nil {
 		err = serr
 	}
 	return err
 }
 
-// scanFields applies the secret scanner to fields under the tenant's
+// ScanFields applies the secret scanner to fields under the tenant's
 // policy: block fails the call (naming the rule, not the value), redact
 // rewrites the fields, record lets it through. It reads at most what is
 // left of bud's bytes, and records findings with their rule and a keyed
 // fingerprint (never the value) while bud has records left; the rest are
-// counted for scanSummary.
-func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w record.Who, call string, fields []field, bud *scanBudget) error {
-	if s.cfg.Broker == nil {
+// counted for ScanSummary.
+func (s *Core) ScanFields(ctx context.Context, t *tenant.Principal, w record.Who, call string, fields []Field, bud *ScanBudget) error {
+	if s.Cfg.Broker == nil {
 		return nil
 	}
 	parts := make([]broker.Part, len(fields))
 	partial := make([]bool, len(fields))
 	for i, f := range fields {
-		text := *f.val
+		text := *f.Val
 		bud.total += len(text)
 		if n := min(len(text), bud.bytes); n < len(text) {
 			text, partial[i] = text[:n], true
 			if len(bud.unscanned) < maxUnscannedNamed {
-				bud.unscanned = append(bud.unscanned, f.where)
+				bud.unscanned = append(bud.unscanned, f.Where)
 			} else {
 				bud.unscannedUnnamed++
 			}
@@ -93,7 +94,7 @@ func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w record.
 		parts[i] = broker.Part{Text: text}
 	}
 	// One pass, the fields joined as a command line.
-	fs, err := s.cfg.Broker.ScanParts(parts, ' ')
+	fs, err := s.Cfg.Broker.ScanParts(parts, ' ')
 	if err != nil {
 		return errdefs.New(errdefs.ErrUnavailable, "the secret scanner is unavailable: "+err.Error())
 	}
@@ -112,9 +113,9 @@ func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w record.
 			continue
 		}
 		bud.records--
-		d := record.SecretFinding{Call: call, Where: fields[f.Part].where, Rule: f.Rule, Rules: scan.RuleSet,
-			Fingerprint: s.cfg.Broker.Keys().Fingerprint(f.Secret), Action: action, PartlyScanned: partial[f.Part]}
-		if err := s.cfg.Audit.Commit(ctx, w, d); err != nil {
+		d := record.SecretFinding{Call: call, Where: fields[f.Part].Where, Rule: f.Rule, Rules: scan.RuleSet,
+			Fingerprint: s.Cfg.Broker.Keys().Fingerprint(f.Secret), Action: action, PartlyScanned: partial[f.Part]}
+		if err := s.Cfg.Audit.Commit(ctx, w, d); err != nil {
 			return err
 		}
 	}
@@ -124,31 +125,31 @@ func (s *Service) scanFields(ctx context.Context, t *tenant.Principal, w record.
 	}
 	broker.RedactParts(texts, fs)
 	for i, f := range fields {
-		if f.shown != nil {
-			*f.shown = texts[i] + (*f.val)[len(parts[i].Text):]
+		if f.Shown != nil {
+			*f.Shown = texts[i] + (*f.Val)[len(parts[i].Text):]
 		}
 	}
 	first := fs[0]
 	switch policy {
 	case "block":
 		return errdefs.New(errdefs.ErrSecretDetected, fmt.Sprintf("secret scan: %s holds what looks like a credential (rule %s: %s); the tenant's scan policy blocks the call (put credentials in secrets and grants instead)",
-			fields[first.Part].where, first.Rule, strings.TrimSuffix(first.Description, ".")))
+			fields[first.Part].Where, first.Rule, strings.TrimSuffix(first.Description, ".")))
 	case "redact":
 		for i, f := range fields {
-			*f.val = texts[i] + (*f.val)[len(parts[i].Text):]
+			*f.Val = texts[i] + (*f.Val)[len(parts[i].Text):]
 		}
 	}
 	return nil
 }
 
-// scanSummary records what a call's scan left out: findings past
+// ScanSummary records what a call's scan left out: findings past
 // MaxFindingRecords, and values read only in part (past MaxScanBytes).
 // A call that fit its budget makes no summary.
-func (s *Service) scanSummary(ctx context.Context, w record.Who, call string, bud *scanBudget) error {
-	if s.cfg.Broker == nil || bud.dropped == 0 && len(bud.unscanned) == 0 {
+func (s *Core) ScanSummary(ctx context.Context, w record.Who, call string, bud *ScanBudget) error {
+	if s.Cfg.Broker == nil || bud.dropped == 0 && len(bud.unscanned) == 0 {
 		return nil
 	}
-	return s.cfg.Audit.Commit(ctx, w, record.ScanSummary{Call: call, Findings: bud.found, FindingsRecorded: bud.found - bud.dropped,
+	return s.Cfg.Audit.Commit(ctx, w, record.ScanSummary{Call: call, Findings: bud.found, FindingsRecorded: bud.found - bud.dropped,
 		FindingsDropped: bud.dropped, ScannedBytes: bud.read, Bytes: bud.total, MaxScanBytes: MaxScanBytes, MaxFindingRecords: MaxFindingRecords,
 		PartlyScanned: bud.unscanned, PartlyScannedMore: bud.unscannedUnnamed})
 }

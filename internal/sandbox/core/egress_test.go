@@ -1,4 +1,4 @@
-package sandbox
+package core
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
+// memAudit is an audit log in memory.
 type memAudit struct {
 	mu   sync.Mutex
 	recs []audit.Record
@@ -31,12 +32,12 @@ func (m *memAudit) Append(r audit.Record) error {
 func TestEgressRecordsAreCapped(t *testing.T) {
 	a := &memAudit{}
 	s := New(Config{Audit: record.New(a, nil)})
-	b := &box{rec: store.Sandbox{ID: "sb", Tenant: "t", Trigger: `{"task_id":"T"}`}, egressRate: newLimiter(MaxEgressRecords)}
-	s.boxes["sb"] = b
+	b := &Box{Rec: store.Sandbox{ID: "sb", Tenant: "t", Trigger: `{"task_id":"T"}`}, EgressRate: NewLimiter(MaxEgressRecords)}
+	s.Boxes["sb"] = b
 	for i := 0; i < MaxEgressRecords+123; i++ {
 		s.NoteEgress("sb", eventlog.Event{Decision: "denied"})
 	}
-	s.noteDropped(b)
+	s.NoteDropped(b)
 	kinds := map[string]int{}
 	var dropped struct {
 		Records int `json:"records"`
@@ -65,12 +66,12 @@ func TestEgressRecordsAreCapped(t *testing.T) {
 func TestFindingsShareTheEgressCap(t *testing.T) {
 	a := &memAudit{}
 	s := New(Config{Audit: record.New(a, nil)})
-	b := &box{rec: store.Sandbox{ID: "sb", Tenant: "t"}, egressRate: newLimiter(MaxEgressRecords)}
-	s.boxes["sb"] = b
+	b := &Box{Rec: store.Sandbox{ID: "sb", Tenant: "t"}, EgressRate: NewLimiter(MaxEgressRecords)}
+	s.Boxes["sb"] = b
 	for i := 0; i < MaxEgressRecords*3; i++ {
 		s.NoteFinding("sb", record.SecretFinding{Rule: "airlock-placeholder"})
 	}
-	if len(a.recs) != MaxEgressRecords || b.egressDropped.Load() != 2*MaxEgressRecords {
-		t.Errorf("%d records, %d dropped", len(a.recs), b.egressDropped.Load())
+	if len(a.recs) != MaxEgressRecords || b.EgressDropped.Load() != 2*MaxEgressRecords {
+		t.Errorf("%d records, %d dropped", len(a.recs), b.EgressDropped.Load())
 	}
 }

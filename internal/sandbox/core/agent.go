@@ -1,4 +1,4 @@
-package sandbox
+package core
 
 import (
 	"context"
@@ -29,17 +29,19 @@ const (
 	agentRate       = 2000 // calls per second per sandbox
 )
 
-// agentClient talks to one sandbox's agent over its host-side socket
-// (root-only; it reaches only init).
-type agentClient struct {
-	proc  processconnect.ProcessClient
-	fs    filesystemconnect.FilesystemClient
-	files agentpbconnect.AgentClient
+// Agent talks to one sandbox's agent over its host-side socket
+// (root-only; it reaches only init): its process service, its filesystem
+// service and airlock's own file calls, at most Rate calls a second.
+type Agent struct {
+	Proc  processconnect.ProcessClient
+	FS    filesystemconnect.FilesystemClient
+	Files agentpbconnect.AgentClient
 	tr    *http.Transport
-	rate  *limiter
+	Rate  *Limiter
 }
 
-func newAgentClient(socket string) *agentClient {
+// NewAgent is the client of the agent listening on socket.
+func NewAgent(socket string) *Agent {
 	// HTTP/1.1, a connection per concurrent call: every call the daemon
 	// makes is unary or server-streaming, and an agent that never decodes
 	// HTTP/2 headers never builds HPACK's Huffman tree (~1 MB a sandbox).
@@ -55,22 +57,23 @@ func newAgentClient(socket string) *agentClient {
 	hc := &http.Client{Transport: tr}
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAgentMessage), connect.WithSendMaxBytes(maxAgentMessage)}
 	const base = "http://agent"
-	return &agentClient{
-		proc:  processconnect.NewProcessClient(hc, base, opts...),
-		fs:    filesystemconnect.NewFilesystemClient(hc, base, opts...),
-		files: agentpbconnect.NewAgentClient(hc, base, opts...),
+	return &Agent{
+		Proc:  processconnect.NewProcessClient(hc, base, opts...),
+		FS:    filesystemconnect.NewFilesystemClient(hc, base, opts...),
+		Files: agentpbconnect.NewAgentClient(hc, base, opts...),
 		tr:    tr,
-		rate:  newLimiter(agentRate),
+		Rate:  NewLimiter(agentRate),
 	}
 }
 
-func (a *agentClient) close() { a.tr.CloseIdleConnections() }
+// Close drops the client's idle connections.
+func (a *Agent) Close() { a.tr.CloseIdleConnections() }
 
-// hello checks the agent's protocol version.
-func (a *agentClient) hello(ctx context.Context) error {
+// Hello checks the agent's protocol version.
+func (a *Agent) Hello(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	res, err := a.files.Hello(ctx, connect.NewRequest(&agentpb.HelloRequest{}))
+	res, err := a.Files.Hello(ctx, connect.NewRequest(&agentpb.HelloRequest{}))
 	if err != nil {
 		return fmt.Errorf("%w: the sandbox's agent does not answer: %v", errdefs.ErrUnavailable, err)
 	}
@@ -80,9 +83,9 @@ func (a *agentClient) hello(ctx context.Context) error {
 	return nil
 }
 
-// asUser sets the user an agent call acts as (envd's convention: the user
+// AsUser sets the user an agent call acts as (envd's convention: the user
 // name of HTTP basic authorization).
-func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
+func AsUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
 	if user == "" {
 		user = "user"
 	}
@@ -90,10 +93,10 @@ func asUser[T any](req *connect.Request[T], user string) *connect.Request[T] {
 	return req
 }
 
-// agentError classes an agent's answer. Its message came from inside the
+// AgentError classes an agent's answer. Its message came from inside the
 // sandbox and says so, quoted if it holds anything a terminal would act on
 // (untrusted.QuoteText).
-func agentError(err error) error {
+func AgentError(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -129,21 +132,22 @@ func agentError(err error) error {
 	return errdefs.New(class, untrusted.QuoteText(msg)+" (reported by the sandbox)")
 }
 
-// limiter is a token bucket: at most rate calls per second, bursts of rate.
-type limiter struct {
+// Limiter is a token bucket: at most rate calls per second, bursts of rate.
+type Limiter struct {
 	tokens chan struct{}
 }
 
-func newLimiter(rate int) *limiter {
-	l := &limiter{tokens: make(chan struct{}, rate)}
+// NewLimiter is a full bucket of rate.
+func NewLimiter(rate int) *Limiter {
+	l := &Limiter{tokens: make(chan struct{}, rate)}
 	for i := 0; i < rate; i++ {
 		l.tokens <- struct{}{}
 	}
 	return l
 }
 
-// refill runs once per second for every live limiter (see Service.tick).
-func (l *limiter) refill() {
+// Refill runs once per second for every live limiter (see sandbox.Service.tick).
+func (l *Limiter) Refill() {
 	for {
 		select {
 		case l.tokens <- struct{}{}:
@@ -153,7 +157,8 @@ func (l *limiter) refill() {
 	}
 }
 
-func (l *limiter) take() error {
+// Take takes a call's token, or refuses the call.
+func (l *Limiter) Take() error {
 	select {
 	case <-l.tokens:
 		return nil
