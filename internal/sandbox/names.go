@@ -3,7 +3,6 @@ package sandbox
 import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/files"
-	"github.com/airlock-sandbox/airlock/internal/sandbox/snapshots"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -27,15 +26,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics { return core.NewMetrics(reg
 
 // Caps and defaults (see where each is defined).
 const (
-	DefaultTTL                    = core.DefaultTTL
 	MaxTTL                        = core.MaxTTL
 	DefaultMaxBackground          = core.DefaultMaxBackground
 	DefaultMaxBackgroundPerTenant = core.DefaultMaxBackgroundPerTenant
 	AgentProtocol                 = core.AgentProtocol
-	MaxScanBytes                  = core.MaxScanBytes
-	MaxFindingRecords             = core.MaxFindingRecords
 	MaxFileBytes                  = files.MaxFileBytes
 	MaxArchiveBytes               = files.MaxArchiveBytes
-	MaxSnapshotBytes              = snapshots.MaxSnapshotBytes
 	MaxEgressRecords              = core.MaxEgressRecords
 )
