@@ -300,17 +300,13 @@ func TestSIGKILLThenGC(t *testing.T) {
 }
 
 func TestConcurrentSandboxesAreIsolated(t *testing.T) {
-	type out struct {
-		r   result
-		err error
-	}
-	ch := make(chan out, 1)
+	ch := make(chan result, 1)
 	go func() {
-		ch <- out{r: airlock(t, "", "run", "--", "sh", "-c", "echo A > /tmp/mine; echo A > /workspace/mine; cat /proc/self/uid_map; sleep 2")}
+		ch <- airlock(t, "", "run", "--", "sh", "-c", "echo A > /tmp/mine; echo A > /workspace/mine; cat /proc/self/uid_map; sleep 2")
 	}()
 	waitSandbox(t)
 	b := airlock(t, "", "run", "--", "sh", "-c", "ls /tmp /workspace; ps -e -o comm= | sort | tr '\\n' ' '; echo; cat /proc/self/uid_map")
-	a := (<-ch).r
+	a := <-ch
 	if a.code != 0 || b.code != 0 {
 		t.Fatalf("A: %s\nB: %s", a, b)
 	}
