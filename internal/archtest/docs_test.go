@@ -218,6 +218,7 @@ var claims = []claim{
 	{pkg: "internal/workspace/snapshot", phrase: "It imports internal/workspace/safefs and x/sys.", own: []string{"internal/workspace/safefs"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/workspace/internal/wstest", phrase: "It imports x/sys only.", libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/testutil/tartest", phrase: "It imports the standard library only.", libs: std},
+	{pkg: "internal/testutil/memlog", phrase: "It imports internal/audit only.", own: []string{"internal/audit"}, libs: std},
 
 	{pkg: "internal/netns", phrase: "It imports netlink, netns, nftables, x/sys and internal/linux/lockfile.", own: []string{"internal/linux/lockfile"}, libs: []string{"github.com/vishvananda/netlink/...", "github.com/vishvananda/netns", "github.com/google/nftables/...", "golang.org/x/sys/..."}},
 	{pkg: "internal/egress", phrase: "It imports its subpackages and the standard library.", own: []string{"internal/egress/{dns,eventlog,policy,sni}"}, libs: std},

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/testutil/memlog"
 )
 
 // The fakes of the long-lived lifecycle's tests (lifecycle_test.go): a
@@ -34,19 +35,7 @@ import (
 // Service with a real store and an audit log in memory.
 
 // memAudit is an audit log in memory.
-type memAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-}
-
-func (m *memAudit) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
-func (m *memAudit) Failed() error                                  { return nil }
-func (m *memAudit) Append(r audit.Record) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs = append(m.recs, r)
-	return nil
-}
+type memAudit = memlog.Log
 
 // fakeClock is the service's clock; only the test moves it.
 type fakeClock struct {
@@ -506,10 +495,8 @@ func (r *lifeRig) wantEnded(t *testing.T, id, reason string) map[string]any {
 
 // records are the data of sandbox id's audit records of kind.
 func (r *lifeRig) records(id, kind string) []map[string]any {
-	r.audit.mu.Lock()
-	defer r.audit.mu.Unlock()
 	var out []map[string]any
-	for _, rec := range r.audit.recs {
+	for _, rec := range r.audit.Records() {
 		if rec.Sandbox == id && rec.Kind == kind {
 			out = append(out, recordData(rec))
 		}
@@ -525,10 +512,8 @@ func recordData(rec audit.Record) map[string]any {
 
 // kinds lists the kinds of sandbox id's audit records, in order.
 func (r *lifeRig) kinds(id string) []string {
-	r.audit.mu.Lock()
-	defer r.audit.mu.Unlock()
 	var out []string
-	for _, rec := range r.audit.recs {
+	for _, rec := range r.audit.Records() {
 		if rec.Sandbox == id {
 			out = append(out, rec.Kind)
 		}

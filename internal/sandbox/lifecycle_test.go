@@ -54,13 +54,11 @@ func TestTTLExpiryEndsTheSandbox(t *testing.T) {
 	if k := r.kinds(sb.ID); !slices.Equal(k, []string{"sandbox.created", "sandbox.destroyed"}) {
 		t.Errorf("records: %v", k)
 	}
-	r.audit.mu.Lock()
-	for _, rec := range r.audit.recs {
+	for _, rec := range r.audit.Records() {
 		if rec.Sandbox == sb.ID && (rec.Tenant != p.ID || rec.Trigger != "task-7") {
 			t.Errorf("%s record of tenant %q, trigger %q", rec.Kind, rec.Tenant, rec.Trigger)
 		}
 	}
-	r.audit.mu.Unlock()
 	got, err := r.svc.Get(ctx, p, sb.ID)
 	if err != nil || got.State != api.StateEnded || got.EndReason != "TTL expired" {
 		t.Errorf("Get after the end: %+v %v", got, err)

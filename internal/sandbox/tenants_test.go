@@ -368,13 +368,13 @@ func TestKillSwitchEndsCreatesInFlight(t *testing.T) {
 				t.Errorf("acme lists %d sandboxes", len(l))
 			}
 			var destroyed bool
-			for _, rec := range a.recs {
+			for _, rec := range a.Recs {
 				if rec.Kind == "sandbox.destroyed" && rec.Sandbox == id && rec.Tenant == acme.ID && strings.Contains(string(rec.Data), "kill switch") {
 					destroyed = true
 				}
 			}
 			if !destroyed {
-				t.Errorf("no sandbox.destroyed record for %s: %+v", id, a.recs)
+				t.Errorf("no sandbox.destroyed record for %s: %+v", id, a.Recs)
 			}
 			// The kill switch is not a ban: the tenant's next create runs.
 			r.be.gate, a.hold = nil, nil

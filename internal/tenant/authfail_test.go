@@ -33,7 +33,7 @@ func TestFailedAuthRecordsAreCapped(t *testing.T) {
 		_, _ = s.Authenticate(ctx, "", fmt.Sprintf("198.51.100.%d:1", i))
 	}
 	count := func() (failed int, sum []map[string]any) {
-		for _, r := range a.recs {
+		for _, r := range a.Recs {
 			switch r.Kind {
 			case "auth.failed":
 				failed++
@@ -69,7 +69,7 @@ func TestFailedAuthRecordsAreCapped(t *testing.T) {
 	if f, sums := count(); f != failed+1 || len(sums) != 1 {
 		t.Errorf("after the window: %d auth.failed, %d summaries", f, len(sums))
 	}
-	if r := a.recs[len(a.recs)-1]; r.Kind != "auth.failed" || !json.Valid(r.Data) || string(r.Data) == "" {
+	if r := a.Recs[len(a.Recs)-1]; r.Kind != "auth.failed" || !json.Valid(r.Data) || string(r.Data) == "" {
 		t.Errorf("last record %s %s", r.Kind, r.Data)
 	}
 }
@@ -86,17 +86,17 @@ func TestFailedAuthSummaryAtTheNextFailure(t *testing.T) {
 	now = now.Add(1500 * time.Millisecond)
 	_, _ = s.Authenticate(context.Background(), "", "[2001:db8::1]:80")
 	kinds := []string{}
-	for _, r := range a.recs[MaxAuthFailedPerSource:] {
+	for _, r := range a.Recs[MaxAuthFailedPerSource:] {
 		kinds = append(kinds, r.Kind)
 	}
-	if fmt.Sprint(kinds) != "[audit.dropped auth.failed]" || !json.Valid(a.recs[MaxAuthFailedPerSource].Data) {
+	if fmt.Sprint(kinds) != "[audit.dropped auth.failed]" || !json.Valid(a.Recs[MaxAuthFailedPerSource].Data) {
 		t.Errorf("records after the cap: %v", kinds)
 	}
 	var sum struct {
 		Records int              `json:"records"`
 		Sources map[string]int64 `json:"sources"`
 	}
-	_ = json.Unmarshal(a.recs[MaxAuthFailedPerSource].Data, &sum)
+	_ = json.Unmarshal(a.Recs[MaxAuthFailedPerSource].Data, &sum)
 	if sum.Records != 5 || sum.Sources["2001:db8::1"] != 5 {
 		t.Errorf("summary %+v", sum)
 	}
@@ -114,8 +114,8 @@ func TestFailedAuthSummaryWhenTheServiceStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.Run(ctx)
-	last := a.recs[len(a.recs)-1]
-	if len(a.recs) != MaxAuthFailedPerSource+1 || last.Kind != "audit.dropped" || !strings.Contains(string(last.Data), `"local":3`) {
-		t.Errorf("%d records, last %s %s", len(a.recs), last.Kind, last.Data)
+	last := a.Recs[len(a.Recs)-1]
+	if len(a.Recs) != MaxAuthFailedPerSource+1 || last.Kind != "audit.dropped" || !strings.Contains(string(last.Data), `"local":3`) {
+		t.Errorf("%d records, last %s %s", len(a.Recs), last.Kind, last.Data)
 	}
 }

@@ -4,28 +4,16 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/testutil/memlog"
 )
 
-type memAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-}
-
-func (m *memAudit) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
-func (m *memAudit) Failed() error                                  { return nil }
-func (m *memAudit) Append(r audit.Record) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs = append(m.recs, r)
-	return nil
-}
+// memAudit is an audit log in memory.
+type memAudit = memlog.Log
 
 // Regression (issue 12, item 14): quotas of 2^63-1 were accepted, and
 // their sums overflow.

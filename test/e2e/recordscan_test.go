@@ -7,7 +7,26 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/client"
 )
+
+// recordingSandbox makes a tenant under the record scan policy (its
+// root the test's temporary directories) and a sandbox of it with a
+// workspace and a proxy that allows allowed.test.
+func recordingSandbox(t *testing.T, d *daemonProc, name string) (*client.Client, *api.Sandbox) {
+	t.Helper()
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: name, ScanPolicy: "record", Roots: []string{testRoot(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.client(t, tn.Key)
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: workspace(t), Network: api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, sb
+}
 
 // Under the record scan policy a call with a pasted key goes on unchanged,
 // and its records kept the key: exec.start's argv, and the egress record
@@ -18,15 +37,7 @@ func TestServeRecordPolicyLogsNoCredential(t *testing.T) {
 	data := newDataDir(t)
 	d := startDaemon(t, data)
 	ctx := context.Background()
-	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "rec", ScanPolicy: "record", Roots: []string{testRoot(t)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := d.client(t, tn.Key)
-	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: workspace(t), Network: api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, sb := recordingSandbox(t, d, "rec")
 	out, _, _ := run(t, c, sb.ID, sh("echo ran "+key))
 	if !strings.Contains(out, "ran "+key) {
 		t.Errorf("under record the command runs as given: %q", out)

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
 )
@@ -176,15 +175,7 @@ func runShapes(t *testing.T) []*audit.Record {
 func serveShapes(t *testing.T) []*audit.Record {
 	d := startDaemon(t, newDataDir(t))
 	ctx := context.Background()
-	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "shapes", ScanPolicy: "record", Roots: []string{testRoot(t)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := d.client(t, tn.Key)
-	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: workspace(t), Network: api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, sb := recordingSandbox(t, d, "shapes")
 	if _, stderr, end := run(t, c, sb.ID, sh(shapeCommand)); end.ExitCode != 0 {
 		t.Fatalf("exec: %s %+v", stderr, end)
 	}

@@ -1,31 +1,17 @@
 package core
 
 import (
-	"context"
 	"encoding/json"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
-	"sync"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/testutil/memlog"
 )
 
 // memAudit is an audit log in memory.
-type memAudit struct {
-	mu   sync.Mutex
-	recs []audit.Record
-}
-
-func (m *memAudit) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
-func (m *memAudit) Failed() error                                  { return nil }
-func (m *memAudit) Append(r audit.Record) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recs = append(m.recs, r)
-	return nil
-}
+type memAudit = memlog.Log
 
 // A sandbox cannot flood the log: past its egress record cap, records are
 // dropped, counted, and the count recorded.
@@ -42,7 +28,7 @@ func TestEgressRecordsAreCapped(t *testing.T) {
 	var dropped struct {
 		Records int `json:"records"`
 	}
-	for _, r := range a.recs {
+	for _, r := range a.Recs {
 		kinds[r.Kind]++
 		if r.Kind == "audit.dropped" {
 			_ = json.Unmarshal(r.Data, &dropped)
@@ -56,7 +42,7 @@ func TestEgressRecordsAreCapped(t *testing.T) {
 	}
 	// The next second has room again.
 	s.NoteEgress("sb", eventlog.Event{Decision: "allowed"})
-	if a.recs[len(a.recs)-1].Kind != "egress" {
+	if a.Recs[len(a.Recs)-1].Kind != "egress" {
 		t.Error("the cap did not refill")
 	}
 }
@@ -71,7 +57,7 @@ func TestFindingsShareTheEgressCap(t *testing.T) {
 	for i := 0; i < MaxEgressRecords*3; i++ {
 		s.NoteFinding("sb", record.SecretFinding{Rule: "airlock-placeholder"})
 	}
-	if len(a.recs) != MaxEgressRecords || b.EgressDropped.Load() != 2*MaxEgressRecords {
-		t.Errorf("%d records, %d dropped", len(a.recs), b.EgressDropped.Load())
+	if len(a.Recs) != MaxEgressRecords || b.EgressDropped.Load() != 2*MaxEgressRecords {
+		t.Errorf("%d records, %d dropped", len(a.Recs), b.EgressDropped.Load())
 	}
 }

@@ -45,10 +45,10 @@ func TestScanPolicies(t *testing.T) {
 				t.Errorf("record: %v %q", err, argv)
 			}
 		}
-		if len(a.recs) == 0 {
+		if len(a.Recs) == 0 {
 			t.Fatalf("%s: no finding recorded", policy)
 		}
-		for _, r := range a.recs {
+		for _, r := range a.Recs {
 			if r.Kind != "secret.finding" || strings.Contains(string(r.Data), pastedKey) || !strings.Contains(string(r.Data), `"fingerprint":"hmac:`) {
 				t.Errorf("%s: record %s %s", policy, r.Kind, r.Data)
 			}
@@ -65,8 +65,8 @@ func TestScanLeavesCleanCallsAlone(t *testing.T) {
 	for i := range vals {
 		fields = append(fields, Field{Where: "argv", Val: &vals[i]})
 	}
-	if err := s.ScanCall(context.Background(), &tenant.Principal{Tenant: "t"}, record.Who{}, "exec", fields); err != nil || len(a.recs) != 0 {
-		t.Errorf("%v, %d records", err, len(a.recs))
+	if err := s.ScanCall(context.Background(), &tenant.Principal{Tenant: "t"}, record.Who{}, "exec", fields); err != nil || len(a.Recs) != 0 {
+		t.Errorf("%v, %d records", err, len(a.Recs))
 	}
 }
 
@@ -98,13 +98,13 @@ func TestScanFindingsPerCallAreCapped(t *testing.T) {
 			Recorded int `json:"findings_recorded"`
 			Dropped  int `json:"findings_dropped"`
 		}
-		for _, r := range a.recs {
+		for _, r := range a.Recs {
 			kinds[r.Kind]++
 			if r.Kind == "secret.scan_summary" {
 				_ = json.Unmarshal(r.Data, &sum)
 			}
 		}
-		if kinds["secret.finding"] != MaxFindingRecords || kinds["secret.scan_summary"] != 1 || len(a.recs) != MaxFindingRecords+1 {
+		if kinds["secret.finding"] != MaxFindingRecords || kinds["secret.scan_summary"] != 1 || len(a.Recs) != MaxFindingRecords+1 {
 			t.Fatalf("%s: records %v", policy, kinds)
 		}
 		if sum.Found < 500 || sum.Recorded != MaxFindingRecords || sum.Dropped != sum.Found-MaxFindingRecords {
@@ -141,7 +141,7 @@ func TestScanReadsAtMostMaxScanBytesPerCall(t *testing.T) {
 		Unscanned []string `json:"partly_scanned"`
 	}
 	findings := 0
-	for _, r := range a.recs {
+	for _, r := range a.Recs {
 		switch r.Kind {
 		case "secret.finding":
 			findings++
@@ -173,8 +173,8 @@ func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 	if err := s.ScanSummary(context.Background(), record.Who{}, "upload", bud); err != nil {
 		t.Fatal(err)
 	}
-	if bud.read != MaxScanBytes || len(bud.unscanned) != 40-MaxScanBytes/(4<<10) || len(a.recs) != 1 || a.recs[0].Kind != "secret.scan_summary" {
-		t.Errorf("read %d, unscanned %v, %d records", bud.read, bud.unscanned, len(a.recs))
+	if bud.read != MaxScanBytes || len(bud.unscanned) != 40-MaxScanBytes/(4<<10) || len(a.Recs) != 1 || a.Recs[0].Kind != "secret.scan_summary" {
+		t.Errorf("read %d, unscanned %v, %d records", bud.read, bud.unscanned, len(a.Recs))
 	}
 }
 
@@ -206,8 +206,8 @@ func FuzzScanCallIsBounded(f *testing.F) {
 		if err := s.ScanSummary(context.Background(), record.Who{}, "exec", bud); err != nil {
 			t.Fatal(err)
 		}
-		if bud.read > MaxScanBytes || len(audit.recs) > MaxFindingRecords+1 {
-			t.Fatalf("read %d bytes, made %d records", bud.read, len(audit.recs))
+		if bud.read > MaxScanBytes || len(audit.Recs) > MaxFindingRecords+1 {
+			t.Fatalf("read %d bytes, made %d records", bud.read, len(audit.Recs))
 		}
 		left := MaxScanBytes
 		for i := range vals {
@@ -244,10 +244,10 @@ func TestRecordsKeepNoCredentialWhateverThePolicy(t *testing.T) {
 		if strings.Contains(kept, aws) || strings.Contains(kept, pastedKey) || !strings.Contains(kept, "[REDACTED:aws-access-token]") || !strings.Contains(kept, "[REDACTED:github-pat]") || shown[0] != "aws" {
 			t.Errorf("%s: the record keeps %q", policy, kept)
 		}
-		if len(a.recs) != 2 {
-			t.Errorf("%s: %d findings recorded", policy, len(a.recs))
+		if len(a.Recs) != 2 {
+			t.Errorf("%s: %d findings recorded", policy, len(a.Recs))
 		}
-		for _, r := range a.recs {
+		for _, r := range a.Recs {
 			if strings.Contains(string(r.Data), aws) || strings.Contains(string(r.Data), pastedKey) || !strings.Contains(string(r.Data), `"fingerprint":"hmac:`) {
 				t.Errorf("%s: record %s", policy, r.Data)
 			}
