@@ -27,6 +27,11 @@ var (
 	attackBin  string
 	stateDir   string
 	dataDir    string
+	// ownerLock is held (flock) for as long as this run lives: a variable
+	// of the package, so that no finalizer closes it, and with it the
+	// lock, while the run goes on (another run would take its directory
+	// for stale, kill its processes and remove it).
+	ownerLock *os.File
 )
 
 func TestMain(m *testing.M) {
@@ -41,8 +46,7 @@ func TestMain(m *testing.M) {
 	// The run's claim on its directory, taken before anything else (the
 	// build takes a while): another run of the suite starting meanwhile
 	// reaps only directories whose owner is gone.
-	owner, err := os.Create(filepath.Join(tmp, "owner.lock"))
-	if err != nil || syscall.Flock(int(owner.Fd()), syscall.LOCK_EX) != nil {
+	if ownerLock, err = os.Create(filepath.Join(tmp, "owner.lock")); err != nil || syscall.Flock(int(ownerLock.Fd()), syscall.LOCK_EX) != nil {
 		panic(fmt.Sprint("owner lock: ", err))
 	}
 	// Sandboxes' unprivileged roots traverse the state directory.
