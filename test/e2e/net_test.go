@@ -393,24 +393,29 @@ func egressEveryAttemptIsLogged(t *testing.T, fi *fakeInternet) {
 		t.Fatalf("%s", r)
 	}
 	b, _ := os.ReadFile(log)
-	var events []map[string]any
+	// An event is written once its request is done: a request that was
+	// relayed can end after the next one was refused, so the events are
+	// looked up by host, not by their order in the log.
+	events := map[string]map[string]any{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var e map[string]any
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
 		if e["kind"] != "dns" {
-			events = append(events, e)
+			events[fmt.Sprint(e["host"])] = e
 		}
 	}
-	if len(events) != 3 || events[0]["decision"] != "allowed" || events[0]["path"] != "/a" || events[1]["decision"] != "denied" || events[2]["host"] != "169.254.169.254" {
+	allowed, evil, metadata := events["allowed.test"], events["evil.test"], events["169.254.169.254"]
+	if len(events) != 3 || allowed["decision"] != "allowed" || allowed["path"] != "/a" || evil["decision"] != "denied" || metadata["decision"] != "denied" {
 		t.Fatalf("events: %v", events)
 	}
 	if !strings.Contains(r.stderr, "1 request allowed, 2 denied") {
 		t.Fatalf("summary: %s", r.stderr)
 	}
-	j := lastJSON(t, r.stdout)
-	_ = j
+	if j := lastJSON(t, r.stdout); j.SandboxID != allowed["sandbox"] {
+		t.Errorf("the events are of sandbox %v, the run's is %s", allowed["sandbox"], j.SandboxID)
+	}
 }
 
 // Regression (issue 13): `run --scan record` wrote no secret.finding
