@@ -255,7 +255,7 @@ command with its exit, every file call, the hosts it reached and was refused,
 the credentials found, the files it changed in /workspace and the limits it hit.
 
   sudo airlock audit report 8035500fd41a
-  airlock audit report --log ~/.local/state/airlock/runs/20261201-101500.audit
+  airlock audit report --log ~/.local/state/airlock/runs/20261201T101500.123456789Z.audit
 
 SANDBOX may be left out when the log holds one sandbox (an airlock run's log).`,
 		Args: cobra.MaximumNArgs(1),
@@ -307,8 +307,11 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 		}
 		return "[" + strings.Join(out, " ") + "]"
 	}
-	first := recs[0]
-	fmt.Fprintf(w, "sandbox %s (tenant %s)\n", first.Sandbox, first.Tenant)
+	if first := recs[0]; first.Tenant != "" {
+		fmt.Fprintf(w, "sandbox %s (tenant %s)\n", first.Sandbox, first.Tenant)
+	} else {
+		fmt.Fprintf(w, "sandbox %s\n", first.Sandbox)
+	}
 	allowed, denied := map[string]int{}, map[string]int{}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	var files, findings []string
@@ -323,12 +326,20 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 		at := r.Time.Format("15:04:05.000")
 		switch d := d.(type) {
 		case *record.SandboxCreated:
-			fmt.Fprintf(w, "created %s; image %s; trigger %s\n", r.Time.Format(time.RFC3339), q(d.Image), q(jsonText(d.Trigger)))
+			fmt.Fprintf(w, "created %s; image %s", r.Time.Format(time.RFC3339), q(d.Image))
+			if d.Trigger != nil {
+				fmt.Fprintf(w, "; trigger %s", q(jsonText(d.Trigger)))
+			}
+			fmt.Fprintln(w)
 			fmt.Fprintf(w, "controls %s\n", jsonText(d.Controls))
 		case *record.ExecStart:
 			fmt.Fprintf(tw, "  %s\tstart\texec %s\t%s\n", at, q(d.ExecID), argv(d.Argv))
 		case *record.ExecEnd:
-			fmt.Fprintf(tw, "  %s\tend\texec %s\tpid %d, exit %d, %s (reported by the sandbox)\n", at, q(d.ExecID), d.PID, d.ExitCode, q(d.Status))
+			pid := ""
+			if d.PID > 0 {
+				pid = fmt.Sprintf("pid %d, ", d.PID)
+			}
+			fmt.Fprintf(tw, "  %s\tend\texec %s\t%sexit %d, %s (reported by the sandbox)\n", at, q(d.ExecID), pid, d.ExitCode, q(d.Status))
 		case *record.Egress:
 			if d.Decision == "allowed" {
 				allowed[q(d.Host)]++
