@@ -99,7 +99,7 @@ func Checks(stateDir string) []Check {
 	}
 	need("landlock", llOK, llDetail, refuse+" unless --allow-degraded landlock (then writes are confined by read-only mounts only, and it is said)")
 
-	nftOK, nftDetail := true, "nf_tables answers over netlink (for network policies; sandboxes have no network today)"
+	nftOK, nftDetail := true, "nf_tables answers over netlink: proxy mode (--allow) fences a sandbox's network namespace with it"
 	if conn, err := nftables.New(); err != nil {
 		nftOK, nftDetail = false, err.Error()
 	} else if _, err := conn.ListTables(); err != nil {

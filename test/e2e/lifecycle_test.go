@@ -332,6 +332,11 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor does not report %s:\n%s", c, r.stdout)
 		}
 	}
+	// Regression (issue 14): doctor said sandboxes "have no network today"
+	// long after proxy mode existed.
+	if strings.Contains(r.stdout, "no network today") || !strings.Contains(r.stdout, "proxy mode") {
+		t.Errorf("doctor's nftables line is not true to proxy mode:\n%s", r.stdout)
+	}
 	r = airlock(t, "", "doctor", "--json")
 	var d struct {
 		OK     bool `json:"ok"`
