@@ -108,7 +108,7 @@ func auditPublicKey(g *globals, dir, pubFile string) (ed25519.PublicKey, error) 
 		}
 		return pub, nil
 	}
-	keyFile := system.AuditKeyFile(g.dataDir)
+	keyFile := system.AuditKeyFile(logHome(dir))
 	if fi, err := os.Stat(dir); err == nil && fi.Mode().IsRegular() {
 		keyFile = filepath.Join(system.RunStateDir(), "audit.key") // an `airlock run` log
 	}
@@ -122,7 +122,12 @@ func auditPublicKey(g *globals, dir, pubFile string) (ed25519.PublicKey, error) 
 	return key.Public().(ed25519.PublicKey), nil
 }
 
-// auditHead reads the head kept apart in the daemon's database, and
+// logHome is the directory that holds a log directory's signing key and
+// the database keeping its head apart: the daemon's data directory for
+// DATA_DIR/audit, an `airlock mcp` session's directory for its audit/.
+func logHome(dir string) string { return filepath.Dir(filepath.Clean(dir)) }
+
+// auditHead reads the head kept apart in the log's database, and
 // whether a daemon is writing the log now (its newest segment is open).
 func auditHead(g *globals, dir string) (*audit.Head, bool) {
 	live := false
@@ -131,9 +136,13 @@ func auditHead(g *globals, dir string) (*audit.Head, bool) {
 		f.Close()
 	}
 	if filepath.Clean(dir) != filepath.Clean(system.AuditDir(g.dataDir)) {
+		live = false // that lock is the daemon's, of its own log
+	}
+	dbFile := filepath.Join(logHome(dir), "airlock.db")
+	if _, err := os.Stat(dbFile); err != nil {
 		return nil, live
 	}
-	db, err := store.Open(filepath.Join(g.dataDir, "airlock.db"))
+	db, err := store.Open(dbFile)
 	if err != nil {
 		return nil, live
 	}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -209,8 +208,15 @@ func mcpShapes(t *testing.T) []*audit.Record {
 	if !strings.HasPrefix(m[1], state) {
 		t.Fatalf("the session's files are not under XDG_STATE_HOME: %s", m[1])
 	}
-	if _, err := os.Stat(filepath.Join(m[1], "audit")); err != nil {
-		t.Fatal(err)
+	logDir := filepath.Join(m[1], "audit")
+	// Regression (issue 14): verify checked a session's log against the
+	// daemon's key and called it forged; the key and head are the
+	// session's, beside its log.
+	if v := airlock(t, "", "audit", "verify", logDir); v.code != 0 || !strings.HasPrefix(v.stdout, "ok:") || strings.Contains(v.stdout, "no head kept apart") {
+		t.Errorf("audit verify of the session's log: %s", v)
 	}
-	return readLog(t, filepath.Join(m[1], "audit"))
+	if rep := airlock(t, "", "audit", "report", "--log", logDir); rep.code != 0 || !strings.Contains(rep.stdout, "added new.txt") {
+		t.Errorf("audit report of the session's log: %s", rep)
+	}
+	return readLog(t, logDir)
 }
