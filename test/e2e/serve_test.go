@@ -985,6 +985,21 @@ func TestServeCLI(t *testing.T) {
 		t.Fatalf("create: %s", r)
 	}
 	id := strings.TrimSpace(r.stdout)
+	// Regression (issue 14): a relative --workspace, as --help shows it,
+	// was refused; the client resolves it from where it was typed.
+	rel := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", data, "create", "--workspace", "./"+filepath.Base(ws))
+	rel.Dir, rel.Env = filepath.Dir(ws), append(os.Environ(), append([]string{"AIRLOCK_ADDRESS=" + d.sock}, env...)...)
+	relOut, err := rel.Output()
+	if err != nil {
+		t.Fatalf("create --workspace ./%s: %v %s", filepath.Base(ws), err, relOut)
+	}
+	relID := strings.TrimSpace(string(relOut))
+	if r := cli("", env, "exec", relID, "--", "cat", "/workspace/a.txt"); r.code != 0 || r.stdout != "alpha\n" {
+		t.Errorf("the relative workspace: %s", r)
+	}
+	if r := cli("", env, "rm", relID); r.code != 0 {
+		t.Errorf("rm: %s", r)
+	}
 	if r = cli("", env, "exec", id, "--", "sh", "-c", "echo hi; exit 7"); r.code != 7 || r.stdout != "hi\n" {
 		t.Errorf("exec: %s", r)
 	}

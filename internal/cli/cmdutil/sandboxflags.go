@@ -35,6 +35,9 @@ func (s *SandboxFlags) Bind(f *pflag.FlagSet) {
 // Spec is the create request the flags describe.
 func (s *SandboxFlags) Spec() (*api.CreateSandbox, error) {
 	req := s.Req
+	if err := HostPaths(&req.Workspace, &req.Repo, &req.Image); err != nil {
+		return nil, err
+	}
 	var err error
 	if req.Env, err = KVMap("-e", s.env); err != nil {
 		return nil, err

@@ -26,6 +26,39 @@ func AbsPath(p string) (string, error) {
 	return a, nil
 }
 
+// HostPaths makes the host paths of a sandbox's description absolute, as
+// the user meant them from the directory they typed them in: the daemon
+// (or the engine) resolves nothing against a client's working directory.
+// An image is a path when it starts with "/" or "." or follows oci: or
+// docker-archive:; any other image is a name ("host", a registry
+// reference, snapshot:ID) and is left alone.
+func HostPaths(workspace, repo, image *string) error {
+	var err error
+	if *workspace, err = AbsPath(*workspace); err != nil {
+		return err
+	}
+	if *repo, err = AbsPath(*repo); err != nil {
+		return err
+	}
+	img := *image
+	for _, scheme := range []string{"oci:", "docker-archive:", ""} {
+		rest, ok := strings.CutPrefix(img, scheme)
+		if !ok || scheme == "" && !strings.HasPrefix(rest, "/") && !strings.HasPrefix(rest, ".") {
+			continue
+		}
+		if rest == "" {
+			return nil // refused where images are resolved, with the reason
+		}
+		abs, err := AbsPath(rest)
+		if err != nil {
+			return err
+		}
+		*image = scheme + abs
+		return nil
+	}
+	return nil
+}
+
 // ForTerminal is w, through untrusted.TerminalWriter when it is a
 // terminal: what goes there holds a sandbox's file contents (a diff),
 // whose controls and escape sequences could hide or rewrite the lines a

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -98,18 +97,8 @@ Exit status:
 			if nets.secrets, err = cmdutil.LocalSecrets(secrets); err != nil {
 				return err
 			}
-			if s.Workspace != "" || s.Repo != "" {
-				if s.Workspace, err = cmdutil.AbsPath(s.Workspace); err != nil {
-					return err
-				}
-				if s.Repo, err = cmdutil.AbsPath(s.Repo); err != nil {
-					return err
-				}
-			}
-			if strings.HasPrefix(s.Image, ".") {
-				if s.Image, err = cmdutil.AbsPath(s.Image); err != nil {
-					return err
-				}
+			if err := cmdutil.HostPaths(&s.Workspace, &s.Repo, &s.Image); err != nil {
+				return err
 			}
 			if err := s.Validate(); err != nil {
 				return err

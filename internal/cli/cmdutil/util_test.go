@@ -1,0 +1,37 @@
+package cmdutil
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Regression (issue 14): `airlock create --workspace ./repo`, as --help
+// shows it, was refused (the daemon resolves nothing against a client's
+// directory) while `run` took it. Every door resolves a sandbox's host
+// paths on the client, and leaves names alone.
+func TestHostPathsAreTheClients(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ workspace, repo, image, wantWS, wantRepo, wantImage string }{
+		{"./ws", "repo", "./rootfs", filepath.Join(wd, "ws"), filepath.Join(wd, "repo"), filepath.Join(wd, "rootfs")},
+		{"/abs/ws/", "", "oci:./layout", "/abs/ws", "", "oci:" + filepath.Join(wd, "layout")},
+		{"", "../r", "docker-archive:img.tar", "", filepath.Join(filepath.Dir(wd), "r"), "docker-archive:" + filepath.Join(wd, "img.tar")},
+		{"", "", "host", "", "", "host"},
+		{"", "", "python:3.12-slim", "", "", "python:3.12-slim"},
+		{"", "", "ghcr.io/acme/tools:1", "", "", "ghcr.io/acme/tools:1"},
+		{"", "", "snapshot:s_0123", "", "", "snapshot:s_0123"},
+		{"", "", "", "", "", ""},
+		{"", "", "/a/../rootfs", "", "", "/rootfs"},
+	} {
+		ws, repo, img := c.workspace, c.repo, c.image
+		if err := HostPaths(&ws, &repo, &img); err != nil {
+			t.Fatal(err)
+		}
+		if ws != c.wantWS || repo != c.wantRepo || img != c.wantImage {
+			t.Errorf("HostPaths(%q, %q, %q) = %q, %q, %q; want %q, %q, %q", c.workspace, c.repo, c.image, ws, repo, img, c.wantWS, c.wantRepo, c.wantImage)
+		}
+	}
+}
