@@ -1000,6 +1000,13 @@ func TestServeCLI(t *testing.T) {
 	if r := cli("", env, "rm", relID); r.code != 0 {
 		t.Errorf("rm: %s", r)
 	}
+	// Regression (issue 14): flags after the id ran as the command.
+	if r := cli("", env, "exec", id, "--cwd", "/tmp", "--", "pwd"); r.code == 0 || !strings.Contains(r.stderr, "put exec's flags before the id") {
+		t.Errorf("exec ID --cwd: %s", r)
+	}
+	if r := cli("", env, "exec", "--cwd", "/tmp", id, "--", "pwd"); r.code != 0 || r.stdout != "/tmp\n" {
+		t.Errorf("exec --cwd ID: %s", r)
+	}
 	if r = cli("", env, "exec", id, "--", "sh", "-c", "echo hi; exit 7"); r.code != 7 || r.stdout != "hi\n" {
 		t.Errorf("exec: %s", r)
 	}

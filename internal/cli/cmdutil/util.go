@@ -2,6 +2,7 @@ package cmdutil
 
 import (
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"os"
 	"path/filepath"
@@ -57,6 +58,20 @@ func HostPaths(workspace, repo, image *string) error {
 		return nil
 	}
 	return nil
+}
+
+// MisplacedFlag names the flag of fs that word is ("--cwd", "-u",
+// "--env=A=1"), or "": a command's first word that is one of its own
+// command's flags was meant for airlock, not for the sandbox.
+func MisplacedFlag(fs *pflag.FlagSet, word string) string {
+	name, _, _ := strings.Cut(word, "=")
+	switch {
+	case strings.HasPrefix(name, "--") && len(name) > 2 && fs.Lookup(name[2:]) != nil:
+		return name
+	case len(name) == 2 && name[0] == '-' && name[1] != '-' && fs.ShorthandLookup(name[1:]) != nil:
+		return name
+	}
+	return ""
 }
 
 // ForTerminal is w, through untrusted.TerminalWriter when it is a

@@ -1,6 +1,7 @@
 package cmdutil
 
 import (
+	"github.com/spf13/pflag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -32,6 +33,24 @@ func TestHostPathsAreTheClients(t *testing.T) {
 		}
 		if ws != c.wantWS || repo != c.wantRepo || img != c.wantImage {
 			t.Errorf("HostPaths(%q, %q, %q) = %q, %q, %q; want %q, %q, %q", c.workspace, c.repo, c.image, ws, repo, img, c.wantWS, c.wantRepo, c.wantImage)
+		}
+	}
+}
+
+// Regression (issue 14): `exec ID --cwd /tmp -- pwd` ran "--cwd" in the
+// sandbox (command not found); a first word that is one of the command's
+// own flags is named instead.
+func TestMisplacedFlag(t *testing.T) {
+	fs := pflag.NewFlagSet("exec", pflag.ContinueOnError)
+	fs.String("cwd", "", "")
+	fs.StringP("user", "u", "", "")
+	fs.StringArrayP("env", "e", nil, "")
+	for word, want := range map[string]string{
+		"--cwd": "--cwd", "--cwd=/tmp": "--cwd", "-u": "-u", "-e": "-e", "--env=A=1": "--env",
+		"pwd": "", "--": "", "-": "", "--nope": "", "-x": "", "-ux": "", "---cwd": "", "": "",
+	} {
+		if got := MisplacedFlag(fs, word); got != want {
+			t.Errorf("MisplacedFlag(%q) = %q, want %q", word, got, want)
 		}
 	}
 }

@@ -179,6 +179,9 @@ background and prints its pid (see ps, attach and signal).`,
 	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		id := args[0]
 		req.Cmd = args[1:]
+		if flag := cmdutil.MisplacedFlag(c.Flags(), req.Cmd[0]); flag != "" {
+			return errdefs.Invalid(fmt.Sprintf("%s comes after the sandbox id, where the command starts: put exec's flags before the id (airlock exec %s ... %s -- COMMAND), or write -- before a command named %s", flag, flag, id, flag))
+		}
 		if req.Cmd[0] == "--" {
 			req.Cmd = req.Cmd[1:]
 		}
