@@ -39,6 +39,65 @@ var Presets = map[string][]string{
 	"debian": {"deb.debian.org", "security.debian.org"},
 }
 
+// presetLike is the preset a single-label name is a likely typo of (one
+// edit away, two for names of four letters or more: transposed letters
+// count as one), or "".
+func presetLike(s string) string {
+	if strings.ContainsAny(s, ".:[*") {
+		return ""
+	}
+	s = strings.ToLower(s)
+	for _, name := range presetNames() {
+		most := 1
+		if len(name) >= 4 {
+			most = 2
+		}
+		if d := editDistance(s, name); d > 0 && d <= most {
+			return name
+		}
+	}
+	return ""
+}
+
+// presetNames are the presets' names, sorted.
+func presetNames() []string {
+	names := make([]string, 0, len(Presets))
+	for n := range Presets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// editDistance is the optimal string alignment distance of a and b
+// (insertions, deletions, substitutions and adjacent transpositions).
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
 // ParseRule parses "host", "*.suffix", "host:port", an IP literal or
 // "[v6]:port".
 func ParseRule(s string) (Rule, error) {
@@ -167,6 +226,8 @@ func (p *Policy) Add(allow bool, patterns ...string) error {
 		hosts := []string{s}
 		if preset, ok := Presets[s]; ok {
 			hosts = preset
+		} else if like := presetLike(s); like != "" {
+			return fmt.Errorf("%q is no preset: did you mean %q? (the presets: %s; for a host of that name write %q)", s, like, strings.Join(presetNames(), ", "), s+".")
 		}
 		for _, h := range hosts {
 			r, err := ParseRule(h)

@@ -188,3 +188,26 @@ func FuzzParseRule(f *testing.F) {
 		}
 	})
 }
+
+// Regression (issue 14): `--allow pipy` (a preset misspelt) was taken as
+// a host and the sandbox's pip failed with no word of why; a single-label
+// name an edit or two from a preset is refused, naming the preset, and a
+// host of that name is still written with its trailing dot.
+func TestPresetTyposAreNamed(t *testing.T) {
+	for typo, want := range map[string]string{"pipy": "pypi", "PyPl": "pypi", "npn": "npm", "nmp": "npm", "debain": "debian", "githb": "github", "og": "go"} {
+		err := (&Policy{}).Add(true, typo)
+		if err == nil || !strings.Contains(err.Error(), `did you mean "`+want+`"`) || !strings.Contains(err.Error(), `write "`+typo+`."`) {
+			t.Errorf("--allow %s: %v", typo, err)
+		}
+	}
+	for _, ok := range []string{"pypi", "npm", "go", "pipy.", "pypi.org", "files.pythonhosted.org", "localhost", "git", "gitea", "*.npm.test", "npm.test:8443", "192.0.2.1"} {
+		p := &Policy{}
+		if err := p.Add(true, ok); err != nil {
+			t.Errorf("--allow %s: %v", ok, err)
+		}
+	}
+	p := &Policy{}
+	if err := p.Add(true, "pipy."); err != nil || !p.Check("pipy", 443).Allowed {
+		t.Errorf("a host named pipy, written pipy.: %v %+v", err, p)
+	}
+}
