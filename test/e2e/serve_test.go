@@ -1000,6 +1000,15 @@ func TestServeCLI(t *testing.T) {
 	if r := cli("", env, "rm", relID); r.code != 0 {
 		t.Errorf("rm: %s", r)
 	}
+	// Regression (issue 14): a wrong --address and a missing local file
+	// both said "the daemon is not running".
+	wrong := filepath.Join(t.TempDir(), "no.sock")
+	if r := cli("", env, "ps", "--address", wrong); r.code == 0 || !strings.Contains(r.stderr, "no daemon socket at "+wrong) {
+		t.Errorf("ps --address %s: %s", wrong, r)
+	}
+	if r := cli("", env, "cp", filepath.Join(ws, "missing.txt"), id+":/workspace"); r.code == 0 || !strings.Contains(r.stderr, "on this host") || strings.Contains(r.stderr, "daemon") {
+		t.Errorf("cp of a missing local file: %s", r)
+	}
 	// Regression (issue 14): flags after the id ran as the command.
 	if r := cli("", env, "exec", id, "--cwd", "/tmp", "--", "pwd"); r.code == 0 || !strings.Contains(r.stderr, "put exec's flags before the id") {
 		t.Errorf("exec ID --cwd: %s", r)

@@ -2,6 +2,8 @@ package cmdutil
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -70,14 +72,35 @@ func (k *Conn) Show(v any, err error, text func() error) error {
 	return text()
 }
 
+// dialErr says why the daemon could not be reached, naming the address
+// it was looked for at; any other error (a local file's, say) is left as
+// it is.
+func dialErr(err error) error {
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "dial" {
+		return err
+	}
+	addr := "the daemon's address"
+	if oe.Addr != nil {
+		addr = oe.Addr.String()
+	}
+	hint := "start the daemon (sudo airlock serve), or give its address (--address, $AIRLOCK_ADDRESS)"
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return errdefs.Unavailable(fmt.Sprintf("no daemon socket at %s: %s", addr, hint))
+	case errors.Is(err, unix.ECONNREFUSED):
+		return errdefs.Unavailable(fmt.Sprintf("nothing accepts connections at %s: %s", addr, hint))
+	case errors.Is(err, unix.EACCES):
+		return errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("the daemon's socket %s is not yours to open: run this with sudo", addr))
+	}
+	return errdefs.Unavailable(fmt.Sprintf("cannot reach the daemon at %s: %v", addr, oe.Err))
+}
+
 // APIErr turns a daemon error into the CLI's error classes (exit codes).
 func APIErr(err error) error {
 	var ae *api.Error
 	if !errors.As(err, &ae) {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
-			return errdefs.Unavailable("the daemon is not running (start it with: sudo airlock serve): " + err.Error())
-		}
-		return err
+		return dialErr(err)
 	}
 	class := map[api.Code]error{
 		api.CodeInvalidArgument: errdefs.ErrInvalidArgument, api.CodeNotFound: errdefs.ErrNotFound,

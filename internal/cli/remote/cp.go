@@ -57,17 +57,28 @@ shown quoted when they hold control characters.`,
 		case sremote == dremote:
 			return errdefs.Invalid("cp needs SANDBOX:PATH on exactly one side")
 		case dremote:
+			if _, err := os.Lstat(src); err != nil {
+				return localErr(err)
+			}
 			pr, pw := io.Pipe()
-			var skipped []string
+			type tarred struct {
+				skipped []string
+				err     error
+			}
+			done := make(chan tarred, 1)
 			go func() {
-				var terr error
-				skipped, terr = tarLocal(src, pw)
+				skipped, terr := tarLocal(src, pw)
 				pw.CloseWithError(terr)
+				done <- tarred{skipped, terr}
 			}()
 			remoteSkipped, uerr := cl.Upload(ctx, did, dpath, pr)
-			pr.Close()
-			for _, s := range append(skipped, remoteSkipped...) {
+			pr.Close() // a writer still blocked on it returns
+			local := <-done
+			for _, s := range append(local.skipped, remoteSkipped...) {
 				g.Warn("cp: skipped " + untrusted.Quote(s) + " (not a regular file or directory)")
+			}
+			if local.err != nil && !errors.Is(local.err, io.ErrClosedPipe) {
+				return localErr(local.err) // the cause of whatever the upload then said
 			}
 			return cmdutil.APIErr(uerr)
 		default:
@@ -86,6 +97,14 @@ shown quoted when they hold control characters.`,
 			return err
 		}
 	})
+}
+
+// localErr is an error of this host's side of cp, said as such.
+func localErr(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return errdefs.New(errdefs.ErrNotFound, "cp: on this host: "+err.Error())
+	}
+	return fmt.Errorf("cp: on this host: %w", err)
 }
 
 // tarLocal writes src (a file or directory, under its base name) as tar.
