@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 bin=${1:-/usr/local/bin/airlock}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# The sessions' logs go with the rest, not into the user's state directory.
+export XDG_STATE_HOME="$work/state"
 mkdir "$work/proj"
 printf 'def add(a, b):\n    return a - b\n' > "$work/proj/calc.py"
 printf 'from calc import add\nassert add(2, 3) == 5, "add(2, 3) should be 5"\nprint("all tests pass")\n' > "$work/proj/test_calc.py"

@@ -97,16 +97,28 @@ func under(p string) string {
 	return p
 }
 
-// addTools registers the session's tools, each a method of the session.
+// closed is the OpenWorldHint of the tools that act on the sandbox's own
+// files: nothing outside it.
+var closed = false
+
+// readOnly annotates a tool that changes nothing and reaches nothing
+// outside the sandbox.
+func readOnly(title string) *sdk.ToolAnnotations {
+	return &sdk.ToolAnnotations{Title: title, ReadOnlyHint: true, OpenWorldHint: &closed}
+}
+
+// addTools registers the session's tools, each a method of the session,
+// annotated with what they may do (hints for the client: every one acts
+// in the sandbox only; run_command may reach the hosts its policy allows).
 func (s *Session) addTools(srv *sdk.Server) {
-	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Description: "Run a shell command inside the sandbox (in /workspace unless cwd says otherwise) and return its exit code, stdout, stderr and how long it took. Use it to build, run tests, install packages or inspect the environment. Output past 32 KiB per stream is cut in the middle, marked."}, s.runCommand)
-	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Description: "Read a text file of the sandbox, optionally a range of lines (1-based, inclusive). Large files are cut at 256 KiB, marked; read them by line ranges."}, s.readFile)
-	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Description: "Create or replace a file of the sandbox with the given content (missing directories are made)."}, s.writeFile)
-	sdk.AddTool(srv, &sdk.Tool{Name: "edit_file", Description: "Replace one exact occurrence of old_string with new_string in a file. old_string must occur exactly once: the call fails, saying so, when it is absent or found more than once (then include more surrounding text)."}, s.editFile)
-	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Description: "List a directory of the sandbox recursively (default /workspace, depth 2), skipping .git unless asked. Each line: type, size, path."}, s.listFiles)
-	sdk.AddTool(srv, &sdk.Tool{Name: "search_files", Description: "Search file contents in the sandbox (grep, recursive, skipping .git and binary files). Returns path:line:text for each matching line."}, s.searchFiles)
-	sdk.AddTool(srv, &sdk.Tool{Name: "diff", Description: "The changes made to /workspace so far, as a unified diff (the session's result)."}, s.diff)
-	sdk.AddTool(srv, &sdk.Tool{Name: "network_log", Description: "What the sandbox tried to reach over the network and what the egress policy decided, with the reason for each refusal. Call it when a download, install or request fails, to explain the failure instead of retrying."}, s.networkLog)
+	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Annotations: &sdk.ToolAnnotations{Title: "Run a command in the sandbox"}, Description: "Run a shell command inside the sandbox (in /workspace unless cwd says otherwise) and return its exit code, stdout, stderr and how long it took. Use it to build, run tests, install packages or inspect the environment. The sandbox reaches only the hosts its egress policy allows, none unless the session was started with some: when a download or install fails, read network_log rather than retrying. Output past 32 KiB per stream is cut in the middle, marked."}, s.runCommand)
+	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Annotations: readOnly("Read a file"), Description: "Read a text file of the sandbox, optionally a range of lines (1-based, inclusive). Large files are cut at 256 KiB, marked; read them by line ranges."}, s.readFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Annotations: &sdk.ToolAnnotations{Title: "Write a file", IdempotentHint: true, OpenWorldHint: &closed}, Description: "Create or replace a file of the sandbox with the given content (missing directories are made)."}, s.writeFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "edit_file", Annotations: &sdk.ToolAnnotations{Title: "Edit a file", OpenWorldHint: &closed}, Description: "Replace one exact occurrence of old_string with new_string in a file. old_string must occur exactly once: the call fails, saying so, when it is absent or found more than once (then include more surrounding text)."}, s.editFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Annotations: readOnly("List files"), Description: "List a directory of the sandbox recursively (default /workspace, depth 2), skipping .git unless asked. Each line: type, size, path."}, s.listFiles)
+	sdk.AddTool(srv, &sdk.Tool{Name: "search_files", Annotations: readOnly("Search files"), Description: "Search file contents in the sandbox (grep, recursive, skipping .git and binary files). Returns path:line:text for each matching line."}, s.searchFiles)
+	sdk.AddTool(srv, &sdk.Tool{Name: "diff", Annotations: readOnly("What changed in /workspace"), Description: "The changes made to /workspace so far, as a unified diff (the session's result)."}, s.diff)
+	sdk.AddTool(srv, &sdk.Tool{Name: "network_log", Annotations: readOnly("The network log"), Description: "What the sandbox tried to reach over the network and what the egress policy decided, with the reason for each refusal. Call it when a download, install or request fails, to explain the failure instead of retrying."}, s.networkLog)
 }
 
 func (s *Session) runCommand(ctx context.Context, req *sdk.CallToolRequest, in runIn) (*sdk.CallToolResult, any, error) {

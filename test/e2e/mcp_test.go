@@ -96,6 +96,16 @@ func fixTheTest(t *testing.T, cs *sdk.ClientSession) {
 		if tl.Description == "" || tl.InputSchema == nil {
 			t.Errorf("tool %s lacks a description or schema", tl.Name)
 		}
+		// Regression (issue 14): the tools said nothing of what they may
+		// do, and run_command's description promised installs the
+		// default policy refuses.
+		readOnly := map[string]bool{"read_file": true, "list_files": true, "search_files": true, "diff": true, "network_log": true}[tl.Name]
+		if a := tl.Annotations; a == nil || a.Title == "" || a.ReadOnlyHint != readOnly {
+			t.Errorf("tool %s's annotations: %+v", tl.Name, a)
+		}
+		if tl.Name == "run_command" && !strings.Contains(tl.Description, "egress policy allows") {
+			t.Errorf("run_command's description says nothing of the network: %s", tl.Description)
+		}
 	}
 	for _, want := range []string{"run_command", "read_file", "write_file", "edit_file", "list_files", "search_files", "diff", "network_log"} {
 		if !strings.Contains(strings.Join(names, " "), want) {
