@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/doctor"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
 func doctorCmd(g *cmdutil.Globals) *cobra.Command {
@@ -65,33 +67,55 @@ It exits 1 when a required control is missing.`,
 
 func gcCmd(g *cmdutil.Globals) *cobra.Command {
 	var asJSON bool
+	var logsOlder time.Duration
 	c := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove what dead sandboxes left behind",
+		Short: "Remove what dead sandboxes left behind (and, when asked, old run and MCP session logs)",
 		Long: `Gc removes the cgroups, locks and workspace checkouts of sandboxes whose
 airlock process is gone (killed with SIGKILL, say). Their processes died with
-them; gc never touches a live sandbox. Every airlock run does this too.`,
+them; gc never touches a live sandbox. Every airlock run does this too.
+
+The audit logs airlock run and airlock mcp keep under the user's state
+directory (~/.local/state/airlock/runs and mcp) are kept until asked:
+--logs-older-than 720h removes those nothing wrote to for 30 days (a log
+given by --audit FILE is never touched).
+
+  sudo airlock gc
+  sudo airlock gc --logs-older-than 720h --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if logsOlder < 0 {
+				return errdefs.Invalid("--logs-older-than must not be negative")
+			}
 			sys, err := hostSystem(cmd.Context(), g, g.Warn)
 			if err != nil {
 				return err
 			}
 			defer sys.Close()
 			ids, err := sys.Lifecycle.GC()
+			var logs []string
+			if logsOlder > 0 {
+				var lerr error
+				logs, lerr = system.PruneLogs(logsOlder)
+				err = errors.Join(err, lerr)
+			}
 			if asJSON {
-				if perr := cmdutil.PrintJSON(g.Stdout, map[string]any{"removed": nonNil(ids)}); perr != nil {
+				if perr := cmdutil.PrintJSON(g.Stdout, map[string]any{"removed": nonNil(ids), "logs_removed": nonNil(logs)}); perr != nil {
 					return perr
 				}
 			} else {
 				for _, id := range ids {
 					fmt.Fprintf(g.Stdout, "removed %s\n", id)
 				}
+				for _, l := range logs {
+					fmt.Fprintf(g.Stdout, "removed log %s\n", l)
+				}
 			}
 			return err
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print the removed sandbox ids as JSON")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the removed sandbox ids and logs as JSON")
+	c.Flags().DurationVar(&logsOlder, "logs-older-than", 0, "also remove the runs' and MCP sessions' audit logs nothing wrote to for this long (e.g. 720h; default: keep them)")
 	return c
 }
 
