@@ -199,7 +199,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // and bodies over maxJSON.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return errdefs.Invalid("Content-Type must be application/json")
+		return errdefs.Invalid(fmt.Sprintf("Content-Type must be application/json, not %q (curl -d sends a form type: add -H 'Content-Type: application/json')", ct))
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSON))
 	dec.DisallowUnknownFields()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -59,6 +60,28 @@ func TestOnlyHealthIsOpen(t *testing.T) {
 	for _, rt := range (&Handler{}).routes() {
 		if open := !rt.auth; open != (rt.pattern == "GET /v1/health") {
 			t.Errorf("%s: open %v", rt.pattern, open)
+		}
+	}
+}
+
+// Regression (issue 14): curl -d (a form type) got "Content-Type must be
+// application/json" and no word of how to send JSON; the refusal says so,
+// and a body with no type, or JSON's, is read.
+func TestDecodeSaysHowToSendJSON(t *testing.T) {
+	for ct, ok := range map[string]bool{"": true, "application/json": true, "application/json; charset=utf-8": true, "application/x-www-form-urlencoded": false, "text/plain": false} {
+		r := httptest.NewRequest("PUT", "/v1/mcp/spec", strings.NewReader(`{"image":"host"}`))
+		if ct != "" {
+			r.Header.Set("Content-Type", ct)
+		}
+		var v struct {
+			Image string `json:"image"`
+		}
+		err := decode(httptest.NewRecorder(), r, &v)
+		switch {
+		case ok && (err != nil || v.Image != "host"):
+			t.Errorf("%q: %v %+v", ct, err, v)
+		case !ok && (err == nil || !strings.Contains(err.Error(), "-H 'Content-Type: application/json'") || !strings.Contains(err.Error(), ct)):
+			t.Errorf("%q: %v", ct, err)
 		}
 	}
 }
