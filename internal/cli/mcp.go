@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -153,24 +154,34 @@ Configuration for an MCP client (docs/mcp.md has more):
 func serveMCP(ctx context.Context, g *cmdutil.Globals, backend mcp.Backend, req api.CreateSandbox, export string) error {
 	srv, sess := mcp.NewServer(backend, req, mcp.Options{Version: Version})
 	sess.OnCreate = func(sb mcp.Sandbox) { g.Warn("mcp: sandbox " + sb.ID() + " made for the session") }
+	var once sync.Once
+	var diffErr, endErr error
+	end := func() {
+		once.Do(func() {
+			endErr = sess.End(context.WithoutCancel(ctx), func(sb mcp.Sandbox) {
+				d, err := sb.Diff(context.WithoutCancel(ctx))
+				if err != nil {
+					diffErr = fmt.Errorf("the workspace's diff: %w", err)
+					return
+				}
+				if export != "" {
+					diffErr = os.WriteFile(export, []byte(d), 0o644)
+					return
+				}
+				if d == "" {
+					g.Warn("mcp: no changes in /workspace")
+					return
+				}
+				fmt.Fprint(cmdutil.ForTerminal(g.Stderr), d)
+			})
+		})
+	}
+	// A signal ends the session at once, a tool call under way with it
+	// (its command dies with the sandbox); the server then returns.
+	stopEnd := context.AfterFunc(ctx, end)
+	defer stopEnd()
 	runErr := srv.Run(ctx, &sdk.StdioTransport{})
-	var diffErr error
-	endErr := sess.End(context.WithoutCancel(ctx), func(sb mcp.Sandbox) {
-		d, err := sb.Diff(context.WithoutCancel(ctx))
-		if err != nil {
-			diffErr = fmt.Errorf("the workspace's diff: %w", err)
-			return
-		}
-		if export != "" {
-			diffErr = os.WriteFile(export, []byte(d), 0o644)
-			return
-		}
-		if d == "" {
-			g.Warn("mcp: no changes in /workspace")
-			return
-		}
-		fmt.Fprint(cmdutil.ForTerminal(g.Stderr), d)
-	})
+	end()
 	if endErr != nil {
 		g.Warn("mcp: destroy the sandbox: " + endErr.Error())
 	}

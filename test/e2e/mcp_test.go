@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -456,5 +457,44 @@ func TestMCPGrant(t *testing.T) {
 	_ = cs.Close()
 	if strings.Contains(stderr.String(), secret) {
 		t.Error("the secret reached airlock mcp's stderr")
+	}
+}
+
+// Regression (issue 14): SIGTERM (or SIGINT) did not stop airlock mcp
+// while a tool call ran; it was still running 20 s later. The call is
+// ended, the sandbox destroyed and its diff said, and the process exits.
+func TestMCPStopsOnASignalDuringACall(t *testing.T) {
+	cs, cmd, stderr := mcpStdio(t, "--workspace", buggyProject(t))
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo warm > /workspace/made.txt"}); isErr {
+		t.Fatalf("run_command: %s", out)
+	}
+	m := regexp.MustCompile(`sandbox ([0-9a-f]{12}) made`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no sandbox id on stderr:\n%s", stderr)
+	}
+	calling := make(chan struct{})
+	go func() {
+		close(calling)
+		_, _ = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "sleep 300"}})
+	}()
+	<-calling
+	time.Sleep(500 * time.Millisecond) // the call is under way
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { _, err := cmd.Process.Wait(); exited <- err }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("airlock mcp still runs 30 s after SIGTERM during a call:\n%s", stderr)
+	}
+	if !strings.Contains(stderr.String(), "+warm") {
+		t.Errorf("the session's diff was not said on its end:\n%s", stderr)
+	}
+	sock := filepath.Join(stateDir, "agents", m[1]+".sock")
+	if c, err := net.Dial("unix", sock); err == nil {
+		c.Close()
+		t.Error("the sandbox's agent still answers after airlock mcp ended")
 	}
 }
