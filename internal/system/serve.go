@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -92,7 +94,7 @@ func (s *System) listen() ([]*http.Server, chan error, error) {
 	h := httpapi.New(s.Service, s.Tenants, s.Secrets, o.Log, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mcpHTTP := &mcp.HTTP{Service: s.Service, Version: o.Version, SessionTimeout: o.MCPSessionTimeout, Log: o.Log, Refuse: httpapi.WriteError}
 	h.Mount("/mcp", mcpHTTP.Serve)
-	ln, err := listenSocket(o.Socket)
+	ln, err := listenSocket(o.Socket, o.SocketGroup)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,8 +139,16 @@ func (s *System) Embedded(ctx context.Context, fn func(ctx context.Context, svc 
 }
 
 // listenSocket listens on a root-only unix socket at path, replacing a
-// stale one but never a live daemon's.
-func listenSocket(path string) (net.Listener, error) {
+// stale one but never a live daemon's; with a group, its members may open
+// it too (0660).
+func listenSocket(path, group string) (net.Listener, error) {
+	gid := -1
+	if group != "" {
+		var err error
+		if gid, err = groupID(group); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
 		return nil, err
 	}
@@ -153,9 +163,29 @@ func listenSocket(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	mode := os.FileMode(0o600)
+	if gid >= 0 {
+		if err := os.Lchown(path, 0, gid); err != nil {
+			ln.Close()
+			return nil, err
+		}
+		mode = 0o660
+	}
+	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
 		return nil, err
 	}
 	return ln, nil
+}
+
+// groupID is a group's id, by name (/etc/group) or number.
+func groupID(group string) (int, error) {
+	if n, err := strconv.Atoi(group); err == nil && n >= 0 {
+		return n, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, errdefs.Invalid("--socket-group: " + err.Error())
+	}
+	return strconv.Atoi(g.Gid)
 }

@@ -82,6 +82,7 @@ type Options struct {
 
 	// Daemon: the API's listeners and limits.
 	Socket            string // the root-only unix socket (api.DefaultSocket)
+	SocketGroup       string // a group (name or gid) that may open it too
 	TCP               string // an address to serve with TLS too
 	TLSCert, TLSKey   string
 	AdminKeyFile      string // default Files/admin.key

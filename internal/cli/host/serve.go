@@ -26,6 +26,7 @@ import (
 // are errors). Flags given on the command line win.
 type serveFile struct {
 	Socket         string   `yaml:"socket"`
+	SocketGroup    string   `yaml:"socket_group"`
 	TCP            string   `yaml:"tcp"`
 	TLSCert        string   `yaml:"tls_cert"`
 	TLSKey         string   `yaml:"tls_key"`
@@ -57,7 +58,7 @@ func loadServeFile(path string) (*serveFile, error) {
 
 func serveCmd(g *cmdutil.Globals, version string) *cobra.Command {
 	var (
-		config, socket, tcp, cert, key, adminKey, logLevel, pool, otlp string
+		config, socket, socketGroup, tcp, cert, key, adminKey, logLevel, pool, otlp string
 		noAudit                                                        bool
 		allowNets                                                      []string
 		mcpIdle                                                        time.Duration
@@ -105,6 +106,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 				return file
 			}
 			socket, tcp, cert, key = pick("socket", fc.Socket), pick("tcp", fc.TCP), pick("tls-cert", fc.TLSCert), pick("tls-key", fc.TLSKey)
+			socketGroup = pick("socket-group", fc.SocketGroup)
 			adminKey, logLevel, pool = pick("admin-key-file", fc.AdminKeyFile), pick("log-level", fc.LogLevel), pick("subnet-pool", fc.SubnetPool)
 			otlp = pick("otlp-endpoint", fc.OTLPEndpoint)
 			if !cmd.Flags().Changed("egress-allow-net") {
@@ -151,6 +153,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			}
 			o.Warn = func(m string) { log.Warn(m) }
 			o.Socket, o.TCP, o.TLSCert, o.TLSKey, o.AdminKeyFile, o.NoAudit, o.OTLPEndpoint, o.Version = socket, tcp, cert, key, adminKey, noAudit, otlp, version
+			o.SocketGroup = socketGroup
 			o.MCPSessionTimeout, o.MaxBackground, o.MaxBackgroundPerTenant, o.Registries = mcpIdle, maxBackground, maxBackgroundTenant, registries
 			o.Ready = func(file string, created bool) {
 				if created {
@@ -169,9 +172,10 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, socket_group, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries")
 	f.StringArrayVar(&registries, "registry", nil, "a registry (HOST[:PORT]) tenants' images may be pulled from, through the egress address guard (repeatable; none by default)")
-	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only)")
+	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only, unless --socket-group)")
+	f.StringVar(&socketGroup, "socket-group", "", "a group (name or gid) whose members may open the socket (mode 0660), so that clients need no root: an API key is still needed for every call")
 	f.StringVar(&tcp, "tcp", "", "also serve on this TCP address, with TLS (needs --tls-cert and --tls-key)")
 	f.StringVar(&cert, "tls-cert", "", "TLS certificate (PEM) for --tcp")
 	f.StringVar(&key, "tls-key", "", "TLS private key (PEM) for --tcp")
