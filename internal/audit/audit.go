@@ -39,17 +39,20 @@ const KindCheckpoint = "checkpoint"
 
 // Record is one line of the log.
 type Record struct {
-	Seq     uint64          `json:"seq"`
-	Time    time.Time       `json:"time"`
-	Kind    string          `json:"kind"`
-	Tenant  string          `json:"tenant,omitempty"`
-	Sandbox string          `json:"sandbox,omitempty"`
-	Trigger string          `json:"trigger,omitempty"`
-	Source  string          `json:"source"`
-	Data    json.RawMessage `json:"data,omitempty"`
-	Prev    string          `json:"prev"`
-	Hash    string          `json:"hash"`
-	Sig     string          `json:"sig,omitempty"` // checkpoints: ed25519 over Hash
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Tenant  string    `json:"tenant,omitempty"`
+	Sandbox string    `json:"sandbox,omitempty"`
+	Trigger string    `json:"trigger,omitempty"`
+	// Actor is who made the call when it is not the tenant's own key:
+	// "admin" for the admin key.
+	Actor  string          `json:"actor,omitempty"`
+	Source string          `json:"source"`
+	Data   json.RawMessage `json:"data,omitempty"`
+	Prev   string          `json:"prev"`
+	Hash   string          `json:"hash"`
+	Sig    string          `json:"sig,omitempty"` // checkpoints: ed25519 over Hash
 }
 
 // digest is the record's hash: SHA-256 of its JSON without Hash and Sig.

@@ -654,3 +654,36 @@ func TestCPUBudgetKillIsCountedOnce(t *testing.T) {
 		t.Errorf("cpu_budget limit kills: %v (%v), want 1", m.GetCounter().GetValue(), err)
 	}
 }
+
+// Regression (issue 14): the admin key can act on any tenant's sandbox,
+// and the records did not say it was the admin who did: they name the
+// actor. The tenant's own calls and the daemon's decisions name none.
+func TestAdminActionsNameTheActor(t *testing.T) {
+	ctx := context.Background()
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	admin := &tenant.Principal{Admin: true}
+	own := r.create(t, p, &api.CreateSandbox{})
+	if _, err := r.svc.Extend(ctx, p, own.ID, &api.Extend{TTL: "2h"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.svc.Extend(ctx, admin, own.ID, &api.Extend{TTL: "3h"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.svc.Pause(ctx, admin, own.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.svc.Destroy(ctx, admin, own.ID); err != nil {
+		t.Fatal(err)
+	}
+	var actors []string
+	for _, rec := range r.audit.Records() {
+		if rec.Sandbox == own.ID {
+			actors = append(actors, rec.Kind+"="+rec.Actor)
+		}
+	}
+	want := []string{"sandbox.created=", "sandbox.extended=", "sandbox.extended=admin", "sandbox.paused=admin", "sandbox.destroyed=admin"}
+	if !slices.Equal(actors, want) {
+		t.Errorf("records' actors: %v, want %v", actors, want)
+	}
+}

@@ -366,7 +366,7 @@ func (s *Service) setPaused(ctx context.Context, t *tenant.Principal, id string,
 		if pause {
 			d = record.SandboxPaused{}
 		}
-		err = s.Cfg.Audit.Commit(ctx, b.Who(), d)
+		err = s.Cfg.Audit.Commit(ctx, b.WhoFor(t), d)
 	}
 	b.Mu.Lock()
 	if err != nil {
@@ -400,7 +400,7 @@ func (s *Service) Extend(ctx context.Context, t *tenant.Principal, id string, re
 	if err := s.Cfg.Store.PutSandbox(ctx, rec); err != nil {
 		return nil, err
 	}
-	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxExtended{Expires: rec.Expires}); err != nil {
+	if err := s.Cfg.Audit.Commit(ctx, b.WhoFor(t), record.SandboxExtended{Expires: rec.Expires}); err != nil {
 		return nil, err
 	}
 	return core.DescribeRecord(rec, nil), nil
@@ -412,7 +412,7 @@ func (s *Service) Destroy(_ context.Context, t *tenant.Principal, id string) err
 	if err != nil {
 		return err
 	}
-	s.end(b, "destroyed by request")
+	s.endBy(t, b, "destroyed by request")
 	return nil
 }
 
@@ -481,7 +481,11 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 
 // end destroys b (once) and records why; every caller returns only when
 // it is gone.
-func (s *Service) end(b *core.Box, reason string) {
+func (s *Service) end(b *core.Box, reason string) { s.endBy(nil, b, reason) }
+
+// endBy is end, at t's request (nil: the daemon's own decision), for the
+// record.
+func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
 	b.Mu.Lock()
 	if b.Ending {
 		b.Mu.Unlock()
@@ -514,7 +518,7 @@ func (s *Service) end(b *core.Box, reason string) {
 	if err := s.Cfg.Store.PutSandbox(context.Background(), rec); err != nil {
 		s.Cfg.Log.Error("record sandbox end", "id", rec.ID, "err", err)
 	}
-	if err := s.Cfg.Audit.Commit(context.Background(), b.Who(), record.SandboxDestroyed{
+	if err := s.Cfg.Audit.Commit(context.Background(), b.WhoFor(t), record.SandboxDestroyed{
 		Reason: reason, Limits: limitsHit(usage), CPUSeconds: usage.CPU.Seconds(), MemoryPeakBytes: usage.MemoryPeak,
 		OOMKills: usage.OOMKills, PidsLimited: usage.PidsLimited, Workspace: changes,
 	}); err != nil {

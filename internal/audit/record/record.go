@@ -22,8 +22,9 @@ import (
 type Data interface{ Kind() string }
 
 // Who is whom a record is about: the tenant (by id), the sandbox and the
-// trigger's task id.
-type Who struct{ Tenant, Sandbox, Trigger string }
+// trigger's task id; and who made the call when it was not the tenant's
+// own key (Actor "admin").
+type Who struct{ Tenant, Sandbox, Trigger, Actor string }
 
 // Digest is a stream's size and SHA-256 (hex), never its contents.
 type Digest struct {

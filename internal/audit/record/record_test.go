@@ -39,6 +39,9 @@ func TestEveryKindReadsBackAsItsType(t *testing.T) {
 			t.Errorf("%s read back as %T", kind, back)
 		}
 	}
+	if r, _ := Make(Who{Tenant: "t", Actor: "admin"}, SandboxPaused{}); r.Actor != "admin" {
+		t.Errorf("the actor is not on the record: %+v", r)
+	}
 	if _, err := Decode(&audit.Record{Kind: "no.such"}); err == nil {
 		t.Error("an unknown kind decoded")
 	}

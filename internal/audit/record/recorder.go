@@ -90,7 +90,7 @@ func (r *Recorder) Note(w Who, d Data) {
 // Make is d as a log record of w. Only a sandbox's report of its own
 // processes is "reported"; everything else the host saw itself.
 func Make(w Who, d Data) (audit.Record, error) {
-	r := audit.Record{Kind: d.Kind(), Tenant: w.Tenant, Sandbox: w.Sandbox, Trigger: w.Trigger, Source: audit.Observed}
+	r := audit.Record{Kind: d.Kind(), Tenant: w.Tenant, Sandbox: w.Sandbox, Trigger: w.Trigger, Actor: w.Actor, Source: audit.Observed}
 	if _, ok := d.(ExecEnd); ok {
 		r.Source = audit.Reported
 	}

@@ -177,6 +177,16 @@ func (b *Box) Who() record.Who {
 	return record.Who{Tenant: b.Rec.Tenant, Sandbox: b.Rec.ID, Trigger: tr.TaskID}
 }
 
+// WhoFor is what the records of t's call on b say of whom they are: b's,
+// and "admin" as the actor when the admin key made the call.
+func (b *Box) WhoFor(t *tenant.Principal) record.Who {
+	w := b.Who()
+	if t != nil && t.Admin {
+		w.Actor = "admin"
+	}
+	return w
+}
+
 // Describe is b as the API describes it, with its usage when usage.
 func (b *Box) Describe(usage bool) *api.Sandbox {
 	b.Mu.Lock()

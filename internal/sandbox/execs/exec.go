@@ -113,7 +113,7 @@ func (s *Commands) Exec(ctx context.Context, t *tenant.Principal, id string, req
 			cancel()
 		}
 	}()
-	x, notStarted, err := s.startExec(ctx, sctx, b, req, argv)
+	x, notStarted, err := s.startExec(ctx, sctx, t, b, req, argv)
 	if notStarted != nil {
 		return emit(&api.ExecEvent{End: notStarted})
 	}
@@ -187,7 +187,7 @@ func (s *Commands) scanExec(ctx context.Context, t *tenant.Principal, b *core.Bo
 	if len(req.Stdin) > 0 {
 		fields = append(fields, core.Field{Where: "stdin", Val: &stdinText})
 	}
-	if err := s.ScanCall(ctx, t, b.Who(), "exec", fields); err != nil {
+	if err := s.ScanCall(ctx, t, b.WhoFor(t), "exec", fields); err != nil {
 		return nil, nil, err
 	}
 	for k, v := range envVals {
@@ -233,8 +233,8 @@ type execution struct {
 // client learns the pid only once the record is on disk. A command that
 // cannot start answers the end to report (127 not found, 126 not
 // executable), or an error; either way it is recorded as not started.
-func (s *Commands) startExec(ctx, sctx context.Context, b *core.Box, req *api.Exec, argv []string) (*execution, *api.ExecEnd, error) {
-	x := &execution{s: s, b: b, w: b.Who(), id: core.NewID(), t0: time.Now(), stdout: record.NewDigester(), stderr: record.NewDigester(), pty: record.NewDigester()}
+func (s *Commands) startExec(ctx, sctx context.Context, t *tenant.Principal, b *core.Box, req *api.Exec, argv []string) (*execution, *api.ExecEnd, error) {
+	x := &execution{s: s, b: b, w: b.WhoFor(t), id: core.NewID(), t0: time.Now(), stdout: record.NewDigester(), stderr: record.NewDigester(), pty: record.NewDigester()}
 	recorded := make(chan error, 1)
 	go func() {
 		recorded <- s.Cfg.Audit.Commit(ctx, x.w, record.ExecStart{
@@ -570,7 +570,7 @@ func (s *Commands) Input(ctx context.Context, t *tenant.Principal, id string, pi
 	}
 	if len(in.Data) > 0 {
 		text := string(in.Data)
-		if err := s.ScanCall(ctx, t, b.Who(), "input", []core.Field{{Where: "stdin", Val: &text}}); err != nil {
+		if err := s.ScanCall(ctx, t, b.WhoFor(t), "input", []core.Field{{Where: "stdin", Val: &text}}); err != nil {
 			return err
 		}
 		in = &api.Input{Data: []byte(text), EOF: in.EOF}

@@ -106,12 +106,12 @@ func (s *Files) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user s
 	if err := stream.Err(); err != nil {
 		return core.AgentError(err)
 	}
-	return s.fileRecord(ctx, b, record.FileRead{FileCall: fileCall(p, user), Content: dg.Digest()})
+	return s.fileRecord(ctx, t, b, record.FileRead{FileCall: fileCall(p, user), Content: dg.Digest()})
 }
 
 // fileRecord records one file call on a sandbox once it succeeded.
-func (s *Files) fileRecord(ctx context.Context, b *core.Box, d record.Data) error {
-	return s.Cfg.Audit.Commit(ctx, b.Who(), d)
+func (s *Files) fileRecord(ctx context.Context, t *tenant.Principal, b *core.Box, d record.Data) error {
+	return s.Cfg.Audit.Commit(ctx, b.WhoFor(t), d)
 }
 
 // fileCall is what every file call's record says.
@@ -136,7 +136,7 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 		return err
 	}
 	if text := string(data); utf8.ValidString(text) {
-		if err := s.ScanCall(ctx, t, b.Who(), "write", []core.Field{{Where: "file " + p, Val: &text}}); err != nil {
+		if err := s.ScanCall(ctx, t, b.WhoFor(t), "write", []core.Field{{Where: "file " + p, Val: &text}}); err != nil {
 			return err
 		}
 		data = []byte(text)
@@ -146,7 +146,7 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 	}
 	dg := record.NewDigester()
 	dg.Add(data)
-	return s.fileRecord(ctx, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
+	return s.fileRecord(ctx, t, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
 }
 
 // Edit replaces one exact, unique occurrence of a string in a file.
@@ -167,7 +167,7 @@ func (s *Files) Edit(ctx context.Context, t *tenant.Principal, id string, req *a
 	}
 	r := *req
 	req = &r
-	if err := s.ScanCall(ctx, t, b.Who(), "edit", []core.Field{{Where: "the new text for " + p, Val: &req.New}}); err != nil {
+	if err := s.ScanCall(ctx, t, b.WhoFor(t), "edit", []core.Field{{Where: "the new text for " + p, Val: &req.New}}); err != nil {
 		return err
 	}
 	res, err := b.Agent.Files.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: req.Old, New: req.New, User: req.User}))
@@ -177,7 +177,7 @@ func (s *Files) Edit(ctx context.Context, t *tenant.Principal, id string, req *a
 	old, new := record.NewDigester(), record.NewDigester()
 	old.Add([]byte(req.Old))
 	new.Add([]byte(req.New))
-	return s.fileRecord(ctx, b, record.FileEdit{FileCall: fileCall(p, req.User), Old: old.Digest(), New: new.Digest(), SizeReported: res.Msg.GetSize()})
+	return s.fileRecord(ctx, t, b, record.FileEdit{FileCall: fileCall(p, req.User), Old: old.Digest(), New: new.Digest(), SizeReported: res.Msg.GetSize()})
 }
 
 // Stat describes one file.
@@ -195,7 +195,7 @@ func (s *Files) Stat(ctx context.Context, t *tenant.Principal, id, p, user strin
 		return nil, core.AgentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, s.fileRecord(ctx, b, record.FileStat{FileCall: fileCall(p, user)})
+	return &e, s.fileRecord(ctx, t, b, record.FileStat{FileCall: fileCall(p, user)})
 }
 
 // ListDir lists a directory, depth levels deep (1: its entries only).
@@ -219,7 +219,7 @@ func (s *Files) ListDir(ctx context.Context, t *tenant.Principal, id, p, user st
 	for _, e := range res.Msg.GetEntries() {
 		out = append(out, entry(e))
 	}
-	return out, s.fileRecord(ctx, b, record.FileList{FileCall: fileCall(p, user), Depth: depth, Entries: len(out)})
+	return out, s.fileRecord(ctx, t, b, record.FileList{FileCall: fileCall(p, user), Depth: depth, Entries: len(out)})
 }
 
 // MakeDir creates a directory and its parents.
@@ -237,7 +237,7 @@ func (s *Files) MakeDir(ctx context.Context, t *tenant.Principal, id string, req
 		return nil, core.AgentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, s.fileRecord(ctx, b, record.FileMkdir{FileCall: fileCall(p, req.User)})
+	return &e, s.fileRecord(ctx, t, b, record.FileMkdir{FileCall: fileCall(p, req.User)})
 }
 
 // Move renames a file or directory.
@@ -259,7 +259,7 @@ func (s *Files) Move(ctx context.Context, t *tenant.Principal, id string, req *a
 		return nil, core.AgentError(err)
 	}
 	e := entry(res.Msg.GetEntry())
-	return &e, s.fileRecord(ctx, b, record.FileMove{FileCall: fileCall(from, req.User), To: to})
+	return &e, s.fileRecord(ctx, t, b, record.FileMove{FileCall: fileCall(from, req.User), To: to})
 }
 
 // Remove deletes a file or a directory tree.
@@ -275,7 +275,7 @@ func (s *Files) Remove(ctx context.Context, t *tenant.Principal, id, p, user str
 	if _, err = b.Agent.FS.Remove(ctx, core.AsUser(connect.NewRequest(&filesystem.RemoveRequest{Path: p}), user)); err != nil {
 		return core.AgentError(err)
 	}
-	return s.fileRecord(ctx, b, record.FileRemove{FileCall: fileCall(p, user)})
+	return s.fileRecord(ctx, t, b, record.FileRemove{FileCall: fileCall(p, user)})
 }
 
 var opNames = map[filesystem.EventType]string{
@@ -298,7 +298,7 @@ func (s *Files) Watch(ctx context.Context, t *tenant.Principal, id, p, user stri
 	if err != nil {
 		return core.AgentError(err)
 	}
-	if err := s.fileRecord(ctx, b, record.FileWatch{FileCall: fileCall(p, user), Recursive: recursive}); err != nil {
+	if err := s.fileRecord(ctx, t, b, record.FileWatch{FileCall: fileCall(p, user), Recursive: recursive}); err != nil {
 		return err
 	}
 	defer stream.Close()
@@ -349,14 +349,14 @@ func (s *Files) Upload(ctx context.Context, t *tenant.Principal, id, dir, user s
 	// The archive's text files share one call's scanning budget.
 	bud := core.NewScanBudget()
 	defer func() {
-		if serr := s.ScanSummary(ctx, b.Who(), "upload", bud); err == nil {
+		if serr := s.ScanSummary(ctx, b.WhoFor(t), "upload", bud); err == nil {
 			err = serr
 		}
 	}()
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return skipped, s.fileRecord(ctx, b, record.FileUpload{FileCall: fileCall(dir, user), Entries: n, Bytes: total, Skipped: len(skipped)})
+			return skipped, s.fileRecord(ctx, t, b, record.FileUpload{FileCall: fileCall(dir, user), Entries: n, Bytes: total, Skipped: len(skipped)})
 		}
 		if err != nil {
 			return skipped, errdefs.Invalid("upload: not a tar stream: " + err.Error())
@@ -387,7 +387,7 @@ func (s *Files) Upload(ctx context.Context, t *tenant.Principal, id, dir, user s
 				return skipped, errdefs.Invalid("upload: " + rerr.Error())
 			}
 			if text := string(data); utf8.ValidString(text) {
-				if err := s.ScanFields(ctx, t, b.Who(), "upload", []core.Field{{Where: "file " + target, Val: &text}}, bud); err != nil {
+				if err := s.ScanFields(ctx, t, b.WhoFor(t), "upload", []core.Field{{Where: "file " + target, Val: &text}}, bud); err != nil {
 					return skipped, err
 				}
 				data = []byte(text)
@@ -425,7 +425,7 @@ func (s *Files) Download(ctx context.Context, t *tenant.Principal, id, p string,
 	dg := record.NewDigester()
 	var recErr error
 	err = b.Inst.Archive(ctx, strings.TrimPrefix(rel, "/"), MaxArchiveBytes, func(skipped []string) io.Writer {
-		if recErr = s.fileRecord(ctx, b, record.FileDownload{FileCall: fileCall(p, ""), Skipped: record.Names(skipped)}); recErr != nil {
+		if recErr = s.fileRecord(ctx, t, b, record.FileDownload{FileCall: fileCall(p, ""), Skipped: record.Names(skipped)}); recErr != nil {
 			return failWriter{recErr} // nothing leaves unrecorded
 		}
 		return io.MultiWriter(start(skipped), digestWriter{dg})
@@ -434,7 +434,7 @@ func (s *Files) Download(ctx context.Context, t *tenant.Principal, id, p string,
 		return recErr
 	}
 	tar := dg.Digest()
-	s.Cfg.Audit.Note(b.Who(), record.FileSent{Op: "download", Path: p, Tar: &tar, Complete: err == nil})
+	s.Cfg.Audit.Note(b.WhoFor(t), record.FileSent{Op: "download", Path: p, Tar: &tar, Complete: err == nil})
 	return err
 }
 
@@ -456,12 +456,12 @@ func (s *Files) Diff(ctx context.Context, t *tenant.Principal, id string, w io.W
 	if err != nil {
 		return err
 	}
-	if err := s.fileRecord(ctx, b, record.FileDiff{FileCall: fileCall("/workspace", "")}); err != nil {
+	if err := s.fileRecord(ctx, t, b, record.FileDiff{FileCall: fileCall("/workspace", "")}); err != nil {
 		return err
 	}
 	dg := record.NewDigester()
 	err = b.Inst.Diff(ctx, io.MultiWriter(w, digestWriter{dg}))
 	patch := dg.Digest()
-	s.Cfg.Audit.Note(b.Who(), record.FileSent{Op: "diff", Path: "/workspace", Patch: &patch, Complete: err == nil})
+	s.Cfg.Audit.Note(b.WhoFor(t), record.FileSent{Op: "diff", Path: "/workspace", Patch: &patch, Complete: err == nil})
 	return err
 }

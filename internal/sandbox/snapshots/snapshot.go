@@ -76,7 +76,7 @@ func (s *Keeper) Snapshot(ctx context.Context, t *tenant.Principal, id string, r
 	}); err != nil {
 		return nil, err
 	}
-	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxSnapshot{
+	if err := s.Cfg.Audit.Commit(ctx, b.WhoFor(t), record.SandboxSnapshot{
 		Snapshot: rec.ID, Content: files.ID, Name: req.Name, Base: files.Base, Root: files.Root, Bytes: files.Bytes,
 		Skipped: record.Names(files.Skipped), Workspace: record.ReadWorkspace(b.Inst, b.Rec.ID, s.Cfg.PatchDir),
 	}); err != nil {
