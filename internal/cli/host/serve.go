@@ -59,11 +59,11 @@ func loadServeFile(path string) (*serveFile, error) {
 func serveCmd(g *cmdutil.Globals, version string) *cobra.Command {
 	var (
 		config, socket, socketGroup, tcp, cert, key, adminKey, logLevel, pool, otlp string
-		noAudit                                                        bool
-		allowNets                                                      []string
-		mcpIdle                                                        time.Duration
-		maxBackground, maxBackgroundTenant                             int
-		registries                                                     []string
+		noAudit                                                                     bool
+		allowNets                                                                   []string
+		mcpIdle                                                                     time.Duration
+		maxBackground, maxBackgroundTenant                                          int
+		registries                                                                  []string
 	)
 	c := &cobra.Command{
 		Use:   "serve",
