@@ -18,7 +18,9 @@ import (
 
 // buildTree makes a tree from ops, two bytes each: an op and an argument.
 // Directories, files of up to 255 bytes, hard links to a file made earlier,
-// symlinks, moving down into a directory made earlier or back up.
+// symlinks, moving down into a directory made earlier or back up. It
+// writes nothing outside root: a name taken (by a symlink out of the tree,
+// say) is left alone.
 func buildTree(t *testing.T, root string, ops []byte) {
 	cwd := root
 	var files, dirs []string
@@ -31,8 +33,13 @@ func buildTree(t *testing.T, root string, ops []byte) {
 				dirs = append(dirs, name)
 			}
 		case 1:
-			if os.WriteFile(name, bytes.Repeat([]byte{byte(arg)}, arg), 0o644) == nil {
-				files = append(files, name)
+			// A new file only: the tree's own symlinks point out of it
+			// (../x), and a write through one landed on the host.
+			if f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+				_, werr := f.Write(bytes.Repeat([]byte{byte(arg)}, arg))
+				if f.Close() == nil && werr == nil {
+					files = append(files, name)
+				}
 			}
 		case 2:
 			if len(files) > 0 && os.Link(files[arg%len(files)], name) == nil {
