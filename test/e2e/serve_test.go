@@ -1000,6 +1000,25 @@ func TestServeCLI(t *testing.T) {
 	if r := cli("", env, "rm", relID); r.code != 0 {
 		t.Errorf("rm: %s", r)
 	}
+	// inspect and stats (issue 14): docker's habits. inspect is JSON with
+	// the usage of a live sandbox; stats is its table, --json its data.
+	if r := cli("", env, "inspect", id); r.code != 0 {
+		t.Errorf("inspect: %s", r)
+	} else {
+		var got []api.Sandbox
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 1 || got[0].ID != id || got[0].Usage == nil || got[0].Usage.MemoryBytes <= 0 {
+			t.Errorf("inspect: %v %s", err, r.stdout)
+		}
+	}
+	if r := cli("", env, "inspect", id, "nope"); r.code == 0 || !strings.Contains(r.stderr, "nope") || !strings.Contains(r.stdout, id) {
+		t.Errorf("inspect of a known and an unknown sandbox: %s", r)
+	}
+	if r := cli("", env, "stats"); r.code != 0 || !strings.Contains(r.stdout, "MEMORY") || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "running") {
+		t.Errorf("stats: %s", r)
+	}
+	if r := cli("", env, "stats", "--json", id); r.code != 0 || !strings.Contains(r.stdout, `"cpu_seconds"`) {
+		t.Errorf("stats --json: %s", r)
+	}
 	// Regression (issue 14): a wrong --address and a missing local file
 	// both said "the daemon is not running".
 	wrong := filepath.Join(t.TempDir(), "no.sock")
