@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 )
 
 // Globals are the flags every subcommand shares, and where output goes.
@@ -51,8 +52,12 @@ func Exit(code int) error {
 	return ExitError{Code: code}
 }
 
-// PrintJSON writes v as indented JSON.
+// PrintJSON writes v as indented JSON; an empty list is [], never null
+// (a script reading it gets the same type whatever it holds).
 func PrintJSON(w io.Writer, v any) error {
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+		v = []struct{}{}
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/pflag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +53,15 @@ func TestMisplacedFlag(t *testing.T) {
 		if got := MisplacedFlag(fs, word); got != want {
 			t.Errorf("MisplacedFlag(%q) = %q, want %q", word, got, want)
 		}
+	}
+}
+
+// Regression (issue 14): `image ls --json` with no image printed null;
+// every --json list is [] when empty.
+func TestPrintJSONOfAnEmptyListIsAList(t *testing.T) {
+	var b strings.Builder
+	var none []string
+	if err := PrintJSON(&b, none); err != nil || strings.TrimSpace(b.String()) != "[]" {
+		t.Errorf("a nil list printed %q (%v)", b.String(), err)
 	}
 }
