@@ -81,19 +81,24 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
 	root.SetArgs(args)
 	root.SetOut(g.Stdout)
 	root.SetErr(g.Stderr)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	var ee cmdutil.ExitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
 		return ee.Code
-	default:
-		fmt.Fprintf(g.Stderr, "airlock: %v\n", err)
-		if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) ||
-			errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) {
-			return run.ExitCreate
-		}
-		return 1
 	}
+	fmt.Fprintf(g.Stderr, "airlock: %v\n", err)
+	code := 1
+	if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) ||
+		errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) {
+		code = run.ExitCreate
+	}
+	// Under --json the error is JSON on stdout too: a script reading the
+	// answer gets one.
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
+		_ = cmdutil.PrintJSON(g.Stdout, map[string]any{"error": err.Error(), "exit_code": code})
+	}
+	return code
 }

@@ -184,10 +184,7 @@ func runSandbox(g *cmdutil.Globals, s *spec.Spec, asJSON, diff bool, export stri
 	sys, err := runSystem(g, nets)
 	g.Log.Debug("engine ready", "at", time.Since(t0))
 	if err != nil {
-		if asJSON {
-			_ = cmdutil.PrintJSON(g.Stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
-		}
-		return err
+		return err // under --json, Main prints it as JSON too
 	}
 	closed := false
 	closeSys := func() {
@@ -281,10 +278,7 @@ func runOutcome(g *cmdutil.Globals, s *spec.Spec, res *run.Result, err error, as
 		return cmdutil.ExitError{Code: 128 + int(unix.SIGINT)}
 	}
 	if res == nil {
-		if asJSON && err != nil {
-			_ = cmdutil.PrintJSON(g.Stdout, map[string]any{"exit_code": run.ExitCreate, "error": err.Error()})
-		}
-		return err
+		return err // under --json, Main prints it as JSON too
 	}
 	if err != nil {
 		g.Warn(err.Error())
