@@ -323,27 +323,33 @@ func egressTheHostsOwnAddressesAreOutOfReachThroughTheProxy(t *testing.T, fi *fa
 	}
 }
 
+// hostVethAddr waits (10 s at most) for a sandbox's veth to come up in the
+// stand-in host and returns the host side's address ("" if none came).
+func hostVethAddr(t *testing.T, fi *fakeInternet) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		h, _ := netlink.NewHandleAt(fi.Host)
+		links, _ := h.LinkList()
+		for _, l := range links {
+			if strings.HasPrefix(l.Attrs().Name, "alk") {
+				if addrs, _ := h.AddrList(l, netlink.FAMILY_V4); len(addrs) == 1 {
+					h.Close()
+					return addrs[0].IP.String()
+				}
+			}
+		}
+		h.Close()
+	}
+	return ""
+}
+
 func egressAHostProcessCannotUseASandboxsProxyOrDNS(t *testing.T, fi *fakeInternet) {
 	log := filepath.Join(t.TempDir(), "net.jsonl")
 	ch := make(chan result, 1)
 	go func() {
 		ch <- fi.airlock(t, "run", "--allow", "allowed.test", "--net-log", log, "--", "sleep", "4")
 	}()
-	var gw string
-	deadline := time.Now().Add(10 * time.Second)
-	for gw == "" && time.Now().Before(deadline) {
-		h, _ := netlink.NewHandleAt(fi.Host)
-		links, _ := h.LinkList()
-		for _, l := range links {
-			if strings.HasPrefix(l.Attrs().Name, "alk") {
-				if addrs, _ := h.AddrList(l, netlink.FAMILY_V4); len(addrs) == 1 {
-					gw = addrs[0].IP.String()
-				}
-			}
-		}
-		h.Close()
-		time.Sleep(20 * time.Millisecond)
-	}
+	gw := hostVethAddr(t, fi)
 	if gw == "" {
 		t.Fatal("the sandbox did not come up")
 	}
@@ -457,21 +463,8 @@ func egressOtherSandboxesAreOutOfReachAndDeniedPacketsAreCounted(t *testing.T, f
 			"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',7000)); s.listen(); s.settimeout(15)\ntry: s.accept(); print('ACCEPTED')\nexcept Exception: print('nobody came')")}
 	}()
 	var peer string
-	deadline := time.Now().Add(10 * time.Second)
-	for peer == "" && time.Now().Before(deadline) {
-		h, _ := netlink.NewHandleAt(fi.Host)
-		links, _ := h.LinkList()
-		for _, l := range links {
-			if strings.HasPrefix(l.Attrs().Name, "alk") {
-				addrs, _ := h.AddrList(l, netlink.FAMILY_V4)
-				if len(addrs) == 1 {
-					ip := addrs[0].IP.To4()
-					peer = net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).String()
-				}
-			}
-		}
-		h.Close()
-		time.Sleep(20 * time.Millisecond)
+	if gw := net.ParseIP(hostVethAddr(t, fi)).To4(); gw != nil {
+		peer = net.IPv4(gw[0], gw[1], gw[2], gw[3]+1).String() // the sandbox's side of the /30
 	}
 	if peer == "" {
 		t.Fatal("sandbox A did not come up")
