@@ -199,6 +199,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // and bodies over maxJSON.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		if len(ct) > 64 { // the caller's header, echoed: a bounded piece of it
+			ct = ct[:64] + "..."
+		}
 		return errdefs.Invalid(fmt.Sprintf("Content-Type must be application/json, not %q (curl -d sends a form type: add -H 'Content-Type: application/json')", ct))
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSON))

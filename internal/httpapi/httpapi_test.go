@@ -83,5 +83,11 @@ func TestDecodeSaysHowToSendJSON(t *testing.T) {
 		case !ok && (err == nil || !strings.Contains(err.Error(), "-H 'Content-Type: application/json'") || !strings.Contains(err.Error(), ct)):
 			t.Errorf("%q: %v", ct, err)
 		}
+	}	// A hostile header is echoed in part only, escaped.
+	r := httptest.NewRequest("PUT", "/v1/mcp/spec", strings.NewReader(`{}`))
+	r.Header.Set("Content-Type", "text/\x1b[2J"+strings.Repeat("x", 100<<10))
+	var v struct{}
+	if err := decode(httptest.NewRecorder(), r, &v); err == nil || len(err.Error()) > 300 || strings.Contains(err.Error(), "\x1b[2J") {
+		t.Errorf("a 100 KiB content type: %d bytes of error: %.100q", len(fmt.Sprint(err)), fmt.Sprint(err))
 	}
 }

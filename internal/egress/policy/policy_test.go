@@ -206,6 +206,11 @@ func TestPresetTyposAreNamed(t *testing.T) {
 			t.Errorf("--allow %s: %v", ok, err)
 		}
 	}
+	// A tenant's huge name costs a bounded look, and is refused as no
+	// host name, not offered as a preset.
+	if err := (&Policy{}).Add(true, strings.Repeat("p", 1<<20)); err == nil || strings.Contains(err.Error(), "did you mean") {
+		t.Errorf("a 1 MiB name: %.200v", err)
+	}
 	p := &Policy{}
 	if err := p.Add(true, "pipy."); err != nil || !p.Check("pipy", 443).Allowed {
 		t.Errorf("a host named pipy, written pipy.: %v %+v", err, p)
