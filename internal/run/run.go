@@ -272,13 +272,9 @@ func (r *Runner) recordStart(s *spec.Spec, sb *lifecycle.Sandbox, res *Result, o
 		Spec: shown, Image: s.Image, ImageDigest: sb.ImageDigest(), PolicySHA256: record.PolicyHash(s.Net.Allow, s.Net.Deny),
 		Controls: record.ControlsOf(res.Degraded), // init_pid 0: recorded before init exists
 	})
-	user := s.User
-	if user == "" {
-		user = "user"
-	}
 	res.execID = lifecycle.NewID()
 	if err := o.Audit.Commit(context.Background(), w, record.ExecStart{
-		ExecID: res.execID, Argv: shown.Command, Cwd: "/workspace", User: user, Env: shown.Env, TTY: s.TTY, Timeout: s.Timeout.String(),
+		ExecID: res.execID, Argv: shown.Command, Cwd: "/workspace", User: s.User, // validated: "user" or "root" Env: shown.Env, TTY: s.TTY, Timeout: s.Timeout.String(),
 	}); err != nil {
 		return fmt.Errorf("the audit log: %w", err)
 	}
