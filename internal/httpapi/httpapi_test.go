@@ -83,7 +83,8 @@ func TestDecodeSaysHowToSendJSON(t *testing.T) {
 		case !ok && (err == nil || !strings.Contains(err.Error(), "-H 'Content-Type: application/json'") || !strings.Contains(err.Error(), ct)):
 			t.Errorf("%q: %v", ct, err)
 		}
-	} // A hostile header is echoed in part only, escaped.
+	}
+	// A hostile header is echoed in part only, escaped.
 	r := httptest.NewRequest("PUT", "/v1/mcp/spec", strings.NewReader(`{}`))
 	r.Header.Set("Content-Type", "text/\x1b[2J"+strings.Repeat("x", 100<<10))
 	var v struct{}
