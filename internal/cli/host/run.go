@@ -247,9 +247,7 @@ func attachTerminal(stdio *run.Stdio, ro *run.Options) (restore func(), err erro
 	if !term.IsTerminal(int(os.Stdin.Fd())) {
 		return func() {}, nil
 	}
-	if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
-		stdio.Cols, stdio.Rows = uint16(w), uint16(h)
-	}
+	stdio.Rows, stdio.Cols = cmdutil.TermSize(int(os.Stdin.Fd()))
 	old, err := term.MakeRaw(int(os.Stdin.Fd()))
 	if err != nil {
 		return nil, fmt.Errorf("terminal raw mode: %w", err)
@@ -259,9 +257,8 @@ func attachTerminal(stdio *run.Stdio, ro *run.Options) (restore func(), err erro
 	resize := make(chan [2]uint16, 1)
 	go func() {
 		for range winch {
-			if w, h, err := term.GetSize(int(os.Stdin.Fd())); err == nil {
-				resize <- [2]uint16{uint16(h), uint16(w)}
-			}
+			rows, cols := cmdutil.TermSize(int(os.Stdin.Fd()))
+			resize <- [2]uint16{rows, cols}
 		}
 	}()
 	ro.Resize = resize

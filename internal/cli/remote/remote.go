@@ -197,11 +197,8 @@ background and prints its pid (see ps, attach and signal).`,
 			if !term.IsTerminal(stdinFD) {
 				return errdefs.Invalid("-t needs a terminal on stdin")
 			}
-			cols, rows, err := term.GetSize(stdinFD)
-			if err != nil {
-				return err
-			}
-			req.TTY = &api.TTY{Rows: uint16(rows), Cols: uint16(cols)}
+			rows, cols := cmdutil.TermSize(stdinFD)
+			req.TTY = &api.TTY{Rows: rows, Cols: cols}
 			interactive = true
 		}
 		req.KeepStdin = interactive && !tty
@@ -236,9 +233,8 @@ background and prints its pid (see ps, attach and signal).`,
 				defer signal.Stop(winch)
 				go func() {
 					for range winch {
-						if cols, rows, err := term.GetSize(stdinFD); err == nil {
-							_ = cl.Resize(ctx, id, first.PID, uint16(rows), uint16(cols))
-						}
+						rows, cols := cmdutil.TermSize(stdinFD)
+						_ = cl.Resize(ctx, id, first.PID, rows, cols)
 					}
 				}()
 			}
