@@ -257,6 +257,10 @@ type ExecEnd struct {
 	Status   string `json:"status"`
 	Error    string `json:"error,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
+	// Limit names the limit of the sandbox's commands the command met
+	// ("memory": the kernel's OOM killer killed it, or a process of it;
+	// "pids": forks were refused); the sandbox lives on. Status says more.
+	Limit string `json:"limit,omitempty"`
 	// SandboxEnded says the sandbox itself ended (a limit, its TTL, a
 	// kill) while the command ran; EndReason says why.
 	SandboxEnded bool   `json:"sandbox_ended,omitempty"`

@@ -87,7 +87,7 @@ func Checks(stateDir string) []Check {
 	} else if h.Version == cgroup.V2 {
 		need("cgroups", true, "v2 at "+h.V2Root+" with memory, cpu, pids", refuse)
 	} else {
-		need("cgroups", true, "v1 hierarchies memory, cpu, cpuacct, pids, freezer (v2 has no controllers here); airlock kills the whole sandbox on OOM itself", refuse)
+		need("cgroups", true, "v1 hierarchies memory, cpu, cpuacct, pids, freezer (v2 has no controllers here); airlock kills a one-shot sandbox on OOM itself", refuse)
 	}
 
 	need("seccomp", seccomp.Supported(), "Docker's default profile plus airlock's denials, x86_64 only", refuse)

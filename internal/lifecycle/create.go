@@ -104,6 +104,9 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 		wo.AgentSocket = sb.socket
 		wo.DieWithCreator = l.cfg.SandboxesDieWithUs
 		wo.NProc = agentNProc(s.Limits.Pids)
+		// A runaway command meets its commands' limits and is stopped;
+		// the sandbox, its files and its agent live on.
+		wo.CommandMemoryBytes, wo.CommandPids = s.Limits.CommandLimits()
 		// Each command chooses its user; root inside gets the small set.
 		wo.KeepCaps = rootCaps
 		undo.Do(func() { _ = os.Remove(sb.socket) })

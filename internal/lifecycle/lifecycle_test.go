@@ -64,7 +64,6 @@ func (s *fakeSandbox) Wait() wall.Exit          { return wall.Exit{} }
 func (s *fakeSandbox) Signal(unix.Signal) error { return nil }
 func (s *fakeSandbox) Kill()                    {}
 func (s *fakeSandbox) Done() <-chan struct{}    { return s.done }
-func (s *fakeSandbox) OOM() <-chan struct{}     { return nil }
 func (s *fakeSandbox) Freeze() error            { return nil }
 func (s *fakeSandbox) Thaw() error              { return nil }
 func (s *fakeSandbox) Frozen() bool             { return false }
@@ -174,6 +173,9 @@ func TestOneShotAndLongLivedShareOnePath(t *testing.T) {
 	ll, os1 := w.created[0], w.created[1]
 	if ll.AgentSocket == "" || ll.NProc != 480 || len(ll.KeepCaps) == 0 || ll.TTY {
 		t.Errorf("long-lived options: socket %q, nproc %d, caps %d, tty %v", ll.AgentSocket, ll.NProc, len(ll.KeepCaps), ll.TTY)
+	}
+	if mem, pids := s.Limits.CommandLimits(); ll.CommandMemoryBytes != mem || ll.CommandPids != pids || os1.CommandMemoryBytes != 0 || os1.CommandPids != 0 {
+		t.Errorf("commands' limits: long-lived %d/%d, one-shot %d/%d", ll.CommandMemoryBytes, ll.CommandPids, os1.CommandMemoryBytes, os1.CommandPids)
 	}
 	if os1.AgentSocket != "" || !os1.TTY || os1.Rows != 24 || !slices.Equal(os1.Argv, []string{"echo", "hi"}) {
 		t.Errorf("one-shot options: socket %q, tty %v, rows %d, argv %v", os1.AgentSocket, os1.TTY, os1.Rows, os1.Argv)

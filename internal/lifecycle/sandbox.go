@@ -61,9 +61,6 @@ func (sb *Sandbox) InitPid() int { return sb.w.InitPid() }
 // Done is closed when the sandbox's first process has exited.
 func (sb *Sandbox) Done() <-chan struct{} { return sb.w.Done() }
 
-// OOM is closed when the OOM killer fired in the sandbox.
-func (sb *Sandbox) OOM() <-chan struct{} { return sb.w.OOM() }
-
 // Wait blocks until a one-shot sandbox's command has exited.
 func (sb *Sandbox) Wait() wall.Exit { return sb.w.Wait() }
 

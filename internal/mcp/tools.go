@@ -159,6 +159,8 @@ func commandReport(end *api.ExecEnd, took time.Duration, timeout int, stdout, st
 		fmt.Fprintf(&b, "TIMED OUT after %d s: the command was killed\n", timeout)
 	case end.SandboxEnded:
 		fmt.Fprintf(&b, "THE SANDBOX ENDED while the command ran: %s\n", end.EndReason)
+	case end.Limit != "":
+		fmt.Fprintf(&b, "LIMIT (%s): %s\n", end.Limit, end.Status)
 	case end.Error != "":
 		fmt.Fprintf(&b, "error: %s\n", end.Error)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -22,27 +21,28 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/store"
 )
 
-// oomBackend makes sandboxes whose one command dies the way a memory bomb
-// does: the kernel counts the OOM kill, the agent reports the command
-// killed (or, with broken set, drops the stream), and only then does the
-// watcher's notice come (OOM, then init's death). The notice waits until
-// the service has looked at the sandbox's usage, or has answered.
+// oomBackend makes sandboxes whose one command meets a limit of the
+// commands' cgroup the way a memory bomb or a fork bomb does: the kernel
+// counts the OOM kill (or the refused forks) and the agent reports the
+// command's end; or, with initDies, the sandbox's init dies under it (its
+// stream breaks).
 type oomBackend struct {
 	*gateBackend
-	broken bool // the agent's stream breaks instead of reporting the kill
-	spared bool // the kill is no OOM kill: the sandbox lives on
-	made   chan *oomInstance
+	initDies bool
+	usage    lifecycle.Usage // counted once the command has run
+	exit     int32
+	made     chan *oomInstance
 }
 
 func (o *oomBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func(eventlog.Event)) (Host, error) {
-	in := &oomInstance{gateInstance: gateInstance{socket: filepath.Join(o.t.TempDir(), "agent.sock"), done: make(chan struct{})}, oom: make(chan struct{}), looked: make(chan struct{}), spared: o.spared}
+	in := &oomInstance{gateInstance: gateInstance{socket: filepath.Join(o.t.TempDir(), "agent.sock"), done: make(chan struct{})}, usage: o.usage}
 	ln, err := net.Listen("unix", in.socket)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(agentpbconnect.NewAgentHandler(helloAgent{}))
-	mux.Handle(processconnect.NewProcessHandler(oomAgent{in: in, broken: o.broken}))
+	mux.Handle(processconnect.NewProcessHandler(oomAgent{in: in, initDies: o.initDies, exit: o.exit}))
 	in.srv = &http.Server{Handler: mux}
 	go in.srv.Serve(ln)
 	o.made <- in
@@ -51,60 +51,71 @@ func (o *oomBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func
 
 type oomInstance struct {
 	gateInstance
-	oom        chan struct{}
-	spared     bool
-	killed     atomic.Bool   // the kernel has counted the OOM kill
-	looked     chan struct{} // closed once the service reads the usage after that
-	lookedOnce sync.Once
-	oomOnce    sync.Once
+	usage lifecycle.Usage
+	ran   atomic.Bool // the command has run: its limits are counted
 }
-
-func (i *oomInstance) OOM() <-chan struct{} { return i.oom }
 
 func (i *oomInstance) Usage() lifecycle.Usage {
-	if i.spared || !i.killed.Load() {
+	if !i.ran.Load() {
 		return lifecycle.Usage{}
 	}
-	i.lookedOnce.Do(func() { close(i.looked) })
-	return lifecycle.Usage{OOMKills: 1}
+	return i.usage
 }
 
-// notice is the wall's OOM watcher: OOM first, then init killed.
-func (i *oomInstance) notice() {
-	i.oomOnce.Do(func() { close(i.oom) })
-	_ = i.Destroy()
-}
-
-// oomAgent starts a command that the OOM killer kills at once.
+// oomAgent starts a command that ends at once with exit.
 type oomAgent struct {
 	processconnect.UnimplementedProcessHandler
-	in     *oomInstance
-	broken bool
+	in       *oomInstance
+	initDies bool
+	exit     int32
 }
 
 func (a oomAgent) Start(ctx context.Context, _ *connect.Request[process.StartRequest], st *connect.ServerStream[process.StartResponse]) error {
 	if err := st.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: 7}}}}); err != nil {
 		return err
 	}
-	a.in.killed.Store(true)
-	if a.broken {
+	a.in.ran.Store(true)
+	if a.initDies {
+		go func() { _ = a.in.Destroy() }()
 		return connect.NewError(connect.CodeUnavailable, nil)
 	}
-	return st.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{ExitCode: 137, Status: "signal: killed"}}}})
+	return st.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{ExitCode: a.exit, Status: "agent's status"}}}})
 }
 
-// Regression: a command killed by the OOM killer was answered as "exit
-// 137, signal: killed" with no word of its sandbox, whose destruction for
-// memory the service learnt of only after the agent's report (under load,
-// TestServeLimitsKillOrSpareTheAgent). The reply must say the sandbox
-// ended and why, whichever comes first: the agent's report of the kill, or
-// its stream breaking. A kill that is no OOM kill is answered as it is, at
-// once.
-func TestExecReplyTellsTheSandboxEndedForMemory(t *testing.T) {
+// Regression (issue 14): one command past the memory limit ended a
+// long-lived sandbox, and every later call answered "no sandbox". Now the
+// commands meet their own limits: the reply says which limit the command
+// met, and the sandbox lives on. A kill that is no limit's is answered as
+// the agent reported it; a sandbox whose init died under the command is
+// answered with its end and why.
+func TestExecReplyTellsTheLimitAndTheSandboxLivesOn(t *testing.T) {
 	for _, tc := range []struct {
-		name           string
-		broken, spared bool
-	}{{"the agent reports the kill", false, false}, {"the agent's stream breaks", true, false}, {"a kill that is no OOM kill", false, true}} {
+		name     string
+		usage    lifecycle.Usage
+		exit     int32
+		initDies bool
+		check    func(*api.ExecEnd) bool
+		alive    bool
+	}{
+		{"an OOM kill", lifecycle.Usage{OOMKills: 1}, 137, false, func(e *api.ExecEnd) bool {
+			return e.Limit == "memory" && e.ExitCode == 137 && !e.SandboxEnded && strings.Contains(e.Status, "memory limit (112MiB for the commands) exceeded") && strings.Contains(e.Status, "the sandbox lives on")
+		}, true},
+		{"an OOM kill of a process of the command", lifecycle.Usage{OOMKills: 1}, 1, false, func(e *api.ExecEnd) bool {
+			return e.Limit == "memory" && e.ExitCode == 1 && strings.HasPrefix(e.Status, "agent's status; memory limit")
+		}, true},
+		{"refused forks", lifecycle.Usage{PidsLimited: 5}, 2, false, func(e *api.ExecEnd) bool {
+			return e.Limit == "pids" && e.ExitCode == 2 && strings.Contains(e.Status, "pids limit (96 for the commands) reached: 5 forks refused")
+		}, true},
+		{"a kill that is no limit's", lifecycle.Usage{}, 137, false, func(e *api.ExecEnd) bool {
+			return e.Limit == "" && e.ExitCode == 137 && !e.SandboxEnded && e.Status == "agent's status"
+		}, true},
+		{"a success while a limit was met elsewhere", lifecycle.Usage{OOMKills: 1}, 0, false, func(e *api.ExecEnd) bool {
+			return e.Limit == "" && e.ExitCode == 0 && e.Status == "agent's status"
+		}, true},
+		{"init dies under the command", lifecycle.Usage{OOMKills: 3}, 0, true, func(e *api.ExecEnd) bool {
+			return e.SandboxEnded && e.ExitCode == 137 && strings.Contains(e.EndReason, "init exited") && strings.Contains(e.EndReason, "memory limit (128MiB) had been reached (3 OOM kills)")
+		}, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			db, err := store.Open(filepath.Join(t.TempDir(), "db"))
@@ -112,7 +123,7 @@ func TestExecReplyTellsTheSandboxEndedForMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
-			be := &oomBackend{gateBackend: newGateBackend(t), broken: tc.broken, spared: tc.spared, made: make(chan *oomInstance, 1)}
+			be := &oomBackend{gateBackend: newGateBackend(t), initDies: tc.initDies, usage: tc.usage, exit: tc.exit, made: make(chan *oomInstance, 1)}
 			svc := New(Config{Backend: be, Store: db})
 			tenants := tenant.New(tenant.Config{Store: db, Sandboxes: svc})
 			admin := &tenant.Principal{Admin: true}
@@ -124,37 +135,25 @@ func TestExecReplyTellsTheSandboxEndedForMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sb, err := svc.Create(ctx, p, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 128 << 20}})
+			sb, err := svc.Create(ctx, p, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 128 << 20, Pids: 128}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			in := <-be.made
-			answered := make(chan struct{})
-			defer in.notice()
-			if !tc.spared {
-				go func() {
-					select {
-					case <-in.looked:
-					case <-answered:
-					}
-					in.notice()
-				}()
-			}
+			defer in.Destroy()
 			var end *api.ExecEnd
-			err = svc.Exec(ctx, p, sb.ID, &api.Exec{Cmd: []string{"membomb"}}, func(ev *api.ExecEvent) error {
+			err = svc.Exec(ctx, p, sb.ID, &api.Exec{Cmd: []string{"bomb"}}, func(ev *api.ExecEvent) error {
 				if ev.End != nil {
 					end = ev.End
 				}
 				return nil
 			})
-			close(answered)
-			switch {
-			case tc.spared:
-				if err != nil || end == nil || end.SandboxEnded || end.ExitCode != 137 || end.Status != "signal: killed" {
-					t.Fatalf("the exec answered %+v, %v; want the kill as the agent reported it", end, err)
-				}
-			case err != nil || end == nil || !end.SandboxEnded || !strings.Contains(end.EndReason, "memory limit (128MiB) exceeded") || end.ExitCode != 137:
-				t.Fatalf("the exec answered %+v, %v; want the sandbox ended for its memory limit", end, err)
+			if err != nil || end == nil || !tc.check(end) {
+				t.Fatalf("the exec answered %+v, %v", end, err)
+			}
+			got, err := svc.Get(ctx, p, sb.ID)
+			if alive := err == nil && got.State == api.StateRunning; alive != tc.alive {
+				t.Fatalf("after the command the sandbox is %+v, %v; want alive %v", got, err, tc.alive)
 			}
 		})
 	}

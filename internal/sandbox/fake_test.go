@@ -202,7 +202,6 @@ type fakeHost struct {
 	socket string
 	srv    *http.Server
 	done   chan struct{}
-	oom    chan struct{}
 	exit   sync.Once // closes done
 
 	mu         sync.Mutex
@@ -219,7 +218,7 @@ type fakeHost struct {
 }
 
 func newFakeHost(t *testing.T, protocol uint32) *fakeHost {
-	in := &fakeHost{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{}), oom: make(chan struct{})}
+	in := &fakeHost{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{})}
 	ln, err := net.Listen("unix", in.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +233,6 @@ func newFakeHost(t *testing.T, protocol uint32) *fakeHost {
 func (i *fakeHost) Socket() string        { return i.socket }
 func (i *fakeHost) InitPid() int          { return i.pid }
 func (i *fakeHost) Done() <-chan struct{} { return i.done }
-func (i *fakeHost) OOM() <-chan struct{}  { return i.oom }
 
 // Pause asks for the freeze even when it fails (as the kernel's freezer
 // goes on with one it did not finish in time).
@@ -305,11 +303,8 @@ func (i *fakeHost) Release() {
 	i.released = true
 }
 
-// die ends the sandbox's init on its own, after the OOM killer when oom.
-func (i *fakeHost) die(oom bool) {
-	if oom {
-		close(i.oom)
-	}
+// die ends the sandbox's init on its own.
+func (i *fakeHost) die() {
 	i.exit.Do(func() { close(i.done) })
 }
 

@@ -425,18 +425,17 @@ func TestKillSwitchEndsLiveAndPendingSandboxes(t *testing.T) {
 	r.create(t, p, &api.CreateSandbox{})
 }
 
-// A sandbox whose init dies on its own ends with why: its init exited, the
-// pids limit it had reached, or the memory limit when the OOM killer fired.
+// A sandbox whose init dies on its own ends with why: its init exited,
+// and the limits it had reached (an OOM kill, refused forks).
 func TestSandboxDyingOnItsOwnEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		oom    bool
 		usage  lifecycle.Usage
 		reason string
 	}{
-		{"exit", false, lifecycle.Usage{}, "the sandbox's init exited (its agent stopped)"},
-		{"pids", false, lifecycle.Usage{PidsLimited: 3}, "the sandbox's init exited (its agent stopped); its pids limit (64) had been reached"},
-		{"oom", true, lifecycle.Usage{OOMKills: 1, MemoryPeak: 256 << 20}, "memory limit (256MiB) exceeded: the sandbox was destroyed"},
+		{"exit", lifecycle.Usage{}, "the sandbox's init exited (its agent stopped)"},
+		{"pids", lifecycle.Usage{PidsLimited: 3}, "the sandbox's init exited (its agent stopped); its pids limit (64) had been reached"},
+		{"oom", lifecycle.Usage{OOMKills: 1, MemoryPeak: 256 << 20}, "the sandbox's init exited (its agent stopped); its memory limit (256MiB) had been reached (1 OOM kills)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newLifeRig(t)
@@ -445,7 +444,7 @@ func TestSandboxDyingOnItsOwnEnds(t *testing.T) {
 			in := r.be.sandbox(t, sb.ID)
 			in.setUsage(tc.usage)
 			wait := r.onEnd(t, sb.ID)
-			in.die(tc.oom)
+			in.die()
 			wait()
 			d := r.wantEnded(t, sb.ID, tc.reason)
 			if d["oom_kills"] != float64(tc.usage.OOMKills) || d["pids_limited"] != float64(tc.usage.PidsLimited) || d["memory_peak_bytes"] != float64(tc.usage.MemoryPeak) {

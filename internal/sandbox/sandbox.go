@@ -549,16 +549,16 @@ func (s *Service) watch(b *core.Box) {
 	case <-b.Ended:
 		return
 	}
+	// A command that meets its limits is stopped and the sandbox lives on;
+	// init itself can still die of the sandbox's (its own memory past the
+	// reserve), so the reason names the limits that had been met.
 	reason := "the sandbox's init exited (its agent stopped)"
-	select {
-	case <-b.Inst.OOM():
-		reason = fmt.Sprintf("memory limit (%s) exceeded: the sandbox was destroyed", spec.FormatSize(b.Spec.Limits.Memory))
-		s.Cfg.Metrics.LimitKills.WithLabelValues("memory").Inc()
-	default:
-		if b.Inst.Usage().PidsLimited > 0 {
-			reason += fmt.Sprintf("; its pids limit (%d) had been reached", b.Spec.Limits.Pids)
-			s.Cfg.Metrics.LimitKills.WithLabelValues("pids").Inc()
-		}
+	u := b.Inst.Usage()
+	if u.OOMKills > 0 {
+		reason += fmt.Sprintf("; its memory limit (%s) had been reached (%d OOM kills)", spec.FormatSize(b.Spec.Limits.Memory), u.OOMKills)
+	}
+	if u.PidsLimited > 0 {
+		reason += fmt.Sprintf("; its pids limit (%d) had been reached", b.Spec.Limits.Pids)
 	}
 	s.end(b, reason)
 }

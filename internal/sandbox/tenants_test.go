@@ -139,7 +139,6 @@ type gateInstance struct {
 func (i *gateInstance) Socket() string                        { return i.socket }
 func (i *gateInstance) InitPid() int                          { return 1 }
 func (i *gateInstance) Done() <-chan struct{}                 { return i.done }
-func (i *gateInstance) OOM() <-chan struct{}                  { return nil }
 func (i *gateInstance) Pause() error                          { return nil }
 func (i *gateInstance) Resume() error                         { return nil }
 func (i *gateInstance) Usage() lifecycle.Usage                { return lifecycle.Usage{} }

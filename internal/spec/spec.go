@@ -120,6 +120,17 @@ type Limits struct {
 	NoFile uint64  `json:"nofile"`
 }
 
+// CommandLimits are the memory and pids limits of a long-lived sandbox's
+// commands: a child cgroup of the sandbox's, a reserve below its limits,
+// so that a runaway command meets its own limit (the kernel's OOM kill, or
+// refused forks, stay among the commands) while init and the agent keep
+// the reserve. The reserve is an eighth of the memory (16 MiB to 128 MiB)
+// and 32 pids, at most half of either.
+func (l Limits) CommandLimits() (memory, pids int64) {
+	reserve := min(max(l.Memory/8, 16<<20), 128<<20, l.Memory/2)
+	return l.Memory - reserve, l.Pids - min(32, l.Pids/2)
+}
+
 // Default returns a Spec with every default filled in.
 func Default() Spec {
 	return Spec{

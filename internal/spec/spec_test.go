@@ -227,3 +227,22 @@ func FuzzRootOf(f *testing.F) {
 		}
 	})
 }
+
+// A long-lived sandbox's commands get less than the sandbox, so that they
+// meet their own limit first, and never nothing.
+func TestCommandLimitsLeaveAReserve(t *testing.T) {
+	for _, c := range []struct {
+		mem, pids         int64
+		wantMem, wantPids int64
+	}{
+		{MinMemory, 8, 8 << 20, 4},
+		{64 << 20, 64, 48 << 20, 32},
+		{2 << 30, 1024, 2<<30 - 128<<20, 992},
+		{MaxMemory, MaxPids, MaxMemory - 128<<20, MaxPids - 32},
+	} {
+		mem, pids := Limits{Memory: c.mem, Pids: c.pids}.CommandLimits()
+		if mem != c.wantMem || pids != c.wantPids || mem <= 0 || pids <= 0 || mem >= c.mem || pids >= c.pids {
+			t.Errorf("limits %d/%d: commands get %d/%d, want %d/%d", c.mem, c.pids, mem, pids, c.wantMem, c.wantPids)
+		}
+	}
+}

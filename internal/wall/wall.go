@@ -114,6 +114,13 @@ type Options struct {
 	DieWithCreator bool
 	// NProc caps each user's processes inside (RLIMIT_NPROC).
 	NProc uint64
+	// CommandMemoryBytes and CommandPids, for a long-lived sandbox, are
+	// the limits of its commands together, below the sandbox's: a command
+	// that meets them is stopped (the kernel's OOM kill, refused forks)
+	// and the sandbox, its files and its agent live on. Zero: the
+	// commands share the sandbox's limits, and an OOM ends the sandbox.
+	CommandMemoryBytes int64
+	CommandPids        int64
 
 	MemoryBytes int64
 	CPUs        float64
@@ -139,8 +146,6 @@ type Sandbox interface {
 	// Done is closed when the sandbox's first process has exited (a
 	// one-shot sandbox's: once it is destroyed).
 	Done() <-chan struct{}
-	// OOM is closed when the OOM killer fired in the sandbox.
-	OOM() <-chan struct{}
 	Freeze() error
 	Thaw() error
 	Frozen() bool
@@ -174,7 +179,8 @@ type Exit struct {
 	Signal int
 	// Error is set when the command could not start (Code 126 or 127).
 	Error string
-	// OOM is set when the kernel's OOM killer fired in the sandbox.
+	// OOM is set when the kernel's OOM killer fired in the sandbox
+	// (which ends a one-shot sandbox).
 	OOM bool
 	// InitDied is set when the sandbox died without reporting (killed).
 	InitDied bool

@@ -498,3 +498,24 @@ func TestMCPStopsOnASignalDuringACall(t *testing.T) {
 		t.Error("the sandbox's agent still answers after airlock mcp ended")
 	}
 }
+
+// Regression (issue 14): a command past the memory limit ended the MCP
+// session's sandbox; every later tool call answered `no sandbox` and the
+// session's edits were gone. The tool call says the limit stopped the
+// command, and the next call works on the same files.
+func TestMCPMemoryBombKeepsTheSession(t *testing.T) {
+	cs, _, _ := mcpStdio(t, "--workspace", buggyProject(t), "--memory", "64M")
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo kept > /workspace/kept.txt"}); isErr || !strings.Contains(out, "exit code: 0") {
+		t.Fatalf("run_command: %s", out)
+	}
+	out, isErr := call(t, cs, "run_command", map[string]any{"command": "python3 -c 'x = bytearray(1 << 30)'"})
+	if isErr || !strings.Contains(out, "exit code: 137") || !strings.Contains(out, "LIMIT (memory): memory limit (48MiB for the commands) exceeded") {
+		t.Fatalf("the memory bomb's answer: %s", out)
+	}
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "cat /workspace/kept.txt"}); isErr || !strings.Contains(out, "exit code: 0") || !strings.Contains(out, "kept") {
+		t.Fatalf("after the memory bomb: %s", out)
+	}
+	if out, isErr := call(t, cs, "diff", map[string]any{}); isErr || !strings.Contains(out, "kept.txt") {
+		t.Fatalf("the diff after the memory bomb: %s", out)
+	}
+}

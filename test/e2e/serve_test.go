@@ -630,32 +630,50 @@ func TestServeExpiry(t *testing.T) {
 	}
 }
 
-func TestServeLimitsKillOrSpareTheAgent(t *testing.T) {
+// Regression (issue 14): one command past the memory limit ended a
+// long-lived sandbox, its files and its diff with it. The commands meet
+// their own limits (a child cgroup, a reserve below the sandbox's): the
+// command is stopped, the reply says why, and the sandbox, its files and
+// its agent live on. The same for a fork bomb.
+func TestServeLimitsStopTheCommandNotTheSandbox(t *testing.T) {
 	d := startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	c := d.tenant(t, "lim", api.Quotas{})
-	ws := workspace(t)
-	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: ws, Limits: api.Limits{Pids: 128, MemoryBytes: 128 << 20}})
+	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Workspace: workspace(t), Limits: api.Limits{Pids: 64, MemoryBytes: 64 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A fork bomb hits the sandbox user's process cap below the pids
-	// limit: the agent survives and the next command runs.
-	out, _, _ := run(t, c, sb.ID, &api.Exec{Cmd: []string{"/workspace/attack", "forkbomb"}, Timeout: "30s"})
-	if strings.Contains(out, "VULNERABLE") {
-		t.Errorf("fork bomb: %s", out)
+	defer c.Destroy(ctx, sb.ID)
+	if _, _, end := run(t, c, sb.ID, sh("echo kept > /workspace/kept.txt")); end.ExitCode != 0 {
+		t.Fatalf("write: %+v", end)
 	}
-	if o, _, end := run(t, c, sb.ID, sh("echo alive")); o != "alive\n" || end.ExitCode != 0 {
-		t.Errorf("after the fork bomb: %q %+v", o, end)
+	alive := func(after string) {
+		t.Helper()
+		if o, _, end := run(t, c, sb.ID, sh("cat /workspace/kept.txt")); o != "kept\n" || end.ExitCode != 0 {
+			t.Fatalf("after %s: %q %+v", after, o, end)
+		}
+		if diff, err := c.Diff(ctx, sb.ID); err != nil || !strings.Contains(diff, "kept.txt") {
+			t.Fatalf("after %s the diff is %q, %v", after, diff, err)
+		}
 	}
-	// A memory bomb destroys the sandbox, and says so.
-	_, _, end := run(t, c, sb.ID, &api.Exec{Cmd: []string{"/workspace/attack", "membomb"}, Timeout: "30s"})
-	if !end.SandboxEnded || !strings.Contains(end.EndReason, "memory limit") {
+	_, _, end := run(t, c, sb.ID, &api.Exec{Cmd: []string{"python3", "-c", "x = bytearray(1 << 30)"}, Timeout: "60s"})
+	if end.ExitCode != 137 || end.Limit != "memory" || end.SandboxEnded || !strings.Contains(end.Status, "memory limit (48MiB for the commands) exceeded") {
 		t.Errorf("memory bomb: %+v", end)
 	}
-	got, _ := c.Sandbox(ctx, sb.ID)
-	if got == nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "memory limit") {
-		t.Errorf("recorded: %+v", got)
+	alive("the memory bomb")
+
+	// The fork bomb meets the commands' pids limit; its shell fails to fork.
+	_, _, end = run(t, c, sb.ID, &api.Exec{Cmd: []string{"sh", "-c", "while :; do sleep 100 & done"}, Timeout: "60s"})
+	if end.ExitCode == 0 || end.Limit != "pids" || end.SandboxEnded || !strings.Contains(end.Status, "pids limit (32 for the commands) reached") {
+		t.Errorf("fork bomb: %+v", end)
+	}
+	alive("the fork bomb")
+	got, err := c.Sandbox(ctx, sb.ID)
+	if err != nil || got.State != api.StateRunning || got.Usage == nil || got.Usage.OOMKills < 1 || got.Usage.PidsLimited < 1 {
+		t.Errorf("the sandbox after both: %+v %v", got, err)
+	}
+	if err := c.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
 	}
 	noResidue(t)
 }

@@ -265,7 +265,7 @@ background and prints its pid (see ps, attach and signal).`,
 		}
 		if end.SandboxEnded {
 			fmt.Fprintf(g.Stderr, "airlock: the sandbox ended: %s\n", end.EndReason)
-		} else if end.TimedOut {
+		} else if end.TimedOut || end.Limit != "" {
 			fmt.Fprintf(g.Stderr, "airlock: %s\n", end.Status)
 		} else if end.Error != "" {
 			fmt.Fprintf(g.Stderr, "airlock: %s\n", end.Error)

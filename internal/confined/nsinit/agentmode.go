@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -42,13 +43,70 @@ type Agent struct {
 type Launcher struct {
 	work    chan func()
 	started chan struct{}
+	place   placement
 
 	mu      sync.Mutex
 	waiters map[int]chan syscall.WaitStatus
 }
 
-func newLauncher() *Launcher {
-	return &Launcher{work: make(chan func()), started: make(chan struct{}, 1), waiters: map[int]chan syscall.WaitStatus{}}
+func newLauncher(place placement) *Launcher {
+	return &Launcher{work: make(chan func()), started: make(chan struct{}, 1), place: place, waiters: map[int]chan syscall.WaitStatus{}}
+}
+
+// placement puts each command into the commands' cgroup, through
+// descriptors the host opened (Config.Commands): the kernel checks their
+// writes against the opener's credentials, so init needs no access to any
+// cgroup file of its own.
+type placement struct {
+	enter, leave []int // "thread": the commands' tasks files, the sandbox's
+	procs        int   // "process": the commands' cgroup.procs; -1 if none
+}
+
+func newPlacement(mode string, fds []int) (placement, error) {
+	p := placement{procs: -1}
+	switch {
+	case mode == "" && len(fds) == 0:
+	case mode == "thread" && len(fds) > 0 && len(fds)%2 == 0:
+		p.enter, p.leave = fds[:len(fds)/2], fds[len(fds)/2:]
+	case mode == "process" && len(fds) == 1:
+		p.procs = fds[0]
+	default:
+		return p, fmt.Errorf("commands' cgroup: %q with %d descriptors", mode, len(fds))
+	}
+	return p, nil
+}
+
+// fork runs forkExec with the child placed in the commands' cgroup. With
+// "thread" the calling thread (init's main thread, locked) is in the
+// commands' cgroups for the fork only, so the child is born there; with
+// "process" the child is moved as soon as it runs, and killed if it
+// cannot be. A command is never left in init's cgroup.
+func (p placement) fork(forkExec func() (int, error)) (int, error) {
+	write := func(fds []int, val string) error {
+		for _, fd := range fds {
+			if _, err := unix.Write(fd, []byte(val)); err != nil {
+				return fmt.Errorf("commands' cgroup: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := write(p.enter, "0"); err != nil {
+		_ = write(p.leave, "0")
+		return 0, err
+	}
+	pid, err := forkExec()
+	var placeErr error
+	if len(p.leave) > 0 {
+		placeErr = write(p.leave, "0")
+	}
+	if err == nil && p.procs >= 0 {
+		placeErr = write([]int{p.procs}, strconv.Itoa(pid))
+	}
+	if err == nil && placeErr != nil {
+		_ = unix.Kill(pid, unix.SIGKILL) // reaped, and dropped, by reap
+		return 0, placeErr
+	}
+	return pid, err
 }
 
 // ErrNotFound means the command's program was not found (exit code 127);
@@ -78,7 +136,7 @@ func (l *Launcher) Start(argv []string, attr *syscall.ProcAttr) (int, error) {
 	l.work <- func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		pid, err := syscall.ForkExec(path, argv, attr)
+		pid, err := l.place.fork(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
 		if err == nil {
 			l.waiters[pid] = make(chan syscall.WaitStatus, 1)
 			select {
@@ -149,7 +207,7 @@ func (l *Launcher) reap() {
 
 // serveAgent reports ready, lets the host go, and runs the agent until it
 // fails; init's main thread launches commands for it meanwhile.
-func serveAgent(cfg *Config, listener int, readyFDs []int, serve func(Agent) error) error {
+func serveAgent(cfg *Config, listener int, readyFDs []int, place placement, serve func(Agent) error) error {
 	if serve == nil {
 		return errors.New("this init has no agent")
 	}
@@ -167,7 +225,7 @@ func serveAgent(cfg *Config, listener int, readyFDs []int, serve func(Agent) err
 	}
 	// From here on the host may come and go; init does not depend on it.
 	unix.Close(SyncFD)
-	l := newLauncher()
+	l := newLauncher(place)
 	go l.reap()
 	failed := make(chan error, 1)
 	go func() {

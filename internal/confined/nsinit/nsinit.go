@@ -89,13 +89,19 @@ func run(cfg *Config, fds []int, serve func(Agent) error) (string, error) {
 		want++
 	}
 	if cfg.Agent {
-		want++
+		want += 1 + cfg.CommandFDs
 	}
-	if len(fds) != want {
+	if len(fds) != want || cfg.CommandFDs < 0 {
 		return "protocol", fmt.Errorf("got %d descriptors, want %d", len(fds), want)
 	}
 	listener := -1
+	var place placement
 	if cfg.Agent {
+		var err error
+		if place, err = newPlacement(cfg.Commands, fds[len(fds)-cfg.CommandFDs:]); err != nil {
+			return "protocol", err
+		}
+		fds = fds[:len(fds)-cfg.CommandFDs]
 		listener, fds = fds[len(fds)-1], fds[:len(fds)-1]
 	}
 	r, err := rootfs.Assemble(layout(cfg), fds)
@@ -134,7 +140,7 @@ func run(cfg *Config, fds []int, serve func(Agent) error) (string, error) {
 		return "cwd", fmt.Errorf("working directory %q is not %q inside the root", wd, cfg.Cwd)
 	}
 	if cfg.Agent {
-		return "agent", serveAgent(cfg, listener, r.ReadyFDs, serve)
+		return "agent", serveAgent(cfg, listener, r.ReadyFDs, place, serve)
 	}
 	return "exec", startAndWait(cfg, r.ReadyFDs, master, slave)
 }

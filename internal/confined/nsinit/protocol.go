@@ -31,7 +31,8 @@ import (
 // see. After Report{ready} init closes the sync socket and serves the agent
 // (internal/confined/agent) on that socket for the rest of the sandbox's
 // life; the host may go away and come back (a daemon restart) without init
-// noticing.
+// noticing. When the host made a cgroup for the commands, its placement
+// descriptors (Config.Commands) come last, after the socket.
 
 // Fixed descriptor numbers in the child.
 const (
@@ -42,7 +43,7 @@ const (
 )
 
 // ProtocolVersion is bumped on any incompatible change to these types.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // Config is everything init needs; built and validated by the host.
 type Config struct {
@@ -59,8 +60,16 @@ type Config struct {
 	Workspace   bool     `json:"workspace"` // one more descriptor: the workspace tree
 	// Agent: serve the agent on one more descriptor (a listening socket,
 	// sent last) instead of running Argv.
-	Agent bool   `json:"agent"`
-	Files []File `json:"files"` // generated into the top layer
+	Agent bool `json:"agent"`
+	// Commands says how init puts each command it starts (agent mode)
+	// into the commands' cgroup, through the CommandFDs descriptors sent
+	// last: "thread" (cgroup v1: the forking thread writes "0" to the
+	// first half, the commands' tasks files, before the fork and to the
+	// second half, the sandbox's, after), "process" (v2: the child's pid
+	// is written to the one descriptor, a cgroup.procs), or "" (none).
+	Commands   string `json:"commands,omitempty"`
+	CommandFDs int    `json:"command_fds,omitempty"`
+	Files      []File `json:"files"` // generated into the top layer
 
 	UID  uint32 `json:"uid"`
 	GID  uint32 `json:"gid"`

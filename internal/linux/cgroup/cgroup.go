@@ -4,7 +4,9 @@
 // never runs a sandbox without its limits. Only x/sys is imported.
 //
 // Every sandbox gets one cgroup named <parent>/<id> in each hierarchy it
-// uses; the parent is "airlock" for the default state directory.
+// uses; the parent is "airlock" for the default state directory. A
+// long-lived sandbox's has a child for its commands (Limits.Commands), and
+// on v2 one for init ("init": v2 allows processes only in leaves).
 package cgroup
 
 import (
@@ -135,7 +137,28 @@ type Limits struct {
 	MemoryBytes int64
 	CPUs        float64
 	Pids        int64
+	// Commands, when set, makes the child cgroup CommandsDir with these
+	// lower limits, for the commands of a long-lived sandbox: the kernel's
+	// OOM kill and refused forks stay among them, and the sandbox lives on.
+	// Without it, an OOM anywhere is the sandbox's (v2: memory.oom.group).
+	Commands *CommandLimits
 }
+
+// CommandLimits are the limits of a sandbox's commands' cgroup.
+type CommandLimits struct {
+	MemoryBytes int64
+	Pids        int64
+}
+
+// Child cgroups of a long-lived sandbox's.
+const (
+	// CommandsDir holds the commands (in the memory and pids hierarchies
+	// on v1).
+	CommandsDir = "commands"
+	// InitDir holds init and the agent on v2; on v1 they stay in the
+	// sandbox's cgroup itself.
+	InitDir = "init"
+)
 
 // Cgroup is one sandbox's cgroup (a directory per v1 hierarchy, or one v2
 // directory).
@@ -180,19 +203,37 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 		cg.dirs[""] = dir
 		period := int64(100000)
 		quota := int64(l.CPUs * float64(period))
-		for file, val := range map[string]string{
-			"memory.max":       strconv.FormatInt(l.MemoryBytes, 10),
-			"memory.swap.max":  "0",
-			"memory.oom.group": "1",
-			"cpu.max":          fmt.Sprintf("%d %d", quota, period),
-			"pids.max":         strconv.FormatInt(l.Pids, 10),
-		} {
-			if err := writeFile(filepath.Join(dir, file), val); err != nil {
-				if file == "memory.swap.max" && errors.Is(err, os.ErrNotExist) {
-					continue // no swap accounting: no swap to limit
-				}
-				return nil, err
+		limits := map[string]string{
+			"memory.max":      strconv.FormatInt(l.MemoryBytes, 10),
+			"memory.swap.max": "0",
+			"cpu.max":         fmt.Sprintf("%d %d", quota, period),
+			"pids.max":        strconv.FormatInt(l.Pids, 10),
+		}
+		if l.Commands == nil {
+			// An OOM kills every process of the sandbox together.
+			limits["memory.oom.group"] = "1"
+		}
+		if err := writeV2(dir, limits); err != nil {
+			return nil, err
+		}
+		if l.Commands == nil {
+			return cg, nil
+		}
+		if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+memory +pids"); err != nil {
+			return nil, err
+		}
+		for _, sub := range []string{InitDir, CommandsDir} {
+			if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+				return nil, fmt.Errorf("create cgroup %s/%s: %w", dir, sub, err)
 			}
+		}
+		// No memory.oom.group: the kernel kills the one process it picks.
+		if err := writeV2(filepath.Join(dir, CommandsDir), map[string]string{
+			"memory.max":      strconv.FormatInt(l.Commands.MemoryBytes, 10),
+			"memory.swap.max": "0",
+			"pids.max":        strconv.FormatInt(l.Commands.Pids, 10),
+		}); err != nil {
+			return nil, err
 		}
 		return cg, nil
 	}
@@ -217,25 +258,64 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 		}
 	}
 	period := int64(100000)
-	for _, w := range []struct{ ctl, file, val string }{
-		{"memory", "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)},
+	if err := writeV1(cg.dirs, l.MemoryBytes, l.Pids, []struct{ ctl, file, val string }{
+		{"cpu", "cpu.cfs_period_us", strconv.FormatInt(period, 10)},
+		{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPUs*float64(period)), 10)},
+	}); err != nil {
+		return nil, err
+	}
+	if l.Commands == nil {
+		return cg, nil
+	}
+	sub := map[string]string{}
+	for _, ctl := range commandControllers {
+		sub[ctl] = filepath.Join(cg.dirs[ctl], CommandsDir)
+		if err := os.Mkdir(sub[ctl], 0o755); err != nil && !errors.Is(err, os.ErrExist) { // co-mounted
+			return nil, fmt.Errorf("mkdir %s: %w", sub[ctl], err)
+		}
+	}
+	if err := writeV1(sub, l.Commands.MemoryBytes, l.Commands.Pids, nil); err != nil {
+		return nil, err
+	}
+	return cg, nil
+}
+
+// commandControllers are the v1 hierarchies with a commands' cgroup.
+var commandControllers = []string{"memory", "pids"}
+
+// writeV1 writes the memory and pids limits, and more, into the v1
+// directories dirs (controller -> directory).
+func writeV1(dirs map[string]string, memory, pids int64, more []struct{ ctl, file, val string }) error {
+	for _, w := range append([]struct{ ctl, file, val string }{
+		{"memory", "memory.limit_in_bytes", strconv.FormatInt(memory, 10)},
 		// Memory and swap together, so that swap is no way past the limit
 		// (absent when the kernel does not account swap: then none is used
 		// beyond what swappiness 0 allows, and v1 offers nothing more).
-		{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)},
+		{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(memory, 10)},
 		{"memory", "memory.swappiness", "0"},
-		{"cpu", "cpu.cfs_period_us", strconv.FormatInt(period, 10)},
-		{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPUs*float64(period)), 10)},
-		{"pids", "pids.max", strconv.FormatInt(l.Pids, 10)},
-	} {
-		if err := writeFile(filepath.Join(cg.dirs[w.ctl], w.file), w.val); err != nil {
+		{"pids", "pids.max", strconv.FormatInt(pids, 10)},
+	}, more...) {
+		if err := writeFile(filepath.Join(dirs[w.ctl], w.file), w.val); err != nil {
 			if w.file == "memory.swappiness" || w.file == "memory.memsw.limit_in_bytes" && errors.Is(err, os.ErrNotExist) {
 				continue // tuning, or no swap accounting in this kernel
 			}
-			return nil, err
+			return err
 		}
 	}
-	return cg, nil
+	return nil
+}
+
+// writeV2 writes limits (file -> value) into the v2 directory dir.
+func writeV2(dir string, limits map[string]string) error {
+	for file, val := range limits {
+		if err := writeFile(filepath.Join(dir, file), val); err != nil {
+			if file == "memory.swap.max" && errors.Is(err, os.ErrNotExist) {
+				continue // no swap accounting: no swap to limit
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // Open returns the cgroup airlock/<name> without creating anything (for gc).
@@ -278,9 +358,89 @@ func (c *Cgroup) Dir(ctl string) string {
 	return c.dirs[ctl]
 }
 
-// OpenV2 opens the v2 directory for CLONE_INTO_CGROUP.
+// OpenV2 opens the v2 directory init is to be cloned into
+// (CLONE_INTO_CGROUP): the sandbox's, or its InitDir when it has children.
 func (c *Cgroup) OpenV2() (*os.File, error) {
-	return os.OpenFile(c.dirs[""], unix.O_DIRECTORY|unix.O_PATH|unix.O_CLOEXEC, 0)
+	dir := c.dirs[""]
+	if _, err := os.Stat(filepath.Join(dir, InitDir)); err == nil {
+		dir = filepath.Join(dir, InitDir)
+	}
+	return os.OpenFile(dir, unix.O_DIRECTORY|unix.O_PATH|unix.O_CLOEXEC, 0)
+}
+
+// Placement is how a sandbox's init puts each command it starts into the
+// commands' cgroup (CommandsDir), through descriptors the host opened:
+// the kernel checks a write to a cgroup's task list against the opener's
+// credentials, so init needs no write access to any cgroup file, and a
+// descriptor can move only the sandbox's own processes (pids are resolved
+// in the writer's pid namespace) into the one cgroup it names.
+type Placement struct {
+	// Thread (v1): the forking thread writes "0" to each Enter file (the
+	// commands' tasks files) before it forks, so that the child is born
+	// in the cgroups, and to each Leave file (the sandbox's) after.
+	Enter, Leave []*os.File
+	// Procs (v2, where only whole processes move): the child's pid is
+	// written to the commands' cgroup.procs as soon as it runs; what it
+	// does before that (microseconds) is counted in init's cgroup, within
+	// the sandbox's limits.
+	Procs *os.File
+}
+
+// Files are the placement's descriptors, in the order Enter, Leave, Procs.
+func (p *Placement) Files() []*os.File {
+	out := append(append([]*os.File{}, p.Enter...), p.Leave...)
+	if p.Procs != nil {
+		out = append(out, p.Procs)
+	}
+	return out
+}
+
+// Close closes the placement's descriptors.
+func (p *Placement) Close() {
+	for _, f := range p.Files() {
+		f.Close()
+	}
+}
+
+// CommandPlacement opens the files init needs to place commands in the
+// commands' cgroup (the cgroup must have been created with
+// Limits.Commands).
+func (c *Cgroup) CommandPlacement() (_ *Placement, err error) {
+	p := &Placement{}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	open := func(path string) (*os.File, error) {
+		f, err := os.OpenFile(path, os.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+		return f, nil
+	}
+	if c.host.Version == V2 {
+		p.Procs, err = open(filepath.Join(c.dirs[""], CommandsDir, "cgroup.procs"))
+		return p, err
+	}
+	seen := map[string]bool{}
+	for _, ctl := range commandControllers {
+		if seen[c.dirs[ctl]] {
+			continue
+		}
+		seen[c.dirs[ctl]] = true
+		in, err := open(filepath.Join(c.dirs[ctl], CommandsDir, "tasks"))
+		if err != nil {
+			return nil, err
+		}
+		p.Enter = append(p.Enter, in)
+		out, err := open(filepath.Join(c.dirs[ctl], "tasks"))
+		if err != nil {
+			return nil, err
+		}
+		p.Leave = append(p.Leave, out)
+	}
+	return p, nil
 }
 
 // EnterThread moves the calling OS thread (tid) into this cgroup's v1
@@ -352,7 +512,8 @@ type Stats struct {
 	PidsLimited int64 // forks refused by pids.max
 }
 
-// Stats reads the accounting files. Missing counters are left zero.
+// Stats reads the accounting files of the cgroup and its children (the
+// commands', init's). Missing counters are left zero.
 func (c *Cgroup) Stats() Stats {
 	var s Stats
 	if c.host.Version == V2 {
@@ -360,15 +521,40 @@ func (c *Cgroup) Stats() Stats {
 		kv := readKV(filepath.Join(d, "cpu.stat"))
 		s.CPUTime = time.Duration(kv["usage_usec"]) * time.Microsecond
 		s.MemoryPeak = readInt(filepath.Join(d, "memory.peak"))
-		s.OOMKills = readKV(filepath.Join(d, "memory.events"))["oom_kill"]
-		s.PidsLimited = readKV(filepath.Join(d, "pids.events"))["max"]
+		// The events are counted up the tree (where the limit was met, or
+		// where the process was, on older kernels and with the *_local
+		// mount options): the larger of the sandbox's and its children's.
+		oom, pids := readKV(filepath.Join(d, "memory.events"))["oom_kill"], readKV(filepath.Join(d, "pids.events"))["max"]
+		var childOOM, childPids int64
+		for _, sub := range children(d) {
+			childOOM += readKV(filepath.Join(sub, "memory.events"))["oom_kill"]
+			childPids += readKV(filepath.Join(sub, "pids.events"))["max"]
+		}
+		s.OOMKills, s.PidsLimited = max(oom, childOOM), max(pids, childPids)
 		return s
 	}
 	s.CPUTime = time.Duration(readInt(filepath.Join(c.dirs["cpuacct"], "cpuacct.usage")))
 	s.MemoryPeak = readInt(filepath.Join(c.dirs["memory"], "memory.max_usage_in_bytes"))
-	s.OOMKills = readKV(filepath.Join(c.dirs["memory"], "memory.oom_control"))["oom_kill"]
-	s.PidsLimited = readKV(filepath.Join(c.dirs["pids"], "pids.events"))["max"]
+	// v1 counts each event in one cgroup only: add the children's.
+	for _, d := range append([]string{c.dirs["memory"]}, children(c.dirs["memory"])...) {
+		s.OOMKills += readKV(filepath.Join(d, "memory.oom_control"))["oom_kill"]
+	}
+	for _, d := range append([]string{c.dirs["pids"]}, children(c.dirs["pids"])...) {
+		s.PidsLimited += readKV(filepath.Join(d, "pids.events"))["max"]
+	}
 	return s
+}
+
+// children lists the child cgroups of directory dir.
+func children(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
 }
 
 // WatchOOM calls fn (once) when the cgroup runs out of memory and the
@@ -507,14 +693,16 @@ func (c *Cgroup) MemoryCurrent() int64 {
 	return readInt(filepath.Join(c.dirs["memory"], "memory.usage_in_bytes"))
 }
 
-// Procs lists the pids in the cgroup (v2: cgroup.procs; v1: the pids
-// hierarchy's cgroup.procs).
+// Procs lists the pids in the cgroup and its children (v2: cgroup.procs;
+// v1: the pids hierarchy's cgroup.procs).
 func (c *Cgroup) Procs() []int {
-	b, _ := os.ReadFile(filepath.Join(c.Dir("pids"), "cgroup.procs"))
 	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
+	for _, d := range append([]string{c.Dir("pids")}, children(c.Dir("pids"))...) {
+		b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
 		}
 	}
 	return out
@@ -530,25 +718,34 @@ func (c *Cgroup) Remove() error {
 			continue
 		}
 		seen[d] = true
-		var err error
-		for i := 0; i < 200; i++ {
-			err = unix.Rmdir(d)
-			if err == nil || errors.Is(err, unix.ENOENT) {
-				err = nil
-				break
+		for _, sub := range children(d) {
+			if err := rmdir(sub); err != nil && first == nil {
+				first = err
 			}
-			if !errors.Is(err, unix.EBUSY) {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
 		}
-		if err != nil && first == nil {
-			first = fmt.Errorf("rmdir %s: %w", d, err)
+		if err := rmdir(d); err != nil && first == nil {
+			first = err
 		}
 		// The parent, when this was its last sandbox (busy otherwise).
 		_ = unix.Rmdir(filepath.Dir(d))
 	}
 	return first
+}
+
+// rmdir removes cgroup directory d, waiting briefly for dying tasks.
+func rmdir(d string) error {
+	var err error
+	for i := 0; i < 200; i++ {
+		err = unix.Rmdir(d)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("rmdir %s: %w", d, err)
 }
 
 func writeFile(p, val string) error {

@@ -38,7 +38,6 @@ type Host interface {
 	Socket() string // the agent's host-side socket
 	InitPid() int
 	Done() <-chan struct{} // closed when the sandbox's init has exited
-	OOM() <-chan struct{}  // closed when the OOM killer fired in it
 	Pause() error
 	Resume() error
 	Usage() lifecycle.Usage

@@ -225,6 +225,7 @@ type execution struct {
 	id                  string // exec id
 	pid                 uint32
 	t0                  time.Time
+	before              counts // the sandbox's, before the command ran
 	stream              *connect.ServerStreamForClient[process.StartResponse]
 	stdout, stderr, pty *record.Digester
 }
@@ -242,6 +243,7 @@ func (s *Commands) startExec(ctx, sctx context.Context, t *tenant.Principal, b *
 			Background: req.Background, Tag: req.Tag, TTY: req.TTY != nil, Timeout: req.Timeout, StdinBytes: len(req.Stdin),
 		})
 	}()
+	x.before = countsOf(b)
 	notStarted := func(why error) {
 		if <-recorded == nil {
 			s.Cfg.Audit.Note(x.w, record.ExecEnd{ExecID: x.id, ExitCode: -1, Status: "not started", Error: why.Error()})
@@ -342,7 +344,7 @@ func (x *execution) follow(stop, done func()) {
 	var last *api.ExecEnd
 	_ = x.relay(func(ev *api.ExecEvent) error {
 		if ev.End != nil {
-			last = x.s.tellEnd(x.b, ev.End)
+			last = x.s.tellEnd(x.b, x.before, ev.End)
 		}
 		return nil
 	})
@@ -367,7 +369,7 @@ func (x *execution) foreground(ctx context.Context, timeout time.Duration, emit 
 			if timer != nil {
 				timer.Stop()
 			}
-			ev.End = x.s.tellEnd(x.b, ev.End)
+			ev.End = x.s.tellEnd(x.b, x.before, ev.End)
 			last = ev.End
 			if timedOut.Load() && !ev.End.SandboxEnded {
 				ev.End.TimedOut = true
@@ -420,43 +422,26 @@ func relay(receive func() bool, msg func() *process.ProcessEvent, emit func(*api
 // what the agent reports, and what a command whose sandbox ended answers.
 const killedExit = 128 + 9
 
-// oomNotice bounds the wait for the OOM watcher's notice of an OOM kill
-// the kernel has already counted.
-const oomNotice = 5 * time.Second
-
-// ending tells whether b is ending: the service is destroying it, its init
-// has exited, or the OOM killer fired in it (which always destroys it).
-// A command's agent can report its kill, or lose its stream, before the
-// service learns any of that. The kernel counts an OOM kill before the
-// victim dies, so a counted kill waits up to oomNotice for the watcher's
-// notice; otherwise ending waits up to wait (0: not at all) for init's
-// exit or an OOM.
+// ending tells whether b is ending: the service is destroying it, or its
+// init has exited. A command's agent can report its kill, or lose its
+// stream, before the service learns that; ending waits up to wait (0: not
+// at all) for init's exit.
 func (s *Commands) ending(b *core.Box, wait time.Duration) bool {
 	select {
 	case <-b.Inst.Done():
-		return true
-	case <-b.Inst.OOM():
 		return true
 	default:
 	}
 	b.Mu.Lock()
 	ending := b.Ending
 	b.Mu.Unlock()
-	if ending {
-		return true
-	}
-	if b.Inst.Usage().OOMKills > 0 {
-		wait = oomNotice
-	}
-	if wait == 0 {
-		return false
+	if ending || wait == 0 {
+		return ending
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
 	case <-b.Inst.Done():
-		return true
-	case <-b.Inst.OOM():
 		return true
 	case <-timer.C:
 		return false
@@ -465,12 +450,44 @@ func (s *Commands) ending(b *core.Box, wait time.Duration) bool {
 
 // tellEnd returns the end to report for a command that ended with end: a
 // command killed because its sandbox is ending is told the sandbox's end
-// and why, whichever the service learnt first.
-func (s *Commands) tellEnd(b *core.Box, end *api.ExecEnd) *api.ExecEnd {
-	if end.ExitCode != killedExit || !s.ending(b, 0) {
+// and why, whichever the service learnt first; one that met the commands'
+// limits is told which (the sandbox lives on).
+func (s *Commands) tellEnd(b *core.Box, before counts, end *api.ExecEnd) *api.ExecEnd {
+	if end.ExitCode == killedExit && s.ending(b, 0) {
+		return s.sandboxEnd(b)
+	}
+	if end.ExitCode == 0 {
 		return end
 	}
-	return s.sandboxEnd(b)
+	// The kernel counts an OOM kill before the victim dies, and a refused
+	// fork before the fork returns: both are counted by now. Another
+	// command of the sandbox meeting the limit meanwhile is counted too,
+	// so only a command that failed is told.
+	now := countsOf(b)
+	mem, pids := b.Spec.Limits.CommandLimits()
+	switch {
+	case now.oomKills > before.oomKills && end.ExitCode == killedExit:
+		end.Limit = "memory"
+		end.Status = fmt.Sprintf("memory limit (%s for the commands) exceeded: the kernel's OOM killer killed the command; the sandbox lives on", spec.FormatSize(mem))
+	case now.oomKills > before.oomKills:
+		end.Limit = "memory"
+		end.Status += fmt.Sprintf("; memory limit (%s for the commands) exceeded: the kernel's OOM killer killed a process of the command; the sandbox lives on", spec.FormatSize(mem))
+	case now.pidsLimited > before.pidsLimited:
+		end.Limit = "pids"
+		end.Status += fmt.Sprintf("; pids limit (%d for the commands) reached: %d forks refused; the sandbox lives on", pids, now.pidsLimited-before.pidsLimited)
+	default:
+		return end
+	}
+	s.Cfg.Metrics.LimitKills.WithLabelValues(end.Limit).Inc()
+	return end
+}
+
+// counts are a sandbox's OOM kills and refused forks so far.
+type counts struct{ oomKills, pidsLimited int64 }
+
+func countsOf(b *core.Box) counts {
+	u := b.Inst.Usage()
+	return counts{u.OOMKills, u.PidsLimited}
 }
 
 // sandboxEnd waits (bounded) for b's end to be recorded and tells it as
@@ -525,6 +542,7 @@ func (s *Commands) Attach(ctx context.Context, t *tenant.Principal, id string, p
 	if !stream.Receive() {
 		return s.streamEnded(b, stream.Err())
 	}
+	before := countsOf(b) // limits met from now on are told
 	// Like exec's, the stream starts with the pid: the caller knows it is
 	// attached before any output comes.
 	if err := emit(&api.ExecEvent{PID: pid}); err != nil {
@@ -532,7 +550,7 @@ func (s *Commands) Attach(ctx context.Context, t *tenant.Principal, id string, p
 	}
 	err = relay(stream.Receive, func() *process.ProcessEvent { return stream.Msg().GetEvent() }, func(ev *api.ExecEvent) error {
 		if ev.End != nil {
-			ev.End = s.tellEnd(b, ev.End)
+			ev.End = s.tellEnd(b, before, ev.End)
 		}
 		return emit(ev)
 	})

@@ -210,7 +210,11 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
 	}
 	undo.Do(sb.uid.lock.Release)
-	sb.cg, err = rt.cgroups.Create(id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids})
+	limits := cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids}
+	if sb.agent && o.CommandPids > 0 {
+		limits.Commands = &cgroup.CommandLimits{MemoryBytes: o.CommandMemoryBytes, Pids: o.CommandPids}
+	}
+	sb.cg, err = rt.cgroups.Create(id, limits)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
@@ -275,12 +279,17 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	// not signal whatever file the number names next.
 	undo.Do(func() { unix.Close(sb.pidfd); sb.pidfd = -1 })
 
-	if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.kill() }); err != nil {
-		return nil, err
+	if !sb.agent {
+		// An OOM anywhere ends a one-shot sandbox: its command is the
+		// sandbox. A long-lived sandbox's commands meet their own limit
+		// and it lives on (the kernel kills the one process it picks).
+		if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.kill() }); err != nil {
+			return nil, err
+		}
+		undo.Do(sb.oomStop)
 	}
-	undo.Do(sb.oomStop)
 
-	if err := rt.configure(sb, o); err != nil {
+	if err := rt.configure(sb, o, limits.Commands != nil); err != nil {
 		return nil, err
 	}
 	if sb.agent {
@@ -346,7 +355,7 @@ func (rt *Wall) start(cmd *exec.Cmd, cg *cgroup.Cgroup, netns *os.File) error {
 
 // configure builds the idmapped trees with init's user namespace, sends the
 // Config, and waits for init to report ready.
-func (rt *Wall) configure(sb *Sandbox, o *wall.Options) error {
+func (rt *Wall) configure(sb *Sandbox, o *wall.Options, commands bool) error {
 	pid := sb.cmd.Process.Pid
 	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
 	if err != nil {
@@ -410,7 +419,25 @@ func (rt *Wall) configure(sb *Sandbox, o *wall.Options) error {
 		}
 		trees = append(trees, fd)
 	}
-	if err := nsinit.Send(sb.sock, cfg, trees); err != nil {
+	// The commands' cgroup's placement descriptors go last (closed here
+	// by place.Close once init has its copies).
+	var placeFDs []int
+	if commands {
+		place, err := sb.cg.CommandPlacement()
+		if err != nil {
+			return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		defer place.Close()
+		cfg.Commands = "thread"
+		if place.Procs != nil {
+			cfg.Commands = "process"
+		}
+		for _, f := range place.Files() {
+			placeFDs = append(placeFDs, int(f.Fd()))
+		}
+		cfg.CommandFDs = len(placeFDs)
+	}
+	if err := nsinit.Send(sb.sock, cfg, append(append([]int{}, trees...), placeFDs...)); err != nil {
 		return fmt.Errorf("send config to init: %w", err)
 	}
 	var rep nsinit.Report

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"golang.org/x/sys/unix"
@@ -63,10 +64,6 @@ func (sb *Sandbox) Frozen() bool { return sb.cg.Frozen() }
 // MemoryCurrent is what the sandbox's cgroup uses now.
 func (sb *Sandbox) MemoryCurrent() int64 { return sb.cg.MemoryCurrent() }
 
-// OOM is closed when the kernel's OOM killer fired in the sandbox (which
-// destroys it).
-func (sb *Sandbox) OOM() <-chan struct{} { return sb.oom }
-
 func (sb *Sandbox) releaseLocks() {
 	if sb.uid != nil {
 		sb.uid.lock.Release()
@@ -99,10 +96,12 @@ func (rt *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 			unix.Close(pidfd)
 		}
 	}()
-	// The pid is init's only if it sits in the sandbox's own cgroup and is
-	// the first process of a child pid namespace (NSpid has two levels).
+	// The pid is init's only if it sits in the sandbox's own cgroup (on
+	// v2 its init leaf) and is the first process of a child pid namespace
+	// (NSpid has two levels).
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil || !strings.Contains(string(b), "/"+rt.cgroups.Parent+"/"+id+"\n") {
+	own := "/" + rt.cgroups.Parent + "/" + id
+	if err != nil || !strings.Contains(string(b), own+"\n") && !strings.Contains(string(b), own+"/"+cgroup.InitDir+"\n") {
 		return nil, gone(fmt.Sprintf("pid %d is not in its cgroup", pid))
 	}
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -139,10 +138,6 @@ func (rt *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
 		sb.CloseFiles()
 		return nil, gone("init exited while being adopted")
-	}
-	if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.kill() }); err != nil {
-		sb.CloseFiles()
-		return nil, err
 	}
 	go func() {
 		pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
