@@ -176,7 +176,7 @@ background and prints its pid (see ps, attach and signal).`,
 	f.BoolVarP(&req.Background, "detach", "d", false, "start in the background and print the pid")
 	f.StringVar(&req.Tag, "tag", "", "a name for the process (background commands)")
 	c.Flags().SetInterspersed(false)
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, cmdutil.Relays(c), false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		id := args[0]
 		req.Cmd = args[1:]
 		if flag := cmdutil.MisplacedFlag(c.Flags(), req.Cmd[0]); flag != "" {
@@ -281,10 +281,10 @@ background and prints its pid (see ps, attach and signal).`,
 func attachCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "attach SANDBOX PID",
-		Short: "Stream a background command's output until it ends",
+		Short: "Stream a background command's output until it ends; exits with its exit code",
 		Args:  cobra.ExactArgs(2),
 	}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, cmdutil.Relays(c), false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
 		pid, err := strconv.ParseUint(args[1], 10, 32)
 		if err != nil {
 			return errdefs.Invalid("PID: " + err.Error())
