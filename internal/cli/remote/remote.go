@@ -1,8 +1,9 @@
 // Package remote holds the commands that work on a daemon's sandboxes
 // through the Go SDK (client): create, ps, exec, attach, signal, cat,
-// write, edit, ls, cp, diff, rm, pause, resume, extend and snapshot. It
-// imports api, client, internal/cli/cmdutil, internal/spec,
-// internal/errdefs and internal/untrusted, nothing of the engine.
+// write, edit, ls, cp, diff, rm, pause, resume, extend, snapshot, logs,
+// inspect and stats. It imports api, client, internal/cli/cmdutil,
+// internal/spec, internal/errdefs and internal/untrusted, nothing of the
+// engine.
 package remote
 
 import (
@@ -47,7 +48,7 @@ func onDaemon(g *cmdutil.Globals, c *cobra.Command, jsonFlag bool, run func(ctx 
 // Commands are the commands that work on a daemon's sandboxes.
 func Commands(g *cmdutil.Globals) []*cobra.Command {
 	return []*cobra.Command{
-		createCmd(g), psCmd(g), inspectCmd(g), statsCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
+		createCmd(g), psCmd(g), inspectCmd(g), statsCmd(g), execCmd(g), attachCmd(g), logsCmd(g), signalCmd(g),
 		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
 		eachCmd(g, "rm SANDBOX...", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
 		eachCmd(g, "pause SANDBOX...", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
@@ -299,6 +300,64 @@ func attachCmd(g *cmdutil.Globals) *cobra.Command {
 			return err
 		}
 		return cmdutil.Exit(end.ExitCode)
+	})
+}
+
+func logsCmd(g *cmdutil.Globals) *cobra.Command {
+	var follow bool
+	c := &cobra.Command{
+		Use:   "logs [--follow] SANDBOX PID",
+		Short: "Print what a background command has printed since it started",
+		Long: `logs prints the output of a background command (exec -d): stdout to stdout,
+stderr to stderr, in the order it came. The daemon keeps the newest 1 MiB
+of each command's output (16 MiB per sandbox, 64 MiB per tenant; a line on
+stderr says how much earlier output is no longer kept), from when the
+command started, and an ended command's too, until its sandbox ends.
+--follow goes on with new output until the command ends. logs exits 0
+whatever the command's status (attach exits with it).
+
+  pid=$(airlock exec -d "$id" -- make serve)
+  airlock logs -f "$id" "$pid"`,
+		Args: cobra.ExactArgs(2),
+	}
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "go on with new output until the command ends")
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+		pid, err := strconv.ParseUint(args[1], 10, 32)
+		if err != nil {
+			return errdefs.Invalid("PID: " + err.Error())
+		}
+		ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM)
+		defer stop()
+		s, err := cl.Logs(ctx, args[0], uint32(pid), follow)
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		defer s.Close()
+		for {
+			ev, err := s.Next()
+			switch {
+			case err == io.EOF && !follow:
+				return nil
+			case err != nil && ctx.Err() != nil:
+				return nil // interrupted: what came is printed
+			case err == io.EOF:
+				return io.ErrUnexpectedEOF
+			case err != nil:
+				return err
+			}
+			if ev.Dropped > 0 {
+				g.Warn(fmt.Sprintf("%d bytes of earlier output are no longer kept", ev.Dropped))
+			}
+			if _, err := g.Stdout.Write(append(ev.Stdout, ev.PTY...)); err != nil {
+				return err
+			}
+			if _, err := g.Stderr.Write(ev.Stderr); err != nil {
+				return err
+			}
+			if ev.End != nil {
+				return nil
+			}
+		}
 	})
 }
 
