@@ -164,7 +164,12 @@ func execCmd(g *cmdutil.Globals) *cobra.Command {
 		Long: `exec runs one command in a long-lived sandbox and streams its output. The
 exit code is the command's (124 on --timeout). -i passes this terminal's
 stdin; -t gives the command a terminal; -d leaves it running in the
-background and prints its pid (see ps, attach and signal).`,
+background and prints its pid (see ps, attach, logs and signal).
+
+--json prints, after the command's output, one JSON object on stdout:
+sandbox_id, pid, exec_id (its id in the audit log), exit_code, status,
+and when they apply error, timed_out, sandbox_ended and end_reason, and
+duration_ms; with -d, sandbox_id, pid and exec_id.`,
 		Args: cobra.MinimumNArgs(2),
 	}
 	f := c.Flags()
@@ -177,7 +182,7 @@ background and prints its pid (see ps, attach and signal).`,
 	f.BoolVarP(&req.Background, "detach", "d", false, "start in the background and print the pid")
 	f.StringVar(&req.Tag, "tag", "", "a name for the process (background commands)")
 	c.Flags().SetInterspersed(false)
-	return onDaemon(g, cmdutil.Relays(c), false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, cmdutil.Relays(c), true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		id := args[0]
 		req.Cmd = args[1:]
 		if flag := cmdutil.MisplacedFlag(c.Flags(), req.Cmd[0]); flag != "" {
@@ -208,6 +213,7 @@ background and prints its pid (see ps, attach and signal).`,
 		req.KeepStdin = interactive && !tty
 		ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM)
 		defer stop()
+		t0 := time.Now()
 		s, err := cl.ExecStream(ctx, id, &req)
 		if err != nil {
 			return cmdutil.APIErr(err)
@@ -219,9 +225,12 @@ background and prints its pid (see ps, attach and signal).`,
 		}
 		if first.End != nil { // it could not start
 			fmt.Fprintf(g.Stderr, "airlock: %s\n", first.End.Error)
-			return cmdutil.ExitError{Code: first.End.ExitCode}
+			return endOf(g, k, &execResult{SandboxID: id, ExecEnd: first.End}, t0)
 		}
 		if req.Background {
+			if k.AsJSON {
+				return cmdutil.PrintJSON(g.Stdout, &execResult{SandboxID: id, PID: first.PID, ExecID: first.ExecID})
+			}
 			fmt.Fprintln(g.Stdout, first.PID)
 			return nil
 		}
@@ -275,8 +284,29 @@ background and prints its pid (see ps, attach and signal).`,
 		} else if end.Error != "" {
 			fmt.Fprintf(g.Stderr, "airlock: %s\n", end.Error)
 		}
-		return cmdutil.Exit(end.ExitCode)
+		return endOf(g, k, &execResult{SandboxID: id, PID: first.PID, ExecID: first.ExecID, ExecEnd: end}, t0)
 	})
+}
+
+// execResult is how a command of exec or attach ended, for --json.
+type execResult struct {
+	SandboxID string `json:"sandbox_id"`
+	PID       uint32 `json:"pid,omitempty"`
+	ExecID    string `json:"exec_id,omitempty"`
+	*api.ExecEnd
+	DurationMS float64 `json:"duration_ms,omitempty"`
+}
+
+// endOf prints, under --json, how the command ended (after its output),
+// and exits with its exit code.
+func endOf(g *cmdutil.Globals, k *cmdutil.Conn, r *execResult, t0 time.Time) error {
+	if k.AsJSON {
+		r.DurationMS = float64(time.Since(t0).Microseconds()) / 1000
+		if err := cmdutil.PrintJSON(g.Stdout, r); err != nil {
+			return err
+		}
+	}
+	return cmdutil.Exit(r.ExitCode)
 }
 
 func attachCmd(g *cmdutil.Globals) *cobra.Command {
@@ -285,11 +315,12 @@ func attachCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Stream a background command's output until it ends; exits with its exit code",
 		Args:  cobra.ExactArgs(2),
 	}
-	return onDaemon(g, cmdutil.Relays(c), false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, cmdutil.Relays(c), true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		pid, err := strconv.ParseUint(args[1], 10, 32)
 		if err != nil {
 			return errdefs.Invalid("PID: " + err.Error())
 		}
+		t0 := time.Now()
 		s, err := cl.Attach(ctx, args[0], uint32(pid))
 		if err != nil {
 			return cmdutil.APIErr(err)
@@ -299,7 +330,7 @@ func attachCmd(g *cmdutil.Globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return cmdutil.Exit(end.ExitCode)
+		return endOf(g, k, &execResult{SandboxID: args[0], PID: uint32(pid), ExecEnd: end}, t0)
 	})
 }
 
@@ -466,12 +497,18 @@ func diffCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "diff SANDBOX",
 		Short: "Print the unified diff of a sandbox's /workspace since it was created",
-		Args:  cobra.ExactArgs(1),
+		Long: `diff prints the unified diff of a sandbox's /workspace since it was created
+(on a terminal, with the sandbox's control characters made visible). --json
+prints {"sandbox_id": ..., "patch": ...}, the patch as it is.`,
+		Args: cobra.ExactArgs(1),
 	}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		d, err := cl.Diff(ctx, args[0])
 		if err != nil {
 			return cmdutil.APIErr(err)
+		}
+		if k.AsJSON {
+			return cmdutil.PrintJSON(g.Stdout, map[string]string{"sandbox_id": args[0], "patch": d})
 		}
 		_, err = io.WriteString(cmdutil.ForTerminal(g.Stdout), d)
 		return err
@@ -479,29 +516,52 @@ func diffCmd(g *cmdutil.Globals) *cobra.Command {
 }
 
 // eachCmd is a command that does one thing to each of its arguments (use
-// names them), going on past a failure; it fails if any did.
+// names them), going on past a failure; it fails if any did. Under --json
+// it prints a list: each argument's id, ok, and error when it failed.
 func eachCmd(g *cmdutil.Globals, use, short string, do func(ctx context.Context, cl *client.Client, id string) error) *cobra.Command {
 	c := &cobra.Command{Use: use, Short: short, Args: cobra.MinimumNArgs(1)}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	type outcome struct {
+		ID    string `json:"id"`
+		OK    bool   `json:"ok"`
+		Error string `json:"error,omitempty"`
+	}
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		var errs []error
+		out := make([]outcome, 0, len(args))
 		for _, id := range args {
-			if err := do(ctx, cl, id); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", id, cmdutil.APIErr(err)))
+			err := do(ctx, cl, id)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", id, cmdutil.APIErr(err))
+				errs = append(errs, err)
+				out = append(out, outcome{ID: id, Error: err.Error()})
+				continue
 			}
+			out = append(out, outcome{ID: id, OK: true})
 		}
-		return errors.Join(errs...)
+		err := errors.Join(errs...)
+		if !k.AsJSON {
+			return err
+		}
+		if perr := cmdutil.PrintJSON(g.Stdout, out); perr != nil {
+			return perr
+		}
+		// The list says what failed; stderr says it too, and the exit
+		// status is the table's.
+		for _, e := range errs {
+			g.Warn(e.Error())
+		}
+		return cmdutil.Exit(cmdutil.ExitCode(c, err))
 	})
 }
 
 func extendCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{Use: "extend SANDBOX TTL", Short: "Set a sandbox's expiry to TTL (a Go duration) from now", Args: cobra.ExactArgs(2)}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		sb, err := cl.Extend(ctx, args[0], args[1])
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		fmt.Fprintf(g.Stdout, "%s expires %s\n", sb.ID, sb.Expires.Format(time.RFC3339))
-		return nil
+		return k.Show(sb, err, func() error {
+			fmt.Fprintf(g.Stdout, "%s expires %s\n", sb.ID, sb.Expires.Format(time.RFC3339))
+			return nil
+		})
 	})
 }
 
