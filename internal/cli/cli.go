@@ -96,6 +96,7 @@ and 125 when airlock could not do its part (124 timeout, 126 not executable,
 	// Bad flags and arguments are usage errors (exit 2; for run, exec
 	// and attach, 125: airlock could not do its part).
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Invalid(err.Error()) })
+	root.InitDefaultCompletionCmd() // cobra's, here so that Usage covers it
 	cmdutil.Usage(root)
 	root.PersistentPreRun = func(*cobra.Command, []string) {
 		g.Log = slog.New(slog.DiscardHandler)

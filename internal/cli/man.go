@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
@@ -34,5 +35,33 @@ func writeMan(root *cobra.Command, dir string) error {
 		return err
 	}
 	root.DisableAutoGenTag = true
+	asMarkdown(root)
 	return doc.GenManTree(root, &doc.GenManHeader{Title: "AIRLOCK", Section: "1", Source: "airlock " + Version, Manual: "airlock manual"}, dir)
+}
+
+// asMarkdown makes the indented lines of c's tree's long help (examples,
+// commands to type) code blocks of the Markdown the pages are made from,
+// so that they stay lines of their own.
+func asMarkdown(c *cobra.Command) {
+	lines := strings.Split(c.Long, "\n")
+	var b strings.Builder
+	prose := false
+	for i, l := range lines {
+		code := strings.HasPrefix(l, " ")
+		if code {
+			if prose {
+				b.WriteString("\n")
+			}
+			l = "    " + l
+		}
+		prose = !code && strings.TrimSpace(l) != ""
+		b.WriteString(l)
+		if i < len(lines)-1 {
+			b.WriteString("\n")
+		}
+	}
+	c.Long = b.String()
+	for _, s := range c.Commands() {
+		asMarkdown(s)
+	}
 }

@@ -51,4 +51,10 @@ func TestManPagesCoverEveryCommand(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "airlock-exec.1")); err != nil || !strings.Contains(string(b), "--detach") {
 		t.Errorf("exec's page lacks its flags: %v", err)
 	}
+	// An example in the help text stays a line of its own, not run into
+	// the next.
+	b, _ := os.ReadFile(filepath.Join(dir, "airlock-logs.1"))
+	if !strings.Contains(string(b), ".EX\n  pid=$(airlock exec -d \"$id\" -- make serve)\n  airlock logs -f") {
+		t.Errorf("logs' example:\n%s", b)
+	}
 }
