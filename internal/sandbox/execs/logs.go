@@ -183,10 +183,29 @@ func (l *outputLog) write(stream int, data []byte) {
 	off := l.end + n - int64(len(data))
 	l.end += n
 	l.trim(l.end - capacity)
-	if len(data) > 0 {
-		l.chunks = append(l.chunks, logChunk{off: off, stream: stream, data: data})
+	if len(data) == 0 {
+		return
+	}
+	// Small writes of one stream make one chunk; a chunk is the log's own
+	// copy. Past maxChunks (a command that alternates streams a byte at a
+	// time), the oldest go: the bookkeeping stays a fraction of the bytes.
+	if k := len(l.chunks) - 1; k >= 0 && l.chunks[k].stream == stream && len(l.chunks[k].data) < coalesce && l.chunks[k].off+int64(len(l.chunks[k].data)) == off {
+		l.chunks[k].data = append(l.chunks[k].data, data...)
+	} else {
+		l.chunks = append(l.chunks, logChunk{off: off, stream: stream, data: append([]byte(nil), data...)})
+	}
+	if maxChunks := capacity/minChunk + 1; int64(len(l.chunks)) > maxChunks {
+		c := l.chunks[len(l.chunks)-int(maxChunks)]
+		l.trim(c.off)
 	}
 }
+
+// A log's chunks: up to coalesce bytes of one stream are one chunk, and
+// a log holds at most one chunk per minChunk bytes of its capacity.
+const (
+	coalesce = 16 << 10
+	minChunk = 512
+)
 
 // trim lets go of the bytes before offset from.
 func (l *outputLog) trim(from int64) {

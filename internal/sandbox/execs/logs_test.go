@@ -181,3 +181,33 @@ func TestLogsStreamsAndFollows(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// A command that alternates stdout and stderr a byte at a time makes a
+// chunk per byte: their count is bounded too, the oldest going first.
+func TestLogBookkeepingIsBounded(t *testing.T) {
+	ls := newLogs()
+	ls.perCommand = logStep
+	l := ls.open("sb", "t", 1)
+	for i := 0; i < logStep; i++ {
+		if i%2 == 0 {
+			l.add(&api.ExecEvent{Stdout: []byte("o")})
+		} else {
+			l.add(&api.ExecEvent{Stderr: []byte("e")})
+		}
+	}
+	if max := logStep/minChunk + 1; len(l.chunks) > max {
+		t.Errorf("%d chunks, at most %d", len(l.chunks), max)
+	}
+	out, errs, lost, _ := readAll(l)
+	if d := len(out) - len(errs); d < -1 || d > 1 || int64(len(out)+len(errs))+lost != logStep || !strings.HasSuffix(errs, "e") {
+		t.Errorf("kept %d+%d, lost %d", len(out), len(errs), lost)
+	}
+	// Writes of one stream share a chunk.
+	m := ls.open("sb", "t", 2)
+	for range 100 {
+		m.add(&api.ExecEvent{Stdout: []byte("line\n")})
+	}
+	if out, _, _, _ := readAll(m); len(m.chunks) != 1 || out != strings.Repeat("line\n", 100) {
+		t.Errorf("%d chunks for one stream's small writes", len(m.chunks))
+	}
+}
