@@ -248,6 +248,9 @@ type ExecEvent struct {
 	Stderr []byte   `json:"stderr,omitempty"`
 	PTY    []byte   `json:"pty,omitempty"`
 	End    *ExecEnd `json:"end,omitempty"` // last event
+	// Dropped (logs) is how many bytes of the command's output before
+	// this event's the daemon no longer keeps.
+	Dropped int64 `json:"dropped,omitempty"`
 }
 
 // ExecEnd is how a command ended. Its fields are reported by the sandbox's

@@ -281,6 +281,24 @@ func (c *Client) Attach(ctx context.Context, id string, pid uint32) (*Stream, er
 	return newStream(res.Body), nil
 }
 
+// Logs streams the output a background command printed since it started,
+// as much as the daemon keeps (the newest 1 MiB): its pid first (with
+// Dropped, the bytes no longer kept), the output, and its end if it
+// ended. With follow, the stream goes on with new output to the end;
+// without, it stops after what is kept (io.EOF from Next, no end event
+// while the command runs).
+func (c *Client) Logs(ctx context.Context, id string, pid uint32, follow bool) (*Stream, error) {
+	var q url.Values
+	if follow {
+		q = url.Values{"follow": {"true"}}
+	}
+	res, err := c.request(ctx, "GET", proc(id, pid, "/logs"), q, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return newStream(res.Body), nil
+}
+
 // Input writes to a command's stdin or terminal; eof closes its stdin.
 func (c *Client) Input(ctx context.Context, id string, pid uint32, data []byte, eof bool) error {
 	return c.call(ctx, "POST", proc(id, pid, "/input"), nil, &api.Input{Data: data, EOF: eof}, nil)

@@ -18,4 +18,7 @@ if [ -d /etc/systemd/system ]; then
 	echo "airlock: installed the airlock.service unit (systemctl enable --now airlock to run the daemon)" >&2
 fi
 install -d /usr/local/share/doc/airlock && install -m 0644 docs/*.md /usr/local/share/doc/airlock/
+# The manual pages, generated from the commands (man airlock, man airlock-exec).
+/usr/local/bin/airlock man /usr/local/share/man/man1 2>/dev/null
+echo "airlock: installed the manual pages in /usr/local/share/man/man1" >&2
 /usr/local/bin/airlock doctor >&2

@@ -207,7 +207,7 @@ func (f *auditFilter) match(r *audit.Record) bool {
 func auditQueryCmd(g *globals, logPath *string) *cobra.Command {
 	var f auditFilter
 	var since, until string
-	var follow bool
+	var follow, asJSON bool
 	c := &cobra.Command{
 		Use:   "query [flags]",
 		Short: "Print audit records as JSON lines, filtered",
@@ -220,15 +220,31 @@ func auditQueryCmd(g *globals, logPath *string) *cobra.Command {
 			if f.until, err = parseWhen("--until", until); err != nil {
 				return err
 			}
+			if asJSON && follow {
+				return errdefs.Invalid("--json prints one list, which --follow never ends: use one of them")
+			}
 			enc := json.NewEncoder(g.stdout)
-			return audit.Read(cmd.Context(), auditLogPath(g, *logPath), follow, func(r *audit.Record) error {
-				if f.match(r) {
-					return enc.Encode(r)
+			n := 0
+			if asJSON {
+				fmt.Fprint(g.stdout, "[")
+			}
+			err = audit.Read(cmd.Context(), auditLogPath(g, *logPath), follow, func(r *audit.Record) error {
+				if !f.match(r) {
+					return nil
 				}
-				return nil
+				if asJSON && n > 0 {
+					fmt.Fprint(g.stdout, ",")
+				}
+				n++
+				return enc.Encode(r)
 			})
+			if asJSON && err == nil {
+				fmt.Fprintln(g.stdout, "]")
+			}
+			return err
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON list of the records ([] when none) instead of JSON lines")
 	fl := c.Flags()
 	fl.StringVar(&f.tenant, "tenant", "", "only this tenant's records, by its id (airlock tenant ls; records name tenants by id)")
 	fl.StringVar(&f.sandbox, "sandbox", "", "only this sandbox's records")

@@ -7,7 +7,7 @@
 // daemon's sandboxes) and internal/cli/admin (tenants, secrets, the kill
 // switch), over what internal/cli/cmdutil shares. It imports
 // internal/cli/host, internal/cli/remote, internal/cli/admin,
-// internal/cli/cmdutil, api, internal/system, internal/run, internal/mcp,
+// internal/cli/cmdutil, api, internal/system, internal/mcp,
 // internal/sandbox, internal/tenant, internal/audit,
 // internal/audit/record, internal/store, internal/spec, internal/errdefs
 // and internal/untrusted.
@@ -26,7 +26,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli/host"
 	"github.com/airlock-sandbox/airlock/internal/cli/remote"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
-	"github.com/airlock-sandbox/airlock/internal/run"
 )
 
 // Version is set at build time with -ldflags "-X ...cli.Version=...".
@@ -35,6 +34,27 @@ var Version = "dev"
 // Main runs the command line and returns the process exit code.
 func Main(args []string) int {
 	g := &cmdutil.Globals{Stdout: os.Stdout, Stderr: os.Stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(g.Stdout)
+	root.SetErr(g.Stderr)
+	cmd, err := root.ExecuteC()
+	code := cmdutil.ExitCode(cmd, err)
+	var ee cmdutil.ExitError
+	if err == nil || errors.As(err, &ee) {
+		return code // the command said what it had to
+	}
+	fmt.Fprintf(g.Stderr, "airlock: %v\n", err)
+	// Under --json the error is JSON on stdout too: a script reading the
+	// answer gets one.
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
+		_ = cmdutil.PrintJSON(g.Stdout, map[string]any{"error": err.Error(), "exit_code": code})
+	}
+	return code
+}
+
+// newRoot is airlock's command tree, writing to g's streams.
+func newRoot(g *cmdutil.Globals) *cobra.Command {
 	ag := &globals{stdout: g.Stdout}
 	root := &cobra.Command{
 		Use:   "airlock",
@@ -53,7 +73,12 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
   sudo airlock serve &
   sudo airlock tenant create alice            # prints alice's API key once
   export AIRLOCK_API_KEY=...; id=$(sudo -E airlock create --workspace ./repo)
-  sudo -E airlock exec "$id" -- make test; sudo -E airlock rm "$id"`,
+  sudo -E airlock exec "$id" -- make test; sudo -E airlock rm "$id"
+
+Exit status, for every command: 0 done, 1 failed, 2 a bad flag, argument or
+value. run, exec and attach exit with the sandboxed command's status instead,
+and 125 when airlock could not do its part (124 timeout, 126 not executable,
+127 not found, 137 killed: the memory limit).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       Version,
@@ -67,10 +92,12 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
 	root.AddCommand(host.Commands(g, Version)...)
 	root.AddCommand(remote.Commands(g)...)
 	root.AddCommand(admin.Commands(g)...)
-	root.AddCommand(mcpCmd(g), auditCmd(ag))
-	// Bad flags and arguments are invalid requests: for `run` that is exit
-	// 125, "the sandbox could not be created", like any other refusal.
+	root.AddCommand(mcpCmd(g), auditCmd(ag), manCmd(g))
+	// Bad flags and arguments are usage errors (exit 2; for run, exec
+	// and attach, 125: airlock could not do its part).
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return errdefs.Invalid(err.Error()) })
+	root.InitDefaultCompletionCmd() // cobra's, here so that Usage covers it
+	cmdutil.Usage(root)
 	root.PersistentPreRun = func(*cobra.Command, []string) {
 		g.Log = slog.New(slog.DiscardHandler)
 		if g.Debug {
@@ -78,27 +105,5 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
 		}
 		ag.stateDir, ag.dataDir = g.StateDir, g.DataDir
 	}
-	root.SetArgs(args)
-	root.SetOut(g.Stdout)
-	root.SetErr(g.Stderr)
-	cmd, err := root.ExecuteC()
-	var ee cmdutil.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.Code
-	}
-	fmt.Fprintf(g.Stderr, "airlock: %v\n", err)
-	code := 1
-	if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) ||
-		errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) {
-		code = run.ExitCreate
-	}
-	// Under --json the error is JSON on stdout too: a script reading the
-	// answer gets one.
-	if f := cmd.Flags().Lookup("json"); f != nil && f.Value.String() == "true" {
-		_ = cmdutil.PrintJSON(g.Stdout, map[string]any{"error": err.Error(), "exit_code": code})
-	}
-	return code
+	return root
 }

@@ -584,6 +584,18 @@ func (h *Handler) processRoutes() []route {
 			sw := &streamWriter{ResponseWriter: w}
 			return s.Attach(r.Context(), p, id(r), n, func(ev *api.ExecEvent) error { return sw.emit(ev) })
 		}},
+		{"GET /v1/sandboxes/{id}/processes/{pid}/logs", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			n, err := pid(r)
+			if err != nil {
+				return err
+			}
+			follow, err := queryBool(r, "follow")
+			if err != nil {
+				return err
+			}
+			sw := &streamWriter{ResponseWriter: w}
+			return s.Logs(r.Context(), p, id(r), n, follow, func(ev *api.ExecEvent) error { return sw.emit(ev) })
+		}},
 		{"POST /v1/sandboxes/{id}/processes/{pid}/input", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			n, err := pid(r)
 			if err != nil {

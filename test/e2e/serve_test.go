@@ -1043,8 +1043,9 @@ func TestServeCLI(t *testing.T) {
 	if r := cli("", env, "ps", "--address", wrong); r.code == 0 || !strings.Contains(r.stderr, "no daemon socket at "+wrong) {
 		t.Errorf("ps --address %s: %s", wrong, r)
 	}
-	// Under --json the error is JSON on stdout too (issue 14).
-	if r := cli("", env, "ps", "--json", "--address", wrong); r.code != 125 || !strings.Contains(r.stdout, `"exit_code": 125`) || !strings.Contains(r.stdout, `"error": "no daemon socket at `) {
+	// Under --json the error is JSON on stdout too (issue 14); a daemon
+	// out of reach is a failure (1), not "could not create" (125).
+	if r := cli("", env, "ps", "--json", "--address", wrong); r.code != 1 || !strings.Contains(r.stdout, `"exit_code": 1`) || !strings.Contains(r.stdout, `"error": "no daemon socket at `) {
 		t.Errorf("ps --json --address %s: %s", wrong, r)
 	}
 	if r := cli("", env, "cp", filepath.Join(ws, "missing.txt"), id+":/workspace"); r.code == 0 || !strings.Contains(r.stderr, "on this host") || strings.Contains(r.stderr, "daemon") {

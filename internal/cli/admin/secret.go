@@ -111,13 +111,14 @@ on the requests the grant covers (see airlock create --help, --grant).
 		})
 	}
 	rm := &cobra.Command{Use: "rm NAME", Short: "Delete a secret (grants naming it fail from their next request)", Args: cobra.ExactArgs(1)}
-	rk := cmdutil.AddConn(rm, g, false)
+	rk := cmdutil.AddConn(rm, g, true)
 	rm.RunE = func(cmd *cobra.Command, args []string) error {
 		cl, err := rk.Client(false)
 		if err != nil {
 			return err
 		}
-		return cmdutil.APIErr(cl.RemoveSecret(cmd.Context(), args[0]))
+		err = cl.RemoveSecret(cmd.Context(), args[0])
+		return rk.Show(map[string]any{"name": args[0], "removed": true}, err, func() error { return nil })
 	}
 	c.AddCommand(add, ls, rotate, rm)
 	return c

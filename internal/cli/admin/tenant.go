@@ -211,13 +211,14 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 	uf.BoolVar(&noRoots, "no-roots", false, "take every host root from the tenant")
 	uq.bind(uf)
 	rm := &cobra.Command{Use: "rm NAME", Short: "Destroy a tenant's sandboxes and remove it", Args: cobra.ExactArgs(1)}
-	rk := cmdutil.AddConn(rm, g, false)
+	rk := cmdutil.AddConn(rm, g, true)
 	rm.RunE = func(cmd *cobra.Command, args []string) error {
 		cl, err := rk.Client(true)
 		if err != nil {
 			return err
 		}
-		return cmdutil.APIErr(cl.DeleteTenant(cmd.Context(), args[0]))
+		err = cl.DeleteTenant(cmd.Context(), args[0])
+		return rk.Show(map[string]any{"name": args[0], "removed": true}, err, func() error { return nil })
 	}
 	c.AddCommand(create, ls, update, rm)
 	return c

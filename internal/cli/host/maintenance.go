@@ -135,7 +135,7 @@ once into a content-addressed cache under /var/lib/airlock/images and shared
 read-only by every sandbox that uses them. The cache is capped; the least
 recently used images are evicted first, never one in use.`,
 	}
-	var asJSON bool
+	var asJSON, rmJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List cached images",
@@ -172,22 +172,37 @@ recently used images are evicted first, never one in use.`,
 				return err
 			}
 			defer sys.Close()
-			var failed error
+			type outcome struct {
+				Image string   `json:"image"`
+				OK    bool     `json:"ok"`
+				ID    string   `json:"id,omitempty"`
+				Names []string `json:"names,omitempty"`
+				Error string   `json:"error,omitempty"`
+			}
+			out := make([]outcome, 0, len(args))
+			var errs []error
 			for _, a := range args {
 				m, err := sys.Lifecycle.Images().Remove(a)
 				if err != nil {
 					g.Warn(err.Error())
-					failed = errdefs.ErrNotFound
+					errs = append(errs, err)
+					out = append(out, outcome{Image: a, Error: err.Error()})
 					continue
 				}
-				fmt.Fprintf(g.Stdout, "removed %s (%s)\n", m.ID[:12], strings.Join(m.Names, ", "))
+				out = append(out, outcome{Image: a, OK: true, ID: m.ID, Names: m.Names})
+				if !rmJSON {
+					fmt.Fprintf(g.Stdout, "removed %s (%s)\n", m.ID[:12], strings.Join(m.Names, ", "))
+				}
 			}
-			if failed != nil {
-				return cmdutil.ExitError{Code: 1}
+			if rmJSON {
+				if err := cmdutil.PrintJSON(g.Stdout, out); err != nil {
+					return err
+				}
 			}
-			return nil
+			return cmdutil.Exit(cmdutil.ExitCode(cmd, errors.Join(errs...)))
 		},
 	}
+	rm.Flags().BoolVar(&rmJSON, "json", false, "print what was removed (and what was not, and why) as JSON")
 	pull := &cobra.Command{
 		Use:   "pull IMAGE",
 		Short: "Fetch and unpack an image into the cache without running anything",

@@ -142,7 +142,7 @@ Exit status:
 	f.StringArrayVar(&secrets, "secret", nil, "a secret for --grant: NAME=env:VARIABLE or NAME=file:PATH (never the value itself; repeatable)")
 	f.StringVar(&s.Scan, "scan", "record", "what a credential in a request the proxy can read does: block, redact or record")
 	_ = f.MarkHidden("dns-upstream")
-	return c
+	return cmdutil.Relays(c)
 }
 
 // netFlags are run's host-side network options.

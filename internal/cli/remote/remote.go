@@ -1,8 +1,9 @@
 // Package remote holds the commands that work on a daemon's sandboxes
 // through the Go SDK (client): create, ps, exec, attach, signal, cat,
-// write, edit, ls, cp, diff, rm, pause, resume, extend and snapshot. It
-// imports api, client, internal/cli/cmdutil, internal/spec,
-// internal/errdefs and internal/untrusted, nothing of the engine.
+// write, edit, ls, cp, diff, rm, pause, resume, extend, snapshot, logs,
+// inspect and stats. It imports api, client, internal/cli/cmdutil,
+// internal/spec, internal/errdefs and internal/untrusted, nothing of the
+// engine.
 package remote
 
 import (
@@ -47,7 +48,7 @@ func onDaemon(g *cmdutil.Globals, c *cobra.Command, jsonFlag bool, run func(ctx 
 // Commands are the commands that work on a daemon's sandboxes.
 func Commands(g *cmdutil.Globals) []*cobra.Command {
 	return []*cobra.Command{
-		createCmd(g), psCmd(g), inspectCmd(g), statsCmd(g), execCmd(g), attachCmd(g), signalCmd(g),
+		createCmd(g), psCmd(g), inspectCmd(g), statsCmd(g), execCmd(g), attachCmd(g), logsCmd(g), signalCmd(g),
 		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
 		eachCmd(g, "rm SANDBOX...", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
 		eachCmd(g, "pause SANDBOX...", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
@@ -163,7 +164,12 @@ func execCmd(g *cmdutil.Globals) *cobra.Command {
 		Long: `exec runs one command in a long-lived sandbox and streams its output. The
 exit code is the command's (124 on --timeout). -i passes this terminal's
 stdin; -t gives the command a terminal; -d leaves it running in the
-background and prints its pid (see ps, attach and signal).`,
+background and prints its pid (see ps, attach, logs and signal).
+
+--json prints, after the command's output, one JSON object on stdout:
+sandbox_id, pid, exec_id (its id in the audit log), exit_code, status,
+and when they apply error, timed_out, sandbox_ended and end_reason, and
+duration_ms; with -d, sandbox_id, pid and exec_id.`,
 		Args: cobra.MinimumNArgs(2),
 	}
 	f := c.Flags()
@@ -176,7 +182,7 @@ background and prints its pid (see ps, attach and signal).`,
 	f.BoolVarP(&req.Background, "detach", "d", false, "start in the background and print the pid")
 	f.StringVar(&req.Tag, "tag", "", "a name for the process (background commands)")
 	c.Flags().SetInterspersed(false)
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, cmdutil.Relays(c), true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		id := args[0]
 		req.Cmd = args[1:]
 		if flag := cmdutil.MisplacedFlag(c.Flags(), req.Cmd[0]); flag != "" {
@@ -204,6 +210,7 @@ background and prints its pid (see ps, attach and signal).`,
 		req.KeepStdin = interactive && !tty
 		ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM)
 		defer stop()
+		t0 := time.Now()
 		s, err := cl.ExecStream(ctx, id, &req)
 		if err != nil {
 			return cmdutil.APIErr(err)
@@ -215,9 +222,12 @@ background and prints its pid (see ps, attach and signal).`,
 		}
 		if first.End != nil { // it could not start
 			fmt.Fprintf(g.Stderr, "airlock: %s\n", first.End.Error)
-			return cmdutil.ExitError{Code: first.End.ExitCode}
+			return endOf(g, k, &execResult{SandboxID: id, ExecEnd: first.End}, t0)
 		}
 		if req.Background {
+			if k.AsJSON {
+				return cmdutil.PrintJSON(g.Stdout, &execResult{SandboxID: id, PID: first.PID, ExecID: first.ExecID})
+			}
 			fmt.Fprintln(g.Stdout, first.PID)
 			return nil
 		}
@@ -270,21 +280,43 @@ background and prints its pid (see ps, attach and signal).`,
 		} else if end.Error != "" {
 			fmt.Fprintf(g.Stderr, "airlock: %s\n", end.Error)
 		}
-		return cmdutil.Exit(end.ExitCode)
+		return endOf(g, k, &execResult{SandboxID: id, PID: first.PID, ExecID: first.ExecID, ExecEnd: end}, t0)
 	})
+}
+
+// execResult is how a command of exec or attach ended, for --json.
+type execResult struct {
+	SandboxID string `json:"sandbox_id"`
+	PID       uint32 `json:"pid,omitempty"`
+	ExecID    string `json:"exec_id,omitempty"`
+	*api.ExecEnd
+	DurationMS float64 `json:"duration_ms,omitempty"`
+}
+
+// endOf prints, under --json, how the command ended (after its output),
+// and exits with its exit code.
+func endOf(g *cmdutil.Globals, k *cmdutil.Conn, r *execResult, t0 time.Time) error {
+	if k.AsJSON {
+		r.DurationMS = float64(time.Since(t0).Microseconds()) / 1000
+		if err := cmdutil.PrintJSON(g.Stdout, r); err != nil {
+			return err
+		}
+	}
+	return cmdutil.Exit(r.ExitCode)
 }
 
 func attachCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "attach SANDBOX PID",
-		Short: "Stream a background command's output until it ends",
+		Short: "Stream a background command's output until it ends; exits with its exit code",
 		Args:  cobra.ExactArgs(2),
 	}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, cmdutil.Relays(c), true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		pid, err := strconv.ParseUint(args[1], 10, 32)
 		if err != nil {
 			return errdefs.Invalid("PID: " + err.Error())
 		}
+		t0 := time.Now()
 		s, err := cl.Attach(ctx, args[0], uint32(pid))
 		if err != nil {
 			return cmdutil.APIErr(err)
@@ -294,7 +326,65 @@ func attachCmd(g *cmdutil.Globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return cmdutil.Exit(end.ExitCode)
+		return endOf(g, k, &execResult{SandboxID: args[0], PID: uint32(pid), ExecEnd: end}, t0)
+	})
+}
+
+func logsCmd(g *cmdutil.Globals) *cobra.Command {
+	var follow bool
+	c := &cobra.Command{
+		Use:   "logs [--follow] SANDBOX PID",
+		Short: "Print what a background command has printed since it started",
+		Long: `logs prints the output of a background command (exec -d): stdout to stdout,
+stderr to stderr, in the order it came. The daemon keeps the newest 1 MiB
+of each command's output (16 MiB per sandbox, 64 MiB per tenant; a line on
+stderr says how much earlier output is no longer kept), from when the
+command started, and an ended command's too, until its sandbox ends.
+--follow goes on with new output until the command ends. logs exits 0
+whatever the command's status (attach exits with it).
+
+  pid=$(airlock exec -d "$id" -- make serve)
+  airlock logs -f "$id" "$pid"`,
+		Args: cobra.ExactArgs(2),
+	}
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "go on with new output until the command ends")
+	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+		pid, err := strconv.ParseUint(args[1], 10, 32)
+		if err != nil {
+			return errdefs.Invalid("PID: " + err.Error())
+		}
+		ctx, stop := signal.NotifyContext(ctx, unix.SIGINT, unix.SIGTERM)
+		defer stop()
+		s, err := cl.Logs(ctx, args[0], uint32(pid), follow)
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		defer s.Close()
+		for {
+			ev, err := s.Next()
+			switch {
+			case err == io.EOF && !follow:
+				return nil
+			case err != nil && ctx.Err() != nil:
+				return nil // interrupted: what came is printed
+			case err == io.EOF:
+				return io.ErrUnexpectedEOF
+			case err != nil:
+				return err
+			}
+			if ev.Dropped > 0 {
+				g.Warn(fmt.Sprintf("%d bytes of earlier output are no longer kept", ev.Dropped))
+			}
+			if _, err := g.Stdout.Write(append(ev.Stdout, ev.PTY...)); err != nil {
+				return err
+			}
+			if _, err := g.Stderr.Write(ev.Stderr); err != nil {
+				return err
+			}
+			if ev.End != nil {
+				return nil
+			}
+		}
 	})
 }
 
@@ -403,12 +493,18 @@ func diffCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "diff SANDBOX",
 		Short: "Print the unified diff of a sandbox's /workspace since it was created",
-		Args:  cobra.ExactArgs(1),
+		Long: `diff prints the unified diff of a sandbox's /workspace since it was created
+(on a terminal, with the sandbox's control characters made visible). --json
+prints {"sandbox_id": ..., "patch": ...}, the patch as it is.`,
+		Args: cobra.ExactArgs(1),
 	}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		d, err := cl.Diff(ctx, args[0])
 		if err != nil {
 			return cmdutil.APIErr(err)
+		}
+		if k.AsJSON {
+			return cmdutil.PrintJSON(g.Stdout, map[string]string{"sandbox_id": args[0], "patch": d})
 		}
 		_, err = io.WriteString(cmdutil.ForTerminal(g.Stdout), d)
 		return err
@@ -416,29 +512,52 @@ func diffCmd(g *cmdutil.Globals) *cobra.Command {
 }
 
 // eachCmd is a command that does one thing to each of its arguments (use
-// names them), going on past a failure; it fails if any did.
+// names them), going on past a failure; it fails if any did. Under --json
+// it prints a list: each argument's id, ok, and error when it failed.
 func eachCmd(g *cmdutil.Globals, use, short string, do func(ctx context.Context, cl *client.Client, id string) error) *cobra.Command {
 	c := &cobra.Command{Use: use, Short: short, Args: cobra.MinimumNArgs(1)}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	type outcome struct {
+		ID    string `json:"id"`
+		OK    bool   `json:"ok"`
+		Error string `json:"error,omitempty"`
+	}
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		var errs []error
+		out := make([]outcome, 0, len(args))
 		for _, id := range args {
-			if err := do(ctx, cl, id); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", id, cmdutil.APIErr(err)))
+			err := do(ctx, cl, id)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", id, cmdutil.APIErr(err))
+				errs = append(errs, err)
+				out = append(out, outcome{ID: id, Error: err.Error()})
+				continue
 			}
+			out = append(out, outcome{ID: id, OK: true})
 		}
-		return errors.Join(errs...)
+		err := errors.Join(errs...)
+		if !k.AsJSON {
+			return err
+		}
+		if perr := cmdutil.PrintJSON(g.Stdout, out); perr != nil {
+			return perr
+		}
+		// The list says what failed; stderr says it too, and the exit
+		// status is the table's.
+		for _, e := range errs {
+			g.Warn(e.Error())
+		}
+		return cmdutil.Exit(cmdutil.ExitCode(c, err))
 	})
 }
 
 func extendCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{Use: "extend SANDBOX TTL", Short: "Set a sandbox's expiry to TTL (a Go duration) from now", Args: cobra.ExactArgs(2)}
-	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
+	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		sb, err := cl.Extend(ctx, args[0], args[1])
-		if err != nil {
-			return cmdutil.APIErr(err)
-		}
-		fmt.Fprintf(g.Stdout, "%s expires %s\n", sb.ID, sb.Expires.Format(time.RFC3339))
-		return nil
+		return k.Show(sb, err, func() error {
+			fmt.Fprintf(g.Stdout, "%s expires %s\n", sb.ID, sb.Expires.Format(time.RFC3339))
+			return nil
+		})
 	})
 }
 

@@ -1,8 +1,9 @@
 // Package execs is the sandbox service's calls on commands: exec (its
 // scan, its records before the pid is told, its timeout and the kill of a
 // command whose caller went away, a background command followed to its
-// end), attach, processes, input, signals and terminal sizes; a command
-// killed because its sandbox is ending is told the sandbox's end.
+// end, its output kept for logs), attach, logs, processes, input, signals
+// and terminal sizes; a command killed because its sandbox is ending is
+// told the sandbox's end.
 package execs
 
 import (
@@ -32,10 +33,14 @@ type Commands struct {
 	// background counts running background commands per tenant id (and
 	// Box.Background per sandbox), under Core.Mu.
 	background map[string]int
+	// logs is the output kept of background commands.
+	logs *logs
 }
 
 // New makes the calls on commands of c's sandboxes.
-func New(c *core.Core) *Commands { return &Commands{Core: c, background: map[string]int{}} }
+func New(c *core.Core) *Commands {
+	return &Commands{Core: c, background: map[string]int{}, logs: newLogs()}
+}
 
 // takeBackground counts one more background command of b, within the
 // sandbox's and its tenant's caps; release gives it back.
@@ -121,9 +126,16 @@ func (s *Commands) Exec(ctx context.Context, t *tenant.Principal, id string, req
 		return err
 	}
 	following := false // a background command's stream is closed by its follower
+	var out *outputLog // a background command's output kept, from its start
+	if req.Background {
+		out = s.keepLog(b, x.pid)
+	}
 	defer func() {
 		if !following {
 			x.stream.Close()
+			if out != nil {
+				out.finish(nil)
+			}
 		}
 	}()
 	if err := emit(&api.ExecEvent{PID: x.pid, ExecID: x.id}); err != nil {
@@ -139,7 +151,7 @@ func (s *Commands) Exec(ctx context.Context, t *tenant.Principal, id string, req
 		// Follow it to its end, for the record; the caller has its pid.
 		stop, done := cancel, release
 		cancel, following, release = nil, true, func() {}
-		go x.follow(stop, done)
+		go x.follow(out, stop, done)
 		return nil
 	}
 	return x.foreground(ctx, timeout, emit)
@@ -335,9 +347,10 @@ func (x *execution) ended(end *api.ExecEnd) {
 	x.s.Cfg.Audit.Note(x.w, d)
 }
 
-// follow follows a background command to its end, for the record, then
-// closes its stream, cancels it (stop) and gives its slot back (done).
-func (x *execution) follow(stop, done func()) {
+// follow follows a background command to its end, for the record and
+// its log (out), then closes its stream, cancels it (stop) and gives its
+// slot back (done).
+func (x *execution) follow(out *outputLog, stop, done func()) {
 	defer done()
 	defer stop()
 	defer x.stream.Close()
@@ -345,10 +358,13 @@ func (x *execution) follow(stop, done func()) {
 	_ = x.relay(func(ev *api.ExecEvent) error {
 		if ev.End != nil {
 			last = x.s.tellEnd(x.b, x.before, ev.End)
+		} else {
+			out.add(ev)
 		}
 		return nil
 	})
 	x.ended(last)
+	out.finish(last)
 }
 
 // foreground streams a command's events to emit until its end, killing it
