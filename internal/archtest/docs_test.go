@@ -209,7 +209,7 @@ var claims = []claim{
 	{pkg: "internal/wall/container", phrase: "It imports internal/wall, internal/wall/container/sealedexe, internal/linux/*, internal/errdefs, internal/cleanup and nsinit (for the wire types), nothing above.", own: []string{"internal/wall", "internal/wall/container/sealedexe", "internal/linux/...", "internal/errdefs", "internal/cleanup", "internal/confined/nsinit"}},
 	{pkg: "internal/wall/container/sealedexe", phrase: "It imports x/sys only.", libs: []string{"golang.org/x/sys/..."}},
 
-	{pkg: "internal/image", phrase: "It imports its subpackages, go-containerregistry, internal/errdefs and x/sys.", own: []string{"internal/image/{rootfs,unpack}", "internal/errdefs"}, libs: []string{"github.com/google/go-containerregistry/...", "golang.org/x/sys/..."}},
+	{pkg: "internal/image", phrase: "It imports its subpackages, go-containerregistry, internal/errdefs, internal/progress and x/sys.", own: []string{"internal/image/{rootfs,unpack}", "internal/errdefs", "internal/progress"}, libs: []string{"github.com/google/go-containerregistry/...", "golang.org/x/sys/..."}},
 	{pkg: "internal/image/rootfs", phrase: "It imports internal/errdefs and x/sys.", own: []string{"internal/errdefs"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/image/unpack", phrase: "It imports internal/errdefs and x/sys.", own: []string{"internal/errdefs"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/workspace", phrase: "It imports internal/workspace/safefs, internal/untrusted, go-udiff and x/sys.", own: []string{"internal/workspace/safefs", "internal/untrusted"}, libs: []string{"github.com/aymanbagabas/go-udiff/...", "golang.org/x/sys/..."}},
