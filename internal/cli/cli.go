@@ -62,6 +62,7 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
 	root.PersistentFlags().StringVar(&g.DataDir, "data-dir", "/var/lib/airlock", "persistent data (image cache)")
 	root.PersistentFlags().BoolVar(&g.Debug, "debug", false, "structured debug logs on stderr")
 	root.PersistentFlags().StringVar(&g.ImageCache, "image-cache-size", "20G", "cap on the OCI image cache; least recently used images are evicted past it")
+	root.PersistentFlags().BoolVar(&g.ForceProgress, "progress", false, "draw the progress of long work (image pulls, snapshots) on stderr even when it is not a terminal (never under --json)")
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")
 	root.AddCommand(host.Commands(g, Version)...)
@@ -91,8 +92,11 @@ the same commands (or the HTTP API of docs/api.md, or the Go SDK):
 	}
 	fmt.Fprintf(g.Stderr, "airlock: %v\n", err)
 	code := 1
+	// run's errors are all "the sandbox could not be created" (its
+	// command's own end is an ExitError): a registry that refused the
+	// image or did not answer in time too.
 	if errors.Is(err, errdefs.ErrInvalidArgument) || errors.Is(err, errdefs.ErrUnavailable) ||
-		errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) {
+		errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrResourceExhausted) || cmd.Parent() == root && cmd.Name() == "run" {
 		code = run.ExitCreate
 	}
 	// Under --json the error is JSON on stdout too: a script reading the

@@ -163,6 +163,7 @@ func openLayout(p string) (v1.Image, error) {
 }
 
 func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, warn func(string)) (*rootfs.Layout, error) {
+	defer progress.Report(ctx, progress.Event{Op: "pull", Subject: ref, Done: true})
 	if strings.HasPrefix(ref, "oci:") || strings.HasPrefix(ref, "docker-archive:") {
 		return s.resolveOCIAt(ctx, ref, at, nil, warn)
 	}
@@ -297,7 +298,7 @@ func (s *Store) unpack(ctx context.Context, img v1.Image, man *v1.Manifest, id, 
 			return nil, fmt.Errorf("%s layer %d/%d: %w", ref, i+1, len(layers), err)
 		}
 	}
-	progress.Report(ctx, progress.Event{Op: "unpack", Subject: ref, Message: fmt.Sprintf("unpacked %s: %d layers, %s MiB, in %s", ref, len(layers), mib(u.Written()), time.Since(rep.start).Round(time.Millisecond))})
+	progress.Report(ctx, progress.Event{Op: "unpack", Subject: ref, Stays: true, Message: fmt.Sprintf("unpacked %s: %d layers, %s MiB, in %s", ref, len(layers), progress.MiB(u.Written()), time.Since(rep.start).Round(time.Millisecond))})
 	// The root directory itself is the sandbox's /: root-owned, 0755.
 	if err := os.Chmod(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
 		return nil, err
@@ -568,5 +569,3 @@ func (r *reporter) report() {
 	}
 	progress.Report(r.ctx, e)
 }
-
-func mib(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Event is one report of long work.
@@ -20,9 +21,11 @@ type Event struct {
 	Op string `json:"op"`
 	// Subject is what is worked on: an image reference, a sandbox id.
 	Subject string `json:"subject,omitempty"`
-	// Message, when set, is a line that stands (what is pulled, from
-	// where); the counts below are then empty.
+	// Message, when set, is what to show instead of the counts: until the
+	// next event ("pulling docker.io/library/python:3.12
+	// (index.docker.io)"), or for good when Stays.
 	Message string `json:"message,omitempty"`
+	Stays   bool   `json:"stays,omitempty"`
 	// Layer of Layers is the image layer at work (1-based).
 	Layer  int `json:"layer,omitempty"`
 	Layers int `json:"layers,omitempty"`
@@ -30,6 +33,8 @@ type Event struct {
 	// Total is known (0: unknown).
 	Bytes int64 `json:"bytes,omitempty"`
 	Total int64 `json:"total,omitempty"`
+	// Done ends the work: what was drawn for it goes.
+	Done bool `json:"done,omitempty"`
 }
 
 // String is the event as a person reads it: "pull python:3.12: layer 2/5
@@ -48,14 +53,15 @@ func (e Event) String() string {
 		fmt.Fprintf(&b, " layer %d/%d", e.Layer, e.Layers)
 	}
 	if e.Total > 0 {
-		fmt.Fprintf(&b, " %s/%s MiB", mib(e.Bytes), mib(e.Total))
+		fmt.Fprintf(&b, " %s/%s MiB", MiB(e.Bytes), MiB(e.Total))
 	} else {
-		fmt.Fprintf(&b, " %s MiB", mib(e.Bytes))
+		fmt.Fprintf(&b, " %s MiB", MiB(e.Bytes))
 	}
 	return b.String()
 }
 
-func mib(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
+// MiB is n bytes in MiB, one decimal: "12.3".
+func MiB(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
 
 type key struct{}
 
@@ -83,30 +89,48 @@ func Enabled(ctx context.Context) bool {
 	return ok
 }
 
-// Line draws events on one line of a terminal, each over the last; an
-// event with a Message is printed on a line of its own and stays. Clear
-// erases the drawn line, before anything else is written to w.
+// Line draws events on one line of a terminal, each over the last; a
+// Message that Stays is printed on a line of its own, and Done erases the
+// line. Plain (a writer that is not a terminal) prints each event on a
+// line of its own instead: Messages, a layer's first report and then at
+// most one report every PlainEvery.
 type Line struct {
 	W      io.Writer
 	Prefix string // "airlock: "
+	Plain  bool
 	mu     sync.Mutex
 	drawn  bool
+	last   time.Time
+	layer  int
 }
+
+// PlainEvery spaces the reports of a Plain line.
+const PlainEvery = 2 * time.Second
 
 // Report draws e.
 func (l *Line) Report(e Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e.Message != "" {
+	switch {
+	case e.Done:
 		l.clear()
-		fmt.Fprintf(l.W, "%s%s\n", l.Prefix, e.Message)
-		return
+	case l.Plain:
+		if e.Message == "" && e.Layer == l.layer && time.Since(l.last) < PlainEvery {
+			return
+		}
+		l.last, l.layer = time.Now(), e.Layer
+		fmt.Fprintf(l.W, "%s%s\n", l.Prefix, e)
+	case e.Stays:
+		l.clear()
+		fmt.Fprintf(l.W, "%s%s\n", l.Prefix, e)
+	default:
+		fmt.Fprintf(l.W, "\r\x1b[K%s%s", l.Prefix, e)
+		l.drawn = true
 	}
-	fmt.Fprintf(l.W, "\r\x1b[K%s%s", l.Prefix, e)
-	l.drawn = true
 }
 
-// Clear erases the line drawn last, if any.
+// Clear erases the line drawn last, if any: before anything else is
+// written to W.
 func (l *Line) Clear() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
