@@ -238,7 +238,7 @@ var claims = []claim{
 	{pkg: "internal/cli/cmdutil", phrase: "It imports api, client, internal/spec, internal/errdefs, internal/progress and internal/untrusted, and nothing of the engine", own: []string{"api", "client", "internal/spec", "internal/errdefs", "internal/progress", "internal/untrusted"}},
 	{pkg: "internal/cli/host", phrase: "It imports api, internal/cli/cmdutil, internal/system, internal/run, internal/sandboxnet, internal/doctor, internal/sandbox, internal/spec and internal/errdefs.",
 		own: []string{"api", "internal/cli/cmdutil", "internal/system", "internal/run", "internal/sandboxnet", "internal/doctor", "internal/sandbox", "internal/spec", "internal/errdefs"}},
-	{pkg: "internal/cli/remote", phrase: "It imports api, client, internal/cli/cmdutil, internal/spec, internal/errdefs and internal/untrusted, nothing of the engine.", own: []string{"api", "client", "internal/cli/cmdutil", "internal/spec", "internal/errdefs", "internal/untrusted"}},
+	{pkg: "internal/cli/remote", phrase: "It imports api, client, internal/cli/cmdutil, internal/spec, internal/errdefs, internal/progress and internal/untrusted, nothing of the engine.", own: []string{"api", "client", "internal/cli/cmdutil", "internal/spec", "internal/errdefs", "internal/progress", "internal/untrusted"}},
 }
 
 // importWord is how a doc speaks of importing.

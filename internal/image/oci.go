@@ -163,7 +163,17 @@ func openLayout(p string) (v1.Image, error) {
 }
 
 func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, warn func(string)) (*rootfs.Layout, error) {
-	defer progress.Report(ctx, progress.Event{Op: "pull", Subject: ref, Done: true})
+	if progress.Enabled(ctx) {
+		// What was drawn goes at the end; a refusal before any report
+		// draws nothing and ends nothing.
+		outer, reported := ctx, false
+		ctx = progress.With(ctx, func(e progress.Event) { reported = true; progress.Report(outer, e) })
+		defer func() {
+			if reported {
+				progress.Report(outer, progress.Event{Op: "pull", Subject: ref, Done: true})
+			}
+		}()
+	}
 	if strings.HasPrefix(ref, "oci:") || strings.HasPrefix(ref, "docker-archive:") {
 		return s.resolveOCIAt(ctx, ref, at, nil, warn)
 	}

@@ -1,19 +1,28 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // `airlock image pull` says what it pulls from where and draws each
@@ -87,5 +96,49 @@ func TestImagePullSaysWhatWhereAndHowFar(t *testing.T) {
 		if r.code != c.code || !strings.Contains(r.stderr, c.says) {
 			t.Errorf("%v: want exit %d saying %q: %s", c.args, c.code, c.says, r)
 		}
+	}
+}
+
+// `airlock create` on a terminal (here forced: --progress) draws what the
+// daemon reports of its image's unpack, streamed with the create
+// (?progress=true), then prints the id alone on stdout; a create refused
+// before any progress is a plain error reply, in its own class.
+func TestCreateStreamsTheImagesProgress(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	tn, err := d.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: "progress", Roots: []string{testRoot(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oci := filepath.Join(t.TempDir(), "layout")
+	lp, err := layout.Write(oci, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lp.AppendImage(testImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", d.data, "--progress", "create", "--image", "oci:"+oci, "--ttl", "5m")
+	cmd.Env = append(os.Environ(), "AIRLOCK_ADDRESS="+d.sock, "AIRLOCK_API_KEY="+tn.Key)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("create: %v\n%s%s", err, out.String(), errb.String())
+	}
+	c := d.client(t, tn.Key)
+	id := strings.TrimSpace(out.String())
+	defer func() { _ = c.Destroy(context.Background(), id) }()
+	if _, err := c.Sandbox(context.Background(), id); err != nil {
+		t.Errorf("stdout %q is not the sandbox's id: %v", out.String(), err)
+	}
+	for _, want := range []string{"airlock: unpack oci:" + oci + ": layer 1/2 ", "airlock: unpack oci:" + oci + ": layer 2/2 ", "airlock: unpacked oci:" + oci + ": 2 layers,"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("no %q in stderr:\n%s", want, errb.String())
+		}
+	}
+
+	var events []*api.Progress
+	_, err = c.CreateSandboxProgress(context.Background(), &api.CreateSandbox{Image: "127.0.0.1:1/acme/tool:1"}, func(p *api.Progress) { events = append(events, p) })
+	if code(err) != api.CodePermissionDenied || len(events) != 0 {
+		t.Errorf("an unlisted registry: %v after %d events", err, len(events))
 	}
 }
