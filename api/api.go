@@ -188,6 +188,31 @@ type Usage struct {
 	PidsLimited     int64   `json:"pids_limited,omitempty"`
 }
 
+// Progress is one report of a create's long work (its image's pull and
+// unpack), on the stream of POST /v1/sandboxes?progress=true. Op is
+// "pull" (a registry's bytes of layer Layer of Layers, of Total: its
+// declared size) or "unpack" (bytes written); Message, when set, is shown
+// instead of the counts (for good when Stays); Done ends the work.
+type Progress struct {
+	Op      string `json:"op"`
+	Subject string `json:"subject,omitempty"`
+	Message string `json:"message,omitempty"`
+	Stays   bool   `json:"stays,omitempty"`
+	Layer   int    `json:"layer,omitempty"`
+	Layers  int    `json:"layers,omitempty"`
+	Bytes   int64  `json:"bytes,omitempty"`
+	Total   int64  `json:"total,omitempty"`
+	Done    bool   `json:"done,omitempty"`
+}
+
+// CreateEvent is one line of POST /v1/sandboxes?progress=true: progress
+// as it comes, then the sandbox, or the error that ended the create.
+type CreateEvent struct {
+	Progress *Progress `json:"progress,omitempty"`
+	Sandbox  *Sandbox  `json:"sandbox,omitempty"`
+	Error    *Error    `json:"error,omitempty"`
+}
+
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	ID          string            `json:"id"`

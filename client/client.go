@@ -139,6 +139,43 @@ func (c *Client) CreateSandbox(ctx context.Context, req *api.CreateSandbox) (*ap
 	return &out, c.call(ctx, "POST", "/v1/sandboxes", nil, req, &out)
 }
 
+// CreateSandboxProgress makes a sandbox (tenant key) as CreateSandbox
+// does, handing each report of its long work (its image's pull and
+// unpack) to progress as it comes.
+func (c *Client) CreateSandboxProgress(ctx context.Context, req *api.CreateSandbox, progress func(*api.Progress)) (*api.Sandbox, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.request(ctx, "POST", "/v1/sandboxes", url.Values{"progress": {"true"}}, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if !strings.HasPrefix(res.Header.Get("Content-Type"), "application/x-ndjson") {
+		var out api.Sandbox
+		return &out, json.NewDecoder(res.Body).Decode(&out)
+	}
+	dec := json.NewDecoder(res.Body)
+	for {
+		var ev api.CreateEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("create: the progress stream ended without the sandbox: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return nil, ev.Error
+		case ev.Sandbox != nil:
+			return ev.Sandbox, nil
+		case ev.Progress != nil && progress != nil:
+			progress(ev.Progress)
+		}
+	}
+}
+
 // Sandboxes lists the caller's live sandboxes.
 func (c *Client) Sandboxes(ctx context.Context) ([]*api.Sandbox, error) {
 	var out []*api.Sandbox

@@ -192,6 +192,7 @@ var claims = []claim{
 	{pkg: "client", phrase: "It imports only api/ and the standard library.", own: []string{"api"}, libs: std},
 	{pkg: "internal/audit", phrase: "It imports only the standard library.", libs: std},
 	{pkg: "internal/errdefs", phrase: "It imports only the standard library.", libs: std},
+	{pkg: "internal/progress", phrase: "It imports the standard library only.", libs: std},
 	{pkg: "internal/untrusted", phrase: "It imports nothing of airlock,", atMost: true},
 	{pkg: "internal/spec", phrase: "It may import only api/ and errdefs.", own: []string{"api", "internal/errdefs"}, atMost: true},
 	{pkg: "internal/store", phrase: "It imports the standard library and the driver only.", libs: []string{"modernc.org/sqlite/..."}},
@@ -209,7 +210,7 @@ var claims = []claim{
 	{pkg: "internal/wall/container", phrase: "It imports internal/wall, internal/wall/container/sealedexe, internal/linux/*, internal/errdefs, internal/cleanup and nsinit (for the wire types), nothing above.", own: []string{"internal/wall", "internal/wall/container/sealedexe", "internal/linux/...", "internal/errdefs", "internal/cleanup", "internal/confined/nsinit"}},
 	{pkg: "internal/wall/container/sealedexe", phrase: "It imports x/sys only.", libs: []string{"golang.org/x/sys/..."}},
 
-	{pkg: "internal/image", phrase: "It imports its subpackages, go-containerregistry, internal/errdefs and x/sys.", own: []string{"internal/image/{rootfs,unpack}", "internal/errdefs"}, libs: []string{"github.com/google/go-containerregistry/...", "golang.org/x/sys/..."}},
+	{pkg: "internal/image", phrase: "It imports its subpackages, go-containerregistry, internal/errdefs, internal/progress and x/sys.", own: []string{"internal/image/{rootfs,unpack}", "internal/errdefs", "internal/progress"}, libs: []string{"github.com/google/go-containerregistry/...", "golang.org/x/sys/..."}},
 	{pkg: "internal/image/rootfs", phrase: "It imports internal/errdefs and x/sys.", own: []string{"internal/errdefs"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/image/unpack", phrase: "It imports internal/errdefs and x/sys.", own: []string{"internal/errdefs"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/workspace", phrase: "It imports internal/workspace/safefs, internal/untrusted, go-udiff and x/sys.", own: []string{"internal/workspace/safefs", "internal/untrusted"}, libs: []string{"github.com/aymanbagabas/go-udiff/...", "golang.org/x/sys/..."}},
@@ -234,10 +235,10 @@ var claims = []claim{
 	{pkg: "internal/cli", phrase: "It imports internal/cli/host, internal/cli/remote, internal/cli/admin, internal/cli/cmdutil, api, internal/system, internal/mcp, internal/sandbox, internal/tenant, internal/audit, internal/audit/record, internal/store, internal/spec, internal/errdefs and internal/untrusted.",
 		own: []string{"internal/cli/{host,remote,admin,cmdutil}", "api", "internal/system", "internal/mcp", "internal/sandbox", "internal/tenant", "internal/audit", "internal/audit/record", "internal/store", "internal/spec", "internal/errdefs", "internal/untrusted"}},
 	{pkg: "internal/cli/admin", phrase: "the package imports api, internal/cli/cmdutil and internal/errdefs, nothing of the engine.", own: []string{"api", "internal/cli/cmdutil", "internal/errdefs"}},
-	{pkg: "internal/cli/cmdutil", phrase: "It imports api, client, internal/spec, internal/errdefs and internal/untrusted, and nothing of the engine", own: []string{"api", "client", "internal/spec", "internal/errdefs", "internal/untrusted"}},
+	{pkg: "internal/cli/cmdutil", phrase: "It imports api, client, internal/spec, internal/errdefs, internal/progress and internal/untrusted, and nothing of the engine", own: []string{"api", "client", "internal/spec", "internal/errdefs", "internal/progress", "internal/untrusted"}},
 	{pkg: "internal/cli/host", phrase: "It imports api, internal/cli/cmdutil, internal/system, internal/run, internal/sandboxnet, internal/doctor, internal/sandbox, internal/spec and internal/errdefs.",
 		own: []string{"api", "internal/cli/cmdutil", "internal/system", "internal/run", "internal/sandboxnet", "internal/doctor", "internal/sandbox", "internal/spec", "internal/errdefs"}},
-	{pkg: "internal/cli/remote", phrase: "It imports api, client, internal/cli/cmdutil, internal/spec, internal/errdefs and internal/untrusted, nothing of the engine.", own: []string{"api", "client", "internal/cli/cmdutil", "internal/spec", "internal/errdefs", "internal/untrusted"}},
+	{pkg: "internal/cli/remote", phrase: "It imports api, client, internal/cli/cmdutil, internal/spec, internal/errdefs, internal/progress and internal/untrusted, nothing of the engine.", own: []string{"api", "client", "internal/cli/cmdutil", "internal/spec", "internal/errdefs", "internal/progress", "internal/untrusted"}},
 }
 
 // importWord is how a doc speaks of importing.

@@ -16,11 +16,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/progress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
@@ -246,6 +248,35 @@ func (s *streamWriter) emit(v any) error {
 		return err
 	}
 	return http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// createStream runs create with its progress sent as NDJSON events as it
+// comes, then the sandbox; an error before the first event is a normal
+// error reply, one after it the stream's last event.
+func createStream(w http.ResponseWriter, r *http.Request, create func(context.Context) (*api.Sandbox, error)) error {
+	sw := &streamWriter{ResponseWriter: w}
+	var mu sync.Mutex
+	emit := func(ev *api.CreateEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = sw.emit(ev) // a caller gone is seen by the create's context
+	}
+	sb, err := create(progress.With(r.Context(), func(e progress.Event) {
+		emit(&api.CreateEvent{Progress: &api.Progress{Op: e.Op, Subject: e.Subject, Message: e.Message, Stays: e.Stays, Layer: e.Layer, Layers: e.Layers, Bytes: e.Bytes, Total: e.Total, Done: e.Done}})
+	}))
+	mu.Lock()
+	started := sw.started
+	mu.Unlock()
+	switch {
+	case err != nil && !started:
+		return err
+	case err != nil:
+		code := codeOf(err)
+		emit(&api.CreateEvent{Error: &api.Error{Code: code, Message: err.Error()}})
+	default:
+		emit(&api.CreateEvent{Sandbox: sb})
+	}
+	return nil
 }
 
 // lazyWriter sends the status line and headers with the first byte, so an
@@ -498,6 +529,13 @@ func (h *Handler) sandboxRoutes() []route {
 			var req api.CreateSandbox
 			if err := decode(w, r, &req); err != nil {
 				return err
+			}
+			stream, err := queryBool(r, "progress")
+			if err != nil {
+				return err
+			}
+			if stream {
+				return createStream(w, r, func(ctx context.Context) (*api.Sandbox, error) { return s.Create(ctx, p, &req) })
 			}
 			sb, err := s.Create(r.Context(), p, &req)
 			if err != nil {

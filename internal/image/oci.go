@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -28,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/image/unpack"
+	"github.com/airlock-sandbox/airlock/internal/progress"
 )
 
 // Cache layout: <dir>/<config digest hex>/{rootfs/, meta.json, use.lock}.
@@ -57,9 +59,10 @@ const (
 
 var platform = v1.Platform{OS: "linux", Architecture: "amd64"}
 
-// open opens image ref, reading its host path through at when that is set.
-// done removes what it copied.
-func (s *Store) open(ctx context.Context, ref string, at *os.File) (img v1.Image, done func(), err error) {
+// open opens image ref, reading its host path through at when that is set;
+// fetched counts the bytes a registry sends for it. done removes what it
+// copied.
+func (s *Store) open(ctx context.Context, ref string, at *os.File, fetched *atomic.Int64) (img v1.Image, done func(), err error) {
 	done = func() {}
 	switch {
 	case strings.HasPrefix(ref, "oci:"):
@@ -102,19 +105,18 @@ func (s *Store) open(ctx context.Context, ref string, at *os.File) (img v1.Image
 		if err != nil {
 			return nil, done, errdefs.Invalid(fmt.Sprintf("--image %q: %v", ref, err))
 		}
-		opts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(platform)}
 		if s.Tenants {
 			if err := s.registryAllowed(r); err != nil {
 				return nil, done, err
 			}
-			opts = append(opts, remote.WithTransport(s.transport()))
 		}
-		img, err := remote.Image(r, opts...)
-		if err != nil && s.Tenants {
-			return nil, done, s.summarise(ref, err)
-		}
+		// Say what is pulled from where before the first packet: a typo
+		// shows here.
+		progress.Report(ctx, progress.Event{Op: "pull", Subject: ref, Message: "pulling " + where(r)})
+		s.log.Info("image pull", "image", ref, "registry", r.Context().RegistryStr())
+		img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(platform), remote.WithTransport(s.transport(fetched)))
 		if err != nil {
-			return nil, done, fmt.Errorf("%w: pull %s: %v", errdefs.ErrNotFound, ref, err)
+			return nil, done, s.pullError(ref, r, err)
 		}
 		return img, done, nil
 	}
@@ -160,24 +162,41 @@ func openLayout(p string) (v1.Image, error) {
 	return nil, unpack.Hostile("OCI layout %s: indexes nested too deep", p)
 }
 
-func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, progress func(string)) (*rootfs.Layout, error) {
-	l, err := s.resolveOCIAt(ctx, ref, at, progress)
-	if err != nil && s.Tenants && !strings.HasPrefix(ref, "oci:") && !strings.HasPrefix(ref, "docker-archive:") {
-		return nil, s.summarise(ref, err)
+func (s *Store) resolveOCI(ctx context.Context, ref string, at *os.File, warn func(string)) (*rootfs.Layout, error) {
+	if progress.Enabled(ctx) {
+		// What was drawn goes at the end; a refusal before any report
+		// draws nothing and ends nothing.
+		outer, reported := ctx, false
+		ctx = progress.With(ctx, func(e progress.Event) { reported = true; progress.Report(outer, e) })
+		defer func() {
+			if reported {
+				progress.Report(outer, progress.Event{Op: "pull", Subject: ref, Done: true})
+			}
+		}()
+	}
+	if strings.HasPrefix(ref, "oci:") || strings.HasPrefix(ref, "docker-archive:") {
+		return s.resolveOCIAt(ctx, ref, at, nil, warn)
+	}
+	var fetched atomic.Int64
+	l, err := s.resolveOCIAt(ctx, ref, at, &fetched, warn)
+	if r, perr := name.ParseReference(ref); err != nil && perr == nil {
+		return nil, s.pullError(ref, r, err)
 	}
 	return l, err
 }
 
-func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progress func(string)) (*rootfs.Layout, error) {
-	img, done, err := s.open(ctx, ref, at)
+// resolveOCIAt resolves ref; fetched is nil for an image read from the
+// host, and counts a registry's bytes else.
+func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, fetched *atomic.Int64, warn func(string)) (*rootfs.Layout, error) {
+	img, done, err := s.open(ctx, ref, at, fetched)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrPermissionDenied) {
 			return nil, err
 		}
 		// Offline: a registry reference already in the cache still works.
-		if m, ok := s.byName(ref); ok && !strings.HasPrefix(ref, "oci:") && !strings.HasPrefix(ref, "docker-archive:") {
-			if progress != nil {
-				progress(fmt.Sprintf("%v; using the cached %s", err, ref))
+		if m, ok := s.byName(ref); ok && fetched != nil {
+			if warn != nil {
+				warn(fmt.Sprintf("%v; using the cached %s", err, ref))
 			}
 			return s.use(m, ref)
 		}
@@ -231,7 +250,7 @@ func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progr
 	if m, err := readMeta(dir); err == nil { // another run unpacked it meanwhile
 		return s.use(m, ref)
 	}
-	m, err := s.unpack(ctx, img, id.Hex, ref, cf, progress)
+	m, err := s.unpack(ctx, img, man, id.Hex, ref, cf, fetched)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +258,7 @@ func (s *Store) resolveOCIAt(ctx context.Context, ref string, at *os.File, progr
 	return s.use(m, ref)
 }
 
-func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1.ConfigFile, progress func(string)) (*Meta, error) {
+func (s *Store) unpack(ctx context.Context, img v1.Image, man *v1.Manifest, id, ref string, cf *v1.ConfigFile, fetched *atomic.Int64) (*Meta, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(s.dir, ".tmp-"+hex.EncodeToString(rnd[:]))
@@ -251,20 +270,24 @@ func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1
 	if err != nil {
 		return nil, unpack.Hostile("%s: layers: %v", ref, err)
 	}
-	rep := &reporter{what: ref, out: progress, start: time.Now()}
-	u, err := unpack.New(filepath.Join(tmp, "rootfs"), s.MaxBytes, rep.add)
+	rep := &reporter{ctx: ctx, ref: ref, fetched: fetched, layers: len(layers), start: time.Now()}
+	var count func(int64)
+	if progress.Enabled(ctx) {
+		count = rep.add
+	}
+	u, err := unpack.New(filepath.Join(tmp, "rootfs"), s.MaxBytes, count)
 	if err != nil {
 		return nil, err
 	}
 	defer u.Close()
-	if len(cf.RootFS.DiffIDs) != len(layers) {
+	if len(cf.RootFS.DiffIDs) != len(layers) || len(man.Layers) != len(layers) {
 		return nil, unpack.Hostile("%s: %d layers, and its config names %d", ref, len(layers), len(cf.RootFS.DiffIDs))
 	}
 	for i, l := range layers {
-		rep.layer = fmt.Sprintf("layer %d/%d", i+1, len(layers))
+		rep.next(man.Layers[i].Size)
 		rc, err := l.Uncompressed()
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
+			return nil, fmt.Errorf("%s layer %d/%d: %w", ref, i+1, len(layers), err)
 		}
 		// Hash what is unpacked, and the rest of the stream after the
 		// archive's end (padding, within a bound), against the config.
@@ -282,12 +305,10 @@ func (s *Store) unpack(ctx context.Context, img v1.Image, id, ref string, cf *v1
 			err = unpack.Hostile("it is not the layer its config names (%s)", want)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", ref, rep.layer, err)
+			return nil, fmt.Errorf("%s layer %d/%d: %w", ref, i+1, len(layers), err)
 		}
 	}
-	if progress != nil && time.Since(rep.start) > time.Second {
-		progress(fmt.Sprintf("unpacked %s (%d MiB) in %s", ref, u.Written()>>20, time.Since(rep.start).Round(time.Millisecond)))
-	}
+	progress.Report(ctx, progress.Event{Op: "unpack", Subject: ref, Stays: true, Message: fmt.Sprintf("unpacked %s: %d layers, %s MiB, in %s", ref, len(layers), progress.MiB(u.Written()), time.Since(rep.start).Round(time.Millisecond))})
 	// The root directory itself is the sandbox's /: root-owned, 0755.
 	if err := os.Chmod(filepath.Join(tmp, "rootfs"), 0o755); err != nil {
 		return nil, err
@@ -514,22 +535,47 @@ func checkArchive(p string) error {
 	return nil
 }
 
-// reporter prints progress lines after the first second of work.
+// reporter reports an unpack's progress: a registry's bytes of each layer
+// against the size its manifest declares, or (for an image read from the
+// host) the bytes written; at most every reportEvery, and at each layer's
+// start.
 type reporter struct {
-	what  string
-	out   func(string)
-	start time.Time
-	last  time.Time
-	total int64
-	layer string
+	ctx     context.Context
+	ref     string
+	fetched *atomic.Int64 // nil: read from the host
+	layers  int
+	start   time.Time
+	last    time.Time
+
+	layer   int
+	base    int64 // fetched when the layer started
+	size    int64 // the layer's declared size
+	written int64
+}
+
+const reportEvery = 200 * time.Millisecond
+
+func (r *reporter) next(size int64) {
+	r.layer++
+	r.size = size
+	if r.fetched != nil {
+		r.base = r.fetched.Load()
+	}
+	r.report()
 }
 
 func (r *reporter) add(n int64) {
-	r.total += n
-	now := time.Now()
-	if r.out == nil || now.Sub(r.start) < time.Second || now.Sub(r.last) < 2*time.Second {
-		return
+	r.written += n
+	if now := time.Now(); now.Sub(r.last) >= reportEvery {
+		r.last = now
+		r.report()
 	}
-	r.last = now
-	r.out(fmt.Sprintf("unpacking %s: %s, %d MiB so far", r.what, r.layer, r.total>>20))
+}
+
+func (r *reporter) report() {
+	e := progress.Event{Op: "unpack", Subject: r.ref, Layer: r.layer, Layers: r.layers, Bytes: r.written}
+	if r.fetched != nil {
+		e.Op, e.Bytes, e.Total = "pull", r.fetched.Load()-r.base, r.size
+	}
+	progress.Report(r.ctx, e)
 }

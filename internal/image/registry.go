@@ -2,14 +2,19 @@ package image
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -41,12 +46,59 @@ func (s *Store) registryAllowed(r name.Reference) error {
 	return summarised{errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("--image %s: tenants pull only from the registries the operator lists (airlock serve --registry HOST[:PORT]); %s", r.Name(), listed))}
 }
 
-// transport dials registries through s.Dial, with no proxy.
-func (s *Store) transport() http.RoundTripper {
+// transport dials registries through s.Dial (the host's own dialer when
+// unset), with no proxy; fetched, when set, counts the bytes of every
+// answer body (for progress).
+func (s *Store) transport(fetched *atomic.Int64) http.RoundTripper {
 	t := remote.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
-	t.DialContext = s.Dial
-	return t
+	if s.Dial != nil {
+		t.DialContext = s.Dial
+	}
+	if fetched == nil {
+		return t
+	}
+	return counting{t, fetched}
+}
+
+// counting is a transport that counts the bytes of the bodies it reads.
+type counting struct {
+	http.RoundTripper
+	n *atomic.Int64
+}
+
+func (c counting) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.RoundTripper.RoundTrip(r)
+	if err == nil && resp.Body != nil {
+		resp.Body = &countedBody{resp.Body, c.n}
+	}
+	return resp, err
+}
+
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// where names what a pull fetches and from where, as a person reads it:
+// "docker.io/library/python:3.12 (index.docker.io)".
+func where(r name.Reference) string {
+	reg := r.Context().RegistryStr()
+	shown := reg
+	if reg == name.DefaultRegistry {
+		shown = "docker.io"
+	}
+	sep := ":"
+	if _, ok := r.(name.Digest); ok {
+		sep = "@"
+	}
+	return fmt.Sprintf("%s/%s%s%s (%s)", shown, r.Context().RepositoryStr(), sep, r.Identifier(), reg)
 }
 
 // summarised is an error already stripped of what a registry said.
@@ -54,30 +106,122 @@ type summarised struct{ error }
 
 func (e summarised) Unwrap() error { return e.error }
 
-// summarise says what went wrong with a pull without repeating the
-// registry's answer: its status code at most.
-func (s *Store) summarise(ref string, err error) error {
+// pullError says what went wrong with pulling ref from r's registry, in a
+// class that tells a typo (not found), a refusal (permission denied) and a
+// network that failed (unavailable, timeout) apart. A tenant's answer is a
+// summary: never the registry's answer body, its status code and error
+// code at most. An error the pull did not cause is returned as it is to
+// the host's user, and summarised for a tenant.
+func (s *Store) pullError(ref string, r name.Reference, err error) error {
 	var done summarised
 	if errors.As(err, &done) {
 		return err
 	}
 	s.log.Info("image pull failed", "image", ref, "err", err)
-	var te *transport.Error
+	if !s.Tenants && errors.Is(err, unpack.ErrHostile) {
+		return err // the host's user is told why
+	}
+	class, msg := classifyPull(r, err)
+	if class == nil {
+		if !s.Tenants {
+			return err
+		}
+		class, msg = errdefs.ErrUnavailable, fmt.Sprintf("%s could not be reached or answered with something other than an image", r.Context().RegistryStr())
+	}
+	if class == errdefs.ErrNotFound || class == errdefs.ErrPermissionDenied && !errors.Is(err, errdefs.ErrPermissionDenied) {
+		msg += s.suggest(ref, r)
+	}
+	msg = fmt.Sprintf("--image %s: %s", ref, msg)
+	var te *tls.CertificateVerificationError
+	if !s.Tenants && errors.As(err, &te) {
+		msg += " (" + te.Err.Error() + ")"
+	}
+	return summarised{errdefs.New(class, msg)}
+}
+
+// classifyPull is the class of a failed pull, and what to tell of it; nil
+// for an error that is none of a registry's or the network's.
+func classifyPull(r name.Reference, err error) (class error, msg string) {
+	reg := r.Context().RegistryStr()
+	var (
+		te  *transport.Error
+		dns *net.DNSError
+		ne  net.Error
+	)
 	switch {
 	case errors.Is(err, errdefs.ErrPermissionDenied):
-		return summarised{errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("--image %s: the registry's address is one airlock never dials (loopback, private, link-local or metadata)", ref))}
-	case errors.As(err, &te):
-		class := errdefs.ErrUnavailable
-		if te.StatusCode == http.StatusNotFound || te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden {
-			class = errdefs.ErrNotFound
-		}
-		return summarised{errdefs.New(class, fmt.Sprintf("--image %s: the registry answered HTTP %d", ref, te.StatusCode))}
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return summarised{errdefs.New(errdefs.ErrTimeout, fmt.Sprintf("--image %s: the pull did not finish in time", ref))}
+		return errdefs.ErrPermissionDenied, fmt.Sprintf("the address of %s is one airlock never dials (loopback, private, link-local or metadata)", reg)
 	case errors.Is(err, unpack.ErrHostile):
-		return summarised{errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("--image %s: the registry served an image airlock refuses to unpack", ref))}
+		return errdefs.ErrInvalidArgument, fmt.Sprintf("%s served an image airlock refuses to unpack", reg)
+	case errors.As(err, &te):
+		return classifyStatus(r, te)
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return errdefs.ErrNotFound, fmt.Sprintf("the registry host %s does not exist (DNS: no such host)", dns.Name)
+	case errors.As(err, &dns):
+		return errdefs.ErrUnavailable, fmt.Sprintf("the registry host %s could not be looked up (DNS failed: no answer, or a resolver error); check the network", dns.Name)
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return errdefs.ErrTimeout, fmt.Sprintf("%s did not answer in time", reg)
+	case errors.Is(err, context.Canceled):
+		return errdefs.ErrTimeout, fmt.Sprintf("the pull from %s was stopped before it finished", reg)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return errdefs.ErrUnavailable, fmt.Sprintf("%s refused the connection (nothing listens there)", reg)
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		return errdefs.ErrUnavailable, fmt.Sprintf("%s is unreachable from this host (no route: check the network)", reg)
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF):
+		return errdefs.ErrUnavailable, fmt.Sprintf("%s dropped the connection", reg)
+	case isTLS(err):
+		return errdefs.ErrUnavailable, fmt.Sprintf("the TLS handshake with %s failed (its certificate is not one this host trusts for that name, or it does not speak TLS)", reg)
 	}
-	return summarised{errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("--image %s: the registry could not be reached or answered with something other than an image", ref))}
+	return nil, ""
+}
+
+// classifyStatus tells what a registry's answer means. Its error code is
+// one of a fixed vocabulary, named by us; nothing else of the body is told.
+func classifyStatus(r name.Reference, te *transport.Error) (error, string) {
+	reg := r.Context().RegistryStr()
+	has := func(c transport.ErrorCode) bool {
+		for _, d := range te.Errors {
+			if d.Code == c {
+				return true
+			}
+		}
+		return false
+	}
+	switch st := te.StatusCode; {
+	case st == http.StatusNotFound && has(transport.ManifestUnknownErrorCode):
+		sep, what := ":", "tag"
+		if _, ok := r.(name.Digest); ok {
+			sep, what = "@", "digest"
+		}
+		return errdefs.ErrNotFound, fmt.Sprintf("%s has no %s%s%s (HTTP 404, manifest unknown: no such %s)", reg, r.Context().RepositoryStr(), sep, r.Identifier(), what)
+	case st == http.StatusNotFound && has(transport.NameUnknownErrorCode):
+		return errdefs.ErrNotFound, fmt.Sprintf("%s has no repository %s (HTTP 404, name unknown)", reg, r.Context().RepositoryStr())
+	case st == http.StatusNotFound:
+		return errdefs.ErrNotFound, fmt.Sprintf("%s has no such image (HTTP 404)", reg)
+	case st == http.StatusUnauthorized:
+		return errdefs.ErrPermissionDenied, fmt.Sprintf("%s refused to serve it without credentials (HTTP 401): the repository does not exist, or is private (airlock pulls anonymously)", reg)
+	case st == http.StatusForbidden:
+		return errdefs.ErrPermissionDenied, fmt.Sprintf("%s denied access to it (HTTP 403)", reg)
+	case st == http.StatusTooManyRequests:
+		return errdefs.ErrUnavailable, fmt.Sprintf("%s is limiting this host's pulls (HTTP 429): try again later", reg)
+	case st >= 500:
+		return errdefs.ErrUnavailable, fmt.Sprintf("%s failed to answer (HTTP %d)", reg, st)
+	default:
+		return errdefs.ErrUnavailable, fmt.Sprintf("%s answered HTTP %d", reg, st)
+	}
+}
+
+// isTLS says whether err is a failed TLS handshake.
+func isTLS(err error) bool {
+	var (
+		cv *tls.CertificateVerificationError
+		rh tls.RecordHeaderError
+		al tls.AlertError
+		ua x509.UnknownAuthorityError
+		hn x509.HostnameError
+		ci x509.CertificateInvalidError
+	)
+	return errors.As(err, &cv) || errors.As(err, &rh) || errors.As(err, &al) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci)
 }
 
 // containedOpen opens rel beneath dir: no link at all, no magic link, no

@@ -40,16 +40,18 @@ func NewStore(dir string, log *slog.Logger) (*Store, error) {
 	return &Store{dir: dir, log: log, MaxBytes: DefaultCacheBytes}, nil
 }
 
-// Resolve turns an image name into a Layout. progress receives one-line
-// progress messages when the image must be fetched or unpacked.
-func (s *Store) Resolve(ctx context.Context, name string, progress func(string)) (*rootfs.Layout, error) {
-	return s.ResolveAt(ctx, name, nil, progress)
+// Resolve turns an image name into a Layout. warn receives a one-line
+// warning (a registry that failed, and the cached copy used instead);
+// ctx's progress sink (internal/progress) hears what is pulled from where,
+// and the pull's and unpack's progress.
+func (s *Store) Resolve(ctx context.Context, name string, warn func(string)) (*rootfs.Layout, error) {
+	return s.ResolveAt(ctx, name, nil, warn)
 }
 
 // ResolveAt is Resolve with the host path name stands for (a rootfs
 // directory, an oci: layout or a docker-archive: file) already opened, as
 // at: it is read only through at, never by its name. at nil opens the name.
-func (s *Store) ResolveAt(ctx context.Context, name string, at *os.File, progress func(string)) (*rootfs.Layout, error) {
+func (s *Store) ResolveAt(ctx context.Context, name string, at *os.File, warn func(string)) (*rootfs.Layout, error) {
 	if s.Tenants && at == nil && (strings.HasPrefix(name, "/") || strings.HasPrefix(name, "oci:") || strings.HasPrefix(name, "docker-archive:")) {
 		return nil, fmt.Errorf("%w: image %s: a tenant's image path is read only once opened beneath its root", errdefs.ErrInternal, name)
 	}
@@ -68,7 +70,7 @@ func (s *Store) ResolveAt(ctx context.Context, name string, at *os.File, progres
 		l.Name = name
 		return l, nil
 	default:
-		return s.resolveOCI(ctx, name, at, progress)
+		return s.resolveOCI(ctx, name, at, warn)
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package cmdutil is what airlock's command packages share: the global
 // flags (Globals), the exit-error type, the connection to a daemon (Conn),
 // the flags that describe a sandbox, the parsing of grants and local
-// secrets, and small flag, path and output helpers. It imports api, client,
-// internal/spec, internal/errdefs and internal/untrusted, and nothing of
+// secrets, long work's progress on stderr, and small flag, path and output
+// helpers. It imports api, client, internal/spec, internal/errdefs,
+// internal/progress and internal/untrusted, and nothing of
 // the engine: the remote commands (internal/cli/remote,
 // internal/cli/admin) reach no further than the SDK through it.
 package cmdutil
@@ -23,6 +24,9 @@ type Globals struct {
 	DataDir    string
 	Debug      bool
 	ImageCache string
+	// ForceProgress draws long work's progress on a stderr that is not a
+	// terminal (--progress).
+	ForceProgress bool
 	// DNSUpstream, Pool and AllowNets are operator settings of run and
 	// serve.
 	DNSUpstream string

@@ -135,7 +135,7 @@ once into a content-addressed cache under /var/lib/airlock/images and shared
 read-only by every sandbox that uses them. The cache is capped; the least
 recently used images are evicted first, never one in use.`,
 	}
-	var asJSON, rmJSON bool
+	var asJSON, rmJSON, pullJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List cached images",
@@ -206,22 +206,32 @@ recently used images are evicted first, never one in use.`,
 	pull := &cobra.Command{
 		Use:   "pull IMAGE",
 		Short: "Fetch and unpack an image into the cache without running anything",
-		Args:  cobra.ExactArgs(1),
+		Long: `Pull fetches IMAGE (a registry reference, oci:PATH or docker-archive:PATH)
+and unpacks it into the cache, then prints its ID and name. On a terminal, it
+says what it pulls from which registry, and draws each layer's progress on
+stderr (--progress draws it on anything else; --json never).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sys, err := hostSystem(cmd.Context(), g, g.Warn)
 			if err != nil {
 				return err
 			}
 			defer sys.Close()
-			l, err := sys.Lifecycle.Images().Resolve(context.Background(), args[0], g.Warn)
+			ctx, clearProgress := g.Progress(context.Background(), pullJSON)
+			l, err := sys.Lifecycle.Images().Resolve(ctx, args[0], g.Warn)
+			clearProgress()
 			if err != nil {
 				return err
 			}
 			defer l.Done()
+			if pullJSON {
+				return cmdutil.PrintJSON(g.Stdout, map[string]string{"id": l.Digest, "name": args[0]})
+			}
 			fmt.Fprintf(g.Stdout, "%s %s\n", l.Digest, args[0])
 			return nil
 		},
 	}
+	pull.Flags().BoolVar(&pullJSON, "json", false, `print {"id", "name"} as JSON`)
 	c.AddCommand(ls, rm, pull)
 	return c
 }

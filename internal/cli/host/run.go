@@ -222,7 +222,11 @@ func runSandbox(g *cmdutil.Globals, s *spec.Spec, asJSON, diff bool, export stri
 		}
 		defer restore()
 	}
-	res, err := sys.Run(context.Background(), s, stdio, ro)
+	// The image's pull and unpack draw on stderr (and erase it before the
+	// command starts).
+	ctx, clearProgress := g.Progress(context.Background(), asJSON)
+	res, err := sys.Run(ctx, s, stdio, ro)
+	clearProgress()
 	closeSys()
 	return runOutcome(g, s, res, err, asJSON)
 }

@@ -2,8 +2,8 @@
 // through the Go SDK (client): create, ps, exec, attach, signal, cat,
 // write, edit, ls, cp, diff, rm, pause, resume, extend, snapshot, logs,
 // inspect and stats. It imports api, client, internal/cli/cmdutil,
-// internal/spec, internal/errdefs and internal/untrusted, nothing of the
-// engine.
+// internal/spec, internal/errdefs, internal/progress and
+// internal/untrusted, nothing of the engine.
 package remote
 
 import (
@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/progress"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/untrusted"
 )
@@ -111,7 +112,18 @@ in the header only on requests the grant's rules cover:
 		if err != nil {
 			return err
 		}
-		sb, err := cl.CreateSandbox(ctx, spec)
+		// The image's pull and unpack, as the daemon reports them, draw on
+		// stderr; they are erased before the id is printed.
+		pctx, clearProgress := g.Progress(ctx, k.AsJSON)
+		var sb *api.Sandbox
+		if progress.Enabled(pctx) {
+			sb, err = cl.CreateSandboxProgress(ctx, spec, func(p *api.Progress) {
+				progress.Report(pctx, progress.Event{Op: p.Op, Subject: p.Subject, Message: p.Message, Stays: p.Stays, Layer: p.Layer, Layers: p.Layers, Bytes: p.Bytes, Total: p.Total, Done: p.Done})
+			})
+		} else {
+			sb, err = cl.CreateSandbox(ctx, spec)
+		}
+		clearProgress()
 		return k.Show(sb, err, func() error {
 			fmt.Fprintln(g.Stdout, sb.ID)
 			return nil
