@@ -151,10 +151,8 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 	if err != nil {
 		return err
 	}
-	// A failure on this side cancels the stream: the agent then keeps
-	// nothing of it.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// On a failure on this side the stream ends without its last message:
+	// the agent then keeps nothing of it, and answers once it dropped it.
 	st := b.Agent.Files.WriteFile(ctx)
 	first := &agentpb.WriteFileRequest{Path: p, User: user, Mode: uint32(mode.Perm()), MakeParents: parents}
 	dg := record.NewDigester()
@@ -169,7 +167,6 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 		return st.Send(m)
 	})
 	if rerr != nil {
-		cancel()
 		_, _ = st.CloseAndReceive()
 		return rerr
 	}
@@ -494,13 +491,11 @@ func (s *Files) Upload(ctx context.Context, t *tenant.Principal, id, dir, user s
 			err = serr
 		}
 	}()
-	// A failure on this side cancels the stream: the agent then keeps
-	// nothing of it.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// On a failure on this side the stream ends without its end message:
+	// the agent then keeps nothing of it, and answers once it removed what
+	// it staged.
 	st := b.Agent.Files.Unpack(ctx)
 	mine := func(err error) ([]string, error) {
-		cancel()
 		_, _ = st.CloseAndReceive()
 		return skipped, err
 	}
