@@ -131,8 +131,8 @@ func fileCall(p, user string) record.FileCall {
 // reads, streamed to its agent: the file changes only once r ended
 // without error (a failure of r, or of the sandbox's disk, leaves it as it
 // was). The head of a text file is scanned for credentials (scanHead).
-func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, r io.Reader, parents bool) error {
-	p, err := cleanPath(p)
+func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, r io.Reader, parents bool) (err error) {
+	p, err = cleanPath(p)
 	if err != nil {
 		return err
 	}
@@ -143,11 +143,15 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 	if err != nil {
 		return err
 	}
+	// The summary of the scan, once the size of what went unread is
+	// known.
 	bud := core.NewScanBudget()
+	defer func() {
+		if serr := s.ScanSummary(ctx, b.WhoFor(t), "write", bud); err == nil {
+			err = serr
+		}
+	}()
 	body, unread, err := s.scanHead(ctx, t, b.WhoFor(t), "write", "file "+p, r, bud)
-	if err == nil {
-		err = s.ScanSummary(ctx, b.WhoFor(t), "write", bud)
-	}
 	if err != nil {
 		return err
 	}
