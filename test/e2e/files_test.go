@@ -454,6 +454,26 @@ func TestServeFailedUploadChangesNothing(t *testing.T) {
 	if _, err := c.Stat(ctx, id, "/workspace/t2"); code(err) != api.CodeNotFound {
 		t.Errorf("a refused cp made its directory: %v", err)
 	}
+	// An upload that would merge into another filesystem than its stage's
+	// (a writable root's /tmp is the scratch's) is refused before
+	// anything moves: rename cannot cross it.
+	wr, err := c.CreateSandbox(ctx, &api.CreateSandbox{WritableRootfs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cross bytes.Buffer
+	tw = tar.NewWriter(&cross)
+	_ = tw.WriteHeader(&tar.Header{Name: "top.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	_, _ = tw.Write([]byte("t"))
+	_ = tw.WriteHeader(&tar.Header{Name: "tmp/x.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	_, _ = tw.Write([]byte("x"))
+	_ = tw.Close()
+	if _, err := c.Upload(ctx, wr.ID, "/", &cross); code(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), "another filesystem") {
+		t.Errorf("an upload across a mount: %v", err)
+	}
+	if out, _, _ := run(t, c, wr.ID, sh(`ls -A / /tmp | grep -c 'top.txt\|x.txt\|airlock-upload'`)); strings.TrimSpace(out) != "0" {
+		t.Errorf("an upload across a mount left %s file(s)", out)
+	}
 	// And a good one goes in whole, merged into what is there.
 	if _, err := c.Upload(ctx, id, "/workspace/t", bytes.NewReader(archive)); err != nil {
 		t.Fatal(err)

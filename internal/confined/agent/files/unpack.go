@@ -69,10 +69,14 @@ func (s *Calls) Unpack(_ context.Context, stream *connect.ClientStream[agentpb.U
 		_ = p.closeFile()
 		return nil, ConnectError(err)
 	}
-	if err := place(stage, anchor, true); err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Stat(stage, &st); err != nil {
 		return nil, ConnectError(err)
 	}
-	if err := place(stage, anchor, false); err != nil {
+	if err := place(stage, anchor, st.Dev, true); err != nil {
+		return nil, ConnectError(err)
+	}
+	if err := place(stage, anchor, st.Dev, false); err != nil {
 		return nil, ConnectError(err)
 	}
 	return connect.NewResponse(&agentpb.UnpackResponse{Entries: p.entries, Bytes: p.bytes}), nil
@@ -180,8 +184,11 @@ func (p *unpacking) entry(e *agentpb.UnpackEntry) error {
 }
 
 // place moves what stage holds into dst (see Unpack); dry only checks
-// that it can, so that a conflict fails before anything moved.
-func place(stage, dst string, dry bool) error {
+// that it can, so that a conflict fails before anything moved: a file in
+// place of a directory or the other way round, or a directory to merge
+// into on another filesystem than the stage's (dev), which rename cannot
+// reach.
+func place(stage, dst string, dev uint64, dry bool) error {
 	ents, err := os.ReadDir(stage)
 	if err != nil {
 		return err
@@ -198,7 +205,11 @@ func place(stage, dst string, dry bool) error {
 			}
 		case err != nil:
 		case e.IsDir() && fi.IsDir():
-			err = place(from, to, dry)
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Dev != dev {
+				err = &fs.PathError{Op: "upload: another filesystem is mounted here: upload into it", Path: to, Err: syscall.EXDEV}
+				break
+			}
+			err = place(from, to, dev, dry)
 		case !e.IsDir() && !fi.IsDir():
 			if !dry {
 				err = os.Rename(from, to)
