@@ -1,7 +1,9 @@
 // Package client is airlock's Go SDK: every call of the daemon's HTTP API
 // (docs/api.md), over its unix socket or over TCP with TLS. Errors from
-// the daemon are *api.Error values with a stable Code. It imports only
-// api/ and the standard library.
+// the daemon are *api.Error values with a stable Code. File contents and
+// archives stream, of any size (OpenFile, WriteFileFrom, Upload,
+// Download); ReadFile and WriteFile hold a whole file in memory. It
+// imports only api/ and the standard library.
 package client
 
 import (

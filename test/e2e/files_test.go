@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -262,6 +263,7 @@ func TestServeLargeFiles(t *testing.T) {
 	}
 	f.Close()
 	want := sha256File(t, big)
+	hwm0 := peakRSS(t, d.cmd.Process.Pid)
 
 	in, err := os.Open(big)
 	if err != nil {
@@ -305,6 +307,12 @@ func TestServeLargeFiles(t *testing.T) {
 	if got := sha256File(t, filepath.Join(local, "tmp.bin")); got != want {
 		t.Errorf("cp out of /tmp: sha256 %s, want %s", got, want)
 	}
+	// Streamed: none of it was whole in the daemon's memory.
+	if grew := peakRSS(t, d.cmd.Process.Pid) - hwm0; grew > size/2 {
+		t.Errorf("the daemon's peak memory grew by %d MiB moving a %d MiB file", grew>>20, size>>20)
+	} else {
+		t.Logf("the daemon's peak memory grew by %d MiB moving a %d MiB file", grew>>20, size>>20)
+	}
 	// The write's record: the size and digest of what was written.
 	recs, err := d.admin.Audit(ctx, id, "file.write")
 	if err != nil || len(recs) != 1 {
@@ -320,6 +328,26 @@ func TestServeLargeFiles(t *testing.T) {
 	if err := json.Unmarshal(recs[0].Data, &rec); err != nil || rec.Path != "/workspace/written.bin" || rec.Content.Size != size || rec.Content.SHA256 != want {
 		t.Errorf("file.write record: %s %v", recs[0].Data, err)
 	}
+}
+
+// peakRSS is a process's peak resident memory (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
 }
 
 // failingReader reads r, then fails with err once n bytes went.
