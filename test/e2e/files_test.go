@@ -131,6 +131,8 @@ func TestServeCpLikeDockerCp(t *testing.T) {
 		{"file-to-file", "echo old > t.txt", one, "t.txt", true, "t.txt=one"},
 		{"file-to-new-name", "", one, "new.txt", true, "new.txt=one"},
 		{"file-to-missing-dir-slash", "", one, "nodir/", false, ""},
+		{"file-to-missing-parent", "", one, "nodir/new.txt", false, ""},
+		{"dir-to-missing-parent", "", src, "nodir/new", false, ""},
 		{"dir-to-dir", "mkdir d", src, "d", true, "d/ d/srcdir/ d/srcdir/f.txt=f d/srcdir/sub/ d/srcdir/sub/g.txt=g"},
 		{"dir-to-dir-merges", "mkdir -p d/srcdir && echo k > d/srcdir/keep.txt && echo old > d/srcdir/f.txt", src, "d", true, "d/ d/srcdir/ d/srcdir/f.txt=f d/srcdir/keep.txt=k d/srcdir/sub/ d/srcdir/sub/g.txt=g"},
 		{"dir-to-new-dir", "", src, "new", true, "new/ new/f.txt=f new/sub/ new/sub/g.txt=g"},
@@ -153,6 +155,10 @@ func TestServeCpLikeDockerCp(t *testing.T) {
 		}
 	}
 
+	if r := cliAs(t, d, key, nil, nil, "cp", one, "nope:/workspace/x"); r.code == 0 || !strings.Contains(r.stderr, "no sandbox") {
+		t.Errorf("cp into a missing sandbox: %s", r)
+	}
+
 	// Out of the sandbox: each row into its own local directory.
 	if _, _, end := run(t, c, id, sh("mkdir -p /workspace/out/d/deep && echo -n r > /workspace/out/r.txt && echo -n x > /workspace/out/d/x.txt && echo -n y > /workspace/out/d/deep/y.txt && echo -n sandbox-host > /tmp/host.txt")); end.ExitCode != 0 {
 		t.Fatal("setup of out")
@@ -168,6 +174,8 @@ func TestServeCpLikeDockerCp(t *testing.T) {
 		{"file-to-file", "file t.txt", "/workspace/out/r.txt", "t.txt", true, "t.txt=r", ""},
 		{"file-to-new-name", "", "/workspace/out/r.txt", "new.txt", true, "new.txt=r", ""},
 		{"file-to-missing-dir-slash", "", "/workspace/out/r.txt", "nodir/", false, "", "no directory"},
+		{"file-to-missing-parent", "", "/workspace/out/r.txt", "nodir/new.txt", false, "", "no directory"},
+		{"dir-to-missing-parent", "", "/workspace/out/d", "nodir/new", false, "", "no directory"},
 		{"file-deep", "", "/workspace/out/d/deep/y.txt", ".", true, "y.txt=y", ""},
 		{"dir-to-dir", "dir d", "/workspace/out/d", "d", true, "d/ d/d/ d/d/deep/ d/d/deep/y.txt=y d/d/x.txt=x", ""},
 		{"dir-to-new-dir", "", "/workspace/out/d", "new", true, "new/ new/deep/ new/deep/y.txt=y new/x.txt=x", ""},

@@ -145,6 +145,18 @@ func cpIn(ctx context.Context, g *cmdutil.Globals, cl *client.Client, src, id, d
 		}
 	case code(err) != api.CodeNotFound:
 		return cmdutil.APIErr(err)
+	default:
+		// As docker cp: a missing DEST is made, its parent is not.
+		// (The daemon's answer says whether the sandbox or the parent is
+		// missing.)
+		parent := path.Dir(path.Clean(dest))
+		pst, err := cl.Stat(ctx, id, parent)
+		if err != nil {
+			return cmdutil.APIErr(err)
+		}
+		if pst.Type != "dir" {
+			return errdefs.Invalid("cp: " + untrusted.Quote(parent) + " in the sandbox is not a directory")
+		}
 	}
 	abs, err := filepath.Abs(src)
 	if err != nil {
@@ -205,6 +217,11 @@ func cpOut(ctx context.Context, g *cmdutil.Globals, cl *client.Client, id, spath
 		kind = "file"
 	case !errors.Is(err, fs.ErrNotExist):
 		return localErr(err)
+	default:
+		parent := filepath.Dir(filepath.Clean(dst))
+		if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+			return errdefs.New(errdefs.ErrNotFound, "cp: no directory "+untrusted.Quote(parent)+" on this host")
+		}
 	}
 	dir, name, err := placeFor(path.Base(path.Clean("/"+st.Path)), srcDir, contents, dst, kind)
 	if err != nil {
