@@ -59,8 +59,8 @@ it) on the host side, on the frozen sandbox, with no symlink followed; a
 file anywhere is read through the sandbox's agent. Directories elsewhere
 in the sandbox are refused: copy them into /workspace first. Everything
 is written here without following any symlink, so a hostile sandbox
-cannot make cp write outside DEST; a file is written under a temporary
-name and renamed into place. A symlink is written only if it cannot
+cannot make cp write outside DEST; a file read through the agent is
+written under a temporary name and renamed into place. A symlink is written only if it cannot
 resolve outside DEST's directory (a relative target whose ".."
 components all come first and stay below it); others are skipped and
 named. Files and directories keep their permission bits without group or
@@ -376,30 +376,27 @@ func tarLocal(src, as string, w io.Writer) (skipped []string, err error) {
 	return skipped, tw.Close()
 }
 
-// extractTar unpacks r into the existing directory dst. Every path is
-// resolved inside dst by the kernel (openat2 RESOLVE_IN_ROOT) without
-// following any symlink, so no entry, and no symlink an earlier entry
-// made, can put a file outside dst; a symlink is made only if it
-// cannot resolve outside dst (untrusted.LinkInside): the others are
-// returned, described, in skipped; a hard link only to a regular file the
-// archive itself wrote. Files and directories get the permission bits the
-// archive records without group or other write (extractPerm).
-func extractTar(dst string, r io.Reader) (skipped []string, err error) {
-	return extractTarAs(dst, r, "", "", true)
-}
-
 // extractPerm is what cp keeps of a mode a sandbox chose: the
 // permission bits without group or other write (umask 022, whatever the
 // user's umask), never setuid, setgid or sticky. A sandbox must not make
 // the user's files writable by every user of the host.
 const extractPerm = 0o755
 
-// extractTarAs is extractTar of a download of the sandbox path
-// /workspace/from (the daemon names its entries by their path below
-// /workspace), written as dst/as: the entry from becomes as, from/x
-// becomes as/x; entries elsewhere are skipped. as "" writes from's contents into
-// dst itself. A directory's as is made first when missing (a download of
-// /workspace has no entry for itself).
+// extractTarAs unpacks a download of the sandbox path /workspace/from
+// (the daemon names its entries by their path below /workspace) into the
+// existing directory dst, as dst/as: the entry from becomes as, from/x
+// becomes as/x; entries elsewhere are skipped. as "" writes from's
+// contents into dst itself. A directory's as is made first when missing
+// (a download of /workspace has no entry for itself).
+//
+// Every path is resolved inside dst by the kernel (openat2
+// RESOLVE_IN_ROOT) without following any symlink, so no entry, and no
+// symlink an earlier entry made, can put a file outside dst; a symlink is
+// made only if it cannot resolve outside dst (untrusted.LinkInside): the
+// others are returned, described, in skipped; a hard link only to a
+// regular file the archive itself wrote. Files and directories get the
+// permission bits the archive records without group or other write
+// (extractPerm).
 func extractTarAs(dst string, r io.Reader, from, as string, dir bool) (skipped []string, err error) {
 	root, err := os.Open(dst)
 	if err != nil {

@@ -25,11 +25,11 @@ func TestExtractTarHardLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
-	_, err := extractTar(dst, bytes.NewReader(tartest.Tar(t,
+	_, err := extractTarAs(dst, bytes.NewReader(tartest.Tar(t,
 		tartest.Entry{Name: "d/", Type: tar.TypeDir},
 		tartest.Entry{Name: "d/a", Type: tar.TypeReg, Body: "content"},
 		tartest.Entry{Name: "b", Type: tar.TypeLink, Link: "d/a"},
-	)))
+	)), "", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestExtractTarHardLinks(t *testing.T) {
 		{{Name: "x", Type: tar.TypeLink, Link: "never-written"}},
 	} {
 		dst := t.TempDir()
-		if _, err := extractTar(dst, bytes.NewReader(tartest.Tar(t, hostile...))); err == nil {
+		if _, err := extractTarAs(dst, bytes.NewReader(tartest.Tar(t, hostile...)), "", "", false); err == nil {
 			t.Errorf("%+v: no error", hostile)
 		}
 		if _, err := os.Lstat(filepath.Join(dst, "x")); err == nil {
@@ -66,7 +66,7 @@ func FuzzExtractTarStaysInside(f *testing.F) {
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = extractTar(dst, bytes.NewReader(b))
+		_, _ = extractTarAs(dst, bytes.NewReader(b), "", "", false)
 		ents, _ := os.ReadDir(root)
 		if len(ents) != 1 || ents[0].Name() != "dst" {
 			t.Fatalf("written outside the destination: %v", ents)
@@ -215,7 +215,7 @@ func TestExtractTarDropsGroupAndOtherWrite(t *testing.T) {
 	old := unix.Umask(0)
 	defer unix.Umask(old)
 	dst := t.TempDir()
-	if _, err := extractTar(dst, &b); err != nil {
+	if _, err := extractTarAs(dst, &b, "", "", false); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]os.FileMode{"open": os.ModeDir | 0o755, "open/f": 0o644, "open/run": 0o755, "open/private": 0o600} {
