@@ -98,8 +98,14 @@ or with --progress.`,
 // contentsOf is SRC ending in "/." (docker cp: the directory's contents,
 // not the directory), and SRC without it.
 func contentsOf(p string) (string, bool) {
-	if p == "." || strings.HasSuffix(p, "/.") {
-		return strings.TrimSuffix(strings.TrimSuffix(p, "."), "/"), true
+	switch p {
+	case ".":
+		return ".", true
+	case "/.":
+		return "/", true
+	}
+	if d, ok := strings.CutSuffix(p, "/."); ok {
+		return d, true
 	}
 	return p, false
 }
@@ -125,9 +131,6 @@ func placeFor(srcBase string, srcDir, contents bool, dest, destKind string) (dir
 // cpIn copies a local file or directory into a sandbox.
 func cpIn(ctx context.Context, g *cmdutil.Globals, cl *client.Client, src, id, dest string, m *meter) error {
 	src, contents := contentsOf(src)
-	if src == "" {
-		src = "."
-	}
 	fi, err := os.Stat(src)
 	if err != nil {
 		return localErr(err)

@@ -161,10 +161,12 @@ func TestPlaceForFollowsDockerCp(t *testing.T) {
 			t.Errorf("%s: %q %q %v, want %q %q (error %v)", c.row, dir, name, err, c.wantDir, c.wantName, c.wantErr)
 		}
 	}
-	for in, want := range map[string]string{"d/.": "d", ".": "", "/.": "", "d": "d", "d/": "d/"} {
-		got, contents := contentsOf(in)
-		if got != want || contents != (in != want && in != "d/") {
-			t.Errorf("contentsOf(%q) = %q %v", in, got, contents)
+	for _, c := range []struct {
+		in, want string
+		contents bool
+	}{{"d/.", "d", true}, {"/a/d/.", "/a/d", true}, {".", ".", true}, {"/.", "/", true}, {"d", "d", false}, {"d/", "d/", false}, {"./d", "./d", false}} {
+		if got, contents := contentsOf(c.in); got != c.want || contents != c.contents {
+			t.Errorf("contentsOf(%q) = %q %v", c.in, got, contents)
 		}
 	}
 }
