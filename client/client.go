@@ -1,7 +1,9 @@
 // Package client is airlock's Go SDK: every call of the daemon's HTTP API
 // (docs/api.md), over its unix socket or over TCP with TLS. Errors from
-// the daemon are *api.Error values with a stable Code. It imports only
-// api/ and the standard library.
+// the daemon are *api.Error values with a stable Code. File contents and
+// archives stream, of any size (OpenFile, WriteFileFrom, Upload,
+// Download); ReadFile and WriteFile hold a whole file in memory. It
+// imports only api/ and the standard library.
 package client
 
 import (
@@ -359,23 +361,46 @@ func pathQuery(p, user string) url.Values {
 	return q
 }
 
-// ReadFile reads a file of the sandbox (at most 64 MiB).
+// ReadFile reads a file of the sandbox whole into memory; OpenFile
+// streams one of any size.
 func (c *Client) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
-	res, err := c.request(ctx, "GET", sb(id, "/files"), pathQuery(path, ""), nil, "")
+	r, err := c.OpenFile(ctx, id, path, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer res.Body.Close()
-	return io.ReadAll(res.Body)
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// OpenFile streams a file of the sandbox, of any size: read it as it
+// arrives, then close it. max above 0 refuses a file larger than max
+// bytes (too_large); one that grows past it while read ends in an error.
+func (c *Client) OpenFile(ctx context.Context, id, path string, max int64) (io.ReadCloser, error) {
+	q := pathQuery(path, "")
+	if max > 0 {
+		q.Set("max_bytes", strconv.FormatInt(max, 10))
+	}
+	res, err := c.request(ctx, "GET", sb(id, "/files"), q, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return res.Body, nil
 }
 
 // WriteFile replaces or creates a file of the sandbox (owned by the
 // sandbox user), making missing parent directories.
 func (c *Client) WriteFile(ctx context.Context, id, path string, data []byte, mode fs.FileMode) error {
+	return c.WriteFileFrom(ctx, id, path, bytes.NewReader(data), mode)
+}
+
+// WriteFileFrom is WriteFile of what r reads, streamed, of any size (the
+// sandbox's disk bounds it). The file changes only once r ended: if
+// reading r fails, or the sandbox's disk fills, it is as it was.
+func (c *Client) WriteFileFrom(ctx context.Context, id, path string, r io.Reader, mode fs.FileMode) error {
 	q := pathQuery(path, "")
 	q.Set("mode", strconv.FormatUint(uint64(mode.Perm()), 8))
 	q.Set("parents", "true")
-	res, err := c.request(ctx, "PUT", sb(id, "/files"), q, bytes.NewReader(data), "application/octet-stream")
+	res, err := c.request(ctx, "PUT", sb(id, "/files"), q, r, "application/octet-stream")
 	if err != nil {
 		return err
 	}
@@ -450,8 +475,11 @@ func (c *Client) Watch(ctx context.Context, id, path string, recursive bool) (*W
 	return &WatchStream{body: res.Body, sc: bufio.NewScanner(res.Body)}, nil
 }
 
-// Upload unpacks a tar stream into directory dir of the sandbox and
-// returns the entries it skipped (anything but files and directories).
+// Upload unpacks a tar stream into the existing directory dir of the
+// sandbox, all or nothing, and returns the entries it skipped (anything
+// but files and directories). A directory dir already has is merged
+// into, a file replaced; an archive that breaks off or fails midway
+// leaves dir as it was.
 func (c *Client) Upload(ctx context.Context, id, dir string, tarball io.Reader) ([]string, error) {
 	res, err := c.request(ctx, "PUT", sb(id, "/archive"), pathQuery(dir, ""), tarball, "application/x-tar")
 	if err != nil {

@@ -217,6 +217,7 @@ func (x *ReadFileResponse) GetData() []byte {
 	return nil
 }
 
+// Path, user, mode and make_parents are read from the first message only.
 type WriteFileRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -224,6 +225,7 @@ type WriteFileRequest struct {
 	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	Mode          uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
 	MakeParents   bool                   `protobuf:"varint,5,opt,name=make_parents,json=makeParents,proto3" json:"make_parents,omitempty"`
+	Last          bool                   `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -293,6 +295,13 @@ func (x *WriteFileRequest) GetMakeParents() bool {
 	return false
 }
 
+func (x *WriteFileRequest) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
 type WriteFileResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Size          int64                  `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
@@ -337,6 +346,285 @@ func (x *WriteFileResponse) GetSize() int64 {
 	return 0
 }
 
+type UnpackRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*UnpackRequest_Begin
+	//	*UnpackRequest_Entry
+	//	*UnpackRequest_Data
+	//	*UnpackRequest_End
+	Part          isUnpackRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnpackRequest) Reset() {
+	*x = UnpackRequest{}
+	mi := &file_agent_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnpackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnpackRequest) ProtoMessage() {}
+
+func (x *UnpackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnpackRequest.ProtoReflect.Descriptor instead.
+func (*UnpackRequest) Descriptor() ([]byte, []int) {
+	return file_agent_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UnpackRequest) GetPart() isUnpackRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *UnpackRequest) GetBegin() *UnpackBegin {
+	if x != nil {
+		if x, ok := x.Part.(*UnpackRequest_Begin); ok {
+			return x.Begin
+		}
+	}
+	return nil
+}
+
+func (x *UnpackRequest) GetEntry() *UnpackEntry {
+	if x != nil {
+		if x, ok := x.Part.(*UnpackRequest_Entry); ok {
+			return x.Entry
+		}
+	}
+	return nil
+}
+
+func (x *UnpackRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*UnpackRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+func (x *UnpackRequest) GetEnd() bool {
+	if x != nil {
+		if x, ok := x.Part.(*UnpackRequest_End); ok {
+			return x.End
+		}
+	}
+	return false
+}
+
+type isUnpackRequest_Part interface {
+	isUnpackRequest_Part()
+}
+
+type UnpackRequest_Begin struct {
+	Begin *UnpackBegin `protobuf:"bytes,1,opt,name=begin,proto3,oneof"`
+}
+
+type UnpackRequest_Entry struct {
+	Entry *UnpackEntry `protobuf:"bytes,2,opt,name=entry,proto3,oneof"`
+}
+
+type UnpackRequest_Data struct {
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3,oneof"`
+}
+
+type UnpackRequest_End struct {
+	End bool `protobuf:"varint,4,opt,name=end,proto3,oneof"`
+}
+
+func (*UnpackRequest_Begin) isUnpackRequest_Part() {}
+
+func (*UnpackRequest_Entry) isUnpackRequest_Part() {}
+
+func (*UnpackRequest_Data) isUnpackRequest_Part() {}
+
+func (*UnpackRequest_End) isUnpackRequest_Part() {}
+
+type UnpackBegin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnpackBegin) Reset() {
+	*x = UnpackBegin{}
+	mi := &file_agent_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnpackBegin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnpackBegin) ProtoMessage() {}
+
+func (x *UnpackBegin) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnpackBegin.ProtoReflect.Descriptor instead.
+func (*UnpackBegin) Descriptor() ([]byte, []int) {
+	return file_agent_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UnpackBegin) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *UnpackBegin) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// An entry's name is relative to the directory begin named.
+type UnpackEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Dir           bool                   `protobuf:"varint,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnpackEntry) Reset() {
+	*x = UnpackEntry{}
+	mi := &file_agent_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnpackEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnpackEntry) ProtoMessage() {}
+
+func (x *UnpackEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnpackEntry.ProtoReflect.Descriptor instead.
+func (*UnpackEntry) Descriptor() ([]byte, []int) {
+	return file_agent_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UnpackEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UnpackEntry) GetDir() bool {
+	if x != nil {
+		return x.Dir
+	}
+	return false
+}
+
+func (x *UnpackEntry) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+type UnpackResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       int64                  `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	Bytes         int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnpackResponse) Reset() {
+	*x = UnpackResponse{}
+	mi := &file_agent_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnpackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnpackResponse) ProtoMessage() {}
+
+func (x *UnpackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnpackResponse.ProtoReflect.Descriptor instead.
+func (*UnpackResponse) Descriptor() ([]byte, []int) {
+	return file_agent_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *UnpackResponse) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *UnpackResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 type EditFileRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -349,7 +637,7 @@ type EditFileRequest struct {
 
 func (x *EditFileRequest) Reset() {
 	*x = EditFileRequest{}
-	mi := &file_agent_agent_proto_msgTypes[6]
+	mi := &file_agent_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +649,7 @@ func (x *EditFileRequest) String() string {
 func (*EditFileRequest) ProtoMessage() {}
 
 func (x *EditFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_agent_proto_msgTypes[6]
+	mi := &file_agent_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +662,7 @@ func (x *EditFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFileRequest.ProtoReflect.Descriptor instead.
 func (*EditFileRequest) Descriptor() ([]byte, []int) {
-	return file_agent_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EditFileRequest) GetPath() string {
@@ -414,7 +702,7 @@ type EditFileResponse struct {
 
 func (x *EditFileResponse) Reset() {
 	*x = EditFileResponse{}
-	mi := &file_agent_agent_proto_msgTypes[7]
+	mi := &file_agent_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +714,7 @@ func (x *EditFileResponse) String() string {
 func (*EditFileResponse) ProtoMessage() {}
 
 func (x *EditFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_agent_proto_msgTypes[7]
+	mi := &file_agent_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +727,7 @@ func (x *EditFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditFileResponse.ProtoReflect.Descriptor instead.
 func (*EditFileResponse) Descriptor() ([]byte, []int) {
-	return file_agent_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EditFileResponse) GetSize() int64 {
@@ -463,26 +751,44 @@ const file_agent_agent_proto_rawDesc = "" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1b\n" +
 	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\"&\n" +
 	"\x10ReadFileResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\x85\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x99\x01\n" +
 	"\x10WriteFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12!\n" +
-	"\fmake_parents\x18\x05 \x01(\bR\vmakeParents\"'\n" +
+	"\fmake_parents\x18\x05 \x01(\bR\vmakeParents\x12\x12\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last\"'\n" +
 	"\x11WriteFileResponse\x12\x12\n" +
-	"\x04size\x18\x01 \x01(\x03R\x04size\"]\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\"\xaf\x01\n" +
+	"\rUnpackRequest\x125\n" +
+	"\x05begin\x18\x01 \x01(\v2\x1d.airlock.agent.v1.UnpackBeginH\x00R\x05begin\x125\n" +
+	"\x05entry\x18\x02 \x01(\v2\x1d.airlock.agent.v1.UnpackEntryH\x00R\x05entry\x12\x14\n" +
+	"\x04data\x18\x03 \x01(\fH\x00R\x04data\x12\x12\n" +
+	"\x03end\x18\x04 \x01(\bH\x00R\x03endB\x06\n" +
+	"\x04part\"3\n" +
+	"\vUnpackBegin\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\"G\n" +
+	"\vUnpackEntry\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\bR\x03dir\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\"@\n" +
+	"\x0eUnpackResponse\x12\x18\n" +
+	"\aentries\x18\x01 \x01(\x03R\aentries\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"]\n" +
 	"\x0fEditFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
 	"\x03old\x18\x02 \x01(\tR\x03old\x12\x10\n" +
 	"\x03new\x18\x03 \x01(\tR\x03new\x12\x12\n" +
 	"\x04user\x18\x04 \x01(\tR\x04user\"&\n" +
 	"\x10EditFileResponse\x12\x12\n" +
-	"\x04size\x18\x01 \x01(\x03R\x04size2\xcf\x02\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size2\xa0\x03\n" +
 	"\x05Agent\x12H\n" +
 	"\x05Hello\x12\x1e.airlock.agent.v1.HelloRequest\x1a\x1f.airlock.agent.v1.HelloResponse\x12S\n" +
-	"\bReadFile\x12!.airlock.agent.v1.ReadFileRequest\x1a\".airlock.agent.v1.ReadFileResponse0\x01\x12T\n" +
-	"\tWriteFile\x12\".airlock.agent.v1.WriteFileRequest\x1a#.airlock.agent.v1.WriteFileResponse\x12Q\n" +
+	"\bReadFile\x12!.airlock.agent.v1.ReadFileRequest\x1a\".airlock.agent.v1.ReadFileResponse0\x01\x12V\n" +
+	"\tWriteFile\x12\".airlock.agent.v1.WriteFileRequest\x1a#.airlock.agent.v1.WriteFileResponse(\x01\x12M\n" +
+	"\x06Unpack\x12\x1f.airlock.agent.v1.UnpackRequest\x1a .airlock.agent.v1.UnpackResponse(\x01\x12Q\n" +
 	"\bEditFile\x12!.airlock.agent.v1.EditFileRequest\x1a\".airlock.agent.v1.EditFileResponseB8Z6github.com/airlock-sandbox/airlock/api/agentpb;agentpbb\x06proto3"
 
 var (
@@ -497,7 +803,7 @@ func file_agent_agent_proto_rawDescGZIP() []byte {
 	return file_agent_agent_proto_rawDescData
 }
 
-var file_agent_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_agent_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_agent_agent_proto_goTypes = []any{
 	(*HelloRequest)(nil),      // 0: airlock.agent.v1.HelloRequest
 	(*HelloResponse)(nil),     // 1: airlock.agent.v1.HelloResponse
@@ -505,23 +811,31 @@ var file_agent_agent_proto_goTypes = []any{
 	(*ReadFileResponse)(nil),  // 3: airlock.agent.v1.ReadFileResponse
 	(*WriteFileRequest)(nil),  // 4: airlock.agent.v1.WriteFileRequest
 	(*WriteFileResponse)(nil), // 5: airlock.agent.v1.WriteFileResponse
-	(*EditFileRequest)(nil),   // 6: airlock.agent.v1.EditFileRequest
-	(*EditFileResponse)(nil),  // 7: airlock.agent.v1.EditFileResponse
+	(*UnpackRequest)(nil),     // 6: airlock.agent.v1.UnpackRequest
+	(*UnpackBegin)(nil),       // 7: airlock.agent.v1.UnpackBegin
+	(*UnpackEntry)(nil),       // 8: airlock.agent.v1.UnpackEntry
+	(*UnpackResponse)(nil),    // 9: airlock.agent.v1.UnpackResponse
+	(*EditFileRequest)(nil),   // 10: airlock.agent.v1.EditFileRequest
+	(*EditFileResponse)(nil),  // 11: airlock.agent.v1.EditFileResponse
 }
 var file_agent_agent_proto_depIdxs = []int32{
-	0, // 0: airlock.agent.v1.Agent.Hello:input_type -> airlock.agent.v1.HelloRequest
-	2, // 1: airlock.agent.v1.Agent.ReadFile:input_type -> airlock.agent.v1.ReadFileRequest
-	4, // 2: airlock.agent.v1.Agent.WriteFile:input_type -> airlock.agent.v1.WriteFileRequest
-	6, // 3: airlock.agent.v1.Agent.EditFile:input_type -> airlock.agent.v1.EditFileRequest
-	1, // 4: airlock.agent.v1.Agent.Hello:output_type -> airlock.agent.v1.HelloResponse
-	3, // 5: airlock.agent.v1.Agent.ReadFile:output_type -> airlock.agent.v1.ReadFileResponse
-	5, // 6: airlock.agent.v1.Agent.WriteFile:output_type -> airlock.agent.v1.WriteFileResponse
-	7, // 7: airlock.agent.v1.Agent.EditFile:output_type -> airlock.agent.v1.EditFileResponse
-	4, // [4:8] is the sub-list for method output_type
-	0, // [0:4] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	7,  // 0: airlock.agent.v1.UnpackRequest.begin:type_name -> airlock.agent.v1.UnpackBegin
+	8,  // 1: airlock.agent.v1.UnpackRequest.entry:type_name -> airlock.agent.v1.UnpackEntry
+	0,  // 2: airlock.agent.v1.Agent.Hello:input_type -> airlock.agent.v1.HelloRequest
+	2,  // 3: airlock.agent.v1.Agent.ReadFile:input_type -> airlock.agent.v1.ReadFileRequest
+	4,  // 4: airlock.agent.v1.Agent.WriteFile:input_type -> airlock.agent.v1.WriteFileRequest
+	6,  // 5: airlock.agent.v1.Agent.Unpack:input_type -> airlock.agent.v1.UnpackRequest
+	10, // 6: airlock.agent.v1.Agent.EditFile:input_type -> airlock.agent.v1.EditFileRequest
+	1,  // 7: airlock.agent.v1.Agent.Hello:output_type -> airlock.agent.v1.HelloResponse
+	3,  // 8: airlock.agent.v1.Agent.ReadFile:output_type -> airlock.agent.v1.ReadFileResponse
+	5,  // 9: airlock.agent.v1.Agent.WriteFile:output_type -> airlock.agent.v1.WriteFileResponse
+	9,  // 10: airlock.agent.v1.Agent.Unpack:output_type -> airlock.agent.v1.UnpackResponse
+	11, // 11: airlock.agent.v1.Agent.EditFile:output_type -> airlock.agent.v1.EditFileResponse
+	7,  // [7:12] is the sub-list for method output_type
+	2,  // [2:7] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_agent_agent_proto_init() }
@@ -529,13 +843,19 @@ func file_agent_agent_proto_init() {
 	if File_agent_agent_proto != nil {
 		return
 	}
+	file_agent_agent_proto_msgTypes[6].OneofWrappers = []any{
+		(*UnpackRequest_Begin)(nil),
+		(*UnpackRequest_Entry)(nil),
+		(*UnpackRequest_Data)(nil),
+		(*UnpackRequest_End)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_agent_proto_rawDesc), len(file_agent_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -687,16 +687,14 @@ func (h *Handler) fileRoutes() []route {
 	s := h.svc
 	return []route{
 		{"GET /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
-			max, err := queryInt(r, "max_bytes", sandbox.MaxFileBytes)
+			max, err := queryInt(r, "max_bytes", 0)
 			if err != nil {
 				return err
 			}
+			// A file is streamed: an error after its first byte cuts the
+			// reply short (the client sees it broken), never appends to it.
 			lw := &lazyWriter{w: w, contentType: "application/octet-stream"}
-			if err := s.ReadFile(r.Context(), p, id(r), query(r, "path"), query(r, "user"), lw, int64(max)); err != nil {
-				return err
-			}
-			lw.finish()
-			return nil
+			return cutShort(lw, s.ReadFile(r.Context(), p, id(r), query(r, "path"), query(r, "user"), lw, int64(max)))
 		}},
 		{"PUT /v1/sandboxes/{id}/files", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			mode := fs.FileMode(0o644)
@@ -711,11 +709,7 @@ func (h *Handler) fileRoutes() []route {
 			if err != nil {
 				return err
 			}
-			data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, sandbox.MaxFileBytes))
-			if err != nil {
-				return err
-			}
-			if err := s.WriteFile(r.Context(), p, id(r), query(r, "path"), query(r, "user"), mode, data, parents); err != nil {
+			if err := s.WriteFile(r.Context(), p, id(r), query(r, "path"), query(r, "user"), mode, r.Body, parents); err != nil {
 				return err
 			}
 			w.WriteHeader(http.StatusNoContent)
@@ -799,7 +793,7 @@ func (h *Handler) workspaceRoutes() []route {
 	s := h.svc
 	return []route{
 		{"PUT /v1/sandboxes/{id}/archive", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
-			skipped, err := s.Upload(r.Context(), p, id(r), query(r, "path"), query(r, "user"), http.MaxBytesReader(w, r.Body, sandbox.MaxArchiveBytes+10<<20))
+			skipped, err := s.Upload(r.Context(), p, id(r), query(r, "path"), query(r, "user"), r.Body)
 			if err != nil {
 				return err
 			}

@@ -82,7 +82,7 @@ func (s *serviceSandbox) ReadFile(ctx context.Context, path string, max int64) (
 }
 
 func (s *serviceSandbox) WriteFile(ctx context.Context, path string, data []byte) error {
-	return s.svc.WriteFile(ctx, s.p, s.id, path, "", 0o644, data, true)
+	return s.svc.WriteFile(ctx, s.p, s.id, path, "", 0o644, bytes.NewReader(data), true)
 }
 
 func (s *serviceSandbox) Edit(ctx context.Context, path, old, new string) error {
@@ -135,11 +135,12 @@ func (s *clientSandbox) Exec(ctx context.Context, req *api.Exec, stdout, stderr 
 }
 
 func (s *clientSandbox) ReadFile(ctx context.Context, path string, max int64) ([]byte, error) {
-	b, err := s.c.ReadFile(ctx, s.id, path)
-	if err == nil && int64(len(b)) > max {
-		b = b[:max]
+	r, err := s.c.OpenFile(ctx, s.id, path, max)
+	if err != nil {
+		return nil, err
 	}
-	return b, err
+	defer r.Close()
+	return io.ReadAll(r)
 }
 
 func (s *clientSandbox) WriteFile(ctx context.Context, path string, data []byte) error {

@@ -21,8 +21,11 @@ import (
 const (
 	maxOutput    = 32 << 10 // per stream of run_command
 	maxReadBytes = 256 << 10
-	maxEntries   = 1000
-	maxMatches   = 500
+	// maxReadFileBytes is the largest file read_file reads (to pick its
+	// line range): its answer goes to a model as text.
+	maxReadFileBytes = 64 << 20
+	maxEntries       = 1000
+	maxMatches       = 500
 )
 
 type runIn struct {
@@ -112,7 +115,7 @@ func readOnly(title string) *sdk.ToolAnnotations {
 // in the sandbox only; run_command may reach the hosts its policy allows).
 func (s *Session) addTools(srv *sdk.Server) {
 	sdk.AddTool(srv, &sdk.Tool{Name: "run_command", Annotations: &sdk.ToolAnnotations{Title: "Run a command in the sandbox"}, Description: "Run a shell command inside the sandbox (in /workspace unless cwd says otherwise) and return its exit code, stdout, stderr and how long it took. Use it to build, run tests, install packages or inspect the environment. The sandbox reaches only the hosts its egress policy allows, none unless the session was started with some: when a download or install fails, read network_log rather than retrying. Output past 32 KiB per stream is cut in the middle, marked."}, s.runCommand)
-	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Annotations: readOnly("Read a file"), Description: "Read a text file of the sandbox, optionally a range of lines (1-based, inclusive). Large files are cut at 256 KiB, marked; read them by line ranges."}, s.readFile)
+	sdk.AddTool(srv, &sdk.Tool{Name: "read_file", Annotations: readOnly("Read a file"), Description: "Read a text file of the sandbox, optionally a range of lines (1-based, inclusive). Large files are cut at 256 KiB, marked; read them by line ranges. Files over 64 MiB are refused."}, s.readFile)
 	sdk.AddTool(srv, &sdk.Tool{Name: "write_file", Annotations: &sdk.ToolAnnotations{Title: "Write a file", IdempotentHint: true, OpenWorldHint: &closed}, Description: "Create or replace a file of the sandbox with the given content (missing directories are made)."}, s.writeFile)
 	sdk.AddTool(srv, &sdk.Tool{Name: "edit_file", Annotations: &sdk.ToolAnnotations{Title: "Edit a file", OpenWorldHint: &closed}, Description: "Replace one exact occurrence of old_string with new_string in a file. old_string must occur exactly once: the call fails, saying so, when it is absent or found more than once (then include more surrounding text)."}, s.editFile)
 	sdk.AddTool(srv, &sdk.Tool{Name: "list_files", Annotations: readOnly("List files"), Description: "List a directory of the sandbox recursively (default /workspace, depth 2), skipping .git unless asked. Each line: type, size, path."}, s.listFiles)
@@ -178,7 +181,7 @@ func (s *Session) readFile(ctx context.Context, req *sdk.CallToolRequest, in rea
 		return nil, nil, err
 	}
 	p := under(in.Path)
-	data, err := sb.ReadFile(ctx, p, 64<<20)
+	data, err := sb.ReadFile(ctx, p, maxReadFileBytes)
 	if err != nil {
 		return nil, nil, toolErr(err)
 	}

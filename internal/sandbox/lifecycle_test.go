@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"io"
 	"slices"
@@ -498,7 +499,9 @@ func TestRecoverAdoptsOrEnds(t *testing.T) {
 	r.leftRecord(t, store.Sandbox{ID: "garbled", Tenant: p.ID, InitPid: 105, Spec: "{"})
 	r.be.leave("garbled", 105, AgentProtocol, false)
 	r.leftRecord(t, store.Sandbox{ID: "old-agent", Tenant: p.ID, InitPid: 106})
-	oldAgent := r.be.leave("old-agent", 106, AgentProtocol+1, false)
+	// An agent of the protocol before this daemon's (a sandbox made
+	// before an upgrade) is not adopted.
+	oldAgent := r.be.leave("old-agent", 106, AgentProtocol-1, false)
 	r.be.leave("stray", 107, AgentProtocol, false)
 	r.leftRecord(t, store.Sandbox{ID: "ended-long-ago", Tenant: p.ID, State: api.StateEnded, Ended: now.Add(-keepEnded - time.Second), EndReason: "TTL expired"})
 	r.leftRecord(t, store.Sandbox{ID: "ended-lately", Tenant: p.ID, State: api.StateEnded, Ended: now.Add(-keepEnded + time.Second), EndReason: "TTL expired"})
@@ -526,7 +529,7 @@ func TestRecoverAdoptsOrEnds(t *testing.T) {
 	for id, reason := range map[string]string{
 		"gone":      lost + "init 104 of sandbox gone is gone",
 		"garbled":   lost + "its record is unreadable: unexpected end of JSON input",
-		"old-agent": lost + "unavailable on this host: the sandbox's agent speaks protocol 2, this daemon 1",
+		"old-agent": lost + fmt.Sprintf("unavailable on this host: the sandbox's agent speaks protocol %d, this daemon %d", AgentProtocol-1, AgentProtocol),
 		"stray":     "found without a record after a daemon restart",
 	} {
 		d := r.records(id, "sandbox.destroyed")

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
-	"github.com/airlock-sandbox/airlock/internal/sandbox/files"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -30,7 +29,5 @@ const (
 	DefaultMaxBackground          = core.DefaultMaxBackground
 	DefaultMaxBackgroundPerTenant = core.DefaultMaxBackgroundPerTenant
 	AgentProtocol                 = core.AgentProtocol
-	MaxFileBytes                  = files.MaxFileBytes
-	MaxArchiveBytes               = files.MaxArchiveBytes
 	MaxEgressRecords              = core.MaxEgressRecords
 )

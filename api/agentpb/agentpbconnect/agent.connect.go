@@ -43,6 +43,8 @@ const (
 	AgentReadFileProcedure = "/airlock.agent.v1.Agent/ReadFile"
 	// AgentWriteFileProcedure is the fully-qualified name of the Agent's WriteFile RPC.
 	AgentWriteFileProcedure = "/airlock.agent.v1.Agent/WriteFile"
+	// AgentUnpackProcedure is the fully-qualified name of the Agent's Unpack RPC.
+	AgentUnpackProcedure = "/airlock.agent.v1.Agent/Unpack"
 	// AgentEditFileProcedure is the fully-qualified name of the Agent's EditFile RPC.
 	AgentEditFileProcedure = "/airlock.agent.v1.Agent/EditFile"
 )
@@ -53,7 +55,17 @@ type AgentClient interface {
 	// whose major version it does not speak.
 	Hello(context.Context, *connect.Request[agentpb.HelloRequest]) (*connect.Response[agentpb.HelloResponse], error)
 	ReadFile(context.Context, *connect.Request[agentpb.ReadFileRequest]) (*connect.ServerStreamForClient[agentpb.ReadFileResponse], error)
-	WriteFile(context.Context, *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error)
+	// WriteFile replaces a file with the bytes of a stream of messages: the
+	// first names it, each carries the next bytes, the last says last. The
+	// file changes only when the last message came (a temporary file beside
+	// it is renamed over it); a stream that ends otherwise changes nothing.
+	WriteFile(context.Context) *connect.ClientStreamForClient[agentpb.WriteFileRequest, agentpb.WriteFileResponse]
+	// Unpack makes files and directories in an existing directory: begin
+	// names it, then each entry (a file's bytes in the data messages after
+	// it), then end. Everything is made in a hidden directory beside the
+	// others and moved into place only after end; a stream that fails or
+	// ends without end changes nothing.
+	Unpack(context.Context) *connect.ClientStreamForClient[agentpb.UnpackRequest, agentpb.UnpackResponse]
 	// EditFile replaces one exact, unique occurrence of old with new.
 	EditFile(context.Context, *connect.Request[agentpb.EditFileRequest]) (*connect.Response[agentpb.EditFileResponse], error)
 }
@@ -87,6 +99,12 @@ func NewAgentClient(httpClient connect.HTTPClient, baseURL string, opts ...conne
 			connect.WithSchema(agentMethods.ByName("WriteFile")),
 			connect.WithClientOptions(opts...),
 		),
+		unpack: connect.NewClient[agentpb.UnpackRequest, agentpb.UnpackResponse](
+			httpClient,
+			baseURL+AgentUnpackProcedure,
+			connect.WithSchema(agentMethods.ByName("Unpack")),
+			connect.WithClientOptions(opts...),
+		),
 		editFile: connect.NewClient[agentpb.EditFileRequest, agentpb.EditFileResponse](
 			httpClient,
 			baseURL+AgentEditFileProcedure,
@@ -101,6 +119,7 @@ type agentClient struct {
 	hello     *connect.Client[agentpb.HelloRequest, agentpb.HelloResponse]
 	readFile  *connect.Client[agentpb.ReadFileRequest, agentpb.ReadFileResponse]
 	writeFile *connect.Client[agentpb.WriteFileRequest, agentpb.WriteFileResponse]
+	unpack    *connect.Client[agentpb.UnpackRequest, agentpb.UnpackResponse]
 	editFile  *connect.Client[agentpb.EditFileRequest, agentpb.EditFileResponse]
 }
 
@@ -115,8 +134,13 @@ func (c *agentClient) ReadFile(ctx context.Context, req *connect.Request[agentpb
 }
 
 // WriteFile calls airlock.agent.v1.Agent.WriteFile.
-func (c *agentClient) WriteFile(ctx context.Context, req *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
-	return c.writeFile.CallUnary(ctx, req)
+func (c *agentClient) WriteFile(ctx context.Context) *connect.ClientStreamForClient[agentpb.WriteFileRequest, agentpb.WriteFileResponse] {
+	return c.writeFile.CallClientStream(ctx)
+}
+
+// Unpack calls airlock.agent.v1.Agent.Unpack.
+func (c *agentClient) Unpack(ctx context.Context) *connect.ClientStreamForClient[agentpb.UnpackRequest, agentpb.UnpackResponse] {
+	return c.unpack.CallClientStream(ctx)
 }
 
 // EditFile calls airlock.agent.v1.Agent.EditFile.
@@ -130,7 +154,17 @@ type AgentHandler interface {
 	// whose major version it does not speak.
 	Hello(context.Context, *connect.Request[agentpb.HelloRequest]) (*connect.Response[agentpb.HelloResponse], error)
 	ReadFile(context.Context, *connect.Request[agentpb.ReadFileRequest], *connect.ServerStream[agentpb.ReadFileResponse]) error
-	WriteFile(context.Context, *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error)
+	// WriteFile replaces a file with the bytes of a stream of messages: the
+	// first names it, each carries the next bytes, the last says last. The
+	// file changes only when the last message came (a temporary file beside
+	// it is renamed over it); a stream that ends otherwise changes nothing.
+	WriteFile(context.Context, *connect.ClientStream[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error)
+	// Unpack makes files and directories in an existing directory: begin
+	// names it, then each entry (a file's bytes in the data messages after
+	// it), then end. Everything is made in a hidden directory beside the
+	// others and moved into place only after end; a stream that fails or
+	// ends without end changes nothing.
+	Unpack(context.Context, *connect.ClientStream[agentpb.UnpackRequest]) (*connect.Response[agentpb.UnpackResponse], error)
 	// EditFile replaces one exact, unique occurrence of old with new.
 	EditFile(context.Context, *connect.Request[agentpb.EditFileRequest]) (*connect.Response[agentpb.EditFileResponse], error)
 }
@@ -154,10 +188,16 @@ func NewAgentHandler(svc AgentHandler, opts ...connect.HandlerOption) (string, h
 		connect.WithSchema(agentMethods.ByName("ReadFile")),
 		connect.WithHandlerOptions(opts...),
 	)
-	agentWriteFileHandler := connect.NewUnaryHandler(
+	agentWriteFileHandler := connect.NewClientStreamHandler(
 		AgentWriteFileProcedure,
 		svc.WriteFile,
 		connect.WithSchema(agentMethods.ByName("WriteFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentUnpackHandler := connect.NewClientStreamHandler(
+		AgentUnpackProcedure,
+		svc.Unpack,
+		connect.WithSchema(agentMethods.ByName("Unpack")),
 		connect.WithHandlerOptions(opts...),
 	)
 	agentEditFileHandler := connect.NewUnaryHandler(
@@ -174,6 +214,8 @@ func NewAgentHandler(svc AgentHandler, opts ...connect.HandlerOption) (string, h
 			agentReadFileHandler.ServeHTTP(w, r)
 		case AgentWriteFileProcedure:
 			agentWriteFileHandler.ServeHTTP(w, r)
+		case AgentUnpackProcedure:
+			agentUnpackHandler.ServeHTTP(w, r)
 		case AgentEditFileProcedure:
 			agentEditFileHandler.ServeHTTP(w, r)
 		default:
@@ -193,8 +235,12 @@ func (UnimplementedAgentHandler) ReadFile(context.Context, *connect.Request[agen
 	return connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.Agent.ReadFile is not implemented"))
 }
 
-func (UnimplementedAgentHandler) WriteFile(context.Context, *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
+func (UnimplementedAgentHandler) WriteFile(context.Context, *connect.ClientStream[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.Agent.WriteFile is not implemented"))
+}
+
+func (UnimplementedAgentHandler) Unpack(context.Context, *connect.ClientStream[agentpb.UnpackRequest]) (*connect.Response[agentpb.UnpackResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("airlock.agent.v1.Agent.Unpack is not implemented"))
 }
 
 func (UnimplementedAgentHandler) EditFile(context.Context, *connect.Request[agentpb.EditFileRequest]) (*connect.Response[agentpb.EditFileResponse], error) {

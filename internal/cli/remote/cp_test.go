@@ -25,11 +25,11 @@ func TestExtractTarHardLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
-	_, err := extractTar(dst, bytes.NewReader(tartest.Tar(t,
+	_, err := extractTarAs(dst, bytes.NewReader(tartest.Tar(t,
 		tartest.Entry{Name: "d/", Type: tar.TypeDir},
 		tartest.Entry{Name: "d/a", Type: tar.TypeReg, Body: "content"},
 		tartest.Entry{Name: "b", Type: tar.TypeLink, Link: "d/a"},
-	)))
+	)), "", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestExtractTarHardLinks(t *testing.T) {
 		{{Name: "x", Type: tar.TypeLink, Link: "never-written"}},
 	} {
 		dst := t.TempDir()
-		if _, err := extractTar(dst, bytes.NewReader(tartest.Tar(t, hostile...))); err == nil {
+		if _, err := extractTarAs(dst, bytes.NewReader(tartest.Tar(t, hostile...)), "", "", false); err == nil {
 			t.Errorf("%+v: no error", hostile)
 		}
 		if _, err := os.Lstat(filepath.Join(dst, "x")); err == nil {
@@ -66,7 +66,7 @@ func FuzzExtractTarStaysInside(f *testing.F) {
 		if err := os.Mkdir(dst, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = extractTar(dst, bytes.NewReader(b))
+		_, _ = extractTarAs(dst, bytes.NewReader(b), "", "", false)
 		ents, _ := os.ReadDir(root)
 		if len(ents) != 1 || ents[0].Name() != "dst" {
 			t.Fatalf("written outside the destination: %v", ents)
@@ -76,8 +76,8 @@ func FuzzExtractTarStaysInside(f *testing.F) {
 
 // cp SANDBOX:/workspace/a/b DIR writes DIR/b: the daemon names a
 // download's entries by their path below /workspace (a/b/...), and cp
-// keeps the base name, hard links included. Before, the entry a/b/ was
-// made under DIR's missing a/, and cp failed.
+// keeps the base name (or DEST's, or none for SRC/.), hard links
+// included, at any depth.
 func TestExtractNestedDownload(t *testing.T) {
 	src := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(src, "a/b/c"), 0o755); err != nil {
@@ -94,27 +94,105 @@ func TestExtractNestedDownload(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	for _, p := range []string{"/workspace/a/b", "/workspace/a/b/", "/workspace/a/b/c/f"} {
+	for _, c := range []struct {
+		p, as string
+		dir   bool
+		want  string
+	}{
+		{"/workspace/a/b", "b", true, "b/c/f"},
+		{"/workspace/a/b/", "new", true, "new/c/f"},
+		{"/workspace/a/b", "", true, "c/f"},
+		{"/workspace/a/b/c/f", "f", false, "f"},
+		{"/workspace/a/b/c/f", "renamed", false, "renamed"},
+		{"/workspace", "ws", true, "ws/a/b/c/f"},
+	} {
 		var buf bytes.Buffer
-		if err := workspace.Tar(context.Background(), root, strings.TrimPrefix(p, "/workspace"), 1<<20, func([]string) io.Writer { return &buf }); err != nil {
+		if err := workspace.Tar(context.Background(), root, strings.TrimPrefix(c.p, "/workspace"), 1<<20, func([]string) io.Writer { return &buf }); err != nil {
 			t.Fatal(err)
 		}
 		dst := t.TempDir()
-		skipped, err := extractTarFrom(dst, &buf, archiveBase(p))
+		rel, ok := workspaceRel(c.p)
+		if !ok {
+			t.Fatalf("%s: not in /workspace", c.p)
+		}
+		skipped, err := extractTarAs(dst, &buf, rel, c.as, c.dir)
 		if err != nil || len(skipped) > 0 {
-			t.Fatalf("%s: %v %v", p, err, skipped)
+			t.Fatalf("%s as %q: %v %v", c.p, c.as, err, skipped)
 		}
-		want := "b/c/f"
-		if strings.HasSuffix(p, "/f") {
-			want = "f"
-		}
-		if b, err := os.ReadFile(filepath.Join(dst, want)); err != nil || string(b) != "x" {
-			t.Errorf("%s: %s: %q %v", p, want, b, err)
+		if b, err := os.ReadFile(filepath.Join(dst, c.want)); err != nil || string(b) != "x" {
+			t.Errorf("%s as %q: %s: %q %v", c.p, c.as, c.want, b, err)
 		}
 	}
-	for p, want := range map[string]string{"/workspace": "", "/workspace/out": "", "/workspace/a/b": "a", "/workspace/a/b/c/": "a/b", "/workspace/../x/y": "x"} {
-		if got := archiveBase(p); got != want {
-			t.Errorf("archiveBase(%q) = %q, want %q", p, got, want)
+	for p, want := range map[string]string{"/workspace": "", "/workspace/out": "out", "/workspace/a/b/": "a/b", "/workspace/../workspace/x": "x"} {
+		if got, ok := workspaceRel(p); got != want || !ok {
+			t.Errorf("workspaceRel(%q) = %q %v, want %q", p, got, ok, want)
+		}
+	}
+	for _, p := range []string{"/etc/hostname", "/workspaces/x", "/"} {
+		if _, ok := workspaceRel(p); ok {
+			t.Errorf("workspaceRel(%q): in /workspace", p)
+		}
+	}
+}
+
+// Where cp puts a copy follows docker cp's table, one row per case.
+func TestPlaceForFollowsDockerCp(t *testing.T) {
+	for _, c := range []struct {
+		row               string
+		srcDir, contents  bool
+		dest, kind        string
+		wantDir, wantName string
+		wantErr           bool
+	}{
+		{"file -> existing dir", false, false, "/w/d", "dir", "/w/d", "src", false},
+		{"file -> existing file", false, false, "/w/f", "file", "/w", "f", false},
+		{"file -> new name", false, false, "/w/new", "", "/w", "new", false},
+		{"file -> missing dir/", false, false, "/w/new/", "", "", "", true},
+		{"dir -> existing dir", true, false, "/w/d", "dir", "/w/d", "src", false},
+		{"dir -> new dir", true, false, "/w/new", "", "/w", "new", false},
+		{"dir -> new dir/", true, false, "/w/new/", "", "/w", "new", false},
+		{"dir -> existing file", true, false, "/w/f", "file", "", "", true},
+		{"dir/. -> existing dir", true, true, "/w/d", "dir", "/w/d", "", false},
+		{"dir/. -> new dir", true, true, "/w/new", "", "/w", "new", false},
+		{"relative new name", false, false, "new", "", ".", "new", false},
+	} {
+		dir, name, err := placeFor("src", c.srcDir, c.contents, c.dest, c.kind)
+		if (err != nil) != c.wantErr || dir != c.wantDir || name != c.wantName {
+			t.Errorf("%s: %q %q %v, want %q %q (error %v)", c.row, dir, name, err, c.wantDir, c.wantName, c.wantErr)
+		}
+	}
+	for _, c := range []struct {
+		in, want string
+		contents bool
+	}{{"d/.", "d", true}, {"/a/d/.", "/a/d", true}, {".", ".", true}, {"/.", "/", true}, {"d", "d", false}, {"d/", "d/", false}, {"./d", "./d", false}} {
+		if got, contents := contentsOf(c.in); got != c.want || contents != c.contents {
+			t.Errorf("contentsOf(%q) = %q %v", c.in, got, contents)
+		}
+	}
+}
+
+// tarLocal names a directory's entries under the name it is given, or
+// without one for its contents (no entry for itself).
+func TestTarLocalNames(t *testing.T) {
+	src := t.TempDir()
+	_ = os.MkdirAll(filepath.Join(src, "sub"), 0o755)
+	_ = os.WriteFile(filepath.Join(src, "sub", "f"), []byte("x"), 0o644)
+	for as, want := range map[string]string{"as": "as/ as/sub/ as/sub/f", "": "sub/ sub/f"} {
+		var b bytes.Buffer
+		if _, err := tarLocal(src, as, &b); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		tr := tar.NewReader(&b)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				break
+			}
+			names = append(names, h.Name)
+		}
+		if got := strings.Join(names, " "); got != want {
+			t.Errorf("as %q: %s, want %s", as, got, want)
 		}
 	}
 }
@@ -139,7 +217,7 @@ func TestExtractTarDropsGroupAndOtherWrite(t *testing.T) {
 	old := unix.Umask(0)
 	defer unix.Umask(old)
 	dst := t.TempDir()
-	if _, err := extractTar(dst, &b); err != nil {
+	if _, err := extractTarAs(dst, &b, "", "", false); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]os.FileMode{"open": os.ModeDir | 0o755, "open/f": 0o644, "open/run": 0o755, "open/private": 0o600} {

@@ -424,11 +424,12 @@ func catCmd(g *cmdutil.Globals) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 	}
 	return onDaemon(g, c, false, func(ctx context.Context, cl *client.Client, _ *cmdutil.Conn, args []string) error {
-		b, err := cl.ReadFile(ctx, args[0], args[1])
+		r, err := cl.OpenFile(ctx, args[0], args[1], 0)
 		if err != nil {
 			return cmdutil.APIErr(err)
 		}
-		_, err = g.Stdout.Write(b)
+		defer r.Close()
+		_, err = io.Copy(g.Stdout, r)
 		return err
 	})
 }
@@ -437,7 +438,7 @@ func writeCmd(g *cmdutil.Globals) *cobra.Command {
 	var mode string
 	c := &cobra.Command{
 		Use:   "write SANDBOX PATH < DATA",
-		Short: "Write stdin to a file of a sandbox (replacing it)",
+		Short: "Write stdin to a file of a sandbox (replacing it once stdin ends)",
 		Args:  cobra.ExactArgs(2),
 	}
 	c.Flags().StringVar(&mode, "mode", "644", "permissions of a new file (octal)")
@@ -446,14 +447,7 @@ func writeCmd(g *cmdutil.Globals) *cobra.Command {
 		if err != nil || m > 0o777 {
 			return errdefs.Invalid("--mode: want octal permissions such as 644")
 		}
-		data, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20+1))
-		if err != nil {
-			return err
-		}
-		if len(data) > 64<<20 {
-			return errdefs.Invalid("write takes at most 64 MiB: use cp for more")
-		}
-		return cmdutil.APIErr(cl.WriteFile(ctx, args[0], args[1], data, os.FileMode(m)))
+		return cmdutil.APIErr(cl.WriteFileFrom(ctx, args[0], args[1], os.Stdin, os.FileMode(m)))
 	})
 }
 

@@ -32,7 +32,7 @@ func TestExtractTarRefusesLinksThatResolveOutside(t *testing.T) {
 	}
 	tw.Close()
 	dst := t.TempDir()
-	skipped, err := extractTar(dst, &buf)
+	skipped, err := extractTarAs(dst, &buf, "", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}

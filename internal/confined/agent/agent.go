@@ -27,10 +27,12 @@ import (
 )
 
 // Protocol is the agent protocol version. The host refuses an agent that
-// answers a different one; bump it on any incompatible change.
-const Protocol = 1
+// answers a different one; bump it on any incompatible change (2: files
+// are written and unpacked as client streams of chunks).
+const Protocol = 2
 
-// MaxMessage bounds one request message (a file written in one call).
+// MaxMessage bounds one request message (one chunk of a file written or
+// unpacked: the daemon sends them far smaller).
 const MaxMessage = 64 << 20
 
 // Launcher starts commands with init's confinement (nsinit.Launcher).

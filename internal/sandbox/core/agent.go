@@ -20,10 +20,11 @@ import (
 
 // AgentProtocol is the agent protocol version this daemon speaks
 // (internal/agent.Protocol). An agent answering another is not adopted.
-const AgentProtocol = 1
+const AgentProtocol = 2
 
 // Caps on what the daemon accepts from an agent (it is inside the sandbox,
-// so untrusted): one message, and the rate of calls per sandbox.
+// so untrusted): one message (a file moves in many), and the rate of
+// calls per sandbox.
 const (
 	maxAgentMessage = 64 << 20
 	agentRate       = 2000 // calls per second per sandbox

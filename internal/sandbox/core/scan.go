@@ -32,11 +32,13 @@ const (
 // (Where). Shown, when set, is the copy of it a record keeps: it is given the
 // value with every credential found redacted, whatever the policy (under
 // record the call goes on with the value unchanged; its record does not
-// keep it).
+// keep it). More says Val is the head of a longer value (a streamed file):
+// it counts as read in part, and the rest is counted by Unread.
 type Field struct {
 	Where string
 	Val   *string
 	Shown *string
+	More  bool
 }
 
 // ScanBudget is what is left of one call's scanning allowance; an
@@ -49,6 +51,10 @@ type ScanBudget struct {
 	unscanned        []string // values read in part or not at all
 	unscannedUnnamed int      // past maxUnscannedNamed
 }
+
+// Unread counts n more bytes of a call's values that went through unread
+// (the rest of a streamed value past its head), for the summary.
+func (b *ScanBudget) Unread(n int64) { b.total += int(n) }
 
 // NewScanBudget is one call's whole allowance.
 func NewScanBudget() *ScanBudget {
@@ -81,7 +87,7 @@ func (s *Core) ScanFields(ctx context.Context, t *tenant.Principal, w record.Who
 	for i, f := range fields {
 		text := *f.Val
 		bud.total += len(text)
-		if n := min(len(text), bud.bytes); n < len(text) {
+		if n := min(len(text), bud.bytes); n < len(text) || f.More {
 			text, partial[i] = text[:n], true
 			if len(bud.unscanned) < maxUnscannedNamed {
 				bud.unscanned = append(bud.unscanned, f.Where)

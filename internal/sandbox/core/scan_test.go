@@ -178,6 +178,45 @@ func TestScanBudgetIsSharedByAnUpload(t *testing.T) {
 	}
 }
 
+// A streamed file is scanned by its head (More): it counts as read in
+// part even when the head fits the budget, a finding in it says so, and
+// the summary counts the rest the stream carried unread (Unread).
+func TestScanOfAStreamedHead(t *testing.T) {
+	a := &memAudit{}
+	s := New(Config{Audit: record.New(a, nil), Broker: broker.New(broker.Config{Keys: keys.Ephemeral()})})
+	bud := NewScanBudget()
+	head := "token " + pastedKey + "\n"
+	p := &tenant.Principal{Tenant: "t", ScanPolicy: "redact"}
+	if err := s.ScanFields(context.Background(), p, record.Who{}, "write", []Field{{Where: "file /big", Val: &head, More: true}}, bud); err != nil {
+		t.Fatal(err)
+	}
+	bud.Unread(90 << 20)
+	if err := s.ScanSummary(context.Background(), record.Who{}, "write", bud); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(head, pastedKey) {
+		t.Error("the head was not redacted")
+	}
+	var sum struct {
+		Read   int      `json:"scanned_bytes"`
+		Total  int      `json:"bytes"`
+		Partly []string `json:"partly_scanned"`
+	}
+	var partlyFinding bool
+	for _, r := range a.Recs {
+		switch r.Kind {
+		case "secret.finding":
+			partlyFinding = strings.Contains(string(r.Data), `"partly_scanned":true`)
+		case "secret.scan_summary":
+			_ = json.Unmarshal(r.Data, &sum)
+		}
+	}
+	n := len("token " + pastedKey + "\n")
+	if !partlyFinding || sum.Read != n || sum.Total != n+90<<20 || !slices.Equal(sum.Partly, []string{"file /big"}) {
+		t.Errorf("finding partly scanned %v, summary %+v", partlyFinding, sum)
+	}
+}
+
 // FuzzScanCallIsBounded: whatever a call carries, the scanner reads at
 // most MaxScanBytes of it, makes at most MaxFindingRecords findings and
 // one summary, and redaction leaves what it did not read as it was.

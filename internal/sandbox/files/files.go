@@ -2,16 +2,21 @@
 // read, write and edit (scanned for credentials), stat, list, make
 // directories, move, remove and watch through its agent, upload a tar
 // through it, and download and diff /workspace read from the host; every
-// call is recorded.
+// call is recorded. File bodies and archives are streamed, in chunks,
+// never whole in the daemon's memory: what bounds them is the sandbox's
+// disk (--disk), which fails a write inside with ENOSPC, and a failed
+// write or upload changes nothing.
 package files
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -32,11 +37,13 @@ type Files struct{ *core.Core }
 // New makes the calls on files of c's sandboxes.
 func New(c *core.Core) *Files { return &Files{c} }
 
-// Caps on file calls.
+// Caps on file calls. No byte count is capped: the daemon holds at most a
+// chunk of a file at a time, and the sandbox's disk bounds what is
+// written into it.
 const (
-	MaxFileBytes    = 64 << 20 // one read or write
-	MaxArchiveBytes = 1 << 30  // an upload or download
-	maxArchiveFiles = 100_000
+	maxArchiveFiles = 100_000 // entries of one upload
+	// streamChunk is how much of a file one message to the agent carries.
+	streamChunk = 256 << 10
 )
 
 // cleanPath checks a path given for a sandbox's filesystem. Paths are
@@ -70,7 +77,8 @@ func entry(e *filesystem.EntryInfo) api.FileEntry {
 	return out
 }
 
-// ReadFile streams a file of the sandbox to w (at most max bytes).
+// ReadFile streams a file of the sandbox to w (at most max bytes when max
+// is above 0).
 func (s *Files) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user string, w io.Writer, max int64) error {
 	p, err := cleanPath(p)
 	if err != nil {
@@ -79,8 +87,8 @@ func (s *Files) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user s
 	if err := core.ValidUser(user); err != nil {
 		return err
 	}
-	if max <= 0 || max > MaxFileBytes {
-		max = MaxFileBytes
+	if max < 0 {
+		return errdefs.Invalid("max_bytes is negative")
 	}
 	b, err := s.Use(t, id)
 	if err != nil {
@@ -95,7 +103,7 @@ func (s *Files) ReadFile(ctx context.Context, t *tenant.Principal, id, p, user s
 	dg := record.NewDigester()
 	for stream.Receive() {
 		d := stream.Msg().GetData()
-		if n += int64(len(d)); n > max {
+		if n += int64(len(d)); max > 0 && n > max {
 			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("%s is larger than %d bytes", p, max))
 		}
 		dg.Add(d)
@@ -119,34 +127,167 @@ func fileCall(p, user string) record.FileCall {
 	return record.FileCall{Path: p, User: core.UserOr(user)}
 }
 
-// WriteFile replaces (or creates) a file of the sandbox.
-func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, data []byte, parents bool) error {
-	p, err := cleanPath(p)
+// WriteFile replaces (or creates) a file of the sandbox with what r
+// reads, streamed to its agent: the file changes only once r ended
+// without error (a failure of r, or of the sandbox's disk, leaves it as it
+// was). The head of a text file is scanned for credentials (scanHead).
+func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, r io.Reader, parents bool) (err error) {
+	p, err = cleanPath(p)
 	if err != nil {
 		return err
 	}
 	if err := core.ValidUser(user); err != nil {
 		return err
 	}
-	if len(data) > MaxFileBytes {
-		return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("a file of at most %d bytes per call", MaxFileBytes))
-	}
 	b, err := s.Use(t, id)
 	if err != nil {
 		return err
 	}
-	if text := string(data); utf8.ValidString(text) {
-		if err := s.ScanCall(ctx, t, b.WhoFor(t), "write", []core.Field{{Where: "file " + p, Val: &text}}); err != nil {
-			return err
+	// The summary of the scan, once the size of what went unread is
+	// known.
+	bud := core.NewScanBudget()
+	defer func() {
+		if serr := s.ScanSummary(ctx, b.WhoFor(t), "write", bud); err == nil {
+			err = serr
 		}
-		data = []byte(text)
+	}()
+	body, unread, err := s.scanHead(ctx, t, b.WhoFor(t), "write", "file "+p, r, bud)
+	if err != nil {
+		return err
 	}
-	if _, err = b.Agent.Files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: data, User: user, Mode: uint32(mode.Perm()), MakeParents: parents})); err != nil {
+	// On a failure on this side the stream ends without its last message:
+	// the agent then keeps nothing of it, and answers once it dropped it.
+	st := b.Agent.Files.WriteFile(ctx)
+	first := &agentpb.WriteFileRequest{Path: p, User: user, Mode: uint32(mode.Perm()), MakeParents: parents}
+	dg := record.NewDigester()
+	var sent bool
+	_, rerr, serr := pump(body, dg, func(d []byte, last bool) error {
+		m := first
+		if sent {
+			m = &agentpb.WriteFileRequest{}
+		}
+		sent = true
+		m.Data, m.Last = d, last
+		return st.Send(m)
+	})
+	if rerr != nil {
+		_, _ = st.CloseAndReceive()
+		return rerr
+	}
+	_, err = st.CloseAndReceive()
+	if serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
 		return core.AgentError(err)
 	}
-	dg := record.NewDigester()
-	dg.Add(data)
+	unread()
 	return s.fileRecord(ctx, t, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
+}
+
+// scanHead scans the head of a file's bytes (what is left of bud, at most
+// core.MaxScanBytes) when it is text, as a value read in part when more
+// follows, and returns a reader of the whole content: under the redact
+// policy with the head redacted, the rest as it was. It holds at most the
+// head in memory. unread, called once the rest went through, counts it
+// for the call's summary.
+func (s *Files) scanHead(ctx context.Context, t *tenant.Principal, who record.Who, call, where string, r io.Reader, bud *core.ScanBudget) (body io.Reader, unread func(), err error) {
+	br := bufio.NewReaderSize(r, core.MaxScanBytes+1)
+	head, err := br.Peek(core.MaxScanBytes + 1)
+	if err != nil && err != io.EOF {
+		return nil, nil, readErr(err)
+	}
+	more := len(head) > core.MaxScanBytes
+	head = head[:min(len(head), core.MaxScanBytes)]
+	if !isText(head, more) {
+		return br, func() {}, nil
+	}
+	text := string(head)
+	if err := s.ScanFields(ctx, t, who, call, []core.Field{{Where: where, Val: &text, More: more}}, bud); err != nil {
+		return nil, nil, err
+	}
+	if _, err := br.Discard(len(head)); err != nil {
+		return nil, nil, readErr(err)
+	}
+	cr := &countReader{r: br}
+	return io.MultiReader(strings.NewReader(text), cr), func() { bud.Unread(cr.n) }, nil
+}
+
+// isText says whether a file's head is UTF-8 text: valid, but for a rune
+// cut at its end when more follows.
+func isText(head []byte, more bool) bool {
+	if utf8.Valid(head) {
+		return true
+	}
+	for cut := 1; more && cut < utf8.UTFMax && cut <= len(head); cut++ {
+		if utf8.Valid(head[:len(head)-cut]) && !utf8.FullRune(head[len(head)-cut:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// readErr is a failure to read what a client sends (it broke off, or its
+// archive is cut short): the request's fault, said as such.
+func readErr(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return errdefs.Invalid("reading what was sent: " + err.Error())
+}
+
+// countReader counts what it reads.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// pump sends what r reads through send in chunks of streamChunk (at
+// least one, the last saying so), adding them to dg. A failure to read r
+// is rerr (the caller's side); of send, serr (the agent's: its answer
+// says why).
+func pump(r io.Reader, dg *record.Digester, send func(d []byte, last bool) error) (n int64, rerr, serr error) {
+	buf := make([]byte, streamChunk)
+	next := make([]byte, streamChunk)
+	fill := func(b []byte) (int, error) {
+		k := 0
+		for k < len(b) {
+			m, err := r.Read(b[k:])
+			k += m
+			if err != nil {
+				return k, err
+			}
+		}
+		return k, nil
+	}
+	k, err := fill(buf)
+	for {
+		if err != nil && err != io.EOF {
+			return n, readErr(err), nil
+		}
+		// Read ahead one chunk, to know whether this one is the last.
+		var nk int
+		var nerr error
+		if err == nil {
+			nk, nerr = fill(next)
+		}
+		last := err == io.EOF || (nk == 0 && nerr == io.EOF)
+		dg.Add(buf[:k])
+		n += int64(k)
+		if err := send(buf[:k], last); err != nil {
+			return n, nil, err
+		}
+		if last {
+			return n, nil, nil
+		}
+		buf, next, k, err = next, buf, nk, nerr
+	}
 }
 
 // Edit replaces one exact, unique occurrence of a string in a file.
@@ -329,9 +470,12 @@ func (s *Files) Watch(ctx context.Context, t *tenant.Principal, id, p, user stri
 	return core.AgentError(stream.Err())
 }
 
-// Upload unpacks a tar stream into directory dir of the sandbox, through
-// its agent: regular files and directories only, every name kept under
-// dir. It returns the names it skipped.
+// Upload unpacks a tar stream into the existing directory dir of the
+// sandbox, streamed through its agent, all or nothing (the agent's
+// Unpack): regular files and directories only, every name kept under dir,
+// a directory dir already has merged into, a file replaced. An archive
+// that breaks off or is refused midway, or a disk that fills, leaves dir
+// as it was. It returns the names it skipped.
 func (s *Files) Upload(ctx context.Context, t *tenant.Principal, id, dir, user string, r io.Reader) (skipped []string, err error) {
 	dir, err = cleanPath(dir)
 	if err != nil {
@@ -344,8 +488,6 @@ func (s *Files) Upload(ctx context.Context, t *tenant.Principal, id, dir, user s
 	if err != nil {
 		return nil, err
 	}
-	tr := tar.NewReader(io.LimitReader(r, MaxArchiveBytes+1))
-	var total int64
 	// The archive's text files share one call's scanning budget.
 	bud := core.NewScanBudget()
 	defer func() {
@@ -353,61 +495,87 @@ func (s *Files) Upload(ctx context.Context, t *tenant.Principal, id, dir, user s
 			err = serr
 		}
 	}()
-	for n := 0; ; n++ {
+	// On a failure on this side the stream ends without its end message:
+	// the agent then keeps nothing of it, and answers once it removed what
+	// it staged.
+	st := b.Agent.Files.Unpack(ctx)
+	mine := func(err error) ([]string, error) {
+		_, _ = st.CloseAndReceive()
+		return skipped, err
+	}
+	agents := func() ([]string, error) {
+		_, err := st.CloseAndReceive()
+		return skipped, core.AgentError(err)
+	}
+	entry := func(name string, dir bool, mode int64) error {
+		return st.Send(&agentpb.UnpackRequest{Part: &agentpb.UnpackRequest_Entry{Entry: &agentpb.UnpackEntry{Name: name, Dir: dir, Mode: uint32(mode & 0o777)}}})
+	}
+	if err := st.Send(&agentpb.UnpackRequest{Part: &agentpb.UnpackRequest_Begin{Begin: &agentpb.UnpackBegin{Dir: dir, User: user}}}); err != nil {
+		return agents()
+	}
+	tr := tar.NewReader(r)
+	var total int64
+	n := 0
+	for ; ; n++ {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return skipped, s.fileRecord(ctx, t, b, record.FileUpload{FileCall: fileCall(dir, user), Entries: n, Bytes: total, Skipped: len(skipped)})
+			break
 		}
 		if err != nil {
-			return skipped, errdefs.Invalid("upload: not a tar stream: " + err.Error())
+			return mine(errdefs.Invalid("upload: not a tar stream: " + err.Error()))
 		}
 		if n >= maxArchiveFiles {
-			return skipped, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("upload: more than %d entries", maxArchiveFiles))
+			return mine(errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("upload: more than %d entries", maxArchiveFiles)))
 		}
 		rel := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
 		if rel == "" || strings.ContainsRune(rel, 0) {
 			continue
 		}
-		target := path.Join(dir, rel)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			_, err = b.Agent.FS.MakeDir(ctx, core.AsUser(connect.NewRequest(&filesystem.MakeDirRequest{Path: target}), user))
-			if ce := new(connect.Error); errors.As(err, &ce) && ce.Code() == connect.CodeAlreadyExists {
-				err = nil
+			if err := entry(rel, true, h.Mode); err != nil {
+				return agents()
 			}
 		case tar.TypeReg:
-			if h.Size > MaxFileBytes {
-				return skipped, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("upload: %s is larger than %d bytes", h.Name, MaxFileBytes))
+			if err := entry(rel, false, h.Mode); err != nil {
+				return agents()
 			}
-			if total += h.Size; total > MaxArchiveBytes {
-				return skipped, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("upload: more than %d bytes", int64(MaxArchiveBytes)))
+			body, unread, err := s.scanHead(ctx, t, b.WhoFor(t), "upload", "file "+path.Join(dir, rel), tr, bud)
+			if err != nil {
+				return mine(err)
 			}
-			data, rerr := io.ReadAll(io.LimitReader(tr, h.Size))
-			if rerr != nil {
-				return skipped, errdefs.Invalid("upload: " + rerr.Error())
-			}
-			if text := string(data); utf8.ValidString(text) {
-				if err := s.ScanFields(ctx, t, b.WhoFor(t), "upload", []core.Field{{Where: "file " + target, Val: &text}}, bud); err != nil {
-					return skipped, err
+			sent, rerr, serr := pump(body, record.NewDigester(), func(d []byte, _ bool) error {
+				if len(d) == 0 {
+					return nil
 				}
-				data = []byte(text)
+				return st.Send(&agentpb.UnpackRequest{Part: &agentpb.UnpackRequest_Data{Data: d}})
+			})
+			total += sent
+			switch {
+			case rerr != nil:
+				return mine(rerr)
+			case serr != nil:
+				return agents()
 			}
-			_, err = b.Agent.Files.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: target, Data: data, User: user, Mode: uint32(h.Mode & 0o777), MakeParents: true}))
+			unread()
 		default:
 			skipped = append(skipped, h.Name)
-			continue
-		}
-		if err != nil {
-			return skipped, core.AgentError(err)
 		}
 	}
+	if err := st.Send(&agentpb.UnpackRequest{Part: &agentpb.UnpackRequest_End{End: true}}); err != nil {
+		return agents()
+	}
+	if _, err := st.CloseAndReceive(); err != nil {
+		return skipped, core.AgentError(err)
+	}
+	return skipped, s.fileRecord(ctx, t, b, record.FileUpload{FileCall: fileCall(dir, user), Entries: n, Bytes: total, Skipped: len(skipped)})
 }
 
 // Download streams a tar of /workspace/rel, read from the host by the
 // safe-access rules on the frozen sandbox (not through the agent). start
 // is called before the first byte, with what the archive leaves out, once
-// it is known to fit (past MaxArchiveBytes: too_large, nothing sent), and
-// returns where the archive goes. The call is recorded before the first
+// it is known to fit (past workspace.MaxTarEntries: too_large, nothing
+// sent), and returns where the archive goes. The call is recorded before the first
 // byte; what was sent is noted after the last (file.sent).
 func (s *Files) Download(ctx context.Context, t *tenant.Principal, id, p string, start func(skipped []string) io.Writer) error {
 	p, err := cleanPath(p)
@@ -424,7 +592,7 @@ func (s *Files) Download(ctx context.Context, t *tenant.Principal, id, p string,
 	}
 	dg := record.NewDigester()
 	var recErr error
-	err = b.Inst.Archive(ctx, strings.TrimPrefix(rel, "/"), MaxArchiveBytes, func(skipped []string) io.Writer {
+	err = b.Inst.Archive(ctx, strings.TrimPrefix(rel, "/"), math.MaxInt64, func(skipped []string) io.Writer {
 		if recErr = s.fileRecord(ctx, t, b, record.FileDownload{FileCall: fileCall(p, ""), Skipped: record.Names(skipped)}); recErr != nil {
 			return failWriter{recErr} // nothing leaves unrecorded
 		}

@@ -80,19 +80,21 @@ func (s *Calls) ReadFile(_ context.Context, req *connect.Request[agentpb.ReadFil
 	}
 }
 
-// writeFile replaces p's contents atomically (a temporary file renamed
-// over it), keeping its mode and owner, or creating it for u.
-func writeFile(p string, data []byte, mode os.FileMode, u User, parents bool) error {
+// writeFile replaces p's contents atomically with what r reads (a
+// temporary file beside it, renamed over it only once r ended without
+// error, removed on any failure), keeping p's mode and owner, or creating
+// it for u. It returns the bytes written.
+func writeFile(p string, r io.Reader, mode os.FileMode, u User, parents bool) (int64, error) {
 	dir := filepath.Dir(p)
 	if parents {
 		if err := mkdirAll(dir, u); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	uid, gid := int(u.UID), int(u.GID)
 	if fi, err := os.Stat(p); err == nil {
 		if !fi.Mode().IsRegular() {
-			return &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
+			return 0, &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
 		}
 		mode = fi.Mode().Perm()
 		st := fi.Sys().(*syscall.Stat_t)
@@ -103,9 +105,10 @@ func writeFile(p string, data []byte, mode os.FileMode, u User, parents bool) er
 	tmp := filepath.Join(dir, ".airlock-"+hex.EncodeToString(rnd[:]))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err = f.Write(data); err == nil {
+	n, err := io.Copy(f, r)
+	if err == nil {
 		err = f.Chmod(mode)
 	}
 	if err == nil {
@@ -120,24 +123,78 @@ func writeFile(p string, data []byte, mode os.FileMode, u User, parents bool) er
 	if err != nil {
 		_ = os.Remove(tmp)
 	}
-	return err
+	return n, err
 }
 
-// WriteFile replaces a file whole (see writeFile), 0644 unless a mode is
-// given, making missing parents when asked.
-func (s *Calls) WriteFile(_ context.Context, req *connect.Request[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
-	u, p, err := s.path(req.Msg.GetUser(), req.Msg.GetPath())
+// errIncomplete is a client stream that ended before the message saying
+// it was whole: whatever it carried is dropped.
+var errIncomplete = connect.NewError(connect.CodeInvalidArgument, errors.New("the stream ended before its last message: nothing was changed"))
+
+// received is what a client stream of the agent offers its reader.
+type received interface {
+	Receive() bool
+	Err() error
+}
+
+// streamReader reads the data of a client stream's messages up to the
+// one that says last, and ends (io.EOF) only when the stream ends right
+// after it; a stream that breaks off or ends early is an error, so that
+// nothing it carried is kept.
+type streamReader struct {
+	s    received
+	msg  func() (data []byte, last bool)
+	buf  []byte
+	last bool
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if !r.s.Receive() {
+			if err := r.s.Err(); err != nil {
+				return 0, err
+			}
+			if r.last {
+				return 0, io.EOF
+			}
+			return 0, errIncomplete
+		}
+		if r.last {
+			return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("a message after the last"))
+		}
+		r.buf, r.last = r.msg()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// WriteFile replaces a file whole (see writeFile) with the data of the
+// stream's messages, 0644 unless a mode is given, making missing parents
+// when asked; the first message names the file.
+func (s *Calls) WriteFile(_ context.Context, stream *connect.ClientStream[agentpb.WriteFileRequest]) (*connect.Response[agentpb.WriteFileResponse], error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errIncomplete
+	}
+	first := stream.Msg()
+	u, p, err := s.path(first.GetUser(), first.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	mode := os.FileMode(req.Msg.GetMode()).Perm()
+	mode := os.FileMode(first.GetMode()).Perm()
 	if mode == 0 {
 		mode = 0o644
 	}
-	if err := writeFile(p, req.Msg.GetData(), mode, u, req.Msg.GetMakeParents()); err != nil {
+	r := &streamReader{s: stream, buf: first.GetData(), last: first.GetLast(), msg: func() ([]byte, bool) {
+		return stream.Msg().GetData(), stream.Msg().GetLast()
+	}}
+	n, err := writeFile(p, r, mode, u, first.GetMakeParents())
+	if err != nil {
 		return nil, ConnectError(err)
 	}
-	return connect.NewResponse(&agentpb.WriteFileResponse{Size: int64(len(req.Msg.GetData()))}), nil
+	return connect.NewResponse(&agentpb.WriteFileResponse{Size: n}), nil
 }
 
 // EditFile replaces the one occurrence of a text in a file (of at most
@@ -171,7 +228,7 @@ func (s *Calls) EditFile(_ context.Context, req *connect.Request[agentpb.EditFil
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the text to replace occurs %d times in %s: give more context so it is unique", n, p))
 	}
 	out := strings.Replace(string(b), old, req.Msg.GetNew(), 1)
-	if err := writeFile(p, []byte(out), 0o644, u, false); err != nil {
+	if _, err := writeFile(p, strings.NewReader(out), 0o644, u, false); err != nil {
 		return nil, ConnectError(err)
 	}
 	return connect.NewResponse(&agentpb.EditFileResponse{Size: int64(len(out))}), nil

@@ -5,14 +5,66 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api/agentpb"
+	"github.com/airlock-sandbox/airlock/api/agentpb/agentpbconnect"
 	"github.com/airlock-sandbox/airlock/api/filesystem"
 )
+
+// withHello is the Agent service of the calls, for a test server.
+type withHello struct{ *Calls }
+
+func (withHello) Hello(context.Context, *connect.Request[agentpb.HelloRequest]) (*connect.Response[agentpb.HelloResponse], error) {
+	return connect.NewResponse(&agentpb.HelloResponse{}), nil
+}
+
+// callsClient serves calls over HTTP/1.1, as the agent does to the
+// daemon, and is its client: client streams need a real transport. Wait
+// returns once every call the server took has returned.
+func callsClient(t *testing.T, c *Calls) agentpbconnect.AgentClient {
+	cl, _ := callsServer(t, c)
+	return cl
+}
+
+func callsServer(t *testing.T, c *Calls) (cl agentpbconnect.AgentClient, wait func()) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(agentpbconnect.NewAgentHandler(withHello{c}))
+	var calls sync.WaitGroup
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		defer calls.Done()
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return agentpbconnect.NewAgentClient(srv.Client(), srv.URL), calls.Wait
+}
+
+// writeChunks writes a file through the client in the given chunks, the
+// last saying so when last is set.
+func writeChunks(ctx context.Context, cl agentpbconnect.AgentClient, first *agentpb.WriteFileRequest, chunks []string, last bool) error {
+	st := cl.WriteFile(ctx)
+	first.Last = last && len(chunks) == 0
+	if err := st.Send(first); err != nil {
+		_, err = st.CloseAndReceive()
+		return err
+	}
+	for i, c := range chunks {
+		if err := st.Send(&agentpb.WriteFileRequest{Data: []byte(c), Last: last && i == len(chunks)-1}); err != nil {
+			_, err = st.CloseAndReceive()
+			return err
+		}
+	}
+	_, err := st.CloseAndReceive()
+	return err
+}
 
 func testUsers(t *testing.T) (Users, string) {
 	t.Helper()
@@ -58,9 +110,10 @@ func TestUserAndPaths(t *testing.T) {
 func TestWriteEditKeepModeAndRefuseAmbiguity(t *testing.T) {
 	us, home := testUsers(t)
 	f := NewCalls(us)
+	cl := callsClient(t, f)
 	ctx := context.Background()
 	p := filepath.Join(home, "d", "f.txt")
-	if _, err := f.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: p, Data: []byte("a b a"), Mode: 0o600, MakeParents: true})); err != nil {
+	if err := writeChunks(ctx, cl, &agentpb.WriteFileRequest{Path: p, Data: []byte("a b"), Mode: 0o600, MakeParents: true}, []string{" a"}, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.EditFile(ctx, connect.NewRequest(&agentpb.EditFileRequest{Path: p, Old: "a", New: "x"})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
@@ -81,8 +134,162 @@ func TestWriteEditKeepModeAndRefuseAmbiguity(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Dir(p)); len(ents) != 1 {
 		t.Errorf("left in the directory: %v", ents)
 	}
-	if _, err := f.WriteFile(ctx, connect.NewRequest(&agentpb.WriteFileRequest{Path: filepath.Dir(p), Data: []byte("x")})); err == nil {
+	if err := writeChunks(ctx, cl, &agentpb.WriteFileRequest{Path: filepath.Dir(p), Data: []byte("x")}, nil, true); err == nil {
 		t.Error("wrote over a directory")
+	}
+}
+
+// A write changes the file only once its stream said last and ended:
+// a stream that ends early, breaks off, or goes on after last leaves the
+// file as it was and no temporary file beside it.
+func TestWriteStreamIsAllOrNothing(t *testing.T) {
+	us, home := testUsers(t)
+	cl, wait := callsServer(t, NewCalls(us))
+	p := filepath.Join(home, "f")
+	if err := os.WriteFile(p, []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	unchanged := func(what string) {
+		t.Helper()
+		if b, _ := os.ReadFile(p); string(b) != "before" {
+			t.Errorf("%s: the file holds %q", what, b)
+		}
+		if ents, _ := os.ReadDir(home); len(ents) != 1 {
+			t.Errorf("%s: left beside it: %v", what, ents)
+		}
+	}
+	if err := writeChunks(ctx, cl, &agentpb.WriteFileRequest{Path: p, Data: []byte("af")}, []string{"ter"}, false); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("a stream without last: %v", err)
+	}
+	unchanged("no last")
+	st := cl.WriteFile(ctx)
+	_ = st.Send(&agentpb.WriteFileRequest{Path: p, Data: []byte("x"), Last: true})
+	_ = st.Send(&agentpb.WriteFileRequest{Data: []byte("y")})
+	if _, err := st.CloseAndReceive(); err == nil {
+		t.Error("a message after last was taken")
+	}
+	unchanged("past last")
+	// A client that goes away midway.
+	cctx, cancel := context.WithCancel(ctx)
+	st = cl.WriteFile(cctx)
+	_ = st.Send(&agentpb.WriteFileRequest{Path: p, Data: []byte(strings.Repeat("z", 1<<20))})
+	cancel()
+	_, _ = st.CloseAndReceive()
+	wait() // the call has seen its client go
+	unchanged("a client gone")
+	if err := writeChunks(ctx, cl, &agentpb.WriteFileRequest{Path: p, Data: []byte("af")}, []string{"t", "er"}, true); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "after" {
+		t.Errorf("a whole stream wrote %q", b)
+	}
+}
+
+// unpackStream sends an Unpack stream: begin dir, then parts (an entry,
+// or a string: a data message), then end when end is set.
+func unpackStream(ctx context.Context, cl agentpbconnect.AgentClient, dir string, end bool, parts ...any) error {
+	st := cl.Unpack(ctx)
+	msgs := []*agentpb.UnpackRequest{{Part: &agentpb.UnpackRequest_Begin{Begin: &agentpb.UnpackBegin{Dir: dir}}}}
+	for _, p := range parts {
+		switch p := p.(type) {
+		case *agentpb.UnpackEntry:
+			msgs = append(msgs, &agentpb.UnpackRequest{Part: &agentpb.UnpackRequest_Entry{Entry: p}})
+		case string:
+			msgs = append(msgs, &agentpb.UnpackRequest{Part: &agentpb.UnpackRequest_Data{Data: []byte(p)}})
+		}
+	}
+	if end {
+		msgs = append(msgs, &agentpb.UnpackRequest{Part: &agentpb.UnpackRequest_End{End: true}})
+	}
+	for _, m := range msgs {
+		if err := st.Send(m); err != nil {
+			break
+		}
+	}
+	_, err := st.CloseAndReceive()
+	return err
+}
+
+// tree is what dir holds: each path below it, "/" after a directory, and
+// a file's content after "=".
+func tree(t *testing.T, dir string) string {
+	t.Helper()
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case err != nil || rel == ".":
+		case d.IsDir():
+			out = append(out, rel+"/")
+		default:
+			b, _ := os.ReadFile(p)
+			out = append(out, rel+"="+string(b))
+		}
+		return nil
+	})
+	return strings.Join(out, " ")
+}
+
+// An unpack changes the directory only when it is whole: one that fails
+// midway (a conflict, a bad name, a stream that ends without end) leaves
+// it exactly as it was, without its stage; a whole one merges into
+// directories it already has and replaces files.
+func TestUnpackIsAllOrNothing(t *testing.T) {
+	us, home := testUsers(t)
+	cl := callsClient(t, NewCalls(us))
+	ctx := context.Background()
+	dir := filepath.Join(home, "dst")
+	if err := os.MkdirAll(filepath.Join(dir, "src", "keep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "src", "a.txt"), []byte("old"), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "file"), []byte("f"), 0o644)
+	before := tree(t, dir)
+	d := func(name string) *agentpb.UnpackEntry {
+		return &agentpb.UnpackEntry{Name: name, Dir: true, Mode: 0o755}
+	}
+	f := func(name string) *agentpb.UnpackEntry { return &agentpb.UnpackEntry{Name: name, Mode: 0o644} }
+	for name, c := range map[string]struct {
+		end   bool
+		parts []any
+	}{
+		"no end":                  {false, []any{d("src"), f("src/a.txt"), "new", f("src/b/c.txt"), "c"}},
+		"a dir in a file's place": {true, []any{f("src/a.txt"), "new", d("file")}},
+		"a file in a dir's place": {true, []any{f("new.txt"), "n", f("src/keep"), "x"}},
+		"data before an entry":    {true, []any{"x"}},
+		"an empty name":           {true, []any{f("new.txt"), "n", f("/")}},
+	} {
+		if err := unpackStream(ctx, cl, dir, c.end, c.parts...); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+		if got := tree(t, dir); got != before {
+			t.Errorf("%s: the directory changed:\n%s\nwas\n%s", name, got, before)
+		}
+	}
+	// A missing directory is made with the rest, or not at all.
+	if err := unpackStream(ctx, cl, filepath.Join(home, "missing/deeper"), false, f("x"), "x"); err == nil {
+		t.Error("into a missing directory, without end: no error")
+	}
+	if _, err := os.Lstat(filepath.Join(home, "missing")); err == nil {
+		t.Error("a failed unpack made its missing directory")
+	}
+	if err := unpackStream(ctx, cl, filepath.Join(home, "missing/deeper"), true, f("x"), "x"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tree(t, filepath.Join(home, "missing")); got != "deeper/ deeper/x=x" {
+		t.Errorf("into a missing directory: %s", got)
+	}
+	if err := unpackStream(ctx, cl, filepath.Join(dir, "file", "sub"), true, f("x"), "x"); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("into a file: %v", err)
+	}
+	// Names are kept below the directory.
+	if err := unpackStream(ctx, cl, dir, true, d("src"), f("src/a.txt"), "new", f("src/b/c.txt"), "c", f("../../up.txt"), "up"); err != nil {
+		t.Fatal(err)
+	}
+	want := "file=f src/ src/a.txt=new src/b/ src/b/c.txt=c src/keep/ up.txt=up"
+	if got := tree(t, dir); got != want {
+		t.Errorf("after a whole unpack:\n%s\nwant\n%s", got, want)
 	}
 }
 
