@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
+	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/system"
@@ -272,12 +275,14 @@ func parseWhen(flag, v string) (time.Time, error) {
 }
 
 func auditReportCmd(g *globals, logPath *string) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	c := &cobra.Command{
 		Use:   "report [SANDBOX]",
 		Short: "Summarize one sandbox's run: trigger, commands, network, files changed, limits",
 		Long: `Summarize one sandbox's records for a person: its trigger and controls, every
 command with its exit, every file call, the hosts it reached and was refused,
 the credentials found, the files it changed in /workspace and the limits it hit.
+--json prints the same summary as one object, names exactly as recorded.
 
   sudo airlock audit report 8035500fd41a
   airlock audit report --log ~/.local/state/airlock/runs/20261201T101500.123456789Z.audit
@@ -305,9 +310,14 @@ SANDBOX may be left out when the log holds one sandbox (an airlock run's log).`,
 			if len(recs) == 0 {
 				return errdefs.New(errdefs.ErrNotFound, "no audit records of sandbox "+strings.Join(args, ""))
 			}
+			if asJSON {
+				return cmdutil.PrintJSON(g.stdout, summarize(recs))
+			}
 			return writeReport(g.stdout, recs)
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print the summary as one JSON object")
+	return c
 }
 
 // auditLogPath is the log the reading commands read: --log, or the
@@ -319,11 +329,116 @@ func auditLogPath(g *globals, logPath string) string {
 	return system.AuditDir(g.dataDir)
 }
 
-// writeReport summarises one sandbox's records for a person, reading each
-// through its kind's type (internal/audit/record). Paths, hosts, argv and
-// what the sandbox reported are chosen by the sandbox or its caller: they
-// are shown quoted (untrusted.Quote).
+// A report is one sandbox's records summarised: what audit report prints,
+// as text for a person or as JSON.
+type report struct {
+	Sandbox  string    `json:"sandbox_id"`
+	Tenant   string    `json:"tenant,omitempty"`
+	Created  time.Time `json:"created,omitzero"`
+	Image    string    `json:"image,omitempty"`
+	Trigger  any       `json:"trigger,omitempty"`
+	Controls any       `json:"controls,omitempty"`
+	// Calls are the commands' starts and ends and the file calls, in
+	// the log's order.
+	Calls       []reportCall   `json:"calls"`
+	Ended       time.Time      `json:"ended,omitzero"`
+	EndReason   string         `json:"end_reason,omitempty"`
+	Limits      []string       `json:"limits"`
+	PidsLimited int64          `json:"forks_refused,omitempty"`
+	Allowed     map[string]int `json:"hosts_allowed"` // host: requests
+	Denied      map[string]int `json:"hosts_denied"`
+	Findings    []reportFind   `json:"credentials_found"`
+	// FilesChanged is the destroy record's count (-1: no destroy record
+	// with a workspace); Files lists at most the first 1,000.
+	FilesChanged int          `json:"files_changed"`
+	Files        []reportFile `json:"files"`
+	// Unreadable counts records of an unknown kind or shape.
+	Unreadable int `json:"unreadable_records"`
+}
+
+type reportCall struct {
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"` // exec.start, exec.end, or the file call's kind
+	ExecID   string    `json:"exec_id,omitempty"`
+	Argv     []string  `json:"argv,omitempty"`
+	PID      int       `json:"pid,omitempty"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Status   string    `json:"status,omitempty"`
+	Path     string    `json:"path,omitempty"`
+}
+
+type reportFind struct {
+	Rule   string `json:"rule"`
+	Where  string `json:"where"`
+	Call   string `json:"call"`
+	Action string `json:"action"`
+}
+
+type reportFile struct {
+	Kind string `json:"kind"`
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// summarize reads one sandbox's records, each through its kind's type
+// (internal/audit/record).
+func summarize(recs []*audit.Record) *report {
+	rp := &report{Sandbox: recs[0].Sandbox, Tenant: recs[0].Tenant, Calls: []reportCall{}, Limits: []string{},
+		Allowed: map[string]int{}, Denied: map[string]int{}, Findings: []reportFind{}, FilesChanged: -1, Files: []reportFile{}}
+	for _, r := range recs {
+		d, err := record.Decode(r)
+		if err != nil {
+			rp.Unreadable++
+			continue
+		}
+		switch d := d.(type) {
+		case *record.SandboxCreated:
+			rp.Created, rp.Image, rp.Trigger, rp.Controls = r.Time, d.Image, d.Trigger, d.Controls
+		case *record.ExecStart:
+			rp.Calls = append(rp.Calls, reportCall{Time: r.Time, Kind: r.Kind, ExecID: d.ExecID, Argv: d.Argv})
+		case *record.ExecEnd:
+			code := d.ExitCode
+			rp.Calls = append(rp.Calls, reportCall{Time: r.Time, Kind: r.Kind, ExecID: d.ExecID, PID: d.PID, ExitCode: &code, Status: d.Status})
+		case *record.Egress:
+			if d.Decision == "allowed" {
+				rp.Allowed[d.Host]++
+			} else {
+				rp.Denied[d.Host]++
+			}
+		case *record.SecretFinding:
+			rp.Findings = append(rp.Findings, reportFind{Rule: d.Rule, Where: d.Where, Call: d.Call, Action: d.Action})
+		case *record.SandboxDestroyed:
+			rp.Ended, rp.EndReason = r.Time, d.Reason
+			if ws := d.Workspace; ws != nil {
+				rp.FilesChanged = ws.Changed
+				for _, p := range ws.Paths {
+					rp.Files = append(rp.Files, reportFile{Kind: p.Kind, Path: p.Path, Size: p.Size})
+				}
+			}
+			rp.PidsLimited = d.PidsLimited
+			if d.PidsLimited > 0 {
+				rp.Limits = append(rp.Limits, "pids")
+			}
+			if d.OOMKills > 0 {
+				rp.Limits = append(rp.Limits, "memory")
+			}
+			for _, l := range d.Limits {
+				if l != "pids" && l != "memory" {
+					rp.Limits = append(rp.Limits, l)
+				}
+			}
+		case interface{ Call() record.FileCall }:
+			rp.Calls = append(rp.Calls, reportCall{Time: r.Time, Kind: r.Kind, Path: d.Call().Path})
+		}
+	}
+	return rp
+}
+
+// writeReport summarises one sandbox's records for a person. Paths,
+// hosts, argv and what the sandbox reported are chosen by the sandbox or
+// its caller: they are shown quoted (untrusted.Quote).
 func writeReport(w io.Writer, recs []*audit.Record) error {
+	rp := summarize(recs)
 	q := func(v any) string { return untrusted.Quote(fmt.Sprint(v)) }
 	argv := func(l []string) string {
 		out := make([]string, len(l))
@@ -332,92 +447,70 @@ func writeReport(w io.Writer, recs []*audit.Record) error {
 		}
 		return "[" + strings.Join(out, " ") + "]"
 	}
-	if first := recs[0]; first.Tenant != "" {
-		fmt.Fprintf(w, "sandbox %s (tenant %s)\n", first.Sandbox, first.Tenant)
+	if rp.Tenant != "" {
+		fmt.Fprintf(w, "sandbox %s (tenant %s)\n", rp.Sandbox, rp.Tenant)
 	} else {
-		fmt.Fprintf(w, "sandbox %s\n", first.Sandbox)
+		fmt.Fprintf(w, "sandbox %s\n", rp.Sandbox)
 	}
-	allowed, denied := map[string]int{}, map[string]int{}
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	var files, findings []string
-	changed := -1 // as the destroy record counts them (it lists at most 1000)
-	unreadable := 0
-	for _, r := range recs {
-		d, err := record.Decode(r)
-		if err != nil {
-			unreadable++
-			continue
+	if !rp.Created.IsZero() {
+		fmt.Fprintf(w, "created %s; image %s", rp.Created.Format(time.RFC3339), q(rp.Image))
+		if rp.Trigger != nil {
+			fmt.Fprintf(w, "; trigger %s", q(jsonText(rp.Trigger)))
 		}
-		at := r.Time.Format("15:04:05.000")
-		switch d := d.(type) {
-		case *record.SandboxCreated:
-			fmt.Fprintf(w, "created %s; image %s", r.Time.Format(time.RFC3339), q(d.Image))
-			if d.Trigger != nil {
-				fmt.Fprintf(w, "; trigger %s", q(jsonText(d.Trigger)))
-			}
-			fmt.Fprintln(w)
-			fmt.Fprintf(w, "controls %s\n", jsonText(d.Controls))
-		case *record.ExecStart:
-			fmt.Fprintf(tw, "  %s\tstart\texec %s\t%s\n", at, q(d.ExecID), argv(d.Argv))
-		case *record.ExecEnd:
-			pid := ""
-			if d.PID > 0 {
-				pid = fmt.Sprintf("pid %d, ", d.PID)
-			}
-			fmt.Fprintf(tw, "  %s\tend\texec %s\t%sexit %d, %s (reported by the sandbox)\n", at, q(d.ExecID), pid, d.ExitCode, q(d.Status))
-		case *record.Egress:
-			if d.Decision == "allowed" {
-				allowed[q(d.Host)]++
-			} else {
-				denied[q(d.Host)]++
-			}
-		case *record.SecretFinding:
-			findings = append(findings, fmt.Sprintf("%s in %s (%s): %s", q(d.Rule), q(d.Where), d.Call, d.Action))
-		case *record.SandboxDestroyed:
-			fmt.Fprintf(w, "ended %s: %s\n", r.Time.Format(time.RFC3339), q(d.Reason))
-			if ws := d.Workspace; ws != nil {
-				changed = ws.Changed
-				for _, p := range ws.Paths {
-					files = append(files, fmt.Sprintf("%s %s (%d bytes)", p.Kind, q(p.Path), p.Size))
-				}
-			}
-			if d.PidsLimited > 0 {
-				fmt.Fprintf(w, "limit: pids (%d forks refused)\n", d.PidsLimited)
-			}
-			if d.OOMKills > 0 {
-				fmt.Fprintln(w, "limit: memory (OOM)")
-			}
-			for _, l := range d.Limits {
-				if l != "pids" && l != "memory" {
-					fmt.Fprintf(w, "limit: %s\n", l)
-				}
-			}
-		case interface{ Call() record.FileCall }:
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", at, r.Kind, q(d.Call().Path))
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "controls %s\n", jsonText(rp.Controls))
+	}
+	if !rp.Ended.IsZero() {
+		fmt.Fprintf(w, "ended %s: %s\n", rp.Ended.Format(time.RFC3339), q(rp.EndReason))
+	}
+	for _, l := range rp.Limits {
+		switch l {
+		case "pids":
+			fmt.Fprintf(w, "limit: pids (%d forks refused)\n", rp.PidsLimited)
+		case "memory":
+			fmt.Fprintln(w, "limit: memory (OOM)")
+		default:
+			fmt.Fprintf(w, "limit: %s\n", l)
 		}
 	}
 	fmt.Fprintln(w, "commands and file calls:")
-	tw.Flush()
-	fmt.Fprintf(w, "network: %d hosts allowed, %d denied\n", len(allowed), len(denied))
-	for h, n := range denied {
-		fmt.Fprintf(w, "  denied %s (x%d)\n", h, n)
-	}
-	if len(findings) > 0 {
-		fmt.Fprintf(w, "credentials found: %d\n", len(findings))
-		for _, f := range findings {
-			fmt.Fprintln(w, "  "+f)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, c := range rp.Calls {
+		at := c.Time.Format("15:04:05.000")
+		switch c.Kind {
+		case "exec.start":
+			fmt.Fprintf(tw, "  %s\tstart\texec %s\t%s\n", at, q(c.ExecID), argv(c.Argv))
+		case "exec.end":
+			pid := ""
+			if c.PID > 0 {
+				pid = fmt.Sprintf("pid %d, ", c.PID)
+			}
+			fmt.Fprintf(tw, "  %s\tend\texec %s\t%sexit %d, %s (reported by the sandbox)\n", at, q(c.ExecID), pid, *c.ExitCode, q(c.Status))
+		default:
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", at, c.Kind, q(c.Path))
 		}
 	}
-	if changed > len(files) {
-		fmt.Fprintf(w, "files changed in /workspace: %d (%d listed)\n", changed, len(files))
+	tw.Flush()
+	fmt.Fprintf(w, "network: %d hosts allowed, %d denied\n", len(rp.Allowed), len(rp.Denied))
+	for _, h := range slices.Sorted(maps.Keys(rp.Denied)) {
+		fmt.Fprintf(w, "  denied %s (x%d)\n", q(h), rp.Denied[h])
+	}
+	if len(rp.Findings) > 0 {
+		fmt.Fprintf(w, "credentials found: %d\n", len(rp.Findings))
+		for _, f := range rp.Findings {
+			fmt.Fprintf(w, "  %s in %s (%s): %s\n", q(f.Rule), q(f.Where), f.Call, f.Action)
+		}
+	}
+	if rp.FilesChanged > len(rp.Files) {
+		fmt.Fprintf(w, "files changed in /workspace: %d (%d listed)\n", rp.FilesChanged, len(rp.Files))
 	} else {
-		fmt.Fprintf(w, "files changed in /workspace: %d\n", len(files))
+		fmt.Fprintf(w, "files changed in /workspace: %d\n", len(rp.Files))
 	}
-	for _, f := range files {
-		fmt.Fprintln(w, "  "+f)
+	for _, f := range rp.Files {
+		fmt.Fprintf(w, "  %s %s (%d bytes)\n", f.Kind, q(f.Path), f.Size)
 	}
-	if unreadable > 0 {
-		fmt.Fprintf(w, "records of an unknown kind or shape (an older airlock's?): %d (airlock audit query shows them)\n", unreadable)
+	if rp.Unreadable > 0 {
+		fmt.Fprintf(w, "records of an unknown kind or shape (an older airlock's?): %d (airlock audit query shows them)\n", rp.Unreadable)
 	}
 	return nil
 }
