@@ -111,7 +111,7 @@ var docRules = map[string]docRule{
 	`sudo airlock gc                        # what dead sandboxes left (cgroups, locks, checkouts)`:                                               {skip: "uninstalling"},
 	`sudo chattr -i /run/airlock/exe/*; sudo rm -rf /run/airlock   # the sealed copies of the binary are immutable`:                               {skip: "uninstalling"},
 	`sudo rm -rf /var/lib/airlock           # images, snapshots, the daemon's database, keys and audit log: keep a copy of audit/ if you need it`: {skip: "uninstalling"},
-	`sudo rm -f /usr/local/bin/airlock; sudo rm -rf /usr/local/share/doc/airlock`:                                                                 {skip: "uninstalling"},
+	`sudo rm -f /usr/local/bin/airlock /usr/local/share/man/man1/airlock*.1; sudo rm -rf /usr/local/share/doc/airlock`:                                                                 {skip: "uninstalling"},
 	`rm -rf ~/.local/state/airlock          # airlock run's and airlock mcp's logs (sudo: root's too)`:                                            {skip: "uninstalling"},
 	"cd bench && sudo go test -bench . -benchtime 100x":                                                                                           {skip: "the benchmarks (minutes of a quiet machine)"},
 	"cd bench && sudo go test -bench Egress -benchtime 1x":                                                                                        {skip: "the benchmarks"},
@@ -245,17 +245,21 @@ var backgroundRE = regexp.MustCompile(`[^&]&\s*(#.*)?$`)
 
 func background(line string) bool { return backgroundRE.MatchString(line) }
 
+// airlockCmdRE finds airlock run as a command: first on the line, after
+// sudo, or in $(...); not a name in another program's arguments.
+var airlockCmdRE = regexp.MustCompile(`(?:^|sudo\s+(?:-E\s+)?|\$\()airlock\s+(.*)`)
+
 // airlockArgs returns, for every airlock command of a line, its words up
 // to the sandbox's command (--), to be parsed with --help.
 func airlockArgs(line string) []string {
 	var out []string
 	for _, part := range regexp.MustCompile(`;|&&|\|`).Split(line, -1) {
 		part = strings.TrimSpace(strings.SplitN(part, " #", 2)[0])
-		i := strings.Index(part, "airlock ")
-		if i < 0 || strings.HasPrefix(part, "cd ") || strings.Contains(part, "/airlock") {
+		m := airlockCmdRE.FindAllStringSubmatch(part, -1)
+		if m == nil {
 			continue
 		}
-		args := part[i+len("airlock "):]
+		args := m[len(m)-1][1]
 		if j := strings.Index(args, " -- "); j >= 0 {
 			args = args[:j]
 		}
@@ -346,12 +350,17 @@ func newDocWorld(t *testing.T) *docWorld {
 		}
 	}
 	// Whatever the walk left running (the daemon it started with &) ends
-	// with the test; its sandboxes are destroyed by the daemon on SIGTERM,
-	// or reaped by gc.
+	// with the test: the kill switch first, from the daemon's mount
+	// namespace (where its socket is), as the daemon leaves its sandboxes
+	// for the next one to adopt when it is stopped; then the daemon.
 	t.Cleanup(func() {
 		b, _ := os.ReadFile(w.pids)
 		for _, l := range strings.Fields(string(b)) {
 			if pid, err := strconv.Atoi(l); err == nil && pid > 1 {
+				ks := exec.Command("nsenter", "-t", l, "-m", "--", airlockBin, "--state-dir", stateDir, "--data-dir", w.data, "kill-all")
+				if out, err := ks.CombinedOutput(); err != nil {
+					t.Logf("kill-all in the walk's daemon: %v\n%s", err, out)
+				}
 				_ = syscall.Kill(pid, syscall.SIGTERM)
 				for i := 0; i < 600 && syscall.Kill(pid, 0) == nil; i++ {
 					time.Sleep(50 * time.Millisecond)

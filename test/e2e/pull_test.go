@@ -87,8 +87,8 @@ func TestImagePullSaysWhatWhereAndHowFar(t *testing.T) {
 		code int
 		says string
 	}{
-		{[]string{"image", "pull", closed + "/acme/tool:1"}, 125, closed + " refused the connection"},
-		{[]string{"image", "pull", host + "/acme/tool:2"}, 125, "has no acme/tool:2 (HTTP 404, manifest unknown: no such tag) (did you mean " + ref + ", which is in the image cache?)"},
+		{[]string{"image", "pull", closed + "/acme/tool:1"}, 1, closed + " refused the connection"},
+		{[]string{"image", "pull", host + "/acme/tool:2"}, 1, "has no acme/tool:2 (HTTP 404, manifest unknown: no such tag) (did you mean " + ref + ", which is in the image cache?)"},
 		{[]string{"run", "--image", strings.TrimPrefix(deny.URL, "http://") + "/acme/tool:1", "--", "true"}, 125, "without credentials (HTTP 401)"},
 		{[]string{"run", "--image", closed + "/acme/tool:1", "--", "true"}, 125, "refused the connection"},
 	} {
