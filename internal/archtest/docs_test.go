@@ -216,6 +216,7 @@ var claims = []claim{
 	{pkg: "internal/workspace", phrase: "It imports internal/workspace/safefs, internal/untrusted, go-udiff and x/sys.", own: []string{"internal/workspace/safefs", "internal/untrusted"}, libs: []string{"github.com/aymanbagabas/go-udiff/...", "golang.org/x/sys/..."}},
 	{pkg: "internal/workspace/safefs", phrase: "It imports internal/untrusted and x/sys only;", own: []string{"internal/untrusted"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/workspace/checkout", phrase: "It imports go-git, internal/workspace/safefs, internal/errdefs and x/sys.", own: []string{"internal/workspace/safefs", "internal/errdefs"}, libs: []string{"github.com/go-git/...", "golang.org/x/sys/..."}},
+	{pkg: "internal/workspace/hostcopy", phrase: "It imports internal/workspace/safefs, internal/untrusted, internal/errdefs and x/sys.", own: []string{"internal/workspace/safefs", "internal/untrusted", "internal/errdefs"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/workspace/snapshot", phrase: "It imports internal/workspace/safefs and x/sys.", own: []string{"internal/workspace/safefs"}, libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/workspace/internal/wstest", phrase: "It imports x/sys only.", libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/testutil/tartest", phrase: "It imports the standard library only.", libs: std},

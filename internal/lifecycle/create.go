@@ -78,8 +78,16 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 	}
 	defer res.Release()
 	sb.wsDir = sb.host.WorkspaceDir()
-	if s.Repo != "" {
-		dir, remove, err := sb.host.Checkout(ctx, s, l.cfg.DataDir+"/tmp", id)
+	switch {
+	case s.Repo != "":
+		dir, remove, err := sb.host.Checkout(ctx, s, filepath.Dir(l.workspaceDir(id)), id)
+		if err != nil {
+			return nil, err
+		}
+		sb.wsDir = dir
+		undo.Do(remove)
+	case l.copiesWorkspace(s):
+		dir, remove, err := l.copyWorkspace(ctx, sb.host.Workspace, s.Workspace, id)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +154,15 @@ func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int,
 		}
 		undo.Do(func() { sb.net.Close() })
 	}
-	if sb.host, err = l.openHost(s); err != nil {
+	// A private workspace (a checkout, a copy) needs nothing of the host
+	// directory it was made from, which may be gone.
+	hs := s
+	if l.privateWorkspace(s) {
+		c := *s
+		c.Workspace, c.Repo = "", ""
+		hs = &c
+	}
+	if sb.host, err = l.openHost(hs); err != nil {
 		return nil, fmt.Errorf("sandbox %s: its image or workspace: %w; destroyed", id, err)
 	}
 	undo.Do(sb.host.Close)
@@ -154,8 +170,8 @@ func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int,
 		return nil, fmt.Errorf("sandbox %s: its image or workspace: %w; destroyed", id, err)
 	}
 	sb.wsDir = sb.host.WorkspaceDir()
-	if s.Repo != "" {
-		sb.wsDir = filepath.Join(l.cfg.DataDir, "tmp", id)
+	if l.privateWorkspace(s) {
+		sb.wsDir = l.workspaceDir(id)
 	}
 	var keep cleanup.Stack
 	keep.Do(sb.host.Close)
@@ -163,7 +179,7 @@ func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int,
 	if sb.net != nil {
 		keep.Do(func() { sb.net.Close() })
 	}
-	if s.Repo != "" {
+	if l.privateWorkspace(s) {
 		keep.Do(func() { _ = os.RemoveAll(sb.wsDir) })
 	}
 	keep.Do(func() { _ = os.Remove(sb.socket) })

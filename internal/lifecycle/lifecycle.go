@@ -2,7 +2,7 @@
 // destroyed, for `airlock run`, `airlock serve` and `airlock mcp` alike:
 // a validated spec is checked against the wall's controls (Landlock), its
 // host paths are opened (beneath a tenant's roots; internal/lifecycle/hostfiles),
-// its image resolved, its id reserved, its workspace checked out, its
+// its image resolved, its id reserved, its workspace checked out or copied, its
 // network brought up (internal/sandboxnet), and the prepared root, limits
 // and namespace are handed to a wall (internal/wall) to start. Teardown is
 // the reverse, in one place (Sandbox.Destroy, Sandbox.Release). A

@@ -18,7 +18,7 @@ type SandboxFlags struct {
 func (s *SandboxFlags) Bind(f *pflag.FlagSet) {
 	f.StringVar(&s.Req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID (a daemon's tenant: paths under its roots, registries the daemon lists)`)
 	f.BoolVar(&s.Req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image (for package installs)")
-	f.StringVar(&s.Req.Workspace, "workspace", "", "host directory shown copy-on-write at /workspace (the host's files are never written; a daemon's tenant: under its roots)")
+	f.StringVar(&s.Req.Workspace, "workspace", "", "host directory copied at create to /workspace: the sandbox sees it as it was then (the host's files are never written; a daemon's tenant: under its roots)")
 	f.StringVar(&s.Req.Repo, "repo", "", "host git repository to check out at /workspace (a daemon's tenant: under its roots)")
 	f.StringVar(&s.Req.Commit, "commit", "", "commit (or branch, tag) of --repo (default HEAD)")
 	f.StringArrayVarP(&s.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")

@@ -110,7 +110,7 @@ Exit status:
 	f.SetInterspersed(false)
 	f.StringVar(&s.Image, "image", "host", "root filesystem: host, a directory, oci:PATH, docker-archive:PATH or a registry reference")
 	f.BoolVar(&s.WritableRootfs, "writable-rootfs", false, "give the sandbox its own writable layer over the image (for package installs)")
-	f.StringVar(&s.Workspace, "workspace", "", "show this host directory copy-on-write at /workspace (the host's files are never written)")
+	f.StringVar(&s.Workspace, "workspace", "", "copy this host directory to /workspace at create: the sandbox sees it as it was then (the host's files are never written)")
 	f.StringVar(&s.Repo, "repo", "", "build /workspace from this git repository at --commit (objects only: no hooks, no config)")
 	f.StringVar(&s.Commit, "commit", "", "revision of --repo to check out")
 	f.BoolVar(&diff, "diff", false, "after the command, print a unified diff of what changed in /workspace (past about 64 MiB files are named, not diffed; what cannot be read is named)")

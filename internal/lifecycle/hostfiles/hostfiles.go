@@ -46,11 +46,7 @@ func Open(s *spec.Spec, snapshots string) (_ *Files, err error) {
 		if h.Image, err = h.open(s, "image", p, !strings.HasPrefix(s.Image, "docker-archive:")); err != nil {
 			return nil, err
 		}
-		ours := spec.Within(snapshots, p)
-		if real, err := filepath.EvalSymlinks(snapshots); err == nil && !ours {
-			ours = spec.Within(real, p)
-		}
-		h.TenantTree = h.confined && strings.HasPrefix(s.Image, "/") && !ours
+		h.TenantTree = h.confined && strings.HasPrefix(s.Image, "/") && !InSnapshots(snapshots, p)
 	}
 	if s.Workspace != "" {
 		if h.Workspace, err = h.open(s, "workspace", s.Workspace, true); err != nil {
@@ -63,6 +59,17 @@ func Open(s *spec.Spec, snapshots string) (_ *Files, err error) {
 		}
 	}
 	return h, nil
+}
+
+// InSnapshots reports whether path p lies in the daemon's directory of
+// snapshots: files airlock wrote once, and keeps unchanged while a sandbox
+// uses them.
+func InSnapshots(snapshots, p string) bool {
+	if spec.Within(snapshots, p) {
+		return true
+	}
+	real, err := filepath.EvalSymlinks(snapshots)
+	return err == nil && spec.Within(real, p)
 }
 
 // open opens p for field: a directory, or a regular file. A tenant's

@@ -464,8 +464,9 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-// GCRepos removes workspace checkouts under dir whose sandbox is no longer
-// alive (live reports whether a sandbox id holds its lock).
+// GCRepos removes the private workspace trees under dir (checkouts, and
+// the lifecycle's copies of --workspace directories) whose sandbox is no
+// longer alive (live reports whether a sandbox id holds its lock).
 func GCRepos(dir string, live func(id string) bool) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
