@@ -188,11 +188,13 @@ type Usage struct {
 	PidsLimited     int64   `json:"pids_limited,omitempty"`
 }
 
-// Progress is one report of a create's long work (its image's pull and
-// unpack), on the stream of POST /v1/sandboxes?progress=true. Op is
+// Progress is one report of long work: a create's (its image's pull and
+// unpack), on the stream of POST /v1/sandboxes?progress=true, or a
+// snapshot's, on POST /v1/sandboxes/{id}/snapshot?progress=true. Op is
 // "pull" (a registry's bytes of layer Layer of Layers, of Total: its
-// declared size) or "unpack" (bytes written); Message, when set, is shown
-// instead of the counts (for good when Stays); Done ends the work.
+// declared size), "unpack" (bytes written) or "snapshot" (bytes of file
+// content copied); Message, when set, is shown instead of the counts (for
+// good when Stays); Done ends the work.
 type Progress struct {
 	Op      string `json:"op"`
 	Subject string `json:"subject,omitempty"`
@@ -210,6 +212,14 @@ type Progress struct {
 type CreateEvent struct {
 	Progress *Progress `json:"progress,omitempty"`
 	Sandbox  *Sandbox  `json:"sandbox,omitempty"`
+	Error    *Error    `json:"error,omitempty"`
+}
+
+// SnapshotEvent is one line of POST /v1/sandboxes/{id}/snapshot?progress=true:
+// progress as it comes, then the snapshot, or the error that ended it.
+type SnapshotEvent struct {
+	Progress *Progress `json:"progress,omitempty"`
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
 	Error    *Error    `json:"error,omitempty"`
 }
 

@@ -145,35 +145,46 @@ func (c *Client) CreateSandbox(ctx context.Context, req *api.CreateSandbox) (*ap
 // does, handing each report of its long work (its image's pull and
 // unpack) to progress as it comes.
 func (c *Client) CreateSandboxProgress(ctx context.Context, req *api.CreateSandbox, progress func(*api.Progress)) (*api.Sandbox, error) {
-	b, err := json.Marshal(req)
+	return withProgress(ctx, c, "/v1/sandboxes", req, "the sandbox", progress, func(ev *api.CreateEvent) (*api.Progress, *api.Sandbox, *api.Error) {
+		return ev.Progress, ev.Sandbox, ev.Error
+	})
+}
+
+// withProgress posts body to path asking for its progress (?progress=true)
+// and reads the stream: each report goes to progress as it comes, and the
+// last event is the result (what) or the error. An answer that is not a
+// stream is the result itself.
+func withProgress[E, T any](ctx context.Context, c *Client, path string, body any, what string, progress func(*api.Progress), parts func(*E) (*api.Progress, *T, *api.Error)) (*T, error) {
+	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.request(ctx, "POST", "/v1/sandboxes", url.Values{"progress": {"true"}}, bytes.NewReader(b), "application/json")
+	res, err := c.request(ctx, "POST", path, url.Values{"progress": {"true"}}, bytes.NewReader(b), "application/json")
 	if err != nil {
 		return nil, err
 	}
 	defer res.Body.Close()
 	if !strings.HasPrefix(res.Header.Get("Content-Type"), "application/x-ndjson") {
-		var out api.Sandbox
+		var out T
 		return &out, json.NewDecoder(res.Body).Decode(&out)
 	}
 	dec := json.NewDecoder(res.Body)
 	for {
-		var ev api.CreateEvent
+		var ev E
 		if err := dec.Decode(&ev); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, fmt.Errorf("create: the progress stream ended without the sandbox: %w", err)
+			return nil, fmt.Errorf("the progress stream ended without %s: %w", what, err)
 		}
+		p, out, e := parts(&ev)
 		switch {
-		case ev.Error != nil:
-			return nil, ev.Error
-		case ev.Sandbox != nil:
-			return ev.Sandbox, nil
-		case ev.Progress != nil && progress != nil:
-			progress(ev.Progress)
+		case e != nil:
+			return nil, e
+		case out != nil:
+			return out, nil
+		case p != nil && progress != nil:
+			progress(p)
 		}
 	}
 }
@@ -523,6 +534,15 @@ func (c *Client) Diff(ctx context.Context, id string) (string, error) {
 func (c *Client) Snapshot(ctx context.Context, id, name string) (*api.Snapshot, error) {
 	var out api.Snapshot
 	return &out, c.call(ctx, "POST", sb(id, "/snapshot"), nil, &api.CreateSnapshot{Name: name}, &out)
+}
+
+// SnapshotProgress saves a snapshot as Snapshot does, handing each report
+// of its copy (bytes of file content) to progress as it comes. Cancelling
+// ctx before the copy is whole stops it, and leaves no snapshot.
+func (c *Client) SnapshotProgress(ctx context.Context, id, name string, progress func(*api.Progress)) (*api.Snapshot, error) {
+	return withProgress(ctx, c, sb(id, "/snapshot"), &api.CreateSnapshot{Name: name}, "the snapshot", progress, func(ev *api.SnapshotEvent) (*api.Progress, *api.Snapshot, *api.Error) {
+		return ev.Progress, ev.Snapshot, ev.Error
+	})
 }
 
 // Snapshots lists the caller's snapshots.

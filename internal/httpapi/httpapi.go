@@ -250,19 +250,20 @@ func (s *streamWriter) emit(v any) error {
 	return http.NewResponseController(s.ResponseWriter).Flush()
 }
 
-// createStream runs create with its progress sent as NDJSON events as it
-// comes, then the sandbox; an error before the first event is a normal
-// error reply, one after it the stream's last event.
-func createStream(w http.ResponseWriter, r *http.Request, create func(context.Context) (*api.Sandbox, error)) error {
+// progressStream runs work with its progress sent as NDJSON events as it
+// comes, then its result; an error before the first event is a normal
+// error reply, one after it the stream's last event. line makes an event
+// of a report, a result or an error (one of the three set).
+func progressStream[T any](w http.ResponseWriter, r *http.Request, work func(context.Context) (*T, error), line func(*api.Progress, *T, *api.Error) any) error {
 	sw := &streamWriter{ResponseWriter: w}
 	var mu sync.Mutex
-	emit := func(ev *api.CreateEvent) {
+	emit := func(ev any) {
 		mu.Lock()
 		defer mu.Unlock()
-		_ = sw.emit(ev) // a caller gone is seen by the create's context
+		_ = sw.emit(ev) // a caller gone is seen by the work's context
 	}
-	sb, err := create(progress.With(r.Context(), func(e progress.Event) {
-		emit(&api.CreateEvent{Progress: &api.Progress{Op: e.Op, Subject: e.Subject, Message: e.Message, Stays: e.Stays, Layer: e.Layer, Layers: e.Layers, Bytes: e.Bytes, Total: e.Total, Done: e.Done}})
+	res, err := work(progress.With(r.Context(), func(e progress.Event) {
+		emit(line(&api.Progress{Op: e.Op, Subject: e.Subject, Message: e.Message, Stays: e.Stays, Layer: e.Layer, Layers: e.Layers, Bytes: e.Bytes, Total: e.Total, Done: e.Done}, nil, nil))
 	}))
 	mu.Lock()
 	started := sw.started
@@ -271,12 +272,26 @@ func createStream(w http.ResponseWriter, r *http.Request, create func(context.Co
 	case err != nil && !started:
 		return err
 	case err != nil:
-		code := codeOf(err)
-		emit(&api.CreateEvent{Error: &api.Error{Code: code, Message: err.Error()}})
+		emit(line(nil, nil, &api.Error{Code: codeOf(err), Message: err.Error()}))
 	default:
-		emit(&api.CreateEvent{Sandbox: sb})
+		emit(line(nil, res, nil))
 	}
 	return nil
+}
+
+// createStream runs create with its progress streamed (progressStream).
+func createStream(w http.ResponseWriter, r *http.Request, create func(context.Context) (*api.Sandbox, error)) error {
+	return progressStream(w, r, create, func(p *api.Progress, sb *api.Sandbox, e *api.Error) any {
+		return &api.CreateEvent{Progress: p, Sandbox: sb, Error: e}
+	})
+}
+
+// snapshotStream runs a snapshot with its progress streamed
+// (progressStream).
+func snapshotStream(w http.ResponseWriter, r *http.Request, save func(context.Context) (*api.Snapshot, error)) error {
+	return progressStream(w, r, save, func(p *api.Progress, sn *api.Snapshot, e *api.Error) any {
+		return &api.SnapshotEvent{Progress: p, Snapshot: sn, Error: e}
+	})
 }
 
 // lazyWriter sends the status line and headers with the first byte, so an
@@ -828,6 +843,13 @@ func (h *Handler) snapshotRoutes() []route {
 			var req api.CreateSnapshot
 			if err := decode(w, r, &req); err != nil {
 				return err
+			}
+			stream, err := queryBool(r, "progress")
+			if err != nil {
+				return err
+			}
+			if stream {
+				return snapshotStream(w, r, func(ctx context.Context) (*api.Snapshot, error) { return s.Snapshot(ctx, p, id(r), &req) })
 			}
 			sn, err := s.Snapshot(r.Context(), p, id(r), &req)
 			if err != nil {

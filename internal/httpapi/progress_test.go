@@ -61,3 +61,29 @@ func TestCreateStreamEndsWithTheSandboxOrItsError(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot's progress stream has the same shape: its reports, then the
+// snapshot, or the error that ended it under its API code.
+func TestSnapshotStreamEndsWithTheSnapshotOrItsError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		last string
+	}{
+		{nil, `{"snapshot":{"id":"sn1",`},
+		{context.Canceled, `{"error":{"code":`},
+	} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/v1/sandboxes/sb1/snapshot?progress=true", nil)
+		err := snapshotStream(w, r, func(ctx context.Context) (*api.Snapshot, error) {
+			progress.Report(ctx, progress.Event{Op: "snapshot", Subject: "sb1", Bytes: 7})
+			if c.err != nil {
+				return nil, c.err
+			}
+			return &api.Snapshot{ID: "sn1"}, nil
+		})
+		lines := strings.Split(strings.TrimSpace(w.Body.String()), "\n")
+		if err != nil || len(lines) != 2 || lines[0] != `{"progress":{"op":"snapshot","subject":"sb1","bytes":7}}` || !strings.HasPrefix(lines[1], c.last) {
+			t.Errorf("%v: %v, lines %q", c.err, err, lines)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,8 +11,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/progress"
 	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 	"github.com/airlock-sandbox/airlock/internal/workspace/snapshot"
 )
@@ -73,7 +76,12 @@ type SnapshotFiles struct {
 // save (its /usr is the host's): its snapshot is the host image plus
 // /workspace, and with --writable-rootfs its root changes cannot be kept,
 // which is refused.
-func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
+//
+// The copy reports its bytes to ctx's progress sink (Op "snapshot", the
+// sandbox's id), and stops where ctx ends: nothing of it is left then.
+// Once the copy is whole it is kept (under its content digest), whatever
+// ctx says: the caller records it.
+func (sb *Sandbox) Snapshot(ctx context.Context, maxBytes int64) (_ *SnapshotFiles, err error) {
 	// The host image's "/" tree is only its /etc template; its /usr is the
 	// host's own.
 	full := sb.layout.Name != "host" && len(sb.layout.Trees) > 0 && sb.layout.Trees[0].Target == "/"
@@ -102,6 +110,13 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 		digest = sb.image // an earlier snapshot's root: named by its content
 	}
 	snapshotBase(h, sb.image, digest, full, tmp)
+	rep := &snapshotReporter{ctx: ctx, id: sb.id, start: time.Now()}
+	var count func(int64)
+	if progress.Enabled(ctx) {
+		count = rep.add
+		rep.report()
+		defer progress.Report(ctx, progress.Event{Op: "snapshot", Subject: sb.id, Done: true})
+	}
 	err = sb.frozen(func() error {
 		base, err := sb.w.UIDBase()
 		if err != nil {
@@ -120,14 +135,14 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 			if err := os.Mkdir(root, 0o755); err != nil {
 				return err
 			}
-			if err := snapshot.LinkTree(sb.layout.Trees[0].HostPath, root); err != nil {
+			if err := snapshot.LinkTree(ctx, sb.layout.Trees[0].HostPath, root); err != nil {
 				return fmt.Errorf("snapshot: the image: %w", err)
 			}
-			w, err := snapshot.NewWriter(root, h, maxBytes)
+			w, err := snapshot.NewWriter(root, h, maxBytes, count)
 			if err != nil {
 				return err
 			}
-			skipped, err := w.ApplyUpper(sb.w.Layers().RootUpper, owner)
+			skipped, err := w.ApplyUpper(ctx, sb.w.Layers().RootUpper, owner)
 			w.Close()
 			if err != nil {
 				return fmt.Errorf("snapshot: the root layer: %w", err)
@@ -141,13 +156,13 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 			return err
 		}
 		fmt.Fprint(h, "workspace\x00")
-		w, err := snapshot.NewWriter(ws, h, maxBytes)
+		w, err := snapshot.NewWriter(ws, h, maxBytes, count)
 		if err != nil {
 			return err
 		}
 		// The workspace of a sandbox made from the snapshot belongs to its
 		// user: the host directory's owner (root here) is mapped to it.
-		skipped, err := w.CopyTree(sb.w.Layers().Workspace, func(uint32, uint32) (uint32, uint32) { return 0, 0 })
+		skipped, err := w.CopyTree(ctx, sb.w.Layers().Workspace, func(uint32, uint32) (uint32, uint32) { return 0, 0 })
 		w.Close()
 		if err != nil {
 			return fmt.Errorf("snapshot: /workspace: %w", err)
@@ -158,6 +173,9 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 	})
 	if errors.Is(err, safefs.ErrTooLarge) {
 		return nil, errdefs.New(errdefs.ErrTooLarge, err.Error())
+	}
+	if err == nil {
+		err = ctx.Err() // the caller went as the copy ended: it goes too
 	}
 	if err != nil {
 		return nil, err
@@ -170,7 +188,32 @@ func (sb *Sandbox) Snapshot(maxBytes int64) (_ *SnapshotFiles, err error) {
 		}
 		// The same content was saved before: keep that copy.
 	}
+	progress.Report(ctx, progress.Event{Op: "snapshot", Subject: sb.id, Stays: true, Message: fmt.Sprintf("saved %s: %s MiB, in %s", sb.id, progress.MiB(out.Bytes), time.Since(rep.start).Round(time.Millisecond))})
 	return out, nil
+}
+
+// snapshotReporter reports a snapshot's bytes copied: at its start, then
+// at most every snapshotReportEvery.
+type snapshotReporter struct {
+	ctx    context.Context
+	id     string
+	start  time.Time
+	last   time.Time
+	copied int64
+}
+
+const snapshotReportEvery = 200 * time.Millisecond
+
+func (r *snapshotReporter) add(n int64) {
+	r.copied += n
+	if time.Since(r.last) >= snapshotReportEvery {
+		r.report()
+	}
+}
+
+func (r *snapshotReporter) report() {
+	r.last = time.Now()
+	progress.Report(r.ctx, progress.Event{Op: "snapshot", Subject: r.id, Bytes: r.copied})
 }
 
 // snapshotBase starts a snapshot's content digest with what its root was

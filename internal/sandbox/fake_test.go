@@ -280,7 +280,7 @@ func (i *fakeHost) Archive(context.Context, string, int64, func([]string) io.Wri
 	return errors.New("the fake host keeps no archives")
 }
 
-func (i *fakeHost) Snapshot(int64) (*lifecycle.SnapshotFiles, error) {
+func (i *fakeHost) Snapshot(context.Context, int64) (*lifecycle.SnapshotFiles, error) {
 	return nil, errors.New("the fake host keeps no snapshots")
 }
 

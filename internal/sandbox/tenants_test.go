@@ -131,6 +131,7 @@ func (helloAgent) Hello(context.Context, *connect.Request[agentpb.HelloRequest])
 // hello, and a snapshot of a fixed content.
 type gateInstance struct {
 	socket, image, content string
+	onSnapshot             func() // called as the snapshot's files are saved
 	srv                    *http.Server
 	done                   chan struct{}
 	once                   sync.Once
@@ -151,7 +152,10 @@ func (i *gateInstance) ImageDigest() string { return "" }
 func (i *gateInstance) Archive(context.Context, string, int64, func([]string) io.Writer) error {
 	return nil
 }
-func (i *gateInstance) Snapshot(int64) (*lifecycle.SnapshotFiles, error) {
+func (i *gateInstance) Snapshot(context.Context, int64) (*lifecycle.SnapshotFiles, error) {
+	if i.onSnapshot != nil {
+		i.onSnapshot()
+	}
 	return &lifecycle.SnapshotFiles{ID: i.content, Base: "host", Bytes: 1}, nil
 }
 func (i *gateInstance) Destroy() error {
@@ -486,6 +490,42 @@ func TestDeletedTenantPassesNothingToItsName(t *testing.T) {
 	})
 	if oldRecs == 0 {
 		t.Error("the admin no longer reads the deleted tenant's records")
+	}
+}
+
+// A snapshot whose files are whole when its caller goes is recorded and
+// audited all the same: files kept with no record could be neither found
+// nor deleted.
+func TestSnapshotSavedAsItsCallerWentIsRecorded(t *testing.T) {
+	dir := t.TempDir()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	log, err := audit.Open(dir, key, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	r := newTenantRig(t, log, dir)
+	p, _ := r.tenant(t, "acme")
+	sb, err := r.svc.Create(context.Background(), p, &api.CreateSandbox{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.be.made[sb.ID].onSnapshot = cancel
+	sn, err := r.svc.Snapshot(ctx, p, sb.ID, &api.CreateSnapshot{Name: "late"})
+	if err != nil {
+		t.Fatalf("saved as the caller went: %v", err)
+	}
+	if l, _ := r.svc.Snapshots(context.Background(), p); len(l) != 1 || l[0].ID != sn.ID {
+		t.Errorf("recorded: %+v", l)
+	}
+	audited := false
+	_ = r.svc.AuditRecords(context.Background(), p, AuditFilter{}, func(rec *audit.Record) error {
+		audited = audited || rec.Kind == "sandbox.snapshot"
+		return nil
+	})
+	if !audited {
+		t.Error("no sandbox.snapshot record")
 	}
 }
 

@@ -131,12 +131,12 @@ func TestDeepTreesAreNamedAndEverythingElseShown(t *testing.T) {
 
 	if os.Geteuid() == 0 {
 		snap := t.TempDir()
-		w, err := snapshot.NewWriter(snap, sha256.New(), 1<<20)
+		w, err := snapshot.NewWriter(snap, sha256.New(), 1<<20, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		skipped, err = w.CopyTree(wstest.OpenPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g })
+		skipped, err = w.CopyTree(context.Background(), wstest.OpenPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g })
 		if err != nil {
 			t.Fatalf("the snapshot failed whole: %v", err)
 		}
@@ -222,12 +222,12 @@ func TestHardLinksAreReadOnce(t *testing.T) {
 
 	if os.Geteuid() == 0 {
 		snap := t.TempDir()
-		w, err := snapshot.NewWriter(snap, sha256.New(), 2*size)
+		w, err := snapshot.NewWriter(snap, sha256.New(), 2*size, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Close()
-		if _, err := w.CopyTree(wstest.OpenPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g }); err != nil {
+		if _, err := w.CopyTree(context.Background(), wstest.OpenPath(t, upper), func(u, g uint32) (uint32, uint32) { return u, g }); err != nil {
 			t.Fatalf("snapshot: %v (the links counted as copies?)", err)
 		}
 		if w.Written() != size {

@@ -117,9 +117,7 @@ in the header only on requests the grant's rules cover:
 		pctx, clearProgress := g.Progress(ctx, k.AsJSON)
 		var sb *api.Sandbox
 		if progress.Enabled(pctx) {
-			sb, err = cl.CreateSandboxProgress(ctx, spec, func(p *api.Progress) {
-				progress.Report(pctx, progress.Event{Op: p.Op, Subject: p.Subject, Message: p.Message, Stays: p.Stays, Layer: p.Layer, Layers: p.Layers, Bytes: p.Bytes, Total: p.Total, Done: p.Done})
-			})
+			sb, err = cl.CreateSandboxProgress(ctx, spec, relay(pctx))
 		} else {
 			sb, err = cl.CreateSandbox(ctx, spec)
 		}
@@ -129,6 +127,14 @@ in the header only on requests the grant's rules cover:
 			return nil
 		})
 	})
+}
+
+// relay draws the daemon's reports of long work on the sink of ctx
+// (Globals.Progress).
+func relay(ctx context.Context) func(*api.Progress) {
+	return func(p *api.Progress) {
+		progress.Report(ctx, progress.Event{Op: p.Op, Subject: p.Subject, Message: p.Message, Stays: p.Stays, Layer: p.Layer, Layers: p.Layers, Bytes: p.Bytes, Total: p.Total, Done: p.Done})
+	}
 }
 
 func psCmd(g *cmdutil.Globals) *cobra.Command {
@@ -579,9 +585,23 @@ OCI or directory image, the whole root with the sandbox's changes; and its
   airlock create --image "snapshot:$snap"`,
 	}
 	var name string
-	create := &cobra.Command{Use: "create SANDBOX", Short: "Save a sandbox's filesystem state and print the snapshot's id", Args: cobra.ExactArgs(1)}
+	create := &cobra.Command{Use: "create SANDBOX", Short: "Save a sandbox's filesystem state and print the snapshot's id", Args: cobra.ExactArgs(1),
+		Long: `Save a sandbox's filesystem state and print the snapshot's id. The bytes
+copied are drawn on stderr when it is a terminal (a line each couple of
+seconds with --progress, never with --json). Interrupting it stops the
+copy and leaves no snapshot.`}
 	onDaemon(g, create, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
-		sn, err := cl.Snapshot(ctx, args[0], name)
+		// The copy's bytes, as the daemon reports them, draw on stderr;
+		// they are erased before the id is printed.
+		pctx, clearProgress := g.Progress(ctx, k.AsJSON)
+		var sn *api.Snapshot
+		var err error
+		if progress.Enabled(pctx) {
+			sn, err = cl.SnapshotProgress(ctx, args[0], name, relay(pctx))
+		} else {
+			sn, err = cl.Snapshot(ctx, args[0], name)
+		}
+		clearProgress()
 		if err == nil {
 			for _, s := range sn.Skipped {
 				g.Warn("snapshot: skipped " + untrusted.Quote(s) + " (not a file, directory or symlink)")

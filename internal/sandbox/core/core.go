@@ -56,7 +56,10 @@ type Host interface {
 	// start is called, with what the archive leaves out, once it is
 	// known to fit maxBytes and before the first byte.
 	Archive(ctx context.Context, rel string, maxBytes int64, start func(skipped []string) io.Writer) error
-	Snapshot(maxBytes int64) (*lifecycle.SnapshotFiles, error)
+	// Snapshot saves the sandbox's files (at most maxBytes of content),
+	// reporting its progress to ctx's sink; a ctx that ends before the
+	// copy is whole leaves nothing.
+	Snapshot(ctx context.Context, maxBytes int64) (*lifecycle.SnapshotFiles, error)
 	// Destroy kills every process and removes what the sandbox held on the
 	// host, except what Release gives back: its workspace stays readable
 	// (Changes) in between.

@@ -31,7 +31,9 @@ func New(c *core.Core) *Keeper { return &Keeper{c} }
 const MaxSnapshotBytes = 8 << 30
 
 // Snapshot saves sandbox id's filesystem state (on the frozen sandbox) as
-// an image its tenant can create sandboxes from.
+// an image its tenant can create sandboxes from. The copy reports its
+// bytes to ctx's progress sink; a ctx that ends during the copy stops it
+// and leaves no snapshot.
 func (s *Keeper) Snapshot(ctx context.Context, t *tenant.Principal, id string, req *api.CreateSnapshot) (*api.Snapshot, error) {
 	if len(req.Name) > 128 {
 		return nil, errdefs.Invalid("name: at most 128 bytes")
@@ -58,19 +60,24 @@ func (s *Keeper) Snapshot(ctx context.Context, t *tenant.Principal, id string, r
 		}
 		limit = min(limit, q-used)
 	}
-	files, err := b.Inst.Snapshot(limit)
+	files, err := b.Inst.Snapshot(ctx, limit)
 	if errors.Is(err, errdefs.ErrTooLarge) && t.Quotas.MaxSnapshotBytes > 0 {
-		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: this snapshot would take tenant %s's snapshots past %s", t.Tenant, spec.FormatSize(t.Quotas.MaxSnapshotBytes)))
+		err = errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: this snapshot would take tenant %s's snapshots past %s", t.Tenant, spec.FormatSize(t.Quotas.MaxSnapshotBytes)))
 	}
 	if err != nil {
+		s.Cfg.Log.Info("snapshot not saved", "sandbox", id, "tenant", t.ID, "err", err)
 		return nil, err
 	}
+	// The files are whole and in place: they are recorded (and audited)
+	// even if the caller has gone meanwhile, or they would be kept with no
+	// record to find or delete them by.
+	ctx = context.WithoutCancel(ctx)
 	rec := store.Snapshot{ID: snapshotID(t.ID, files.ID), Tenant: t.ID, Content: files.ID, Name: req.Name, Sandbox: id, Base: files.Base, HasRoot: files.Root, Bytes: files.Bytes, Created: s.Cfg.Now()}
 	if err := s.Cfg.Store.PutSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
 	if err := t.UndoIfDeleted(func() {
-		if stillUsed, err := s.Cfg.Store.DeleteSnapshot(context.WithoutCancel(ctx), t.ID, rec.ID); err == nil && !stillUsed {
+		if stillUsed, err := s.Cfg.Store.DeleteSnapshot(ctx, t.ID, rec.ID); err == nil && !stillUsed {
 			s.RemoveFiles(rec.Content)
 		}
 	}); err != nil {

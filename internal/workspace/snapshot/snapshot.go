@@ -1,6 +1,7 @@
 // Package snapshot writes a sandbox's filesystem state (its root's
 // writable layer over a hard-link farm of its image, and its /workspace)
-// into directories an image can be made of (Writer, LinkTree).
+// into directories an image can be made of (Writer, LinkTree), counting
+// the bytes it writes and stopping where its context ends.
 //
 // It imports internal/workspace/safefs and x/sys.
 package snapshot
@@ -37,18 +38,20 @@ type Writer struct {
 	hash  hash.Hash // content digest of what was written, in walk order
 	max   int64     // bytes of file content at most
 	total int64
+	count func(int64)       // told of each piece of file content written (nil: nobody)
 	links safefs.Links      // a source file's first path, when it has several links
 	inode map[string]uint64 // the inode written for such a first path
 }
 
 // NewWriter writes under the directory dst (which must exist), digesting
-// what it writes into h.
-func NewWriter(dst string, h hash.Hash, maxBytes int64) (*Writer, error) {
+// what it writes into h; count, when not nil, is told of the bytes of file
+// content as they are written (the copy's progress).
+func NewWriter(dst string, h hash.Hash, maxBytes int64, count func(int64)) (*Writer, error) {
 	f, err := os.Open(dst)
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{root: f, hash: h, max: maxBytes, links: safefs.Links{}, inode: map[string]uint64{}}, nil
+	return &Writer{root: f, hash: h, max: maxBytes, count: count, links: safefs.Links{}, inode: map[string]uint64{}}, nil
 }
 
 // Written is the bytes of file content written so far.
@@ -161,8 +164,9 @@ func (w *Writer) ownAt(pfd int, name string, mode, uid, gid uint32, link bool) e
 	return unix.Fchmodat(pfd, name, mode&0o7777, 0)
 }
 
-// file writes regular file rel from src (size bytes).
-func (w *Writer) file(rel string, src *os.File, size int64, mode, uid, gid uint32) error {
+// file writes regular file rel from src (size bytes), stopping where ctx
+// ends.
+func (w *Writer) file(ctx context.Context, rel string, src *os.File, size int64, mode, uid, gid uint32) error {
 	if w.total += size; w.total > w.max {
 		return fmt.Errorf("%w: more than %d bytes", safefs.ErrTooLarge, w.max)
 	}
@@ -181,10 +185,30 @@ func (w *Writer) file(rel string, src *os.File, size int64, mode, uid, gid uint3
 	out := os.NewFile(uintptr(fd), rel)
 	defer out.Close()
 	w.record('f', rel, mode, uid, gid, fmt.Sprint(size))
-	if _, err := io.Copy(io.MultiWriter(out, w.hash), io.LimitReader(src, size)); err != nil {
+	dst := &counted{ctx: ctx, w: io.MultiWriter(out, w.hash), count: w.count}
+	if _, err := io.Copy(dst, io.LimitReader(src, size)); err != nil {
 		return err
 	}
 	return w.ownAt(pfd, name, mode, uid, gid, false)
+}
+
+// counted is where a file's content goes: it counts each piece written,
+// and takes none once ctx has ended.
+type counted struct {
+	ctx   context.Context
+	w     io.Writer
+	count func(int64)
+}
+
+func (c *counted) Write(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := c.w.Write(b)
+	if c.count != nil && n > 0 {
+		c.count(int64(n))
+	}
+	return n, err
 }
 
 // link makes rel a further hard link of first, a file this writer wrote
@@ -255,24 +279,27 @@ type Owner func(uid, gid uint32) (uint32, uint32)
 // read through the descriptor upper) onto the destination: new and changed
 // entries are written, whiteouts delete, an opaque directory replaces what
 // was there. Devices, sockets and fifos are skipped and named, and so is
-// what the walk could not read (safefs.Walker).
-func (w *Writer) ApplyUpper(upper *os.File, owner Owner) (skipped []string, err error) {
-	return w.copyFrom(upper, owner, true)
+// what the walk could not read (safefs.Walker). It stops, with ctx's
+// error, where ctx ends: what it wrote is then the caller's to remove.
+func (w *Writer) ApplyUpper(ctx context.Context, upper *os.File, owner Owner) (skipped []string, err error) {
+	return w.copyFrom(ctx, upper, owner, true)
 }
 
 // CopyTree writes the whole tree read through root (a merged view) into
-// the destination.
-func (w *Writer) CopyTree(root *os.File, owner Owner) (skipped []string, err error) {
-	return w.copyFrom(root, owner, false)
+// the destination; it stops where ctx ends, as ApplyUpper does.
+func (w *Writer) CopyTree(ctx context.Context, root *os.File, owner Owner) (skipped []string, err error) {
+	return w.copyFrom(ctx, root, owner, false)
 }
 
-func (w *Writer) copyFrom(root *os.File, owner Owner, overlay bool) (skipped []string, err error) {
+func (w *Writer) copyFrom(ctx context.Context, root *os.File, owner Owner, overlay bool) (skipped []string, err error) {
 	r, err := safefs.Reopen(root)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	c := &copier{w: w, walk: safefs.NewWalker(context.Background()), owner: owner, overlay: overlay}
+	// The walk itself is not given ctx: its end would be a partial tree
+	// (names skipped), where a cancelled copy must fail.
+	c := &copier{ctx: ctx, w: w, walk: safefs.NewWalker(context.Background()), owner: owner, overlay: overlay}
 	err = c.tree(r, ".", 0)
 	for _, u := range c.walk.Unread() {
 		skipped = append(skipped, u.String())
@@ -282,6 +309,7 @@ func (w *Writer) copyFrom(root *os.File, owner Owner, overlay bool) (skipped []s
 
 // copier is one walk of a source tree into a Writer.
 type copier struct {
+	ctx     context.Context
 	w       *Writer
 	walk    *safefs.Walker
 	owner   Owner
@@ -316,6 +344,9 @@ func (c *copier) tree(src *os.File, rel string, depth int) error {
 	for _, name := range names {
 		if c.walk.Stopped(rel) {
 			return nil
+		}
+		if err := c.ctx.Err(); err != nil {
+			return err
 		}
 		p := safefs.Join(rel, name)
 		st, err := safefs.LstatAt(src, name)
@@ -353,7 +384,7 @@ func (c *copier) tree(src *os.File, rel string, depth int) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
 			}
-			err = w.file(p, f, fi.Size(), mode, uid, gid)
+			err = w.file(c.ctx, p, f, fi.Size(), mode, uid, gid)
 			f.Close()
 			if err != nil {
 				return fmt.Errorf("%s: %w", p, err)
@@ -391,10 +422,14 @@ func (c *copier) tree(src *os.File, rel string, depth int) error {
 // symlinks copied, ownership and modes kept but setuid and setgid (a
 // set-id file is copied without them, not linked). src is a trusted image
 // directory of the host (an image or an earlier snapshot), read-only to
-// every sandbox; a snapshot's own changes are applied over it after.
-func LinkTree(src, dst string) error {
+// every sandbox; a snapshot's own changes are applied over it after. It
+// stops, with ctx's error, where ctx ends.
+func LinkTree(ctx context.Context, src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
