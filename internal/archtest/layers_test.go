@@ -29,7 +29,7 @@ var layers = []layer{
 	{"tests", []string{"internal/testutil/memlog"}, []string{"record"}},
 
 	// Leaves: nothing of airlock above them.
-	{"base", []string{"internal/errdefs", "internal/untrusted", "internal/cleanup", "internal/progress"}, nil},
+	{"base", []string{"internal/errdefs", "internal/untrusted", "internal/cleanup", "internal/progress", "internal/editdist"}, nil},
 	{"kernel", []string{"internal/linux/..."}, []string{"base"}},
 	{"value", []string{"internal/spec", "internal/scan", "internal/egress/policy", "internal/egress/sni", "internal/egress/eventlog", "internal/broker/keys"}, []string{"base"}},
 	{"record", []string{"internal/audit"}, nil},

@@ -6,5 +6,6 @@
 // uses it. A pull says what it fetches from where, tells a registry's or
 // the network's failures apart by class, and reports its progress to the
 // sink its context carries. It imports its subpackages,
-// go-containerregistry, internal/errdefs, internal/progress and x/sys.
+// go-containerregistry, internal/errdefs, internal/editdist,
+// internal/progress and x/sys.
 package image

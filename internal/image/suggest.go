@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/airlock-sandbox/airlock/internal/editdist"
 )
 
 // A reference that is not found may be a typo: suggest gives the nearest
@@ -39,7 +41,7 @@ func (s *Store) suggest(ref string, r name.Reference) string {
 			best, bestD := "", 3
 			for _, m := range all {
 				for _, n := range m.Names {
-					if d := distance(n, ref); d > 0 && d < bestD && d <= len(ref)/4 {
+					if d := editdist.Distance(n, ref); d > 0 && d < bestD && d <= len(ref)/4 {
 						best, bestD = n, d
 					}
 				}
@@ -93,7 +95,7 @@ func nearest(w string, known []string) string {
 		bestD = 3
 	}
 	for _, k := range known {
-		d := distance(w, k)
+		d := editdist.Distance(w, k)
 		if d == 0 {
 			return w
 		}
@@ -102,33 +104,4 @@ func nearest(w string, known []string) string {
 		}
 	}
 	return best
-}
-
-// distance is the optimal string alignment distance of a and b: edits,
-// a swap of two neighbours counting one.
-func distance(a, b string) int {
-	if len(a) > 256 || len(b) > 256 {
-		return max(len(a), len(b))
-	}
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }

@@ -3,7 +3,8 @@
 // which refuses the host's own addresses, other sandboxes, loopback,
 // private, link-local, CGNAT, metadata and other special addresses,
 // whatever DNS says. The proxy and the DNS forwarder (internal/egress and
-// internal/egress/dns) ask it; it imports the standard library and yaml.
+// internal/egress/dns) ask it; it imports internal/editdist, the
+// standard library and yaml.
 package policy
 
 import (
@@ -17,6 +18,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/airlock-sandbox/airlock/internal/editdist"
 )
 
 // Rule is one allow or deny pattern: an exact host, "*.suffix" (any
@@ -52,7 +55,7 @@ func presetLike(s string) string {
 		if len(name) >= 4 {
 			most = 2
 		}
-		if d := editDistance(s, name); d > 0 && d <= most {
+		if d := editdist.Distance(s, name); d > 0 && d <= most {
 			return name
 		}
 	}
@@ -67,35 +70,6 @@ func presetNames() []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// editDistance is the optimal string alignment distance of a and b
-// (insertions, deletions, substitutions and adjacent transpositions).
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64
-	}
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }
 
 // ParseRule parses "host", "*.suffix", "host:port", an IP literal or
