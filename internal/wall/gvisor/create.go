@@ -117,6 +117,18 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, err
 		}
 		ready <- started{err: err}
 	}
+	// The workspace's idmapped tree is made in the host's namespace
+	// (detached: nothing of it shows there) and attached in the new one.
+	wsTree := -1
+	if o.Workspace != "" {
+		fd, err := workspaceTree(o.Workspace)
+		if err != nil {
+			fail(err)
+			return
+		}
+		wsTree = fd
+		defer unix.Close(wsTree)
+	}
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		fail(fmt.Errorf("unshare(CLONE_NEWNS): %w", err))
 		return
@@ -126,7 +138,7 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, err
 		fail(err)
 		return
 	}
-	l, err := prepare(o, filepath.Join(bundle, "scratch"), &layers)
+	l, err := prepare(o, filepath.Join(bundle, "scratch"), wsTree, &layers)
 	if err != nil {
 		fail(err)
 		return
@@ -183,7 +195,7 @@ func (sb *Sandbox) start() error {
 // --writable-rootfs), the trees' writable overlays, the workspace's
 // overlay; it opens the layers the host reads (into layers) and returns
 // where the bundle's mounts come from.
-func prepare(o *wall.Options, scratch string, layers *wall.Layers) (layout, error) {
+func prepare(o *wall.Options, scratch string, wsTree int, layers *wall.Layers) (layout, error) {
 	var l layout
 	p := func(parts ...string) string { return filepath.Join(append([]string{scratch}, parts...)...) }
 	if err := os.Mkdir(scratch, 0o700); err != nil {
@@ -254,7 +266,7 @@ func prepare(o *wall.Options, scratch string, layers *wall.Layers) (layout, erro
 	// empty directory.
 	changes, merged := p("wsempty"), p("wsempty")
 	if o.Workspace != "" {
-		if err := workspaceLower(o.Workspace, p("ws/lower")); err != nil {
+		if err := mount.MoveTo(wsTree, p("ws/lower")); err != nil {
 			return l, err
 		}
 		if err := overlay(p("ws/merged"), p("ws/lower"), p("ws/upper"), p("ws/work")); err != nil {
@@ -291,32 +303,28 @@ func overlay(target, lower, upper, work string) error {
 	return mount.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 }
 
-// workspaceLower binds the host's workspace directory read-only at lower,
-// idmapped so that its owner appears as the sandbox user (gVisor runs with
-// the host's ids: without the mapping the sandbox user could not write
-// the files it was given).
-func workspaceLower(dir, lower string) error {
+// workspaceTree is a detached, read-only, idmapped tree of the host's
+// workspace directory in which its owner appears as the sandbox user
+// (gVisor shows the host's ids: without the mapping the sandbox user could
+// not write the files it was given).
+func workspaceTree(dir string) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return fmt.Errorf("%w: --workspace %s: %v", errdefs.ErrNotFound, dir, err)
+		return -1, fmt.Errorf("%w: --workspace %s: %v", errdefs.ErrNotFound, dir, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
-	}
-	if st.Uid == wall.SandboxUID && st.Gid == wall.SandboxUID {
-		return mount.Bind(dir, lower, unix.MS_RDONLY)
+		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
 	ns, done, err := userns(st.Uid, st.Gid)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	defer done()
 	fd, err := mount.IdmappedTree(dir, int(ns.Fd()), true)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		return -1, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	defer unix.Close(fd)
-	return mount.MoveTo(fd, lower)
+	return fd, nil
 }
 
 // userns starts a short-lived process (`airlock userns-hold`, this
