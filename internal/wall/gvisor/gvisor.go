@@ -204,8 +204,11 @@ func (w *Wall) remove(id string, cg *cgroup.Cgroup) error {
 		_ = unix.Kill(p, unix.SIGKILL)
 	}
 	var errs []error
-	// runsc's record of the container; its processes are gone already.
-	if w.Runsc().Err == nil {
+	// runsc's record of the container (its processes are gone already),
+	// left only when runsc run did not end on its own: its state files
+	// are named "<id>_sandbox:<id>.state" (runsc/container/state_file.go).
+	left, _ := filepath.Glob(filepath.Join(w.dir, runscRoot, id+"_sandbox:*"))
+	if len(left) > 0 && w.Runsc().Err == nil {
 		if out, err := exec.Command(w.runsc, "--root", filepath.Join(w.dir, runscRoot), "delete", "--force", id).CombinedOutput(); err != nil &&
 			!strings.Contains(string(out), "does not exist") {
 			w.log.Debug("runsc delete", "id", id, "err", err, "out", string(out))
