@@ -104,6 +104,9 @@ type Trigger struct {
 
 // CreateSandbox asks for a new long-lived sandbox.
 type CreateSandbox struct {
+	// Isolation is the wall: "container" (default) or "gvisor" (runsc:
+	// the sandbox's system calls are answered by gVisor's own kernel).
+	Isolation      string            `json:"isolation,omitempty"`
 	Image          string            `json:"image,omitempty"` // "host" (default), a rootfs directory, oci: or docker-archive: under the tenant's roots, a reference to a registry the operator lists, or snapshot:<id>
 	WritableRootfs bool              `json:"writable_rootfs,omitempty"`
 	Workspace      string            `json:"workspace,omitempty"` // host directory under one of the tenant's roots, shown copy-on-write at /workspace
@@ -229,6 +232,7 @@ type Sandbox struct {
 	Tenant      string            `json:"tenant"`    // the tenant's name when the sandbox was made
 	TenantID    string            `json:"tenant_id"` // the tenant's id (never reused)
 	State       string            `json:"state"`
+	Isolation   string            `json:"isolation"` // "container" or "gvisor"
 	Image       string            `json:"image"`
 	Created     time.Time         `json:"created"`
 	Expires     time.Time         `json:"expires"`

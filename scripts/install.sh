@@ -12,6 +12,9 @@ CGO_ENABLED=0 go build -trimpath -buildvcs=false \
 	-ldflags "-s -w -X github.com/airlock-sandbox/airlock/internal/cli.Version=$version" \
 	-o /usr/local/bin/airlock ./cmd/airlock
 echo "airlock: installed /usr/local/bin/airlock" >&2
+# runsc, for --isolation gvisor: built from the pinned gVisor module (once
+# per pin), installed as /usr/local/lib/airlock/runsc.
+./scripts/runsc.sh
 # The daemon's unit (airlock serve), for hosts with systemd; not enabled.
 if [ -d /etc/systemd/system ]; then
 	install -m 0644 dist/airlock.service /etc/systemd/system/airlock.service

@@ -23,6 +23,10 @@ fi
 # machine for a private or link-local address.
 if [ -x ../shared/tools/netguard ]; then ../shared/tools/netguard; fi
 
+# runsc for the gvisor wall's tests (built once per pin): under CI=true
+# they fail rather than skip without it.
+./scripts/runsc.sh
+
 export CGO_ENABLED=0
 unformatted=$(gofmt -l cmd internal test bench api client)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi

@@ -43,6 +43,8 @@ var layers = []layer{
 	// which only the composition root (and doctor) know.
 	{"wall", []string{"internal/wall"}, []string{"base", "value"}},
 	{"backend", []string{"internal/wall/container", "internal/wall/container/sealedexe"}, []string{"base", "value", "kernel", "wall", "init", "backend"}},
+	// gVisor's wall runs runsc; it knows nothing of the confined side.
+	{"backend", []string{"internal/wall/gvisor"}, []string{"base", "kernel", "wall"}},
 
 	// What the lifecycle builds a sandbox from, below it.
 	{"image", []string{"internal/image/..."}, []string{"base", "image"}},
@@ -87,6 +89,7 @@ var knownOnlyTo = []struct {
 	importers []string
 }{
 	{"internal/wall/container", []string{"internal/system", "internal/doctor"}},
+	{"internal/wall/gvisor", []string{"internal/system", "internal/doctor"}},
 	{"internal/confined/nsinit", []string{"internal/wall/container", "cmd/airlock"}},
 	{"internal/confined/agent", []string{"cmd/airlock"}},
 	{"internal/cli", []string{"cmd/airlock"}},
@@ -104,7 +107,7 @@ var bans = []struct {
 }{
 	{[]string{"internal/confined/nsinit/..."}, "net/http", false, "init is PID 1 of the sandbox: no server, no client"},
 	{[]string{"internal/confined/nsinit/..."}, "github.com/spf13/cobra", false, "init is dispatched before the command line exists"},
-	{[]string{"internal/wall/container"}, "net/http", false, "the wall makes syscalls, it serves nothing"},
+	{[]string{"internal/wall/container", "internal/wall/gvisor"}, "net/http", false, "the wall makes syscalls, it serves nothing"},
 	{[]string{"internal/spec"}, "os/exec", false, "spec is pure"},
 	{[]string{"internal/spec"}, "net", false, "spec is pure"},
 	{[]string{"internal/spec"}, "golang.org/x/sys/unix", false, "spec is pure"},

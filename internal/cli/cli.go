@@ -87,6 +87,7 @@ and 125 when airlock could not do its part (124 timeout, 126 not executable,
 	root.PersistentFlags().StringVar(&g.DataDir, "data-dir", "/var/lib/airlock", "persistent data (image cache)")
 	root.PersistentFlags().BoolVar(&g.Debug, "debug", false, "structured debug logs on stderr")
 	root.PersistentFlags().StringVar(&g.ImageCache, "image-cache-size", "20G", "cap on the OCI image cache; least recently used images are evicted past it")
+	root.PersistentFlags().StringVar(&g.Runsc, "runsc", "", "the runsc binary --isolation gvisor runs (default /usr/local/lib/airlock/runsc, as scripts/install.sh puts it); it must be the version airlock pins")
 	root.PersistentFlags().BoolVar(&g.ForceProgress, "progress", false, "draw the progress of long work (image pulls, snapshots) on stderr even when it is not a terminal (never under --json)")
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")

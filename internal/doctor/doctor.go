@@ -1,6 +1,7 @@
 // Package doctor checks, on this host and for real where it can, every
 // control airlock relies on (`airlock doctor`): what the container wall
-// needs, and what only some sandboxes need (nftables for proxy mode).
+// needs, and what only some sandboxes need (nftables for proxy mode, runsc
+// for the gvisor wall).
 package doctor
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/wall/container"
+	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 )
 
 // Check is one host prerequisite as `airlock doctor` reports it.
@@ -31,8 +33,9 @@ type Check struct {
 const refuse = "airlock run refuses to create sandboxes"
 
 // Checks checks every control airlock relies on, on this host, for real
-// where it can (it creates a user namespace and an idmapped mount).
-func Checks(stateDir string) []Check {
+// where it can (it creates a user namespace and an idmapped mount), and
+// the runsc at runsc (gvisor.DefaultRunsc when "") the gvisor wall runs.
+func Checks(stateDir, runsc string) []Check {
 	var out []Check
 	// need is a control airlock refuses to run without; note is not.
 	add := func(required bool, name string, ok bool, detail, without string) {
@@ -106,6 +109,12 @@ func Checks(stateDir string) []Check {
 		nftOK, nftDetail = false, "list tables: "+err.Error()
 	}
 	note("nftables", nftOK, nftDetail, "network policies (--allow) will be refused")
+
+	if runsc == "" {
+		runsc = gvisor.DefaultRunsc
+	}
+	rs := gvisor.Check(runsc)
+	note("gvisor", rs.Err == nil, rs.Describe(), "--isolation gvisor is refused (never run on the container wall instead); the container wall works")
 
 	mfd, err := unix.MemfdCreate("probe", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err == nil {

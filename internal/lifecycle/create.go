@@ -57,13 +57,17 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 	if err != nil {
 		return nil, err
 	}
-	degraded, err := l.gate(s)
+	wl, err := l.wallOf(s.Wall())
+	if err != nil {
+		return nil, err
+	}
+	degraded, err := l.gate(wl, s)
 	if err != nil {
 		return nil, err
 	}
 	var undo cleanup.Stack
 	defer undo.RunUnless(&err)
-	sb := &Sandbox{id: id, image: s.Image, writable: s.WritableRootfs, degraded: degraded, dataDir: l.cfg.DataDir}
+	sb := &Sandbox{id: id, wall: wl.Name(), wallVersion: wl.Version(), image: s.Image, writable: s.WritableRootfs, degraded: degraded, dataDir: l.cfg.DataDir}
 	if sb.host, err = l.openHost(s); err != nil {
 		return nil, err
 	}
@@ -72,7 +76,7 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 		return nil, err
 	}
 	undo.Do(sb.layout.Done)
-	res, err := l.wall.Reserve(id)
+	res, err := wl.Reserve(id)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +131,7 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 			return nil, err
 		}
 	}
-	if sb.w, err = l.wall.Create(res, wo); err != nil {
+	if sb.w, err = wl.Create(res, wo); err != nil {
 		return nil, err
 	}
 	sb.release = undo.Release()
@@ -138,14 +142,18 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 // first process has host pid pid. A sandbox that cannot be adopted is
 // destroyed (whatever of it is left) and an error says why.
 func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int, onEgress func(eventlog.Event)) (_ *Sandbox, err error) {
-	w, err := l.wall.Adopt(id, pid)
+	wl, err := l.wallOf(s.Wall())
+	if err != nil {
+		return nil, err
+	}
+	w, err := wl.Adopt(id, pid)
 	if err != nil {
 		return nil, err
 	}
 	var undo cleanup.Stack
 	defer undo.RunUnless(&err)
 	undo.Do(func() { _ = w.Destroy(); w.CloseFiles() })
-	sb := &Sandbox{id: id, w: w, socket: l.agentSocket(id), image: s.Image, writable: s.WritableRootfs, dataDir: l.cfg.DataDir}
+	sb := &Sandbox{id: id, w: w, wall: wl.Name(), wallVersion: wl.Version(), socket: l.agentSocket(id), image: s.Image, writable: s.WritableRootfs, dataDir: l.cfg.DataDir}
 	if s.NetMode() == "proxy" {
 		// The proxy lived in the old daemon: start it again on the same
 		// veth; the sandbox's connections through the old one were cut.
@@ -188,11 +196,11 @@ func (l *Lifecycle) Adopt(ctx context.Context, id string, s *spec.Spec, pid int,
 	return sb, nil
 }
 
-// gate checks s against the controls the wall's host lacks: each must be
-// one s explicitly runs without, and is returned as degraded.
-func (l *Lifecycle) gate(s *spec.Spec) ([]string, error) {
+// gate checks s against the controls the host lacks for wall w: each must
+// be one s explicitly runs without, and is returned as degraded.
+func (l *Lifecycle) gate(w wall.Wall, s *spec.Spec) ([]string, error) {
 	var degraded []string
-	for _, m := range l.wall.Missing() {
+	for _, m := range w.Missing() {
 		if !s.Degraded(m.Control) {
 			return nil, errdefs.Unavailable(fmt.Sprintf("%s; allow it degraded (airlock run --allow-degraded %s, or allow_degraded [%q] in the API) to run without it", m.Detail, m.Control, m.Control))
 		}

@@ -15,11 +15,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/wall"
@@ -50,15 +52,27 @@ type Config struct {
 	Registries   []string
 }
 
-// Lifecycle makes sandboxes on one wall.
+// Lifecycle makes sandboxes on the walls it is given, each on the one its
+// spec names (spec.Spec.Wall).
 type Lifecycle struct {
 	cfg    Config
-	wall   wall.Wall
+	walls  []wall.Wall
 	images *image.Store
 }
 
-// New prepares the image store for sandboxes on w.
-func New(cfg Config, w wall.Wall) (*Lifecycle, error) {
+// New prepares the image store for sandboxes on walls (at least one; each
+// named once).
+func New(cfg Config, walls ...wall.Wall) (*Lifecycle, error) {
+	seen := map[string]bool{}
+	for _, w := range walls {
+		if seen[w.Name()] {
+			return nil, fmt.Errorf("lifecycle: wall %s given twice", w.Name())
+		}
+		seen[w.Name()] = true
+	}
+	if len(walls) == 0 {
+		return nil, fmt.Errorf("lifecycle: no wall")
+	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = "/run/airlock"
 	}
@@ -83,7 +97,28 @@ func New(cfg Config, w wall.Wall) (*Lifecycle, error) {
 		images.Tenants, images.Registries = true, cfg.Registries
 		images.Dial = cfg.Net.RegistryDial()
 	}
-	return &Lifecycle{cfg: cfg, wall: w, images: images}, nil
+	return &Lifecycle{cfg: cfg, walls: walls, images: images}, nil
+}
+
+// wallOf is the wall named name; a spec naming a wall this process lacks
+// is refused, never made on another.
+func (l *Lifecycle) wallOf(name string) (wall.Wall, error) {
+	for _, w := range l.walls {
+		if w.Name() == name {
+			return w, nil
+		}
+	}
+	return nil, errdefs.Unavailable(fmt.Sprintf("--isolation %s: this airlock has no such wall", name))
+}
+
+// live reports whether sandbox id is held by a live process, on any wall.
+func (l *Lifecycle) live(id string) bool {
+	for _, w := range l.walls {
+		if w.Live(id) {
+			return true
+		}
+	}
+	return false
 }
 
 // NewID returns a fresh sandbox id.
@@ -96,13 +131,15 @@ func NewID() string {
 // Images is the image store.
 func (l *Lifecycle) Images() *image.Store { return l.images }
 
-// Wall is the wall sandboxes are made on.
-func (l *Lifecycle) Wall() wall.Wall { return l.wall }
-
-// GC removes what dead sandboxes left behind.
+// GC removes what dead sandboxes left behind, on every wall.
 func (l *Lifecycle) GC() ([]string, error) {
-	ids, err := l.wall.GC()
-	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
+	var ids []string
+	var err error
+	for _, w := range l.walls {
+		wids, werr := w.GC()
+		ids, err = append(ids, wids...), errors.Join(err, werr)
+	}
+	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
 	sandboxnet.Reap(l.cfg.StateDir)
@@ -110,7 +147,7 @@ func (l *Lifecycle) GC() ([]string, error) {
 	// creator died without a word).
 	socks, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "agents", "*.sock"))
 	for _, s := range socks {
-		if id := strings.TrimSuffix(filepath.Base(s), ".sock"); !l.wall.Live(id) {
+		if id := strings.TrimSuffix(filepath.Base(s), ".sock"); !l.live(id) {
 			_ = os.Remove(s)
 		}
 	}
@@ -119,10 +156,13 @@ func (l *Lifecycle) GC() ([]string, error) {
 
 // Discard ends what is left of sandbox id that could not be adopted.
 func (l *Lifecycle) Discard(id string) error {
-	err := l.wall.Discard(id)
+	var err error
+	for _, w := range l.walls {
+		err = errors.Join(err, w.Discard(id))
+	}
 	_ = os.Remove(l.agentSocket(id))
 	sandboxnet.Reap(l.cfg.StateDir)
-	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.wall.Live); err2 != nil {
+	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
 	return err
@@ -134,7 +174,7 @@ func (l *Lifecycle) LongLived() []string {
 	ents, _ := os.ReadDir(filepath.Join(l.cfg.StateDir, "agents"))
 	var ids []string
 	for _, en := range ents {
-		if id, ok := strings.CutSuffix(en.Name(), ".sock"); ok && l.wall.Live(id) {
+		if id, ok := strings.CutSuffix(en.Name(), ".sock"); ok && l.live(id) {
 			ids = append(ids, id)
 		}
 	}

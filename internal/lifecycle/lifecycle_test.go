@@ -34,7 +34,8 @@ type fakeReservation struct {
 func (r *fakeReservation) ID() string { return r.id }
 func (r *fakeReservation) Release()   { delete(r.w.reserved, r.id) }
 
-func (w *fakeWall) Name() string            { return "fake" }
+func (w *fakeWall) Name() string            { return "container" }
+func (w *fakeWall) Version() string         { return "" }
 func (w *fakeWall) Missing() []wall.Missing { return w.missing }
 func (w *fakeWall) Reserve(id string) (wall.Reservation, error) {
 	w.reserved[id] = true

@@ -22,17 +22,19 @@ import (
 // Sandbox is one sandbox on the host: the wall's sandbox and what the host
 // holds for it (its image, host paths, workspace, network).
 type Sandbox struct {
-	id       string
-	w        wall.Sandbox
-	layout   *rootfs.Layout
-	host     *hostfiles.Files // the spec's host paths, open while the sandbox lives
-	wsDir    string           // the workspace's host directory ("" for none)
-	socket   string           // the agent's socket (long-lived)
-	net      *sandboxnet.Net
-	image    string // the spec's image
-	degraded []string
-	writable bool
-	dataDir  string
+	id string
+	w  wall.Sandbox
+	// wall and wallVersion name the wall it is on (wall.Wall).
+	wall, wallVersion string
+	layout            *rootfs.Layout
+	host              *hostfiles.Files // the spec's host paths, open while the sandbox lives
+	wsDir             string           // the workspace's host directory ("" for none)
+	socket            string           // the agent's socket (long-lived)
+	net               *sandboxnet.Net
+	image             string // the spec's image
+	degraded          []string
+	writable          bool
+	dataDir           string
 	// release gives back what the host holds beside the wall's sandbox.
 	release func() error
 
@@ -88,6 +90,13 @@ func (sb *Sandbox) Usage() Usage {
 // ImageDigest is the content digest of the sandbox's image ("" for the
 // host's).
 func (sb *Sandbox) ImageDigest() string { return sb.layout.Digest }
+
+// Wall names the wall the sandbox is on ("container", "gvisor").
+func (sb *Sandbox) Wall() string { return sb.wall }
+
+// WallVersion is the version of the wall's runtime ("" for airlock's own
+// container wall; runsc's for gvisor).
+func (sb *Sandbox) WallVersion() string { return sb.wallVersion }
 
 // Degraded lists the controls the sandbox runs without.
 func (sb *Sandbox) Degraded() []string { return sb.degraded }

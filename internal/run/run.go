@@ -270,7 +270,7 @@ func (r *Runner) recordStart(s *spec.Spec, sb *lifecycle.Sandbox, res *Result, o
 	shown := r.recorded(s, w, o.Audit)
 	o.Audit.Note(w, record.SandboxCreated{
 		Spec: shown, Image: s.Image, ImageDigest: sb.ImageDigest(), PolicySHA256: record.PolicyHash(s.Net.Allow, s.Net.Deny),
-		Controls: record.ControlsOf(res.Degraded), // init_pid 0: recorded before init exists
+		Controls: record.ControlsOf(sb.Wall(), sb.WallVersion(), res.Degraded), // init_pid 0: recorded before init exists
 	})
 	res.execID = lifecycle.NewID()
 	if err := o.Audit.Commit(context.Background(), w, record.ExecStart{

@@ -274,6 +274,8 @@ func (i *fakeHost) Changes(_ context.Context, w io.Writer, _ int64) (*workspace.
 }
 
 func (i *fakeHost) Degraded() []string  { return nil }
+func (i *fakeHost) Wall() string        { return "container" }
+func (i *fakeHost) WallVersion() string { return "" }
 func (i *fakeHost) ImageDigest() string { return "" }
 
 func (i *fakeHost) Archive(context.Context, string, int64, func([]string) io.Writer) error {

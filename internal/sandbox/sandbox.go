@@ -178,7 +178,7 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxCreated{
 		Spec: record.Spec(sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
 		Metadata: req.Metadata, Trigger: req.Trigger, Expires: &b.Rec.Expires, IdleTimeout: idle.String(),
-		Controls: record.ControlsOf(inst.Degraded()), InitPID: inst.InitPid(),
+		Controls: record.ControlsOf(inst.Wall(), inst.WallVersion(), inst.Degraded()), InitPID: inst.InitPid(),
 	}); err != nil {
 		discard(inst)
 		return nil, err

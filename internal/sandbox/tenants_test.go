@@ -148,6 +148,8 @@ func (i *gateInstance) Changes(context.Context, io.Writer, int64) (*workspace.Re
 	return &workspace.Report{}, nil
 }
 func (i *gateInstance) Degraded() []string  { return nil }
+func (i *gateInstance) Wall() string        { return "container" }
+func (i *gateInstance) WallVersion() string { return "" }
 func (i *gateInstance) ImageDigest() string { return "" }
 func (i *gateInstance) Archive(context.Context, string, int64, func([]string) io.Writer) error {
 	return nil

@@ -56,8 +56,16 @@ const (
 // only explicitly. Namespaces, cgroups, seccomp and capabilities have none.
 var Degradable = []string{"landlock"}
 
+// Isolations are the walls a sandbox may be made on: "container" (the
+// default: airlock's namespace launcher) and "gvisor" (runsc, whose own
+// kernel answers the sandbox's system calls).
+var Isolations = []string{"container", "gvisor"}
+
 // Spec is the validated description of one sandbox.
 type Spec struct {
+	// Isolation names the wall (Isolations); "" is "container" (specs
+	// recorded before walls could be chosen).
+	Isolation string `json:"isolation,omitempty"`
 	// Image is "host", an absolute rootfs directory, "oci:PATH",
 	// "docker-archive:PATH" or a registry reference.
 	Image          string        `json:"image"`
@@ -134,8 +142,9 @@ func (l Limits) CommandLimits() (memory, pids int64) {
 // Default returns a Spec with every default filled in.
 func Default() Spec {
 	return Spec{
-		Image: "host",
-		User:  "user",
+		Isolation: "container",
+		Image:     "host",
+		User:      "user",
 		Limits: Limits{
 			Memory: DefaultMemory, Disk: DefaultDisk, CPUs: DefaultCPUs,
 			Pids: DefaultPids, NoFile: DefaultNoFile,
@@ -143,6 +152,14 @@ func Default() Spec {
 		Timeout: DefaultTimeout,
 		Net:     Net{EgressBytes: DefaultEgressBytes, MaxConns: DefaultMaxConns},
 	}
+}
+
+// Wall is the name of the wall the sandbox is made on.
+func (s *Spec) Wall() string {
+	if s.Isolation == "" {
+		return "container"
+	}
+	return s.Isolation
 }
 
 // NetMode settles Mode: proxy when any rule or policy file is given,
@@ -236,6 +253,9 @@ func (s *Spec) validate() error {
 		if strings.IndexByte(a, 0) >= 0 {
 			return bad("command argument contains a NUL byte")
 		}
+	}
+	if s.Isolation != "" && !slices.Contains(Isolations, s.Isolation) {
+		return bad("--isolation %q: must be %s", s.Isolation, strings.Join(Isolations, " or "))
 	}
 	if err := validateImage(s.Image); err != nil {
 		return err

@@ -1,5 +1,5 @@
 // Package system is airlock's composition root: from one set of Options it
-// builds the wall, the lifecycle, the broker, the store, the audit log and
+// builds the walls, the lifecycle, the broker, the store, the audit log and
 // the service, wired for one of four modes — a one-shot run (`airlock
 // run`), an embedded service for one caller (`airlock mcp`), the daemon
 // (`airlock serve`, which also listens), or the host's upkeep (`airlock
@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container"
+	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -67,6 +68,9 @@ type Options struct {
 	Log   *slog.Logger
 	// Warn receives one-line warnings meant for the user.
 	Warn func(string)
+	// Runsc is the runsc the gvisor wall runs (gvisor.DefaultRunsc when
+	// ""); a missing or wrong one fails gvisor creates only.
+	Runsc string
 
 	DNSUpstream     string
 	SubnetPool      netip.Prefix
@@ -106,8 +110,10 @@ type Options struct {
 
 // System is everything one airlock process runs sandboxes with.
 type System struct {
-	opts      Options
-	Wall      wall.Wall
+	opts Options
+	// Walls are the walls sandboxes are made on: the container wall
+	// (the default) and the gvisor wall.
+	Walls     []wall.Wall
 	Lifecycle *lifecycle.Lifecycle
 	Broker    *broker.Broker
 	// Audit is the log every record goes to (nil: none), through
@@ -138,12 +144,18 @@ func New(ctx context.Context, o Options) (_ *System, err error) {
 			_ = s.Close()
 		}
 	}()
-	if s.Wall, err = container.New(o.StateDir, o.Log); err != nil {
+	cw, err := container.New(o.StateDir, o.Log)
+	if err != nil {
 		return nil, err
 	}
+	gw, err := gvisor.New(o.StateDir, o.Runsc, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	s.Walls = []wall.Wall{cw, gw}
 	switch o.Mode {
 	case Host:
-		s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall)
+		s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Walls...)
 		return s, err
 	case OneShot:
 		return s, s.oneShot()
@@ -214,7 +226,7 @@ func (s *System) oneShot() (err error) {
 		}
 		return nil, errdefs.Invalid(fmt.Sprintf("grant: no secret %q: give it with --secret %s=env:VARIABLE or =file:PATH", name, name))
 	}})
-	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {
+	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Walls...); err != nil {
 		return err
 	}
 	if s.Audit, s.AuditFile, err = openRunAudit(s.opts.RunAudit); err != nil {
@@ -264,7 +276,7 @@ func (s *System) service(ctx context.Context) (err error) {
 	cfg.Audit, scfg.Audit, tcfg.Audit = s.Recorder, s.Recorder, s.Recorder
 	s.Secrets = secret.New(scfg)
 	s.Broker = broker.New(broker.Config{Keys: k, Dir: filepath.Join(o.Files, "broker"), Secret: s.Secrets.Value})
-	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Wall); err != nil {
+	if s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Walls...); err != nil {
 		return err
 	}
 	cfg.Backend, cfg.Broker = sandbox.NewBackend(s.Lifecycle), s.Broker

@@ -8,7 +8,7 @@
 // Sandbox.
 //
 // Walls: internal/wall/container (airlock's own namespace launcher, the
-// default). A wall is built on internal/linux/* and the confined side it
+// default) and internal/wall/gvisor (runsc). A wall is built on internal/linux/* and the confined side it
 // launches; this package imports nothing of airlock.
 package wall
 
@@ -27,6 +27,9 @@ const SandboxUID = 1000
 type Wall interface {
 	// Name is the wall's name as specs and doctor show it ("container").
 	Name() string
+	// Version is the version of the wall's runtime, as audit records
+	// name it ("" for a wall that is airlock's own code).
+	Version() string
 	// Missing lists the controls of this wall the host lacks and a caller
 	// may run without when it says so (spec.AllowDegraded); a control that
 	// cannot be done without makes New fail instead.

@@ -33,7 +33,11 @@ type Digest struct {
 }
 
 // Controls are the controls a sandbox has, and any explicit opt-out.
+// Wall names the wall ("container" or "gvisor"); Runsc is runsc's version
+// on the gvisor wall.
 type Controls struct {
+	Wall         string   `json:"wall"`
+	Runsc        string   `json:"runsc,omitempty"`
 	Namespaces   bool     `json:"namespaces"`
 	Cgroups      bool     `json:"cgroups"`
 	Seccomp      bool     `json:"seccomp"`

@@ -121,11 +121,18 @@ func Decode(r *audit.Record) (Data, error) {
 	return d, nil
 }
 
-// ControlsOf says which controls a sandbox has, given the ones it runs
-// without (its spec's explicit opt-outs).
-func ControlsOf(degraded []string) Controls {
-	return Controls{Namespaces: true, Cgroups: true, Seccomp: true, Capabilities: "dropped", NoNewPrivs: true,
+// ControlsOf says which controls a sandbox on wall (at version, its
+// runtime's) has, given the ones it runs without (its spec's explicit
+// opt-outs). On gvisor the namespaces, cgroup and seccomp are runsc's
+// processes' on the host (the Sentry answers the sandbox's system calls),
+// and there is no Landlock.
+func ControlsOf(wall, version string, degraded []string) Controls {
+	c := Controls{Wall: wall, Namespaces: true, Cgroups: true, Seccomp: true, Capabilities: "dropped", NoNewPrivs: true,
 		Landlock: !slices.Contains(degraded, "landlock"), OptOut: degraded}
+	if wall == "gvisor" {
+		c.Runsc, c.Landlock = version, false
+	}
+	return c
 }
 
 // Spec is sp for the record: environment variables by name only (their

@@ -24,6 +24,8 @@ type Globals struct {
 	DataDir    string
 	Debug      bool
 	ImageCache string
+	// Runsc is the runsc the gvisor wall runs ("": the installed one).
+	Runsc string
 	// ForceProgress draws long work's progress on a stderr that is not a
 	// terminal (--progress).
 	ForceProgress bool

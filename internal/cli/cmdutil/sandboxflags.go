@@ -14,8 +14,12 @@ type SandboxFlags struct {
 	memory, disk, grantsFile string
 }
 
+// IsolationHelp is --isolation's help, for run, create and mcp.
+const IsolationHelp = `the wall: "container" (default: namespaces, seccomp, Landlock on the host's kernel) or "gvisor" (runsc: gVisor's own kernel answers the sandbox's system calls; one-shot runs only so far)`
+
 // Bind adds the flags to f.
 func (s *SandboxFlags) Bind(f *pflag.FlagSet) {
+	f.StringVar(&s.Req.Isolation, "isolation", "", IsolationHelp)
 	f.StringVar(&s.Req.Image, "image", "", `image: "host" (default), a rootfs directory, oci:PATH, docker-archive:PATH, a registry reference, or snapshot:ID (a daemon's tenant: paths under its roots, registries the daemon lists)`)
 	f.BoolVar(&s.Req.WritableRootfs, "writable-rootfs", false, "a throwaway writable layer over the image (for package installs)")
 	f.StringVar(&s.Req.Workspace, "workspace", "", "host directory copied at create to /workspace: the sandbox sees it as it was then (the host's files are never written; a daemon's tenant: under its roots)")

@@ -108,6 +108,7 @@ Exit status:
 	}
 	f := c.Flags()
 	f.SetInterspersed(false)
+	f.StringVar(&s.Isolation, "isolation", "container", cmdutil.IsolationHelp)
 	f.StringVar(&s.Image, "image", "host", "root filesystem: host, a directory, oci:PATH, docker-archive:PATH or a registry reference")
 	f.BoolVar(&s.WritableRootfs, "writable-rootfs", false, "give the sandbox its own writable layer over the image (for package installs)")
 	f.StringVar(&s.Workspace, "workspace", "", "copy this host directory to /workspace at create: the sandbox sees it as it was then (the host's files are never written)")

@@ -50,6 +50,9 @@ type Host interface {
 	// Degraded lists the controls the sandbox runs without (an explicit
 	// opt-out the host needed).
 	Degraded() []string
+	// Wall names the wall it is on; WallVersion, its runtime's version.
+	Wall() string
+	WallVersion() string
 	// ImageDigest is the content digest of its image ("" for the host's).
 	ImageDigest() string
 	// Archive streams a tar of /workspace/rel to the writer start returns;
@@ -208,7 +211,7 @@ func DescribeRecord(r store.Sandbox, u *lifecycle.Usage) *api.Sandbox {
 	var sp spec.Spec
 	_ = json.Unmarshal([]byte(r.Spec), &sp)
 	out := &api.Sandbox{
-		ID: r.ID, Tenant: r.TenantName, TenantID: r.Tenant, State: r.State, Image: sp.Image, Created: r.Created, Expires: r.Expires,
+		ID: r.ID, Tenant: r.TenantName, TenantID: r.Tenant, State: r.State, Isolation: sp.Wall(), Image: sp.Image, Created: r.Created, Expires: r.Expires,
 		LastActive: r.LastActive, EndReason: r.EndReason,
 		Limits:  api.Limits{MemoryBytes: sp.Limits.Memory, DiskBytes: sp.Limits.Disk, CPUs: sp.Limits.CPUs, Pids: sp.Limits.Pids},
 		Network: api.Network{Mode: sp.NetMode(), Allow: sp.Net.Allow, Deny: sp.Net.Deny, EgressBytes: sp.Net.EgressBytes, MaxConns: sp.Net.MaxConns},

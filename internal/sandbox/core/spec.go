@@ -36,6 +36,9 @@ func SpecOf(req *api.CreateSandbox) (spec.Spec, time.Duration, time.Duration, er
 	if req.Image != "" {
 		s.Image = req.Image
 	}
+	if req.Isolation != "" {
+		s.Isolation = req.Isolation
+	}
 	s.WritableRootfs = req.WritableRootfs
 	s.Workspace, s.Repo, s.Commit = req.Workspace, req.Repo, req.Commit
 	if s.Repo != "" && s.Commit == "" {

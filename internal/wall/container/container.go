@@ -689,6 +689,9 @@ func files(in []wall.File) []nsinit.File {
 // Name is "container" (wall.Wall).
 func (rt *Wall) Name() string { return "container" }
 
+// Version is "": the container wall is airlock's own code (wall.Wall).
+func (rt *Wall) Version() string { return "" }
+
 // Missing lists the controls this host lacks that a sandbox may run
 // without when its spec says so (wall.Wall).
 func (rt *Wall) Missing() []wall.Missing { return Missing() }

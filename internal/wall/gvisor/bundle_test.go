@@ -1,0 +1,169 @@
+package gvisor
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/wall"
+	"golang.org/x/sys/unix"
+)
+
+func hostImage() *wall.Options {
+	return &wall.Options{
+		Trees: []wall.Tree{{HostPath: "/usr", Target: "/usr"}, {HostPath: "/var/lib/airlock/hostetc", Target: "/etc"}},
+		Argv:  []string{"uname", "-a"}, Env: []string{"PATH=/usr/bin"}, Cwd: "/workspace", Hostname: "airlock-x",
+		Home: "/home/user", NoFile: 1024, DiskBytes: 1 << 30,
+	}
+}
+
+func testLayout() layout {
+	return layout{Root: "/s/gen", Trees: []string{"/usr", "/var/lib/airlock/hostetc"}, Workspace: "/s/ws/merged", Tmp: "/s/tmp", Home: "/s/home"}
+}
+
+func mountAt(s *ociSpec, dst string) *ociMount {
+	for i := range s.Mounts {
+		if s.Mounts[i].Destination == dst {
+			return &s.Mounts[i]
+		}
+	}
+	return nil
+}
+
+func TestBundleShowsTreesReadOnlyAndWritablePlacesFromTheHost(t *testing.T) {
+	s, err := bundleSpec(hostImage(), testLayout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Root.Readonly || s.Root.Path != "/s/gen" {
+		t.Errorf("root %+v: want the generated layer, read-only", s.Root)
+	}
+	for dst, src := range map[string]string{"/usr": "/usr", "/etc": "/var/lib/airlock/hostetc"} {
+		m := mountAt(s, dst)
+		if m == nil || m.Type != "bind" || m.Source != src || !slices.Contains(m.Options, "ro") || slices.Contains(m.Options, "rw") {
+			t.Errorf("%s: %+v, want a read-only bind of %s", dst, m, src)
+		}
+	}
+	for dst, src := range map[string]string{"/workspace": "/s/ws/merged", "/tmp": "/s/tmp", "/home/user": "/s/home"} {
+		m := mountAt(s, dst)
+		if m == nil || m.Source != src || !slices.Contains(m.Options, "rw") {
+			t.Errorf("%s: %+v, want a writable bind of %s", dst, m, src)
+		}
+	}
+	// gVisor's own /proc, /sys and /dev, never a bind of the host's.
+	for _, dst := range []string{"/proc", "/sys", "/dev"} {
+		if m := mountAt(s, dst); m == nil || m.Type == "bind" {
+			t.Errorf("%s: %+v", dst, m)
+		}
+	}
+}
+
+func TestBundleUserHasNoCapabilitiesAndRootKeepsOnlyItsSet(t *testing.T) {
+	o := hostImage()
+	s, err := bundleSpec(o, testLayout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Process.Capabilities
+	if s.Process.User.UID != wall.SandboxUID || len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable) != 0 || !s.Process.NoNewPrivileges {
+		t.Errorf("user process: %+v caps %+v", s.Process.User, c)
+	}
+	o.Root, o.KeepCaps = true, []int{unix.CAP_CHOWN, unix.CAP_KILL}
+	if s, err = bundleSpec(o, testLayout()); err != nil {
+		t.Fatal(err)
+	}
+	c = s.Process.Capabilities
+	if s.Process.User.UID != 0 || !slices.Equal(c.Bounding, []string{"CAP_CHOWN", "CAP_KILL"}) || len(c.Inheritable) != 0 {
+		t.Errorf("root process: %+v caps %+v", s.Process.User, c)
+	}
+	o.KeepCaps = []int{unix.CAP_SYS_ADMIN}
+	if _, err := bundleSpec(o, testLayout()); err == nil {
+		t.Error("a capability outside the table was given")
+	}
+}
+
+func TestBundleWritableRootfsMakesTreesWritable(t *testing.T) {
+	o := hostImage()
+	o.Writable = true
+	l := testLayout()
+	l.TreesRW, l.Trees = true, []string{"/s/sub/0/merged", "/s/sub/1/merged"}
+	s, err := bundleSpec(o, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Root.Readonly {
+		t.Error("root read-only with --writable-rootfs")
+	}
+	if m := mountAt(s, "/usr"); m == nil || m.Source != "/s/sub/0/merged" || !slices.Contains(m.Options, "rw") {
+		t.Errorf("/usr: %+v", m)
+	}
+}
+
+func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
+	netns, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer netns.Close()
+	for what, edit := range map[string]func(*wall.Options){
+		"long-lived": func(o *wall.Options) { o.AgentSocket = "/run/airlock/agents/x.sock" },
+		"terminal":   func(o *wall.Options) { o.TTY = true },
+		"network":    func(o *wall.Options) { o.NetNS = netns },
+	} {
+		o := hostImage()
+		edit(o)
+		_, err := bundleSpec(o, testLayout())
+		if err == nil || !strings.Contains(err.Error(), "--isolation gvisor does not support") {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	o := hostImage()
+	o.Trees = append(o.Trees, wall.Tree{HostPath: "/x", Target: "/a/../../b"})
+	if _, err := bundleSpec(o, layout{Trees: []string{"/usr", "/etc", "/x"}}); err == nil {
+		t.Error("an unclean tree target was accepted")
+	}
+}
+
+// The version the wall demands is the one the repository pins and
+// scripts/runsc.sh builds.
+func TestPinnedIsThirdPartyRunscsPin(t *testing.T) {
+	b, err := os.ReadFile("../../../third_party/runsc/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^require gvisor\.dev/gvisor (\S+)$`).FindSubmatch(b)
+	if m == nil || string(m[1]) != Pinned {
+		t.Fatalf("third_party/runsc/go.mod pins %q, the wall wants %s", m, Pinned)
+	}
+	sum, err := os.ReadFile("../../../third_party/runsc/go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(sum), "gvisor.dev/gvisor "+Pinned+" h1:") {
+		t.Error("third_party/runsc/go.sum records no hash of the pinned module")
+	}
+}
+
+func TestCheckRefusesAMissingOrWrongRunsc(t *testing.T) {
+	dir := t.TempDir()
+	if r := Check(dir + "/runsc"); r.Err == nil || !strings.Contains(r.Err.Error(), "scripts/runsc.sh") {
+		t.Errorf("missing: %v", r.Err)
+	}
+	fake := dir + "/fake"
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'runsc version v0.0.0-old'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if r := Check(fake); r.Err == nil || !strings.Contains(r.Err.Error(), `version "v0.0.0-old"`) {
+			t.Errorf("wrong version: %v", r.Err)
+		}
+	}
+	if err := os.Chmod(fake, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if r := Check(fake); r.Err == nil || r.Version != "" {
+		t.Errorf("writable by anyone: %+v", r)
+	}
+}

@@ -1,0 +1,228 @@
+// Package gvisor is the gVisor wall (internal/wall): a sandbox is an OCI
+// container run by runsc, whose Sentry (gVisor's kernel, in Go, itself
+// confined by namespaces and seccomp on the host) answers the sandbox's
+// system calls, so that code in it never reaches the host kernel's whole
+// syscall surface. The host side is airlock's: it checks runsc (the pinned
+// version, root-owned), makes the sandbox's cgroup with its limits
+// (internal/linux/cgroup: v2 or v1, detected), and builds the bundle in a
+// mount namespace of its own made for the sandbox: a size-capped tmpfs
+// holding the generated top layer and the writable layers (kernel
+// overlayfs over the image's trees and the workspace), so that the host
+// reads what the sandbox wrote through Layers exactly as for the container
+// wall, and every mount goes when the sandbox's last process does. runsc
+// runs --network=none, --platform=systrap, --ignore-cgroups (it is born
+// in the sandbox's cgroup), --overlay2=none (writes go to the host's
+// layers). It imports internal/wall, internal/linux/*, internal/errdefs and internal/cleanup, nothing above.
+//
+// Not built yet, and refused by name: long-lived sandboxes (the agent),
+// a terminal, proxy networking, adoption.
+package gvisor
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
+	"github.com/airlock-sandbox/airlock/internal/wall"
+	"golang.org/x/sys/unix"
+)
+
+// Paths under STATE_DIR/gvisor.
+const (
+	lockDir   = "sandboxes" // one lock file per live sandbox
+	bundleDir = "bundles"   // one bundle directory per sandbox
+	runscRoot = "runsc"     // runsc's own state (--root)
+)
+
+// Wall makes gVisor sandboxes (wall.Wall).
+type Wall struct {
+	dir     string // STATE_DIR/gvisor
+	log     *slog.Logger
+	cgroups *cgroup.Host
+	runsc   string
+
+	once  sync.Once
+	check Runsc
+}
+
+// Scope is the cgroup parent of a state directory's gVisor sandboxes:
+// "airlock-gvisor" for the default /run/airlock, "airlock-gvisor-<hash>"
+// for another (apart from the container wall's, whose gc would otherwise
+// take these for its own).
+func Scope(stateDir string) string {
+	if filepath.Clean(stateDir) == "/run/airlock" {
+		return "airlock-gvisor"
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(stateDir)))
+	return "airlock-gvisor-" + hex.EncodeToString(sum[:4])
+}
+
+// New prepares the wall under stateDir with the runsc at runscPath
+// (DefaultRunsc when ""). A missing or wrong runsc does not fail New: the
+// container wall goes on working, and every gvisor create fails saying
+// why (Runsc).
+func New(stateDir, runscPath string, log *slog.Logger) (*Wall, error) {
+	if runscPath == "" {
+		runscPath = DefaultRunsc
+	}
+	w := &Wall{dir: filepath.Join(stateDir, "gvisor"), log: log, runsc: runscPath}
+	cg, err := cgroup.Detect()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	cg.Parent = Scope(stateDir)
+	w.cgroups = cg
+	for _, d := range []string{w.dir, filepath.Join(w.dir, lockDir), filepath.Join(w.dir, bundleDir), filepath.Join(w.dir, runscRoot)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create state directory: %w", err)
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Runsc checks the configured runsc, once per wall.
+func (w *Wall) Runsc() Runsc {
+	w.once.Do(func() { w.check = Check(w.runsc) })
+	return w.check
+}
+
+// Name is "gvisor".
+func (w *Wall) Name() string { return "gvisor" }
+
+// Version is runsc's version ("" when it cannot be used).
+func (w *Wall) Version() string { return w.Runsc().Version }
+
+// Missing is empty: Landlock is the container wall's; what gVisor needs
+// and lacks fails the create.
+func (w *Wall) Missing() []wall.Missing { return nil }
+
+// Reservation holds a sandbox id's lock until the sandbox is destroyed.
+type Reservation struct {
+	id   string
+	lock *lockfile.Lock
+	used bool
+}
+
+// ID is the reserved id.
+func (r *Reservation) ID() string { return r.id }
+
+// Release gives the id up unless a sandbox was created with it.
+func (r *Reservation) Release() {
+	if !r.used {
+		r.lock.Release()
+		r.used = true
+	}
+}
+
+func (w *Wall) lockPath(id string) string { return filepath.Join(w.dir, lockDir, id+".lock") }
+
+// Reserve takes the lock of a new sandbox id.
+func (w *Wall) Reserve(id string) (wall.Reservation, error) {
+	l, err := lockfile.TryLock(w.lockPath(id))
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("sandbox id %s is in use", id)
+	}
+	return &Reservation{id: id, lock: l}, nil
+}
+
+// Live reports whether sandbox id's lock is held.
+func (w *Wall) Live(id string) bool {
+	l, err := lockfile.TryLock(w.lockPath(id))
+	if err != nil || l == nil {
+		return true
+	}
+	l.Release()
+	return false
+}
+
+// Adopt is refused: gVisor sandboxes are one-shot so far, and a one-shot
+// sandbox dies with its creator.
+func (w *Wall) Adopt(id string, pid int) (wall.Sandbox, error) {
+	return nil, fmt.Errorf("%w: sandbox %s: --isolation gvisor does not support adoption yet", errdefs.ErrNotFound, id)
+}
+
+// Discard ends what is left of sandbox id.
+func (w *Wall) Discard(id string) error {
+	_, err := w.GC()
+	return err
+}
+
+// GC removes what dead sandboxes left behind (their creator was killed):
+// runsc's processes in the sandbox's cgroup, runsc's state, the bundle
+// directory, the cgroup and the lock file. A live sandbox (its lock held)
+// is never touched.
+func (w *Wall) GC() (removed []string, err error) {
+	seen := map[string]bool{}
+	for _, d := range []string{lockDir, bundleDir} {
+		ents, _ := os.ReadDir(filepath.Join(w.dir, d))
+		for _, e := range ents {
+			seen[strings.TrimSuffix(e.Name(), ".lock")] = true
+		}
+	}
+	for _, id := range w.cgroups.List() {
+		seen[id] = true
+	}
+	var errs []error
+	for id := range seen {
+		l, lerr := lockfile.TryLock(w.lockPath(id))
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
+		}
+		if l == nil {
+			continue // alive
+		}
+		if err := w.remove(id, w.cgroups.Open(id)); err != nil {
+			errs = append(errs, err)
+		}
+		l.Release()
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// remove kills every process of sandbox id's cgroup and removes runsc's
+// state, the bundle and the cgroup. The caller holds the id's lock.
+func (w *Wall) remove(id string, cg *cgroup.Cgroup) error {
+	for _, p := range cg.Procs() {
+		_ = unix.Kill(p, unix.SIGKILL)
+	}
+	var errs []error
+	// runsc's record of the container (its processes are gone already),
+	// left only when runsc run did not end on its own: its state files
+	// are named "<id>_sandbox:<id>.state" (runsc/container/state_file.go).
+	left, _ := filepath.Glob(filepath.Join(w.dir, runscRoot, id+"_sandbox:*"))
+	if len(left) > 0 && w.Runsc().Err == nil {
+		if out, err := exec.Command(w.runsc, "--root", filepath.Join(w.dir, runscRoot), "delete", "--force", id).CombinedOutput(); err != nil &&
+			!strings.Contains(string(out), "does not exist") {
+			w.log.Debug("runsc delete", "id", id, "err", err, "out", string(out))
+		}
+	}
+	// The bundle's mounts lived in the sandbox's own mount namespace: on
+	// the host its directory is plain.
+	if err := os.RemoveAll(filepath.Join(w.dir, bundleDir, id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cg.Remove(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+var _ wall.Wall = (*Wall)(nil)

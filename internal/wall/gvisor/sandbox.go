@@ -1,0 +1,173 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
+	"github.com/airlock-sandbox/airlock/internal/wall"
+	"golang.org/x/sys/unix"
+)
+
+// Sandbox is one gVisor sandbox (wall.Sandbox): a one-shot `runsc run`.
+type Sandbox struct {
+	id      string
+	w       *Wall
+	lock    *lockfile.Lock
+	cg      *cgroup.Cgroup
+	cmd     *exec.Cmd
+	pid     int
+	layers  wall.Layers
+	oom     chan struct{}
+	oomStop func()
+	exited  chan struct{} // closed when runsc run has ended
+	waitErr error         // runsc run's end (read after exited)
+	stderr  chan string   // what runsc itself said
+
+	killOnce, closeOnce sync.Once
+}
+
+// ID is the sandbox's id.
+func (sb *Sandbox) ID() string { return sb.id }
+
+// InitPid is `runsc run`'s pid on the host.
+func (sb *Sandbox) InitPid() int { return sb.pid }
+
+// Done is closed when runsc has ended.
+func (sb *Sandbox) Done() <-chan struct{} { return sb.exited }
+
+// Wait blocks until the command has exited (or the sandbox died) and
+// says how. runsc exits with the command's status (128+n for signal n);
+// 128 alone, with a message of runsc's, is a sandbox that failed to run
+// the command at all.
+func (sb *Sandbox) Wait() wall.Exit {
+	<-sb.exited
+	said := strings.TrimSpace(<-sb.stderr)
+	sb.stderr <- said
+	var ex wall.Exit
+	var ee *exec.ExitError
+	switch {
+	case sb.waitErr == nil:
+	case errors.As(sb.waitErr, &ee) && ee.Exited():
+		ex.Code = ee.ExitCode()
+		if ex.Code > 128 && ex.Code < 128+65 {
+			ex.Signal = ex.Code - 128
+		}
+	default:
+		ex.InitDied = true
+		ex.Code, ex.Signal = 128+int(unix.SIGKILL), int(unix.SIGKILL)
+	}
+	if ex.Code == 128 && said != "" {
+		ex.Code, ex.Error = 127, runscError(said)
+	}
+	select {
+	case <-sb.oom:
+		ex.OOM = true
+	default:
+		if sb.cg.Stats().OOMKills > 0 {
+			ex.OOM = true
+		}
+	}
+	if ex.OOM {
+		ex.Code, ex.Signal, ex.Error = 128+int(unix.SIGKILL), int(unix.SIGKILL), ""
+	}
+	return ex
+}
+
+// runscError is the last line runsc wrote (its error), bounded.
+func runscError(said string) string {
+	lines := strings.Split(said, "\n")
+	last := lines[len(lines)-1]
+	if len(last) > 512 {
+		last = last[:512]
+	}
+	return "runsc: " + last
+}
+
+// Signal sends sig to the command (runsc kill).
+func (sb *Sandbox) Signal(sig unix.Signal) error {
+	out, err := exec.Command(sb.w.runsc, "--root", filepath.Join(sb.w.dir, runscRoot), "kill", sb.id, fmt.Sprint(int(sig))).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("runsc kill: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Kill ends every process of the sandbox at once: runsc, the Sentry and
+// the gofer all live in its cgroup.
+func (sb *Sandbox) Kill() {
+	sb.killOnce.Do(func() {
+		if sb.cmd != nil && sb.cmd.Process != nil {
+			_ = sb.cmd.Process.Signal(unix.SIGKILL)
+		}
+		for _, p := range sb.cg.Procs() {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+	})
+}
+
+// Freeze stops every process of the sandbox (the cgroup's freezer).
+func (sb *Sandbox) Freeze() error { return sb.cg.Freeze() }
+
+// Thaw resumes it.
+func (sb *Sandbox) Thaw() error { return sb.cg.Thaw() }
+
+// Frozen reports whether it is frozen.
+func (sb *Sandbox) Frozen() bool { return sb.cg.Frozen() }
+
+// Stats is the cgroup's accounting: the Sentry's, the gofer's and runsc's
+// together, which is what the sandbox costs the host.
+func (sb *Sandbox) Stats() wall.Stats {
+	st := sb.cg.Stats()
+	return wall.Stats{CPUTime: st.CPUTime, MemoryPeak: st.MemoryPeak, OOMKills: st.OOMKills, PidsLimited: st.PidsLimited}
+}
+
+// MemoryCurrent is what the cgroup uses now.
+func (sb *Sandbox) MemoryCurrent() int64 { return sb.cg.MemoryCurrent() }
+
+// Layers are the descriptors of what the sandbox wrote.
+func (sb *Sandbox) Layers() wall.Layers { return sb.layers }
+
+// UIDBase is 0: gVisor shows the host's ids as they are (its Sentry
+// answers for them; no uid range is leased).
+func (sb *Sandbox) UIDBase() (uint32, error) { return 0, nil }
+
+// Destroy kills what is left, waits for runsc, and removes runsc's state,
+// the bundle, the cgroup and the lock. The layers stay open until
+// CloseFiles.
+func (sb *Sandbox) Destroy() error {
+	var err error
+	sb.closeOnce.Do(func() {
+		sb.Kill()
+		if sb.cg.Frozen() {
+			_ = sb.cg.Thaw() // frozen tasks do not die until thawed
+		}
+		<-sb.exited
+		sb.oomStop()
+		// Processes runsc left (none once its sandbox is killed).
+		err = sb.w.remove(sb.id, sb.cg)
+		sb.lock.Release()
+	})
+	if err != nil {
+		return fmt.Errorf("%w: destroy gvisor sandbox %s: %v", errdefs.ErrInternal, sb.id, err)
+	}
+	return nil
+}
+
+// CloseFiles closes the layers' descriptors.
+func (sb *Sandbox) CloseFiles() {
+	for _, f := range []*os.File{sb.layers.WorkspaceUpper, sb.layers.Workspace, sb.layers.RootUpper} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+var _ wall.Sandbox = (*Sandbox)(nil)

@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
+)
+
+// needRunsc returns the installed runsc (scripts/runsc.sh builds it before
+// the tests). Without it the gvisor tests fail under CI=true, and are
+// skipped, saying so, elsewhere.
+func needRunsc(t *testing.T) gvisor.Runsc {
+	t.Helper()
+	r := gvisor.Check(gvisor.DefaultRunsc)
+	if r.Err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("runsc: %v", r.Err)
+		}
+		t.Skipf("no usable runsc (run scripts/runsc.sh; under CI=true this fails): %v", r.Err)
+	}
+	return r
+}
+
+// gvisorResidue is what a gVisor sandbox of the suite may leave: its lock,
+// bundle and runsc state under the state directory, its cgroup, a mount,
+// a runsc process.
+func gvisorResidue() error {
+	var left []string
+	for _, d := range []string{"sandboxes", "bundles", "runsc"} {
+		ents, _ := os.ReadDir(filepath.Join(stateDir, "gvisor", d))
+		for _, e := range ents {
+			left = append(left, filepath.Join("gvisor", d, e.Name()))
+		}
+	}
+	sc := gvisor.Scope(stateDir)
+	for _, ctl := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", "unified", ""} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, sc)); err == nil {
+			left = append(left, "cgroup "+filepath.Join(ctl, sc))
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mi), filepath.Join(stateDir, "gvisor")) {
+		left = append(left, "a mount under the state directory")
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		b, _ := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		if strings.Contains(string(b), filepath.Join(stateDir, "gvisor")) {
+			left = append(left, "process "+p.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	if len(left) > 0 {
+		return errors.New(strings.Join(left, "; "))
+	}
+	return nil
+}
+
+func noGVisorResidue(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := gvisorResidue()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The sandbox's kernel is gVisor's Sentry: uname and /proc/version are not
+// the host's.
+func TestGVisorRunIsNotTheHostKernel(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	host := unix.ByteSliceToString(u.Release[:])
+	r := airlock(t, "", "run", "--isolation", "gvisor", "--", "sh", "-c", "uname -r; cat /proc/version")
+	if r.code != 0 {
+		t.Fatalf("%s", r)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || lines[0] == host || strings.Contains(lines[1], host) {
+		t.Errorf("the sandbox sees the host's kernel %s:\n%s", host, r)
+	}
+	// The same command on the container wall sees the host's.
+	if c := airlock(t, "", "run", "--", "uname", "-r"); strings.TrimSpace(c.stdout) != host {
+		t.Errorf("container wall: %s", c)
+	}
+}
+
+// Exit codes pass through; what the command writes in /workspace is in
+// --diff and never in the host's directory; the run's record names the
+// wall and runsc's version.
+func TestGVisorRunExitCodeDiffAndRecord(t *testing.T) {
+	rs := needRunsc(t)
+	defer noGVisorResidue(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "given.txt"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(t.TempDir(), "run.audit")
+	r := airlock(t, "", "run", "--isolation", "gvisor", "--audit", logFile, "--workspace", ws, "--diff", "--",
+		"sh", "-c", "echo two >> given.txt && echo new > made.txt && echo out && echo err >&2; exit 7")
+	if r.code != 7 || !strings.HasPrefix(r.stdout, "out\n") || !strings.Contains(r.stderr, "err") {
+		t.Fatalf("%s", r)
+	}
+	for _, want := range []string{"+++ b/made.txt", "+new", "+two"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--diff lacks %q:\n%s", want, r)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "given.txt")); string(b) != "one\n" {
+		t.Errorf("the host's file was written: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "made.txt")); err == nil {
+		t.Error("the sandbox's file reached the host's directory")
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`"controls":{"wall":"gvisor","runsc":%q`, rs.Version); !strings.Contains(string(b), want) {
+		t.Errorf("sandbox.created lacks %s:\n%s", want, b)
+	}
+	for _, c := range []struct {
+		argv []string
+		code int
+	}{{[]string{"true"}, 0}, {[]string{"sh", "-c", "exit 42"}, 42}, {[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15}} {
+		if r := airlock(t, "", append([]string{"run", "--isolation", "gvisor", "--"}, c.argv...)...); r.code != c.code {
+			t.Errorf("%v: want %d, %s", c.argv, c.code, r)
+		}
+	}
+}
+
+// The memory limit is the cgroup's around runsc: past it the sandbox is
+// killed, 137, and the run says so.
+func TestGVisorRunOOMIs137(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	r := airlock(t, "", "run", "--isolation", "gvisor", "--memory", "96M", "--json", "--",
+		"python3", "-c", "x = []\nwhile True: x.append(bytearray(1 << 20))")
+	if r.code != 137 || !strings.Contains(strings.ToLower(r.stdout+r.stderr), "memory") {
+		t.Fatalf("%s", r)
+	}
+}
+
+// A missing or wrong runsc fails a gvisor run with a clear error, and the
+// command never runs on the container wall instead.
+func TestGVisorWithoutRunscRefusesAndNeverFallsBack(t *testing.T) {
+	defer noGVisorResidue(t)
+	fake := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'runsc version v0.0.0-not-the-pin'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(t.TempDir(), "absent"), fake} {
+		r := airlock(t, "", "--runsc", path, "run", "--isolation", "gvisor", "--", "sh", "-c", "echo RAN")
+		if r.code != 125 || strings.Contains(r.stdout, "RAN") || !strings.Contains(r.stderr, "--isolation gvisor needs runsc") {
+			t.Errorf("runsc %s: %s", path, r)
+		}
+	}
+	if r := airlock(t, "", "--runsc", fake, "doctor"); !strings.Contains(r.stdout, "gvisor") || !strings.Contains(r.stdout, "not-the-pin") {
+		t.Errorf("doctor: %s", r)
+	}
+}
+
+// Through the daemon: the API takes and echoes isolation; a long-lived
+// gVisor sandbox is not built yet and is refused by name, leaving nothing.
+func TestGVisorServeCreateIsRefusedByName(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	_, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m"})
+	if err == nil || !strings.Contains(err.Error(), "--isolation gvisor does not support long-lived sandboxes") {
+		t.Fatalf("create: %v", err)
+	}
+	_, err = alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "vm", TTL: "5m"})
+	wantCode(t, "isolation vm", err, api.CodeInvalidArgument)
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = alice.Destroy(ctx, sb.ID) }()
+	got, err := alice.Sandbox(ctx, sb.ID)
+	if err != nil || sb.Isolation != "container" || got.Isolation != "container" {
+		t.Errorf("isolation: created %q, got %+v (%v)", sb.Isolation, got, err)
+	}
+}
