@@ -163,16 +163,21 @@ func (c *copier) count(cost int64) error {
 		return fmt.Errorf("%w: the workspace holds more than %d entries (a copy is capped)", errdefs.ErrTooLarge, c.o.MaxEntries)
 	}
 	if c.res.Bytes += cost; c.res.Bytes > c.budget {
-		if c.hostFree {
-			return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("the workspace holds more than %d bytes, and copying more would leave the data directory's file system less than 1/%d free", c.budget, ReserveShare))
-		}
-		return fmt.Errorf("%w: the workspace holds more than %d bytes (a copy is capped)", errdefs.ErrTooLarge, c.budget)
+		return c.over()
 	}
 	if p := c.o.Progress; p != nil && (c.res.Entries-c.reported.Entries >= 5000 || c.res.Bytes-c.reported.Bytes >= 256<<20) {
 		c.reported = c.res
 		p(c.res)
 	}
 	return nil
+}
+
+// over is the error of a copy past its byte budget.
+func (c *copier) over() error {
+	if c.hostFree {
+		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("the workspace holds more than %d bytes, and copying more would leave the data directory's file system less than 1/%d free", c.budget, ReserveShare))
+	}
+	return fmt.Errorf("%w: the workspace holds more than %d bytes (a copy is capped)", errdefs.ErrTooLarge, c.budget)
 }
 
 // dir copies the entries of source directory src (at rel) into out.
@@ -286,7 +291,8 @@ func (c *copier) file(src, out *os.File, name, p string, st *unix.Stat_t) error 
 	if err := unix.Fstat(int(f.Fd()), &fst); err != nil {
 		return fmt.Errorf("workspace copy: fstat %s: %w", p, err)
 	}
-	if err := c.count(min(fst.Size, fst.Blocks*512)); err != nil {
+	cost := min(fst.Size, fst.Blocks*512)
+	if err := c.count(cost); err != nil {
 		return err
 	}
 	fd, err := unix.Openat(int(out.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
@@ -295,7 +301,16 @@ func (c *copier) file(src, out *os.File, name, p string, st *unix.Stat_t) error 
 	}
 	dst := os.NewFile(uintptr(fd), p)
 	defer dst.Close()
-	if err := copyData(c.ctx, dst, f, fst.Size); err != nil {
+	// The tenant may fill the file's holes while it is copied: what is
+	// written past its counted cost is counted too, within the budget.
+	n, err := copyData(c.ctx, dst, f, fst.Size, cost+c.budget-c.res.Bytes)
+	if n > cost {
+		c.res.Bytes += n - cost
+	}
+	if errors.Is(err, errGrew) {
+		return c.over()
+	}
+	if err != nil {
 		return fmt.Errorf("workspace copy: %s: %w", p, err)
 	}
 	return own(fd, "", &fst)
@@ -344,44 +359,53 @@ func own(dirfd int, name string, st *unix.Stat_t) error {
 	return unix.UtimesNanoAt(dirfd, name, times, unix.AT_SYMLINK_NOFOLLOW)
 }
 
+// errGrew is a file whose data grew past what copyData may write.
+var errGrew = errors.New("the file's data grew while it was copied")
+
 // copyData copies size bytes of src into the empty dst: a clone of the
 // whole file where the file system shares extents (FICLONE), else its
 // data segments (holes stay holes) by copy_file_range, else by read and
-// write. A file that shrinks meanwhile is copied as far as it goes.
-func copyData(ctx context.Context, dst, src *os.File, size int64) error {
+// write, at most max bytes of data (errGrew past them: a file whose holes
+// are filled while it is copied). A file that shrinks meanwhile is
+// copied as far as it goes. It returns the bytes of data it wrote (none
+// for a clone, which shares the source's).
+func copyData(ctx context.Context, dst, src *os.File, size, max int64) (written int64, err error) {
 	if size == 0 {
-		return nil
+		return 0, nil
 	}
 	if unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) == nil {
 		// The clone is of the file as it is now: cut it back to the size
 		// that was counted.
-		return dst.Truncate(size)
+		return 0, dst.Truncate(size)
 	}
 	if err := dst.Truncate(size); err != nil {
-		return err
+		return 0, err
 	}
 	kernel := true
 	for off := int64(0); off < size; {
 		if err := ctx.Err(); err != nil {
-			return err
+			return written, err
 		}
 		data, err := unix.Seek(int(src.Fd()), off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) || data >= size {
-			return nil // only a hole remains
+			return written, nil // only a hole remains
 		}
 		if err != nil {
-			return fmt.Errorf("lseek SEEK_DATA: %w", err)
+			return written, fmt.Errorf("lseek SEEK_DATA: %w", err)
 		}
 		hole, err := unix.Seek(int(src.Fd()), data, unix.SEEK_HOLE)
 		if err != nil {
-			return fmt.Errorf("lseek SEEK_HOLE: %w", err)
+			return written, fmt.Errorf("lseek SEEK_HOLE: %w", err)
 		}
 		hole = min(hole, size)
 		for off = data; off < hole; {
 			if err := ctx.Err(); err != nil {
-				return err
+				return written, err
 			}
-			chunk := min(hole-off, 64<<20)
+			if written >= max {
+				return written, errGrew
+			}
+			chunk := min(hole-off, 64<<20, max-written)
 			var n int64
 			if kernel {
 				r, w := off, off
@@ -391,21 +415,22 @@ func copyData(ctx context.Context, dst, src *os.File, size int64) error {
 					kernel = false
 					continue
 				case err != nil:
-					return fmt.Errorf("copy_file_range: %w", err)
+					return written, fmt.Errorf("copy_file_range: %w", err)
 				}
 				n = int64(m)
 			} else {
 				m, err := io.Copy(io.NewOffsetWriter(dst, off), io.NewSectionReader(src, off, chunk))
 				if err != nil {
-					return err
+					return written + m, err
 				}
 				n = m
 			}
 			if n == 0 {
-				return nil // the file shrank
+				return written, nil // the file shrank
 			}
 			off += n
+			written += n
 		}
 	}
-	return nil
+	return written, nil
 }

@@ -307,3 +307,41 @@ func TestCopyReportsProgress(t *testing.T) {
 		t.Errorf("progress %+v for %d entries", calls, res.Entries)
 	}
 }
+
+// A tenant's file that is sparse when the copy counts it and filled as it
+// is copied (the tenant writes into its holes meanwhile) must not write
+// more than the copy's byte cap into the data directory: what is copied
+// is what is counted.
+func TestCopyOfAFileFilledWhileCopiedKeepsTheCap(t *testing.T) {
+	src := t.TempDir()
+	files := map[string]string{}
+	for i := range 4999 { // the sparse file is the 5000th entry: progress is told just before its data is copied
+		files[fmt.Sprintf("a%05d", i)] = ""
+	}
+	wstest.Mkfiles(t, src, files)
+	const size = 16 << 20
+	f, err := os.Create(filepath.Join(src, "z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(Result) {
+		if _, err := f.WriteAt([]byte(strings.Repeat("x", size)), 0); err != nil {
+			t.Error(err)
+		}
+	}
+	dst, res, err := copyOf(t, src, Options{MaxBytes: 1 << 20, Progress: fill})
+	if err == nil {
+		st := lstat(t, filepath.Join(dst, "z"))
+		t.Fatalf("the copy wrote %d bytes of a file counted as %d, past its cap of %d bytes", st.Blocks*512, res.Bytes, 1<<20)
+	}
+	if !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("err %v, want ErrTooLarge", err)
+	}
+	if _, serr := os.Lstat(dst); serr == nil {
+		t.Error("the partial copy is left")
+	}
+}
