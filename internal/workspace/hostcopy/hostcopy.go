@@ -31,8 +31,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 )
 
-// What one copy may hold: the caps of a --repo checkout (entries and bytes
-// of file data as allocated on the host), and never so much that the
+// What one copy may hold: the caps of a --repo checkout (entries, and
+// bytes as allocated on the host: file data, directories, symlinks), and
+// never so much that the
 // destination's file system would keep less than a twentieth of its size
 // free.
 const (
@@ -54,7 +55,9 @@ type Options struct {
 // Result is what a copy wrote.
 type Result struct {
 	Entries int64 // directories, files and links
-	Bytes   int64 // file data, as allocated in the source
+	// Bytes are what the entries take in the source: file data as
+	// allocated, and the blocks of directories and symlinks.
+	Bytes int64
 	// Skipped names the special files (fifos, sockets, devices) left out:
 	// they hold no data and /workspace is mounted nodev.
 	Skipped []string
@@ -195,9 +198,11 @@ func (c *copier) dir(src, out *os.File, rel string, depth int) error {
 			c.w.Skip(p, "lstat: "+err.Error())
 			continue
 		}
+		// A directory or a symlink costs the copy what it takes in the
+		// source (a block, more for a big directory or a long target).
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			if err := c.count(0); err != nil {
+			if err := c.count(st.Blocks * 512); err != nil {
 				return err
 			}
 			if err := c.subdir(src, out, name, p, depth); err != nil {
@@ -208,7 +213,7 @@ func (c *copier) dir(src, out *os.File, rel string, depth int) error {
 				return err
 			}
 		case unix.S_IFLNK:
-			if err := c.count(0); err != nil {
+			if err := c.count(st.Blocks * 512); err != nil {
 				return err
 			}
 			buf := make([]byte, unix.PathMax)

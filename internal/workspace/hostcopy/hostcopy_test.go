@@ -345,3 +345,29 @@ func TestCopyOfAFileFilledWhileCopiedKeepsTheCap(t *testing.T) {
 		t.Error("the partial copy is left")
 	}
 }
+
+// Directories and symlinks take blocks of the data directory's file
+// system too (a block each, more for a big directory or a long target):
+// a tree of nothing but empty directories is counted against the cap, not
+// copied for free.
+func TestCopyCountsTheBlocksOfDirectoriesAndLinks(t *testing.T) {
+	src := t.TempDir()
+	for i := range 400 {
+		if err := os.Mkdir(filepath.Join(src, fmt.Sprintf("d%03d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(strings.Repeat("t", 200), filepath.Join(src, fmt.Sprintf("l%03d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst, res, err := copyOf(t, src, Options{MaxBytes: 1 << 20})
+	if err == nil {
+		t.Fatalf("400 directories and 400 long symlinks copied as %d bytes, within a cap of %d", res.Bytes, 1<<20)
+	}
+	if !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("err %v, want ErrTooLarge", err)
+	}
+	if _, serr := os.Lstat(dst); serr == nil {
+		t.Error("the partial copy is left")
+	}
+}
