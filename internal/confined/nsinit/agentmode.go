@@ -79,8 +79,8 @@ func newPlacement(mode string, fds []int) (placement, error) {
 // fork runs forkExec with the child placed in the commands' cgroup. With
 // "thread" the calling thread (init's main thread, locked) is in the
 // commands' cgroups for the fork only, so the child is born there; with
-// "process" the child is moved as soon as it runs, and killed if it
-// cannot be. A command is never left in init's cgroup.
+// "process" the child is moved as soon as it runs (one already ended and
+// reaped needs nothing), and killed if it cannot be. A command is never left in init's cgroup.
 func (p placement) fork(forkExec func() (int, error)) (int, error) {
 	write := func(fds []int, val string) error {
 		for _, fd := range fds {
@@ -101,6 +101,12 @@ func (p placement) fork(forkExec func() (int, error)) (int, error) {
 	}
 	if err == nil && p.procs >= 0 {
 		placeErr = write([]int{p.procs}, strconv.Itoa(pid))
+		if errors.Is(placeErr, unix.ESRCH) {
+			// It ran, ended and was reaped (reap waits outside l.mu)
+			// before it could be placed: nothing to place, and its
+			// pid is no longer its own to kill.
+			placeErr = nil
+		}
 	}
 	if err == nil && placeErr != nil {
 		_ = unix.Kill(pid, unix.SIGKILL) // reaped, and dropped, by reap

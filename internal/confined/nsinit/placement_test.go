@@ -2,7 +2,10 @@ package nsinit
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -89,5 +92,54 @@ func TestPlacementOrder(t *testing.T) {
 	}
 	if st, _ := child.Wait(); st == nil || !st.Sys().(syscall.WaitStatus).Signaled() {
 		t.Errorf("the unplaced command was not killed: %v", st)
+	}
+}
+
+// A command that exits at once may be reaped (init's reaper waits for any
+// child, outside the launcher's lock) before init writes its pid to the
+// commands' cgroup.procs: the kernel answers ESRCH. The command ran and
+// ended; its start must not fail (its exit status is still delivered),
+// and nothing is killed in its name.
+func TestPlacementOfACommandAlreadyReaped(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a cgroup)")
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := ""
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
+			v2 = f[1]
+			break
+		}
+	}
+	if v2 == "" {
+		t.Skip("no cgroup2 mount")
+	}
+	dir := filepath.Join(v2, fmt.Sprintf("airlock-placement-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { _ = unix.Rmdir(dir) })
+	procs, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer procs.Close()
+	p, err := newPlacement("process", []int{int(procs.Fd())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := child.Wait(); err != nil { // reaped before it is placed
+		t.Fatal(err)
+	}
+	if pid, err := p.fork(func() (int, error) { return child.Pid, nil }); pid != child.Pid || err != nil {
+		t.Errorf("a command that ran and was reaped before its placement: start = %d, %v", pid, err)
 	}
 }
