@@ -50,6 +50,7 @@ type logChunk struct {
 	off    int64
 	stream int // 0 stdout, 1 stderr, 2 terminal
 	data   []byte
+	array  int // bytes of the array data lies in (data may start past its head)
 }
 
 // outputLog is one background command's output kept.
@@ -190,9 +191,14 @@ func (l *outputLog) write(stream int, data []byte) {
 	// copy. Past maxChunks (a command that alternates streams a byte at a
 	// time), the oldest go: the bookkeeping stays a fraction of the bytes.
 	if k := len(l.chunks) - 1; k >= 0 && l.chunks[k].stream == stream && len(l.chunks[k].data) < coalesce && l.chunks[k].off+int64(len(l.chunks[k].data)) == off {
-		l.chunks[k].data = append(l.chunks[k].data, data...)
+		c := &l.chunks[k]
+		old := cap(c.data)
+		if c.data = append(c.data, data...); cap(c.data) != old {
+			c.array = cap(c.data) // a new array
+		}
 	} else {
-		l.chunks = append(l.chunks, logChunk{off: off, stream: stream, data: append([]byte(nil), data...)})
+		kept := append([]byte(nil), data...)
+		l.chunks = append(l.chunks, logChunk{off: off, stream: stream, data: kept, array: cap(kept)})
 	}
 	if maxChunks := capacity/minChunk + 1; int64(len(l.chunks)) > maxChunks {
 		c := l.chunks[len(l.chunks)-int(maxChunks)]
@@ -218,9 +224,15 @@ func (l *outputLog) trim(from int64) {
 		c := &l.chunks[i]
 		if c.off+int64(len(c.data)) > from {
 			if c.off < from {
-				// Copied: the kept part must not hold the whole array.
-				c.data = append([]byte(nil), c.data[from-c.off:]...)
+				// The kept part is copied once it is less than half
+				// its array: a log holds at most about twice its bytes,
+				// and letting go of a byte does not copy the rest.
+				c.data = c.data[from-c.off:]
 				c.off = from
+				if 2*len(c.data) < c.array {
+					c.data = append([]byte(nil), c.data...)
+					c.array = cap(c.data)
+				}
 			}
 			break
 		}

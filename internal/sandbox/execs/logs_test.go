@@ -211,3 +211,29 @@ func TestLogBookkeepingIsBounded(t *testing.T) {
 		t.Errorf("%d chunks for one stream's small writes", len(m.chunks))
 	}
 }
+
+// A command that fills its log with one big write and then writes a byte
+// at a time on the other stream makes each byte let go of one byte of the
+// big chunk: that must not copy the rest of the chunk every time (a
+// sandbox making the daemon copy and allocate tens of KiB per byte it
+// prints).
+func TestLogTrimsWithoutCopyingPerByte(t *testing.T) {
+	ls := newLogs()
+	ls.perCommand = logStep
+	l := ls.open("sb", "t", 1)
+	l.add(&api.ExecEvent{Stdout: bytes.Repeat([]byte("x"), logStep)})
+	const n = 5000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		l.add(&api.ExecEvent{Stderr: []byte("e")})
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16*logStep {
+		t.Errorf("%d one-byte writes allocated %d bytes (%d a byte)", n, got, got/n)
+	}
+	out, errs, lost, _ := readAll(l)
+	if len(out)+len(errs) != logStep || errs != strings.Repeat("e", n) || lost != n {
+		t.Errorf("kept %d+%d bytes, lost %d", len(out), len(errs), lost)
+	}
+}
