@@ -106,7 +106,8 @@ func Copy(ctx context.Context, src *os.File, dst string, o Options) (res Result,
 		return res, fmt.Errorf("statfs: %w", err)
 	}
 	bs := int64(fs.Bsize)
-	if free := int64(fs.Bavail)*bs - int64(fs.Blocks)*bs/ReserveShare; free < c.budget {
+	c.reserve = int64(fs.Blocks) * bs / ReserveShare
+	if free := int64(fs.Bavail)*bs - c.reserve; free < c.budget {
 		c.budget, c.hostFree = max(free, 0), true
 	}
 	err = c.dir(in, out, "", 0)
@@ -154,8 +155,13 @@ type copier struct {
 	links    safefs.Links
 	budget   int64 // bytes of file data at most
 	hostFree bool  // the budget is the destination's free space, not o.MaxBytes
-	res      Result
-	reported Result // at the last progress call
+	// reserve is what the destination's file system keeps free, measured
+	// again (room) every checkEvery bytes: other writers (copies side by
+	// side) take its space too.
+	reserve   int64
+	unchecked int64 // bytes counted since room last measured
+	res       Result
+	reported  Result // at the last progress call
 	// moreSkipped counts the special files past the first maxSkipped.
 	moreSkipped int
 }
@@ -168,9 +174,32 @@ func (c *copier) count(cost int64) error {
 	if c.res.Bytes += cost; c.res.Bytes > c.budget {
 		return c.over()
 	}
+	if c.unchecked += cost; c.unchecked >= checkEvery {
+		c.unchecked = 0
+		if err := c.room(cost); err != nil {
+			return err
+		}
+	}
 	if p := c.o.Progress; p != nil && (c.res.Entries-c.reported.Entries >= 5000 || c.res.Bytes-c.reported.Bytes >= 256<<20) {
 		c.reported = c.res
 		p(c.res)
+	}
+	return nil
+}
+
+// checkEvery is how many bytes a copy writes between two measures of the
+// destination's free space.
+const checkEvery = 1 << 20
+
+// room says whether the destination's file system has need bytes more
+// than its reserve free now.
+func (c *copier) room(need int64) error {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(c.root.Fd()), &fs); err != nil {
+		return fmt.Errorf("statfs: %w", err)
+	}
+	if int64(fs.Bavail)*int64(fs.Bsize)-need < c.reserve {
+		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("copying the workspace would leave the data directory's file system less than 1/%d free (other writers took its space meanwhile)", ReserveShare))
 	}
 	return nil
 }
@@ -308,7 +337,9 @@ func (c *copier) file(src, out *os.File, name, p string, st *unix.Stat_t) error 
 	defer dst.Close()
 	// The tenant may fill the file's holes while it is copied: what is
 	// written past its counted cost is counted too, within the budget.
-	n, err := copyData(c.ctx, dst, f, fst.Size, cost+c.budget-c.res.Bytes)
+	n, err := copyData(c.ctx, dst, f, fst.Size, cost+c.budget-c.res.Bytes, func(left int64) error {
+		return c.room(min(left, cost))
+	})
 	if n > cost {
 		c.res.Bytes += n - cost
 	}
@@ -371,10 +402,11 @@ var errGrew = errors.New("the file's data grew while it was copied")
 // whole file where the file system shares extents (FICLONE), else its
 // data segments (holes stay holes) by copy_file_range, else by read and
 // write, at most max bytes of data (errGrew past them: a file whose holes
-// are filled while it is copied). A file that shrinks meanwhile is
-// copied as far as it goes. It returns the bytes of data it wrote (none
-// for a clone, which shares the source's).
-func copyData(ctx context.Context, dst, src *os.File, size, max int64) (written int64, err error) {
+// are filled while it is copied), asking room before each piece past the
+// first whether the destination still has the rest of the file's bytes. A
+// file that shrinks meanwhile is copied as far as it goes. It returns the
+// bytes of data it wrote (none for a clone, which shares the source's).
+func copyData(ctx context.Context, dst, src *os.File, size, max int64, room func(left int64) error) (written int64, err error) {
 	if size == 0 {
 		return 0, nil
 	}
@@ -409,6 +441,11 @@ func copyData(ctx context.Context, dst, src *os.File, size, max int64) (written 
 			}
 			if written >= max {
 				return written, errGrew
+			}
+			if written > 0 {
+				if err := room(size - off); err != nil {
+					return written, err
+				}
 			}
 			chunk := min(hole-off, 64<<20, max-written)
 			var n int64

@@ -371,3 +371,56 @@ func TestCopyCountsTheBlocksOfDirectoriesAndLinks(t *testing.T) {
 		t.Error("the partial copy is left")
 	}
 }
+
+// The data directory's reserve holds against other writers too: copies
+// running side by side (several creates of one tenant's workspace at
+// once) each measured the free space once, at their start, and together
+// filled the file system past the reserve. Here another writer takes the
+// space while the copy runs (when its progress is told).
+func TestCopyKeepsTheReserveWhileOthersWrite(t *testing.T) {
+	needRoot(t)
+	data := t.TempDir()
+	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size=64m"); err != nil {
+		t.Skip("tmpfs:", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(data, unix.MNT_DETACH) })
+	src := t.TempDir()
+	files := map[string]string{}
+	for i := range 4999 { // progress is told at the 5000th entry, before the data
+		files[fmt.Sprintf("a%05d", i)] = ""
+	}
+	for i := range 8 {
+		files[fmt.Sprintf("z%d", i)] = strings.Repeat("z", 1<<20)
+	}
+	wstest.Mkfiles(t, src, files)
+	var fs unix.Statfs_t
+	if err := unix.Statfs(data, &fs); err != nil {
+		t.Fatal(err)
+	}
+	reserve := int64(fs.Blocks) * int64(fs.Bsize) / ReserveShare
+	other := func(Result) { // another copy takes all but the reserve and 2 MiB
+		var now unix.Statfs_t
+		if err := unix.Statfs(data, &now); err != nil {
+			t.Error(err)
+			return
+		}
+		take := int64(now.Bavail)*int64(now.Bsize) - reserve - 2<<20
+		if err := os.WriteFile(filepath.Join(data, "other"), []byte(strings.Repeat("o", int(take))), 0o600); err != nil {
+			t.Error(err)
+		}
+	}
+	dst := filepath.Join(data, "ws")
+	_, err := Copy(context.Background(), wstest.OpenPath(t, src), dst, Options{Progress: other})
+	if err := unix.Statfs(data, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if free := int64(fs.Bavail) * int64(fs.Bsize); free < reserve {
+		t.Errorf("the copy (err %v) left %d bytes free, less than the reserve of %d", err, free, reserve)
+	}
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("err %v, want ErrResourceExhausted", err)
+	}
+	if _, serr := os.Lstat(dst); serr == nil {
+		t.Error("the partial copy is left")
+	}
+}
