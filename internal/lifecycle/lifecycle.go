@@ -143,6 +143,7 @@ func (l *Lifecycle) GC() ([]string, error) {
 		err = errors.Join(err, err2)
 	}
 	sandboxnet.Reap(l.cfg.StateDir)
+	l.gcSnapshotStages()
 	// A long-lived sandbox's agent socket, once its sandbox is gone (its
 	// creator died without a word).
 	socks, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "agents", "*.sock"))

@@ -233,3 +233,26 @@ func TestNetworkEnvironmentOrder(t *testing.T) {
 		t.Errorf("%d resolv.conf files, want 1", resolv)
 	}
 }
+
+// gc removes a snapshot's stage that a daemon killed mid-snapshot left
+// (its sandbox gone), and leaves alone one being written, finished
+// snapshots and names of another form.
+func TestGCRemovesTheStagesOfDeadSandboxesSnapshots(t *testing.T) {
+	w := &fakeWall{}
+	l := newTestLifecycle(t, w)
+	w.reserved["a1b2c3d4e5f6"] = true
+	dir := filepath.Join(l.cfg.DataDir, "snapshots")
+	for _, d := range []string{".new-a1b2c3d4e5f6-1", ".new-0000000000aa-2", "0123abcd", ".new-"} {
+		if err := os.MkdirAll(filepath.Join(dir, d, "x"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.GC(); err != nil {
+		t.Fatal(err)
+	}
+	for d, want := range map[string]bool{".new-a1b2c3d4e5f6-1": true, ".new-0000000000aa-2": false, "0123abcd": true, ".new-": true} {
+		if _, err := os.Stat(filepath.Join(dir, d)); (err == nil) != want {
+			t.Errorf("%s: kept %v, want %v", d, err == nil, want)
+		}
+	}
+}

@@ -95,7 +95,9 @@ func (sb *Sandbox) Snapshot(ctx context.Context, maxBytes int64) (_ *SnapshotFil
 	if err := os.MkdirAll(parent, 0o711); err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(parent, ".new-")
+	// The stage is named by its sandbox, so that gc can tell one a dead
+	// daemon left (its sandbox gone) from one being written.
+	tmp, err := os.MkdirTemp(parent, snapshotStage+sb.id+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -232,5 +234,26 @@ func snapshotBase(h io.Writer, image, digest string, full bool, unique string) {
 		fmt.Fprintf(h, "digest\x00%s\x00", digest)
 	default:
 		fmt.Fprintf(h, "unique\x00%s\x00", unique)
+	}
+}
+
+// snapshotStage begins the name of the directory a snapshot is written in
+// (then its sandbox's id, a dash and a random suffix) before it is moved
+// into place.
+const snapshotStage = ".new-"
+
+// gcSnapshotStages removes the stages of snapshots whose sandbox is gone:
+// what a daemon killed mid-snapshot left, which no record names.
+func (l *Lifecycle) gcSnapshotStages() {
+	dir := filepath.Join(l.cfg.DataDir, "snapshots")
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), snapshotStage)
+		id, _, named := strings.Cut(rest, "-")
+		if !ok || !e.IsDir() || !named || id == "" || l.live(id) {
+			continue
+		}
+		l.cfg.Log.Info("gc: removing a snapshot stage its sandbox left", "sandbox", id)
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 	}
 }
