@@ -142,7 +142,7 @@ func (l *Lifecycle) GC() ([]string, error) {
 	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
-	sandboxnet.Reap(l.cfg.StateDir)
+	err = errors.Join(err, sandboxnet.Reap(l.cfg.StateDir))
 	// A long-lived sandbox's agent socket, once its sandbox is gone (its
 	// creator died without a word).
 	socks, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "agents", "*.sock"))
@@ -161,7 +161,7 @@ func (l *Lifecycle) Discard(id string) error {
 		err = errors.Join(err, w.Discard(id))
 	}
 	_ = os.Remove(l.agentSocket(id))
-	sandboxnet.Reap(l.cfg.StateDir)
+	err = errors.Join(err, sandboxnet.Reap(l.cfg.StateDir))
 	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
