@@ -521,3 +521,66 @@ func egressOtherSandboxesAreOutOfReachAndDeniedPacketsAreCounted(t *testing.T, f
 		t.Fatalf("denied packets not counted: %v %s", err, b.stdout)
 	}
 }
+
+// A gvisor sandbox's host-side table outlives a run that was killed (it
+// never closed its network); once the sandbox's veth is gone with its
+// namespace, gc deletes it.
+func TestGVisorKilledRunsHostSideRulesAreReaped(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	fi := &fakeInternet{Internet: fakenet.New(t)}
+	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--isolation", "gvisor",
+		"--dns-upstream", "192.0.2.53:53", "--allow", "allowed.test", "--", "sleep", "60")
+	var err error
+	inNS(t, fi.Host, func() { err = cmd.Start() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	tables := func() (out []string) {
+		for _, l := range residueIn(t, fi.Host) {
+			if strings.HasPrefix(l, "nft table airlock-alk") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(tables()) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox's host-side table never came")
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if len(tables()) == 0 {
+		t.Fatal("the table went with the killed run: nothing to reap")
+	}
+	gc := func() {
+		t.Helper()
+		c := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "gc")
+		var out []byte
+		inNS(t, fi.Host, func() { out, err = c.CombinedOutput() })
+		if err != nil {
+			t.Fatalf("gc: %v\n%s", err, out)
+		}
+	}
+	gc() // ends what is left of the sandbox: its namespace goes, and its veth
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		links := 0
+		for _, l := range residueIn(t, fi.Host) {
+			if strings.HasPrefix(l, "link ") {
+				links++
+			}
+		}
+		if links == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox's veth outlived gc")
+		}
+	}
+	gc()
+	if left := tables(); len(left) != 0 {
+		t.Fatalf("after gc: %v", left)
+	}
+}
