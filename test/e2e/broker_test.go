@@ -426,9 +426,14 @@ for path in sys.argv[1:]:
 `
 
 // The dot-segment variants that servers normalise to ".." match no grant
-// rule: api.test receives each of them without the credential.
+// rule: api.test receives each of them without the credential, whatever
+// the wall.
 func TestGrantPathVariantsGetNoCredential(t *testing.T) {
-	fi := &fakeInternet{Internet: fakenet.New(t), env: []string{"SSL_CERT_FILE=", "AIRLOCK_TEST_API_KEY=run-secret-value-0002"}}
+	onWalls(t, grantPathVariantsGetNoCredential)
+}
+
+func grantPathVariantsGetNoCredential(t *testing.T, wall string) {
+	fi := &fakeInternet{Internet: fakenet.New(t), env: []string{"SSL_CERT_FILE=", "AIRLOCK_TEST_API_KEY=run-secret-value-0002"}, wall: wall}
 	fi.env[0] += fi.CAFile
 	ws := workspace(t)
 	if err := os.WriteFile(filepath.Join(ws, "paths.py"), []byte(pathsScript), 0o644); err != nil {
