@@ -142,7 +142,7 @@ func (l *Lifecycle) GC() ([]string, error) {
 	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.live); err2 != nil {
 		err = errors.Join(err, err2)
 	}
-	sandboxnet.Reap(l.cfg.StateDir)
+	err = errors.Join(err, sandboxnet.Reap(l.cfg.StateDir))
 	l.gcSnapshotStages()
 	// A long-lived sandbox's agent socket, once its sandbox is gone (its
 	// creator died without a word).
@@ -162,7 +162,7 @@ func (l *Lifecycle) Discard(id string) error {
 		err = errors.Join(err, w.Discard(id))
 	}
 	_ = os.Remove(l.agentSocket(id))
-	sandboxnet.Reap(l.cfg.StateDir)
+	err = errors.Join(err, sandboxnet.Reap(l.cfg.StateDir))
 	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.live); err2 != nil {
 		err = errors.Join(err, err2)
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -33,7 +35,8 @@ func chains() (nat, filter *nftables.Chain) {
 }
 
 type firewall struct {
-	nsfd int
+	nsfd   int
+	hostIf string // the host end of the veth, when the host side has rules too
 }
 
 func ifname(name string) []byte {
@@ -56,6 +59,13 @@ func toIf(name string, eq bool) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
 		&expr.Cmp{Op: op, Register: 1, Data: ifname(name)},
+	}
+}
+
+func fromIf(name string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)},
 	}
 }
 
@@ -91,6 +101,30 @@ func cat(parts ...[]expr.Any) []expr.Any {
 	return out
 }
 
+var (
+	accept = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	drop   = []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+)
+
+func dnat(hostIP netip.Addr, port int) []expr.Any {
+	ip := hostIP.As4()
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: ip[:]},
+		&expr.Immediate{Register: 2, Data: port16(port)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+	}
+}
+
+// toProxy are the packets the sandbox may send: to the host end of its
+// veth, on the proxy's ports and DNS.
+func toProxy(hostIP netip.Addr, ports Ports) [][]expr.Any {
+	var out [][]expr.Any
+	for _, p := range []int{ports.Explicit, ports.TransparentHTTP, ports.TransparentTLS, ports.DNS} {
+		out = append(out, cat(toIPv4(hostIP), proto(unix.IPPROTO_TCP, p)))
+	}
+	return append(out, cat(toIPv4(hostIP), proto(unix.IPPROTO_UDP, ports.DNS)))
+}
+
 // addRules installs the sandbox's rules in its namespace nsfd.
 func addRules(nsfd int, hostIP netip.Addr, ports Ports) (*firewall, error) {
 	c, err := nftables.New(nftables.WithNetNSFd(nsfd))
@@ -104,23 +138,12 @@ func addRules(nsfd int, hostIP netip.Addr, ports Ports) (*firewall, error) {
 	add := func(ch *nftables.Chain, e []expr.Any) {
 		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: e})
 	}
-	ip := hostIP.As4()
-	dnat := func(port int) []expr.Any {
-		return []expr.Any{
-			&expr.Immediate{Register: 1, Data: ip[:]},
-			&expr.Immediate{Register: 2, Data: port16(port)},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
-		}
-	}
-	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
-	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
-	add(nat, cat(toIf("lo", false), ipv4(), proto(unix.IPPROTO_TCP, 80), dnat(ports.TransparentHTTP)))
-	add(nat, cat(toIf("lo", false), ipv4(), proto(unix.IPPROTO_TCP, 443), dnat(ports.TransparentTLS)))
+	add(nat, cat(toIf("lo", false), ipv4(), proto(unix.IPPROTO_TCP, 80), dnat(hostIP, ports.TransparentHTTP)))
+	add(nat, cat(toIf("lo", false), ipv4(), proto(unix.IPPROTO_TCP, 443), dnat(hostIP, ports.TransparentTLS)))
 	add(filter, cat(toIf("lo", true), accept))
-	for _, p := range []int{ports.Explicit, ports.TransparentHTTP, ports.TransparentTLS, ports.DNS} {
-		add(filter, cat(toIPv4(hostIP), proto(unix.IPPROTO_TCP, p), accept))
+	for _, m := range toProxy(hostIP, ports) {
+		add(filter, cat(m, accept))
 	}
-	add(filter, cat(toIPv4(hostIP), proto(unix.IPPROTO_UDP, ports.DNS), accept))
 	add(filter, drop)
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("nftables: add rules: %w", err)
@@ -128,20 +151,122 @@ func addRules(nsfd int, hostIP netip.Addr, ports Ports) (*firewall, error) {
 	return &firewall{nsfd: nsfd}, nil
 }
 
-// denied sums the drop counters.
-func (fw *firewall) denied() uint64 {
-	c, err := nftables.New(nftables.WithNetNSFd(fw.nsfd))
+// The host side's rules, for a wall whose sandbox puts its own frames on
+// the veth: gVisor's netstack, inside the Sentry, writes them through a
+// packet socket bound to eth0, which the namespace's IP hooks (the output
+// chains above) never see. The same judgement is then made where those
+// frames arrive, on the veth's host end, in the host's namespace: one
+// table per sandbox, named after that end, added in one batch after the
+// veth and deleted when the sandbox's network is closed (Reap deletes
+// those whose veth is gone, their owner killed).
+//
+//	nat prerouting (priority dstnat):     from the veth, TCP 80 -> hostIP:transparent-http,
+//	                                      TCP 443 -> hostIP:transparent-tls
+//	filter prerouting (priority filter):  from the veth, to hostIP, the proxy
+//	                                      ports and DNS accepted; anything else
+//	                                      from it (IPv6 included) counted and
+//	                                      dropped, before the host routes it
+const hostTablePrefix = "airlock-"
+
+func hostTable(hostIf string) *nftables.Table {
+	return &nftables.Table{Name: hostTablePrefix + hostIf, Family: nftables.TableFamilyINet}
+}
+
+func hostChains(t *nftables.Table) (nat, filter *nftables.Chain) {
+	accept := nftables.ChainPolicyAccept
+	nat = &nftables.Chain{Name: "redirect", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
+	filter = &nftables.Chain{Name: "ingress", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	return
+}
+
+// addHostRules installs the host side's rules of the sandbox whose veth's
+// host end is hostIf.
+func addHostRules(hostIf string, hostIP netip.Addr, ports Ports) error {
+	c, err := nftables.New()
 	if err != nil {
-		return 0
+		return fmt.Errorf("nftables: %w", err)
 	}
-	_, filter := chains()
-	rs, _ := c.GetRules(table, filter)
+	t := hostTable(hostIf)
+	nat, filter := hostChains(t)
+	c.AddTable(t)
+	c.AddChain(nat)
+	c.AddChain(filter)
+	add := func(ch *nftables.Chain, e []expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e})
+	}
+	from := fromIf(hostIf)
+	add(nat, cat(from, ipv4(), proto(unix.IPPROTO_TCP, 80), dnat(hostIP, ports.TransparentHTTP)))
+	add(nat, cat(from, ipv4(), proto(unix.IPPROTO_TCP, 443), dnat(hostIP, ports.TransparentTLS)))
+	for _, m := range toProxy(hostIP, ports) {
+		add(filter, cat(from, m, accept))
+	}
+	add(filter, cat(from, drop))
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: add the host side's rules: %w", err)
+	}
+	return nil
+}
+
+// hostTables lists the host side's tables by the veth they are for.
+func hostTables() ([]string, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, err
+	}
+	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, t := range ts {
+		if hostIf, ok := strings.CutPrefix(t.Name, hostTablePrefix); ok && isHostIf(hostIf) {
+			out = append(out, hostIf)
+		}
+	}
+	return out, nil
+}
+
+// delHostRules deletes the host side's table for hostIf; one already
+// gone is no error.
+func delHostRules(hostIf string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	c.DelTable(hostTable(hostIf))
+	if err := c.Flush(); err != nil {
+		if left, lerr := hostTables(); lerr == nil && !slices.Contains(left, hostIf) {
+			return nil
+		}
+		return fmt.Errorf("nftables: delete the host side's rules of %s: %w", hostIf, err)
+	}
+	return nil
+}
+
+// denied sums the drop counters, the host side's included.
+func (fw *firewall) denied() uint64 {
 	var n uint64
-	for _, r := range rs {
-		for _, e := range r.Exprs {
-			if ctr, ok := e.(*expr.Counter); ok {
-				n += ctr.Packets
+	count := func(c *nftables.Conn, t *nftables.Table, chs ...*nftables.Chain) {
+		for _, ch := range chs {
+			rs, _ := c.GetRules(t, ch)
+			for _, r := range rs {
+				for _, e := range r.Exprs {
+					if ctr, ok := e.(*expr.Counter); ok {
+						n += ctr.Packets
+					}
+				}
 			}
+		}
+	}
+	if c, err := nftables.New(nftables.WithNetNSFd(fw.nsfd)); err == nil {
+		_, filter := chains()
+		count(c, table, filter)
+	}
+	if fw.hostIf != "" {
+		if c, err := nftables.New(); err == nil {
+			t := hostTable(fw.hostIf)
+			_, filter := hostChains(t)
+			count(c, t, filter)
 		}
 	}
 	return n

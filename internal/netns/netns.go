@@ -4,8 +4,11 @@
 // pool, IPv6 off, and nftables rules in the namespace itself (one table,
 // added in one atomic batch, gone with the namespace) that let the sandbox
 // reach its egress proxy and DNS forwarder on the host end of its veth and
-// nothing else. Links, addresses and routes go through netlink, the
-// firewall through nftables; nothing shells out. It imports netlink,
+// nothing else. A wall whose sandbox puts its own frames on the veth
+// (gVisor's netstack) gets the same rules on the veth's host end too, in a
+// table of the host's named after it (firewall.go). Links, addresses and
+// routes go through netlink, the firewall through nftables; nothing shells
+// out. It imports netlink,
 // netns, nftables, x/sys and internal/linux/lockfile.
 package netns
 
@@ -18,7 +21,9 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -49,13 +54,15 @@ type Ports struct {
 	Explicit, TransparentHTTP, TransparentTLS, DNS int
 }
 
-// Create makes the namespace, the veth and the rules. On error, whatever
-// was made is removed.
-func Create(id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net, err error) {
+// Create makes the namespace, the veth and the rules; hostSide adds the
+// rules on the veth's host end too, for a sandbox whose packets do not go
+// through the namespace's own IP stack. On error, whatever was made is
+// removed.
+func Create(id string, pool netip.Prefix, leaseDir string, ports Ports, hostSide bool) (_ *Net, err error) {
 	if !pool.Addr().Is4() || pool.Bits() > 28 {
 		return nil, fmt.Errorf("subnet pool %s: need an IPv4 prefix of /28 or larger", pool)
 	}
-	n := &Net{ID: id, HostIf: "alk" + id[:min(len(id), 10)] + "h", NS: -1}
+	n := &Net{ID: id, HostIf: hostIfName(id), NS: -1}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -124,7 +131,21 @@ func Create(id string, pool netip.Prefix, leaseDir string, ports Ports) (_ *Net,
 	if n.fw, err = addRules(int(n.NS), n.HostIP, ports); err != nil {
 		return nil, err
 	}
+	if hostSide {
+		if err := addHostRules(n.HostIf, n.HostIP, ports); err != nil {
+			return nil, err
+		}
+		n.fw.hostIf = n.HostIf
+	}
 	return n, nil
+}
+
+// hostIfName is the name of the host end of sandbox id's veth.
+func hostIfName(id string) string { return "alk" + id[:min(len(id), 10)] + "h" }
+
+// isHostIf reports whether name is one hostIfName makes.
+func isHostIf(name string) bool {
+	return len(name) > 4 && len(name) <= 14 && strings.HasPrefix(name, "alk") && strings.HasSuffix(name, "h")
 }
 
 // newNamespace creates a network namespace with IPv6 disabled, on a locked
@@ -197,10 +218,13 @@ func (n *Net) leaseSubnet(pool netip.Prefix, dir string) error {
 // deleted one by one: they go with the namespace, which the kernel tears
 // down once its last process and descriptor are gone (deleting them
 // synchronously costs RCU grace periods, tens of milliseconds); the slot is
-// not leased again while its address is still on a link. Safe on a
-// half-made Net.
+// not leased again while its address is still on a link. The host side's
+// table, if any, is deleted. Safe on a half-made Net.
 func (n *Net) Close() error {
 	var errs []error
+	if n.fw != nil && n.fw.hostIf != "" {
+		errs = append(errs, delHostRules(n.fw.hostIf))
+	}
 	n.fw = nil // its table goes with the namespace
 	if n.NS >= 0 {
 		n.NS.Close()
@@ -255,14 +279,29 @@ func prefixNet(a netip.Addr, bits int) *net.IPNet {
 }
 
 // Reap removes subnet lease files nobody holds (their veths and rules
-// vanished with their namespaces).
-func Reap(leaseDir string) { lockfile.Reap(leaseDir) }
+// vanished with their namespaces), and the host side's tables whose veth
+// is gone (their sandbox's owner died before closing its network).
+func Reap(leaseDir string) error {
+	lockfile.Reap(leaseDir)
+	hostIfs, err := hostTables()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	var errs []error
+	for _, hostIf := range hostIfs {
+		if _, err := netlink.LinkByName(hostIf); errors.As(err, new(netlink.LinkNotFoundError)) {
+			errs = append(errs, delHostRules(hostIf))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // Adopt takes over the network of sandbox id made by an earlier process:
 // ns is the namespace (from the sandbox's init), the veth's host end still
-// carries the leased address, and the lease is taken again.
+// carries the leased address, and the lease is taken again (and the host
+// side's table, when the sandbox has one).
 func Adopt(id string, ns *os.File, pool netip.Prefix, leaseDir string) (_ *Net, err error) {
-	n := &Net{ID: id, HostIf: "alk" + id[:min(len(id), 10)] + "h", NS: -1}
+	n := &Net{ID: id, HostIf: hostIfName(id), NS: -1}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -301,5 +340,8 @@ func Adopt(id string, ns *os.File, pool netip.Prefix, leaseDir string) (_ *Net, 
 	}
 	n.NS = netns.NsHandle(fd)
 	n.fw = &firewall{nsfd: fd}
+	if left, err := hostTables(); err == nil && slices.Contains(left, n.HostIf) {
+		n.fw.hostIf = n.HostIf
+	}
 	return n, nil
 }

@@ -43,7 +43,7 @@ func TestCreateAndClose(t *testing.T) {
 	inThrowawayNS(t, func() {
 		ports := Ports{Explicit: 3128, TransparentHTTP: 3129, TransparentTLS: 3130, DNS: 53}
 		leases := t.TempDir()
-		n, err := Create("0123456789ab", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
+		n, err := Create("0123456789ab", netip.MustParsePrefix("10.250.0.0/24"), leases, ports, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestCreateAndClose(t *testing.T) {
 			}
 		}
 		// A second sandbox gets its own subnet.
-		m, err := Create("ba9876543210", netip.MustParsePrefix("10.250.0.0/24"), leases, ports)
+		m, err := Create("ba9876543210", netip.MustParsePrefix("10.250.0.0/24"), leases, ports, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,6 +102,49 @@ func TestCreateAndClose(t *testing.T) {
 				t.Fatal("veth left")
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+func TestHostSideRulesAreJudgedOnTheVethsHostEndAndGoWithTheNet(t *testing.T) {
+	inThrowawayNS(t, func() {
+		ports := Ports{Explicit: 3128, TransparentHTTP: 3129, TransparentTLS: 3130, DNS: 53}
+		n, err := Create("0123456789ab", netip.MustParsePrefix("10.250.0.0/24"), t.TempDir(), ports, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := hostTable(n.HostIf)
+		nat, filter := hostChains(tb)
+		for ch, want := range map[*nftables.Chain]int{nat: 2, filter: 6} {
+			if rs, _ := host.GetRules(tb, ch); len(rs) != want {
+				t.Errorf("%d rules in the host side's %s, want %d", len(rs), ch.Name, want)
+			}
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := hostTables(); len(left) != 0 {
+			t.Fatalf("host side's tables left after Close: %v", left)
+		}
+		// A table whose veth is gone (its owner killed) is reaped; one
+		// whose veth is there is not.
+		m, err := Create("ba9876543210", netip.MustParsePrefix("10.250.0.0/24"), t.TempDir(), ports, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if err := addHostRules(hostIfName("deadbeef0000"), m.HostIP, ports); err != nil {
+			t.Fatal(err)
+		}
+		if err := Reap(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := hostTables(); len(left) != 1 || left[0] != m.HostIf {
+			t.Fatalf("after Reap: %v, want only %s", left, m.HostIf)
 		}
 	})
 }

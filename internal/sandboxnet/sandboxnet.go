@@ -129,10 +129,14 @@ func Setup(c *Config, id string, s *spec.Spec, netLog io.Writer, sink func(event
 		}
 	}()
 	t0 := time.Now()
+	// Only the container wall's sandboxes send through the namespace's
+	// own IP stack, whose rules judge them; any other wall's (gVisor's
+	// netstack writes frames on the veth itself) are judged on the host
+	// end of the veth too.
 	n, err := netns.Create(id, c.pool(), filepath.Join(c.StateDir, "nets"), netns.Ports{
 		Explicit: egress.PortExplicit, TransparentHTTP: egress.PortTransparentHTTP,
 		TransparentTLS: egress.PortTransparentTLS, DNS: egress.PortDNS,
-	})
+	}, s.Wall() != "container")
 	if err != nil {
 		return nil, fmt.Errorf("%w: sandbox network: %v", errdefs.ErrUnavailable, err)
 	}
@@ -201,8 +205,9 @@ func (c *Config) end(id string, stop func() *Result) *Result {
 	return res
 }
 
-// Reap removes the namespaces and leases of sandboxes that are gone.
-func Reap(stateDir string) { netns.Reap(filepath.Join(stateDir, "nets")) }
+// Reap removes the leases, and the host side's rules, of sandboxes that
+// are gone.
+func Reap(stateDir string) error { return netns.Reap(filepath.Join(stateDir, "nets")) }
 
 // Close stops the proxy, removes the namespace, ends the broker session
 // and sums up; later calls return the same result. Call it once the

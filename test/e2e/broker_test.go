@@ -376,9 +376,15 @@ func privateKeyPEM(t *testing.T) string {
 }
 
 // `airlock run` keeps grants too, with secrets from its own environment or
-// files (never its command line) and a broker that ends with the run.
+// files (never its command line) and a broker that ends with the run, on
+// every wall (the sandbox trusts the broker's CA through the same
+// generated files).
 func TestRunGrant(t *testing.T) {
-	fi := &fakeInternet{Internet: fakenet.New(t), env: []string{"SSL_CERT_FILE=", "AIRLOCK_TEST_API_KEY=run-secret-value-0001"}}
+	onWalls(t, runGrant)
+}
+
+func runGrant(t *testing.T, wall string) {
+	fi := &fakeInternet{Internet: fakenet.New(t), env: []string{"SSL_CERT_FILE=", "AIRLOCK_TEST_API_KEY=run-secret-value-0001"}, wall: wall}
 	fi.env[0] += fi.CAFile
 	ws := workspace(t)
 	if err := os.WriteFile(filepath.Join(ws, "req.py"), []byte(reqScript), 0o644); err != nil {
@@ -420,9 +426,14 @@ for path in sys.argv[1:]:
 `
 
 // The dot-segment variants that servers normalise to ".." match no grant
-// rule: api.test receives each of them without the credential.
+// rule: api.test receives each of them without the credential, whatever
+// the wall.
 func TestGrantPathVariantsGetNoCredential(t *testing.T) {
-	fi := &fakeInternet{Internet: fakenet.New(t), env: []string{"SSL_CERT_FILE=", "AIRLOCK_TEST_API_KEY=run-secret-value-0002"}}
+	onWalls(t, grantPathVariantsGetNoCredential)
+}
+
+func grantPathVariantsGetNoCredential(t *testing.T, wall string) {
+	fi := &fakeInternet{Internet: fakenet.New(t), env: []string{"SSL_CERT_FILE=", "AIRLOCK_TEST_API_KEY=run-secret-value-0002"}, wall: wall}
 	fi.env[0] += fi.CAFile
 	ws := workspace(t)
 	if err := os.WriteFile(filepath.Join(ws, "paths.py"), []byte(pathsScript), 0o644); err != nil {

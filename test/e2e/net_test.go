@@ -30,7 +30,25 @@ import (
 // the guard blocks) opened by the operator's --egress-allow-net.
 type fakeInternet struct {
 	*fakenet.Internet
-	env []string // more environment for the airlock commands it runs
+	env  []string // more environment for the airlock commands it runs
+	wall string   // the --isolation of its runs ("": the default)
+}
+
+// walls are the walls an egress check runs against: the same checks, the
+// same fake internet, each wall's own sandboxes.
+var walls = []string{"container", "gvisor"}
+
+// onWalls runs f once per wall, a subtest each; the gvisor wall needs
+// runsc (needRunsc).
+func onWalls(t *testing.T, f func(t *testing.T, wall string)) {
+	for _, w := range walls {
+		t.Run(w, func(t *testing.T) {
+			if w == "gvisor" {
+				needRunsc(t)
+			}
+			f(t, w)
+		})
+	}
 }
 
 var inNS = fakenet.InNS
@@ -38,7 +56,11 @@ var inNS = fakenet.InNS
 func (fi *fakeInternet) airlock(t *testing.T, args ...string) result {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" {
-		args = append([]string{"run", "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24"}, args[1:]...)
+		pre := []string{"run", "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24"}
+		if fi.wall != "" {
+			pre = append(pre, "--isolation", fi.wall)
+		}
+		args = append(pre, args[1:]...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -117,10 +139,28 @@ func check(t *testing.T, r result, want string) {
 }
 
 // TestEgress attacks the egress policy from inside sandboxes, against a
-// fake internet of network namespaces.
+// fake internet of network namespaces, on every wall.
 func TestEgress(t *testing.T) {
 	fi := &fakeInternet{Internet: fakenet.New(t)}
 	t.Run("the fake internet is live", func(t *testing.T) { egressTheFakeInternetIsLive(t, fi) })
+	onWalls(t, func(t *testing.T, wall string) {
+		on := *fi
+		on.wall = wall
+		egressChecks(t, &on)
+	})
+	// Veths go with their namespaces, which the kernel tears down
+	// asynchronously: give it a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for left := residueIn(t, fi.Host); len(left) > 0; left = residueIn(t, fi.Host) {
+		if time.Now().After(deadline) {
+			t.Fatalf("left in the host namespace: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// egressChecks are TestEgress's checks on one wall.
+func egressChecks(t *testing.T, fi *fakeInternet) {
 	t.Run("allowed via explicit proxy, HTTP and HTTPS", func(t *testing.T) { egressAllowedViaExplicitProxyHTTPAndHTTPS(t, fi) })
 	t.Run("allowed transparently, HTTP and HTTPS", func(t *testing.T) { egressAllowedTransparentlyHTTPAndHTTPS(t, fi) })
 	t.Run("denied host gets 403 naming the rule", func(t *testing.T) { egressDeniedHostGets403NamingTheRule(t, fi) })
@@ -138,15 +178,6 @@ func TestEgress(t *testing.T) {
 	t.Run("a key in a request body is a finding in the run's log", func(t *testing.T) { egressAKeyInARequestBodyIsAFindingInTheRunsLog(t, fi) })
 	t.Run("policy file", func(t *testing.T) { egressPolicyFile(t, fi) })
 	t.Run("other sandboxes are out of reach, and denied packets are counted", func(t *testing.T) { egressOtherSandboxesAreOutOfReachAndDeniedPacketsAreCounted(t, fi) })
-	// Veths go with their namespaces, which the kernel tears down
-	// asynchronously: give it a moment.
-	deadline := time.Now().Add(5 * time.Second)
-	for left := residueIn(t, fi.Host); len(left) > 0; left = residueIn(t, fi.Host) {
-		if time.Now().After(deadline) {
-			t.Fatalf("left in the host namespace: %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func egressTheFakeInternetIsLive(t *testing.T, fi *fakeInternet) {
@@ -488,5 +519,68 @@ func egressOtherSandboxesAreOutOfReachAndDeniedPacketsAreCounted(t *testing.T, f
 	i := strings.LastIndex(b.stdout, "{\n  \"sandbox_id\"")
 	if err := json.Unmarshal([]byte(b.stdout[i:]), &j); err != nil || j.Egress.DeniedPackets == 0 {
 		t.Fatalf("denied packets not counted: %v %s", err, b.stdout)
+	}
+}
+
+// A gvisor sandbox's host-side table outlives a run that was killed (it
+// never closed its network); once the sandbox's veth is gone with its
+// namespace, gc deletes it.
+func TestGVisorKilledRunsHostSideRulesAreReaped(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	fi := &fakeInternet{Internet: fakenet.New(t)}
+	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--isolation", "gvisor",
+		"--dns-upstream", "192.0.2.53:53", "--allow", "allowed.test", "--", "sleep", "60")
+	var err error
+	inNS(t, fi.Host, func() { err = cmd.Start() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	tables := func() (out []string) {
+		for _, l := range residueIn(t, fi.Host) {
+			if strings.HasPrefix(l, "nft table airlock-alk") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(30 * time.Second); len(tables()) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox's host-side table never came")
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if len(tables()) == 0 {
+		t.Fatal("the table went with the killed run: nothing to reap")
+	}
+	gc := func() {
+		t.Helper()
+		c := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "gc")
+		var out []byte
+		inNS(t, fi.Host, func() { out, err = c.CombinedOutput() })
+		if err != nil {
+			t.Fatalf("gc: %v\n%s", err, out)
+		}
+	}
+	gc() // ends what is left of the sandbox: its namespace goes, and its veth
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		links := 0
+		for _, l := range residueIn(t, fi.Host) {
+			if strings.HasPrefix(l, "link ") {
+				links++
+			}
+		}
+		if links == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox's veth outlived gc")
+		}
+	}
+	gc()
+	if left := tables(); len(left) != 0 {
+		t.Fatalf("after gc: %v", left)
 	}
 }

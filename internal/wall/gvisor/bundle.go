@@ -63,11 +63,13 @@ type ociMount struct {
 }
 
 type ociLinux struct {
-	Namespaces []ociNamespace `json:"namespaces"`
+	Namespaces []ociNamespace    `json:"namespaces"`
+	Sysctl     map[string]string `json:"sysctl,omitempty"`
 }
 
 type ociNamespace struct {
 	Type string `json:"type"`
+	Path string `json:"path,omitempty"`
 }
 
 // layout is where on the host a sandbox's bundle takes its directories
@@ -79,6 +81,7 @@ type layout struct {
 	TreesRW   bool     // the trees are writable overlays (--writable-rootfs)
 	Workspace string   // /workspace (merged, or an empty directory)
 	Tmp, Home string
+	NetNS     string // the host-made network namespace (Options.NetNS), "" for none
 }
 
 // capNames are the names the OCI spec gives the capabilities a root
@@ -115,7 +118,18 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "mode=755", "size=64k"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"ro", "nosuid", "nodev", "noexec"}},
 		},
-		Linux: ociLinux{Namespaces: []ociNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}}},
+		// A network namespace of its own: empty (--network=none), or
+		// the host-made one whose veth gVisor's netstack takes over
+		// (--network=sandbox: runsc copies its address and routes into
+		// the Sentry and takes the address off the host's view). runsc
+		// reads this sysctl alone, to leave IPv6 out of the netstack.
+		Linux: ociLinux{
+			Namespaces: []ociNamespace{{Type: "pid"}, {Type: "network", Path: l.NetNS}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
+			Sysctl:     map[string]string{"net.ipv6.conf.all.disable_ipv6": "1"},
+		},
+	}
+	if (o.NetNS != nil) != (l.NetNS != "") {
+		return nil, fmt.Errorf("gvisor wall: network namespace %q for a sandbox with network %v", l.NetNS, o.NetNS != nil)
 	}
 	if o.Cwd == "" {
 		s.Process.Cwd = "/workspace"
@@ -171,8 +185,6 @@ func supported(o *wall.Options) error {
 		return no("long-lived sandboxes (airlock create, serve, mcp)")
 	case o.TTY:
 		return no("a terminal (-t)")
-	case o.NetNS != nil:
-		return no("network access (--allow, --policy, grants)")
 	case len(o.Argv) == 0:
 		return fmt.Errorf("gvisor wall: no command")
 	case !cleanTarget(o.Home):

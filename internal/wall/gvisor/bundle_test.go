@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -102,15 +103,9 @@ func TestBundleWritableRootfsMakesTreesWritable(t *testing.T) {
 }
 
 func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
-	netns, err := os.Open("/dev/null")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer netns.Close()
 	for what, edit := range map[string]func(*wall.Options){
 		"long-lived": func(o *wall.Options) { o.AgentSocket = "/run/airlock/agents/x.sock" },
 		"terminal":   func(o *wall.Options) { o.TTY = true },
-		"network":    func(o *wall.Options) { o.NetNS = netns },
 	} {
 		o := hostImage()
 		edit(o)
@@ -123,6 +118,46 @@ func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
 	o.Trees = append(o.Trees, wall.Tree{HostPath: "/x", Target: "/a/../../b"})
 	if _, err := bundleSpec(o, layout{Trees: []string{"/usr", "/etc", "/x"}}); err == nil {
 		t.Error("an unclean tree target was accepted")
+	}
+}
+
+func networkNS(s *ociSpec) ociNamespace {
+	for _, n := range s.Linux.Namespaces {
+		if n.Type == "network" {
+			return n
+		}
+	}
+	return ociNamespace{}
+}
+
+func TestBundleJoinsTheHostMadeNetworkNamespaceWithIPv6Off(t *testing.T) {
+	o := hostImage()
+	s, err := bundleSpec(o, testLayout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := networkNS(s); n.Type != "network" || n.Path != "" || networkFlag(o) != "--network=none" {
+		t.Errorf("no network: %+v %s, want a new, empty namespace and --network=none", n, networkFlag(o))
+	}
+	ns, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	o.NetNS = ns
+	if _, err := bundleSpec(o, testLayout()); err == nil {
+		t.Error("a sandbox with a network got a namespace of its own")
+	}
+	l := testLayout()
+	l.NetNS = netnsPath(o)
+	if s, err = bundleSpec(o, l); err != nil {
+		t.Fatal(err)
+	}
+	if n := networkNS(s); n.Path != l.NetNS || !strings.HasSuffix(n.Path, "/fd/"+strconv.Itoa(int(ns.Fd()))) || networkFlag(o) != "--network=sandbox" {
+		t.Errorf("proxy mode: %+v %s, want the host's namespace and --network=sandbox", n, networkFlag(o))
+	}
+	if s.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"] != "1" {
+		t.Errorf("IPv6 left on: %v", s.Linux.Sysctl)
 	}
 }
 

@@ -21,10 +21,28 @@ import (
 )
 
 // runscFlags are runsc's global flags for every sandbox: the Sentry's
-// platform (no /dev/kvm on these hosts), no network at all, the cgroup
-// the host made (runsc is born in it), and the host's own writable layers
-// (no overlay of runsc's in memory, which the host could not read).
-var runscFlags = []string{"--platform=systrap", "--network=none", "--ignore-cgroups", "--overlay2=none"}
+// platform (no /dev/kvm on these hosts), the cgroup the host made (runsc
+// is born in it), and the host's own writable layers (no overlay of
+// runsc's in memory, which the host could not read).
+var runscFlags = []string{"--platform=systrap", "--ignore-cgroups", "--overlay2=none"}
+
+// networkFlag is runsc's network for sandbox o: none at all, or gVisor's
+// own netstack on the veth of the namespace the host made (proxy mode).
+func networkFlag(o *wall.Options) string {
+	if o.NetNS != nil {
+		return "--network=sandbox"
+	}
+	return "--network=none"
+}
+
+// netnsPath is where runsc opens the network namespace o.NetNS: this
+// process's descriptor of it, held until the sandbox is destroyed.
+func netnsPath(o *wall.Options) string {
+	if o.NetNS == nil {
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), o.NetNS.Fd())
+}
 
 // started is what the bundle goroutine reports once runsc runs (or not).
 type started struct {
@@ -73,7 +91,7 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 		return nil, err
 	}
 	cmd := exec.Command(w.runsc, append(append([]string{"--root", filepath.Join(w.dir, runscRoot)}, runscFlags...),
-		"run", "--bundle", bundle, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)...)
+		networkFlag(o), "run", "--bundle", bundle, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)...)
 	// runsc's own diagnostics are kept apart from the command's streams.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, errW
 	cmd.ExtraFiles = []*os.File{o.Stdio[0], o.Stdio[1], o.Stdio[2]}
@@ -143,6 +161,7 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, err
 		fail(err)
 		return
 	}
+	l.NetNS = netnsPath(o)
 	spec, err := bundleSpec(o, l)
 	if err == nil {
 		var b []byte

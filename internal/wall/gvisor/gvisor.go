@@ -10,12 +10,13 @@
 // overlayfs over the image's trees and the workspace), so that the host
 // reads what the sandbox wrote through Layers exactly as for the container
 // wall, and every mount goes when the sandbox's last process does. runsc
-// runs --network=none, --platform=systrap, --ignore-cgroups (it is born
-// in the sandbox's cgroup), --overlay2=none (writes go to the host's
-// layers). It imports internal/wall, internal/linux/*, internal/errdefs and internal/cleanup, nothing above.
+// runs --platform=systrap, --ignore-cgroups (it is born in the sandbox's
+// cgroup), --overlay2=none (writes go to the host's layers), and
+// --network=none, or --network=sandbox in the network namespace the host
+// made (proxy mode), whose veth gVisor's netstack takes over. It imports internal/wall, internal/linux/*, internal/errdefs and internal/cleanup, nothing above.
 //
 // Not built yet, and refused by name: long-lived sandboxes (the agent),
-// a terminal, proxy networking, adoption.
+// a terminal, adoption.
 package gvisor
 
 import (
