@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -179,19 +183,139 @@ func TestGVisorWithoutRunscRefusesAndNeverFallsBack(t *testing.T) {
 	}
 }
 
-// Through the daemon: the API takes and echoes isolation; a long-lived
-// gVisor sandbox is not built yet and is refused by name, leaving nothing.
-func TestGVisorServeCreateIsRefusedByName(t *testing.T) {
+// Through the daemon: a long-lived gVisor sandbox does what a container
+// sandbox does (exec with exit codes, streams, stdin, a terminal and
+// background processes; the files API; watch; diff; pause and resume;
+// snapshot) inside gVisor's kernel, and rm leaves nothing (runsc's state,
+// the bundle, the cgroup, mounts, processes, the agent's socket).
+func TestGVisorServeSandboxLifecycle(t *testing.T) {
 	needRunsc(t)
 	defer noGVisorResidue(t)
 	d := startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	alice := d.tenant(t, "alice", api.Quotas{})
-	_, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m"})
-	if err == nil || !strings.Contains(err.Error(), "--isolation gvisor does not support long-lived sandboxes") {
-		t.Fatalf("create: %v", err)
+	ws := workspace(t)
+	if err := os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello\nworld\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	_, err = alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "vm", TTL: "5m"})
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: ws, TTL: "10m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	defer func() { _ = alice.Destroy(ctx, id) }()
+	if got, err := alice.Sandbox(ctx, id); err != nil || sb.Isolation != "gvisor" || got.Isolation != "gvisor" {
+		t.Errorf("isolation: created %q, got %+v (%v)", sb.Isolation, got, err)
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := run(t, alice, id, sh("uname -r; cat /proc/version")); out == "" || strings.Contains(out, unix.ByteSliceToString(u.Release[:])) {
+		t.Errorf("the sandbox sees the host's kernel: %q", out)
+	}
+
+	t.Run("exec", func(t *testing.T) { lifecycleExec(t, alice, id) })
+	t.Run("background", func(t *testing.T) { lifecycleBackground(t, ctx, alice, id) })
+	t.Run("files", func(t *testing.T) { lifecycleFiles(t, ctx, alice, id) })
+	t.Run("bigfile", func(t *testing.T) {
+		big := bytes.Repeat([]byte("0123456789abcdef"), 5<<20/16)
+		if err := alice.WriteFile(ctx, id, "/workspace/big.bin", big, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(big)
+		if out, _, _ := run(t, alice, id, sh("sha256sum /workspace/big.bin")); !strings.HasPrefix(out, hex.EncodeToString(sum[:])) {
+			t.Errorf("sha256 inside: %q", out)
+		}
+		if b, err := alice.ReadFile(ctx, id, "/workspace/big.bin"); err != nil || !bytes.Equal(b, big) {
+			t.Errorf("read back %d bytes: %v", len(b), err)
+		}
+	})
+	t.Run("watch", func(t *testing.T) { lifecycleWatch(t, ctx, alice, id) })
+	t.Run("diff", func(t *testing.T) { lifecycleDiff(t, ctx, alice, ws, id) })
+	t.Run("pause", func(t *testing.T) { lifecyclePause(t, ctx, alice, id) })
+	t.Run("snapshot", func(t *testing.T) {
+		snap, err := alice.Snapshot(ctx, id, "gv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = alice.DeleteSnapshot(ctx, snap.ID) }()
+		from, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Image: "snapshot:" + snap.ID, TTL: "5m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = alice.Destroy(ctx, from.ID) }()
+		if out, _, _ := run(t, alice, from.ID, sh("tail -1 /workspace/hello.txt; cat /workspace/new/dir/f.txt")); out != "changed\none 2 three\n" {
+			t.Errorf("from the snapshot: %q", out)
+		}
+	})
+	if err := alice.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "agents", id+".sock")); err == nil {
+		t.Error("the agent's socket is left")
+	}
+}
+
+// The agent's socket is the only host socket a gVisor sandbox has to do
+// with, and only the host connects to it: a host socket in the sandbox's
+// own workspace is not reachable from inside (runsc's --host-uds=create
+// binds, never connects), nor is the agent's from its commands.
+func TestGVisorSandboxReachesNoHostSocket(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	ws := workspace(t)
+	ln, err := net.Listen("unix", filepath.Join(ws, "host.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("REACHED\n"))
+			c.Close()
+		}
+	}()
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: ws, TTL: "5m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = alice.Destroy(ctx, sb.ID) }()
+	// The host reaches its own socket.
+	if c, err := net.Dial("unix", filepath.Join(ws, "host.sock")); err != nil {
+		t.Fatal(err)
+	} else {
+		c.Close()
+	}
+	script := `import socket, sys
+for p in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p); print(p, "REACHED", s.recv(16))
+    except OSError as e:
+        print(p, "refused", e.errno)`
+	for _, user := range []string{"", "root"} {
+		out, errOut, end := run(t, alice, sb.ID, &api.Exec{User: user, Cmd: []string{"python3", "-c", script, "/workspace/host.sock", "/.airlock/agent/agent.sock"}})
+		if end.ExitCode != 0 || strings.Contains(out, "REACHED") || strings.Count(out, "refused") != 2 {
+			t.Errorf("user %q: %q %q %+v", user, out, errOut, end)
+		}
+	}
+}
+
+// Through the daemon: the API takes and echoes isolation, and refuses a
+// wall it has none of.
+func TestGVisorServeIsolationIsValidated(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	_, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "vm", TTL: "5m"})
 	wantCode(t, "isolation vm", err, api.CodeInvalidArgument)
 	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
 	if err != nil {

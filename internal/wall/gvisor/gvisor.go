@@ -10,12 +10,16 @@
 // overlayfs over the image's trees and the workspace), so that the host
 // reads what the sandbox wrote through Layers exactly as for the container
 // wall, and every mount goes when the sandbox's last process does. runsc
-// runs --network=none, --platform=systrap, --ignore-cgroups (it is born
-// in the sandbox's cgroup), --overlay2=none (writes go to the host's
-// layers). It imports internal/wall, internal/linux/*, internal/errdefs and internal/cleanup, nothing above.
+// runs --network=none, --ignore-cgroups (it is born in the sandbox's
+// cgroup), --overlay2=none (writes go to the host's layers), on systrap
+// (one-shot) or ptrace (long-lived; create.go says why). A long-lived
+// sandbox's first process is airlock's gvisor-init serving the agent
+// (longlived.go), and is adopted again after a restart. It imports
+// internal/wall, internal/linux/*, internal/errdefs, internal/cleanup and
+// nsinit (for gvisor-init's wire type), nothing above.
 //
-// Not built yet, and refused by name: long-lived sandboxes (the agent),
-// a terminal, proxy networking, adoption.
+// Not built yet, and refused by name: a one-shot terminal (-t), proxy
+// networking.
 package gvisor
 
 import (
@@ -149,18 +153,6 @@ func (w *Wall) Live(id string) bool {
 	}
 	l.Release()
 	return false
-}
-
-// Adopt is refused: gVisor sandboxes are one-shot so far, and a one-shot
-// sandbox dies with its creator.
-func (w *Wall) Adopt(id string, pid int) (wall.Sandbox, error) {
-	return nil, fmt.Errorf("%w: sandbox %s: --isolation gvisor does not support adoption yet", errdefs.ErrNotFound, id)
-}
-
-// Discard ends what is left of sandbox id.
-func (w *Wall) Discard(id string) error {
-	_, err := w.GC()
-	return err
 }
 
 // GC removes what dead sandboxes left behind (their creator was killed):
