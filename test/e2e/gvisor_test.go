@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 )
 
@@ -326,4 +327,110 @@ func TestGVisorServeIsolationIsValidated(t *testing.T) {
 	if err != nil || sb.Isolation != "container" || got.Isolation != "container" {
 		t.Errorf("isolation: created %q, got %+v (%v)", sb.Isolation, got, err)
 	}
+}
+
+// After kill -9 of the daemon, the next one adopts a live gVisor sandbox
+// (its files, /tmp and workspace changes, exec), destroys one whose runsc
+// died meanwhile and one whose record names another pid, and leaves
+// nothing of them.
+func TestGVisorServeRestartAdopts(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "alice", Roots: []string{testRoot(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := d.client(t, tn.Key)
+	mk := func() string {
+		sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: workspace(t), TTL: "10m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.ID
+	}
+	keep, lost, stray := mk(), mk(), mk()
+	if err := alice.WriteFile(ctx, keep, "/tmp/state", []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, alice, keep, sh("echo changed > /workspace/made.txt"))
+	d.kill9()
+	// While no daemon runs, one sandbox's runsc dies, and another's record
+	// names a pid of its cgroup that is not its runsc run (its Sentry, say).
+	_ = unix.Kill(gvisorPid(t, lost), unix.SIGKILL)
+	other := 0
+	for _, p := range cgroupProcsOf(gvisor.Scope(stateDir), stray) {
+		if p != gvisorPid(t, stray) {
+			other = p
+		}
+	}
+	db, err := store.Open(filepath.Join(data, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := db.Sandboxes(ctx, api.StateRunning)
+	for _, r := range recs {
+		if r.ID == stray {
+			r.InitPid = other
+			if err := db.PutSandbox(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	db.Close()
+	d2 := startDaemon(t, data)
+	c := d2.client(t, tn.Key)
+	if b, err := c.ReadFile(ctx, keep, "/tmp/state"); err != nil || string(b) != "kept" {
+		t.Fatalf("adopted sandbox lost its state: %q %v", b, err)
+	}
+	if o, _, end := run(t, c, keep, sh("echo after; cat /workspace/made.txt")); o != "after\nchanged\n" || end.ExitCode != 0 {
+		t.Errorf("exec after restart: %q %+v", o, end)
+	}
+	if diff, err := c.Diff(ctx, keep); err != nil || !strings.Contains(diff, "+changed") {
+		t.Errorf("diff after restart: %v\n%s", err, diff)
+	}
+	for id, why := range map[string]string{lost: "not adopted", stray: "not its runsc run"} {
+		got, err := c.Sandbox(ctx, id)
+		if err != nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, why) {
+			t.Errorf("%s: %+v %v", why, got, err)
+		}
+	}
+	if err := c.Destroy(ctx, keep); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cgroupProcsOf lists the processes of sandbox id's cgroup under scope.
+func cgroupProcsOf(scope, id string) []int {
+	for _, ctl := range []string{"pids", ""} {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctl, scope, id, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var out []int
+		for _, f := range strings.Fields(string(b)) {
+			var pid int
+			if _, err := fmt.Sscan(f, &pid); err == nil {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// gvisorPid is the host pid of gVisor sandbox id's runsc run: the process
+// of its cgroup whose command line ends in "run --bundle ... id".
+func gvisorPid(t *testing.T, id string) int {
+	t.Helper()
+	for _, pid := range cgroupProcsOf(gvisor.Scope(stateDir), id) {
+		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.HasSuffix(string(cl), "\x00run\x00--bundle\x00"+filepath.Join(stateDir, "gvisor", "bundles", id)+"\x00"+id+"\x00") {
+			return pid
+		}
+	}
+	t.Fatalf("no runsc run for %s", id)
+	return 0
 }
