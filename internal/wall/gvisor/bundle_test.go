@@ -110,8 +110,8 @@ func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
 	}
 	defer netns.Close()
 	for what, edit := range map[string]func(*wall.Options){
-		"terminal":   func(o *wall.Options) { o.TTY = true },
-		"network":    func(o *wall.Options) { o.NetNS = netns },
+		"terminal": func(o *wall.Options) { o.TTY = true },
+		"network":  func(o *wall.Options) { o.NetNS = netns },
 	} {
 		o := hostImage()
 		edit(o)
