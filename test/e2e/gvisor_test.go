@@ -434,3 +434,69 @@ func gvisorPid(t *testing.T, id string) int {
 	t.Fatalf("no runsc run for %s", id)
 	return 0
 }
+
+// A tenant held to gvisor (airlock tenant update --isolation gvisor) has a
+// create asking for less refused, by name, with a sandbox.refused record;
+// its gvisor creates go on; --isolation container lifts the hold.
+func TestGVisorTenantHoldRefusesLess(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	admin := d.adminKey(t)
+	if r := cliAs(t, d, admin, nil, nil, "tenant", "update", "alice", "--isolation", "gvisor"); r.code != 0 || !strings.Contains(r.stderr, "isolation gvisor") {
+		t.Fatalf("tenant update: %s", r)
+	}
+	if r := cliAs(t, d, admin, nil, nil, "tenant", "ls"); !strings.Contains(r.stdout, "gvisor") {
+		t.Errorf("tenant ls: %s", r)
+	}
+	_, err := alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
+	wantCode(t, "a container create of a tenant held to gvisor", err, api.CodePermissionDenied)
+	if err == nil || !strings.Contains(err.Error(), "held to --isolation gvisor") {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
+	recs, err := alice.Audit(ctx, "", "sandbox.refused")
+	if err != nil || len(recs) != 1 || !strings.Contains(string(recs[0].Data), `"isolation":"container","required":"gvisor"`) {
+		t.Errorf("sandbox.refused: %+v %v", recs, err)
+	}
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.admin.UpdateTenant(ctx, "alice", &api.UpdateTenant{Isolation: "container"}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err = alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
+	if err != nil {
+		t.Fatalf("after the lift: %v", err)
+	}
+	_ = alice.Destroy(ctx, sb.ID)
+}
+
+// airlock mcp --isolation gvisor: the agent's loop (run_command,
+// write_file, edit, diff) in a gVisor sandbox, gone with the session.
+func TestGVisorMCPStdio(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	proj := buggyProject(t)
+	cs, cmd, stderr := mcpStdio(t, "--isolation", "gvisor", "--workspace", proj)
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "dmesg | head -1"}); isErr || !strings.Contains(out, "gVisor") {
+		t.Errorf("not gVisor's kernel: %s", out)
+	}
+	if out, isErr := call(t, cs, "write_file", map[string]any{"path": "notes.txt", "content": "written\n"}); isErr {
+		t.Fatalf("write_file: %s", out)
+	}
+	fixTheTest(t, cs)
+	if out, _ := call(t, cs, "diff", map[string]any{}); !strings.Contains(out, "+written") {
+		t.Errorf("diff lacks the written file: %s", out)
+	}
+	_ = cs.Close()
+	waitMCPExit(t, cmd)
+	if !strings.Contains(stderr.String(), "+    return a + b") {
+		t.Errorf("no diff on stderr:\n%s", stderr)
+	}
+}
