@@ -413,6 +413,10 @@ type CreateTenant struct {
 	// default. Each must be absolute, exist, and neither hold nor lie in
 	// the daemon's own directories.
 	Roots []string `json:"roots,omitempty"`
+	// Isolation holds the tenant's sandboxes to a wall at least this
+	// strong: "container" (default: any wall) or "gvisor" (a create
+	// asking for less is refused, and audited as sandbox.refused).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // UpdateTenant changes a tenant's quotas or scan policy (fields left out
@@ -423,6 +427,9 @@ type UpdateTenant struct {
 	// Roots, when present, replace the tenant's host roots ([] removes
 	// them all).
 	Roots *[]string `json:"roots,omitempty"`
+	// Isolation, when set, replaces the wall the tenant is held to
+	// ("container" lifts the hold).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Tenant describes a tenant. Key is set only in the answer to its
@@ -436,6 +443,7 @@ type Tenant struct {
 	Quotas     Quotas    `json:"quotas"`
 	ScanPolicy string    `json:"scan_policy"`
 	Roots      []string  `json:"roots,omitempty"`
+	Isolation  string    `json:"isolation"` // the wall its sandboxes are held to at least
 	Created    time.Time `json:"created"`
 	Key        string    `json:"key,omitempty"`
 	Sandboxes  int       `json:"sandboxes"`

@@ -19,6 +19,8 @@ func main() {
 		switch os.Args[1] {
 		case "init":
 			nsinit.Main(serveAgent)
+		case "gvisor-init":
+			nsinit.GVisorMain(serveAgent)
 		case "userns-hold":
 			nsinit.HoldMain()
 		}

@@ -43,8 +43,9 @@ var layers = []layer{
 	// which only the composition root (and doctor) know.
 	{"wall", []string{"internal/wall"}, []string{"base", "value"}},
 	{"backend", []string{"internal/wall/container", "internal/wall/container/sealedexe"}, []string{"base", "value", "kernel", "wall", "init", "backend"}},
-	// gVisor's wall runs runsc; it knows nothing of the confined side.
-	{"backend", []string{"internal/wall/gvisor"}, []string{"base", "kernel", "wall"}},
+	// gVisor's wall runs runsc; of the confined side it knows only
+	// gvisor-init's wire type.
+	{"backend", []string{"internal/wall/gvisor"}, []string{"base", "kernel", "wall", "init"}},
 
 	// What the lifecycle builds a sandbox from, below it.
 	{"image", []string{"internal/image/..."}, []string{"base", "image"}},
@@ -90,7 +91,7 @@ var knownOnlyTo = []struct {
 }{
 	{"internal/wall/container", []string{"internal/system", "internal/doctor"}},
 	{"internal/wall/gvisor", []string{"internal/system", "internal/doctor"}},
-	{"internal/confined/nsinit", []string{"internal/wall/container", "cmd/airlock"}},
+	{"internal/confined/nsinit", []string{"internal/wall/container", "internal/wall/gvisor", "cmd/airlock"}},
 	{"internal/confined/agent", []string{"cmd/airlock"}},
 	{"internal/cli", []string{"cmd/airlock"}},
 	{"internal/system", []string{"internal/cli", "internal/cli/host"}},

@@ -110,6 +110,12 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 	if err != nil {
 		return nil, err
 	}
+	if err := spec.HeldTo(sp.Wall(), t.Isolation); err != nil {
+		if aerr := s.Cfg.Audit.Commit(ctx, record.Who{Tenant: t.ID}, record.SandboxRefused{Isolation: sp.Wall(), Required: t.Isolation, Reason: err.Error()}); aerr != nil {
+			return nil, aerr
+		}
+		return nil, err
+	}
 	if len(sp.Grants) > 0 && s.Cfg.Broker == nil {
 		return nil, errdefs.Unavailable("this daemon has no credential broker: grants cannot be kept")
 	}

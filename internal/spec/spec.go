@@ -61,6 +61,31 @@ var Degradable = []string{"landlock"}
 // kernel answers the sandbox's system calls).
 var Isolations = []string{"container", "gvisor"}
 
+// HeldTo refuses a sandbox on wall asked for a tenant held to wall held
+// ("" or "container": any wall). Isolations are in order of strength: a
+// tenant held to a wall may have it or a stronger one, never less (an
+// operator's "never downgrade" rule).
+func HeldTo(asked, held string) error {
+	if held == "" {
+		held = "container"
+	}
+	if asked == "" {
+		asked = "container"
+	}
+	if slices.Index(Isolations, asked) >= slices.Index(Isolations, held) {
+		return nil
+	}
+	return errdefs.New(errdefs.ErrPermissionDenied, fmt.Sprintf("--isolation %s is refused: this tenant is held to --isolation %s (ask for it, or an operator may lift it with airlock tenant update --isolation container)", asked, held))
+}
+
+// ValidHold checks a tenant's isolation hold ("" keeps the default).
+func ValidHold(held string) error {
+	if held != "" && !slices.Contains(Isolations, held) {
+		return errdefs.Invalid(fmt.Sprintf("isolation %q: must be %s", held, strings.Join(Isolations, " or ")))
+	}
+	return nil
+}
+
 // Spec is the validated description of one sandbox.
 type Spec struct {
 	// Isolation names the wall (Isolations); "" is "container" (specs

@@ -246,3 +246,23 @@ func TestCommandLimitsLeaveAReserve(t *testing.T) {
 		}
 	}
 }
+
+// A tenant held to a wall gets it or a stronger one, never less; no hold
+// (or "container") allows every wall.
+func TestHeldToRefusesLessThanTheHold(t *testing.T) {
+	for _, c := range []struct {
+		asked, held string
+		ok          bool
+	}{
+		{"", "", true}, {"container", "", true}, {"gvisor", "", true}, {"container", "container", true},
+		{"gvisor", "gvisor", true}, {"container", "gvisor", false}, {"", "gvisor", false},
+	} {
+		err := HeldTo(c.asked, c.held)
+		if (err == nil) != c.ok || !c.ok && (!errors.Is(err, errdefs.ErrPermissionDenied) || !strings.Contains(err.Error(), "held to --isolation gvisor")) {
+			t.Errorf("asked %q, held %q: %v", c.asked, c.held, err)
+		}
+	}
+	if ValidHold("vm") == nil || ValidHold("gvisor") != nil || ValidHold("") != nil {
+		t.Error("ValidHold")
+	}
+}

@@ -104,6 +104,8 @@ var migrations = []struct{ table, column, def, fill string }{
 	// for display.
 	{"sandboxes", "tenant_name", "TEXT NOT NULL DEFAULT ''", `UPDATE sandboxes SET tenant_name = tenant`},
 	{"tenants", "roots", "TEXT NOT NULL DEFAULT ''", ""},
+	// The wall a tenant is held to ("": any).
+	{"tenants", "isolation", "TEXT NOT NULL DEFAULT ''", ""},
 }
 
 // indexes need the migrated columns.
@@ -205,6 +207,9 @@ type Tenant struct {
 	// Roots are the host directories the tenant may name paths under
 	// (JSON, owned by internal/sandbox; "" for none).
 	Roots string
+	// Isolation is the wall the tenant's sandboxes must be on at least
+	// ("": any).
+	Isolation string
 }
 
 // CreateTenant adds a tenant under a new id (t.ID is ignored) and returns
@@ -227,8 +232,8 @@ func (s *Store) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 			return "", err
 		}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO tenants (id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy, roots) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?)`,
-		t.ID, t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli(), t.ScanPolicy, t.Roots)
+	_, err = tx.ExecContext(ctx, `INSERT INTO tenants (id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy, roots, isolation) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?)`,
+		t.ID, t.Name, t.KeyHash, t.Quotas, t.Created.UnixMilli(), t.CPUPeriodStart.UnixMilli(), t.ScanPolicy, t.Roots, t.Isolation)
 	if err != nil && isConstraint(err) {
 		return "", fmt.Errorf("tenant %s: %w", t.Name, ErrExists)
 	}
@@ -249,12 +254,12 @@ func newTenantID() string {
 func scanTenant(sc interface{ Scan(...any) error }) (Tenant, error) {
 	var t Tenant
 	var created, start, used int64
-	err := sc.Scan(&t.ID, &t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used, &t.ScanPolicy, &t.Roots)
+	err := sc.Scan(&t.ID, &t.Name, &t.KeyHash, &t.Quotas, &created, &start, &used, &t.ScanPolicy, &t.Roots, &t.Isolation)
 	t.Created, t.CPUPeriodStart, t.CPUUsed = time.UnixMilli(created), time.UnixMilli(start), time.Duration(used)
 	return t, err
 }
 
-const tenantCols = `id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy, roots`
+const tenantCols = `id, name, key_hash, quotas, created, cpu_period_start, cpu_used_ns, scan_policy, roots, isolation`
 
 // TenantByKey finds the tenant whose key hashes to keyHash.
 func (s *Store) TenantByKey(ctx context.Context, keyHash string) (Tenant, error) {
@@ -416,6 +421,11 @@ func (s *Store) UpdateTenant(ctx context.Context, id, quotas, scanPolicy string)
 // under.
 func (s *Store) SetTenantRoots(ctx context.Context, id, roots string) error {
 	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET roots = ? WHERE id = ?`, roots, id))
+}
+
+// SetTenantIsolation replaces the wall tenant id is held to.
+func (s *Store) SetTenantIsolation(ctx context.Context, id, isolation string) error {
+	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET isolation = ? WHERE id = ?`, isolation, id))
 }
 
 // SetTenantCPU records tenant id's CPU budget period and use in it.

@@ -176,10 +176,16 @@ func TestMigratesAnOlderDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts, err := s.Tenants(context.Background())
-	if err != nil || len(ts) != 1 || ts[0].Name != "old" || ts[0].ID != "old" || ts[0].ScanPolicy != "" {
+	if err != nil || len(ts) != 1 || ts[0].Name != "old" || ts[0].ID != "old" || ts[0].ScanPolicy != "" || ts[0].Isolation != "" {
 		t.Fatalf("%+v %v", ts, err)
 	}
 	ctx := context.Background()
+	if err := s.SetTenantIsolation(ctx, "old", "gvisor"); err != nil {
+		t.Fatal(err)
+	}
+	if tn, err := s.TenantByName(ctx, "old"); err != nil || tn.Isolation != "gvisor" {
+		t.Errorf("the migrated isolation column: %+v %v", tn, err)
+	}
 	if sbs, err := s.Sandboxes(ctx); err != nil || len(sbs) != 1 || sbs[0].Tenant != "old" || sbs[0].TenantName != "old" {
 		t.Errorf("sandboxes: %+v %v", sbs, err)
 	}

@@ -51,6 +51,8 @@ type Principal struct {
 	ScanPolicy string // block, redact or record
 	// Roots are the host directories the tenant may name paths under.
 	Roots []string
+	// Isolation is the wall its sandboxes are held to at least ("": any).
+	Isolation string
 	// deleted is shared by every principal the service made for the
 	// tenant, and set when the tenant is deleted.
 	deleted *atomic.Bool
@@ -253,7 +255,7 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 	if err != nil {
 		return nil, err
 	}
-	p := &Principal{ID: t.ID, Tenant: t.Name, ScanPolicy: t.ScanPolicy}
+	p := &Principal{ID: t.ID, Tenant: t.Name, ScanPolicy: t.ScanPolicy, Isolation: t.Isolation}
 	if p.ScanPolicy == "" {
 		p.ScanPolicy = DefaultScanPolicy
 	}
@@ -329,21 +331,25 @@ func (s *Service) Create(ctx context.Context, p *Principal, req *api.CreateTenan
 	if err != nil {
 		return nil, err
 	}
+	if err := spec.ValidHold(req.Isolation); err != nil {
+		return nil, err
+	}
+	hold := holdOf(req.Isolation)
 	key := newKey("tenant")
 	q, _ := json.Marshal(req.Quotas)
 	now := s.cfg.Now()
-	id, err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy, Roots: rootsJSON(roots)})
+	id, err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy, Roots: rootsJSON(roots), Isolation: hold})
 	if errors.Is(err, store.ErrExists) {
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: id}, record.TenantCreated{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: id}, record.TenantCreated{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots, Isolation: shownHold(hold)}); err != nil {
 		return nil, err
 	}
 	s.cfg.Log.Info("tenant created", "tenant", req.Name, "id", id)
-	return &api.Tenant{ID: id, Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots, Created: now, Key: key}, nil
+	return &api.Tenant{ID: id, Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots, Isolation: shownHold(hold), Created: now, Key: key}, nil
 }
 
 // Update changes a tenant's quotas, scan policy or roots; its key's next
@@ -384,6 +390,13 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 			return nil, err
 		}
 	}
+	hold := cur.Isolation
+	if req.Isolation != "" {
+		if err := spec.ValidHold(req.Isolation); err != nil {
+			return nil, err
+		}
+		hold = holdOf(req.Isolation)
+	}
 	qb, _ := json.Marshal(q)
 	if err := s.cfg.Store.UpdateTenant(ctx, cur.ID, string(qb), policy); errors.Is(err, store.ErrNotFound) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteName(name))
@@ -393,6 +406,9 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 	if err := s.cfg.Store.SetTenantRoots(ctx, cur.ID, rootsJSON(roots)); err != nil {
 		return nil, err
 	}
+	if err := s.cfg.Store.SetTenantIsolation(ctx, cur.ID, hold); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	for h, kp := range s.keys {
 		if !kp.Admin && kp.ID == cur.ID {
@@ -400,10 +416,27 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 		}
 	}
 	s.mu.Unlock()
-	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: cur.ID}, record.TenantUpdated{Quotas: q, ScanPolicy: policy, Roots: roots}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: cur.ID}, record.TenantUpdated{Quotas: q, ScanPolicy: policy, Roots: roots, Isolation: shownHold(hold)}); err != nil {
 		return nil, err
 	}
-	return &api.Tenant{ID: cur.ID, Name: name, Quotas: q, ScanPolicy: policy, Roots: roots, Created: cur.Created}, nil
+	return &api.Tenant{ID: cur.ID, Name: name, Quotas: q, ScanPolicy: policy, Roots: roots, Isolation: shownHold(hold), Created: cur.Created}, nil
+}
+
+// holdOf is how a hold is stored: "" for none ("container", the
+// weakest wall, holds nothing).
+func holdOf(isolation string) string {
+	if isolation == "container" {
+		return ""
+	}
+	return isolation
+}
+
+// shownHold is a stored hold as the API shows it.
+func shownHold(hold string) string {
+	if hold == "" {
+		return "container"
+	}
+	return hold
 }
 
 // List lists the tenants (admin), or the caller's own tenant.
@@ -417,7 +450,7 @@ func (s *Service) List(ctx context.Context, p *Principal) ([]*api.Tenant, error)
 		if !p.Admin && t.ID != p.ID {
 			continue
 		}
-		at := &api.Tenant{ID: t.ID, Name: t.Name, Created: t.Created, ScanPolicy: t.ScanPolicy, Roots: rootsOf(t)}
+		at := &api.Tenant{ID: t.ID, Name: t.Name, Created: t.Created, ScanPolicy: t.ScanPolicy, Roots: rootsOf(t), Isolation: shownHold(t.Isolation)}
 		if at.ScanPolicy == "" {
 			at.ScanPolicy = DefaultScanPolicy
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/testutil/memlog"
@@ -64,6 +66,56 @@ func TestUpdateTenantScanPolicy(t *testing.T) {
 	}
 	if _, err := s.Update(ctx, admin, "nope", &api.UpdateTenant{ScanPolicy: "block"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a missing tenant: %v", err)
+	}
+}
+
+// A tenant held to gvisor carries the hold in its principal from its
+// key's next call; "container" lifts it; an unknown wall is refused; the
+// hold is in the tenant's records and listing.
+func TestTenantIsolationHold(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	log := &memAudit{}
+	s := New(Config{Store: db, Audit: record.New(log, nil), Sandboxes: &fakeSandboxes{}})
+	ctx := context.Background()
+	admin := &Principal{Admin: true}
+	if _, err := s.Create(ctx, admin, &api.CreateTenant{Name: "x", Isolation: "vm"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("isolation vm: %v", err)
+	}
+	tn, err := s.Create(ctx, admin, &api.CreateTenant{Name: "acme", Isolation: "gvisor"})
+	if err != nil || tn.Isolation != "gvisor" {
+		t.Fatalf("%+v %v", tn, err)
+	}
+	if p, err := s.Authenticate(ctx, tn.Key, ""); err != nil || p.Isolation != "gvisor" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if u, err := s.Update(ctx, admin, "acme", &api.UpdateTenant{Isolation: "container"}); err != nil || u.Isolation != "container" {
+		t.Fatalf("lift: %+v %v", u, err)
+	}
+	if p, _ := s.Authenticate(ctx, tn.Key, ""); p.Isolation != "" {
+		t.Errorf("after the lift: %+v", p)
+	}
+	if _, err := s.Update(ctx, admin, "acme", &api.UpdateTenant{Isolation: "gvisor"}); err != nil {
+		t.Fatal(err)
+	}
+	// An update of something else keeps the hold.
+	if u, err := s.Update(ctx, admin, "acme", &api.UpdateTenant{ScanPolicy: "record"}); err != nil || u.Isolation != "gvisor" {
+		t.Errorf("another update: %+v %v", u, err)
+	}
+	if ts, _ := s.List(ctx, admin); len(ts) != 1 || ts[0].Isolation != "gvisor" {
+		t.Errorf("list: %+v", ts)
+	}
+	var held []string
+	for _, r := range log.Records() {
+		if strings.Contains(string(r.Data), `"isolation":"gvisor"`) {
+			held = append(held, r.Kind)
+		}
+	}
+	if len(held) != 3 || held[0] != "tenant.created" {
+		t.Errorf("records naming the hold: %v", held)
 	}
 }
 

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 )
 
@@ -179,19 +184,139 @@ func TestGVisorWithoutRunscRefusesAndNeverFallsBack(t *testing.T) {
 	}
 }
 
-// Through the daemon: the API takes and echoes isolation; a long-lived
-// gVisor sandbox is not built yet and is refused by name, leaving nothing.
-func TestGVisorServeCreateIsRefusedByName(t *testing.T) {
+// Through the daemon: a long-lived gVisor sandbox does what a container
+// sandbox does (exec with exit codes, streams, stdin, a terminal and
+// background processes; the files API; watch; diff; pause and resume;
+// snapshot) inside gVisor's kernel, and rm leaves nothing (runsc's state,
+// the bundle, the cgroup, mounts, processes, the agent's socket).
+func TestGVisorServeSandboxLifecycle(t *testing.T) {
 	needRunsc(t)
 	defer noGVisorResidue(t)
 	d := startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	alice := d.tenant(t, "alice", api.Quotas{})
-	_, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m"})
-	if err == nil || !strings.Contains(err.Error(), "--isolation gvisor does not support long-lived sandboxes") {
-		t.Fatalf("create: %v", err)
+	ws := workspace(t)
+	if err := os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello\nworld\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	_, err = alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "vm", TTL: "5m"})
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: ws, TTL: "10m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID
+	defer func() { _ = alice.Destroy(ctx, id) }()
+	if got, err := alice.Sandbox(ctx, id); err != nil || sb.Isolation != "gvisor" || got.Isolation != "gvisor" {
+		t.Errorf("isolation: created %q, got %+v (%v)", sb.Isolation, got, err)
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := run(t, alice, id, sh("uname -r; cat /proc/version")); out == "" || strings.Contains(out, unix.ByteSliceToString(u.Release[:])) {
+		t.Errorf("the sandbox sees the host's kernel: %q", out)
+	}
+
+	t.Run("exec", func(t *testing.T) { lifecycleExec(t, alice, id) })
+	t.Run("background", func(t *testing.T) { lifecycleBackground(t, ctx, alice, id) })
+	t.Run("files", func(t *testing.T) { lifecycleFiles(t, ctx, alice, id) })
+	t.Run("bigfile", func(t *testing.T) {
+		big := bytes.Repeat([]byte("0123456789abcdef"), 5<<20/16)
+		if err := alice.WriteFile(ctx, id, "/workspace/big.bin", big, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(big)
+		if out, _, _ := run(t, alice, id, sh("sha256sum /workspace/big.bin")); !strings.HasPrefix(out, hex.EncodeToString(sum[:])) {
+			t.Errorf("sha256 inside: %q", out)
+		}
+		if b, err := alice.ReadFile(ctx, id, "/workspace/big.bin"); err != nil || !bytes.Equal(b, big) {
+			t.Errorf("read back %d bytes: %v", len(b), err)
+		}
+	})
+	t.Run("watch", func(t *testing.T) { lifecycleWatch(t, ctx, alice, id) })
+	t.Run("diff", func(t *testing.T) { lifecycleDiff(t, ctx, alice, ws, id) })
+	t.Run("pause", func(t *testing.T) { lifecyclePause(t, ctx, alice, id) })
+	t.Run("snapshot", func(t *testing.T) {
+		snap, err := alice.Snapshot(ctx, id, "gv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = alice.DeleteSnapshot(ctx, snap.ID) }()
+		from, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Image: "snapshot:" + snap.ID, TTL: "5m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = alice.Destroy(ctx, from.ID) }()
+		if out, _, _ := run(t, alice, from.ID, sh("tail -1 /workspace/hello.txt; cat /workspace/new/dir/f.txt")); out != "changed\none 2 three\n" {
+			t.Errorf("from the snapshot: %q", out)
+		}
+	})
+	if err := alice.Destroy(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "agents", id+".sock")); err == nil {
+		t.Error("the agent's socket is left")
+	}
+}
+
+// The agent's socket is the only host socket a gVisor sandbox has to do
+// with, and only the host connects to it: a host socket in the sandbox's
+// own workspace is not reachable from inside (runsc's --host-uds=create
+// binds, never connects), nor is the agent's from its commands.
+func TestGVisorSandboxReachesNoHostSocket(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	ws := workspace(t)
+	ln, err := net.Listen("unix", filepath.Join(ws, "host.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("REACHED\n"))
+			c.Close()
+		}
+	}()
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: ws, TTL: "5m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = alice.Destroy(ctx, sb.ID) }()
+	// The host reaches its own socket.
+	if c, err := net.Dial("unix", filepath.Join(ws, "host.sock")); err != nil {
+		t.Fatal(err)
+	} else {
+		c.Close()
+	}
+	script := `import socket, sys
+for p in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p); print(p, "REACHED", s.recv(16))
+    except OSError as e:
+        print(p, "refused", e.errno)`
+	for _, user := range []string{"", "root"} {
+		out, errOut, end := run(t, alice, sb.ID, &api.Exec{User: user, Cmd: []string{"python3", "-c", script, "/workspace/host.sock", "/.airlock/agent/agent.sock"}})
+		if end.ExitCode != 0 || strings.Contains(out, "REACHED") || strings.Count(out, "refused") != 2 {
+			t.Errorf("user %q: %q %q %+v", user, out, errOut, end)
+		}
+	}
+}
+
+// Through the daemon: the API takes and echoes isolation, and refuses a
+// wall it has none of.
+func TestGVisorServeIsolationIsValidated(t *testing.T) {
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	_, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "vm", TTL: "5m"})
 	wantCode(t, "isolation vm", err, api.CodeInvalidArgument)
 	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
 	if err != nil {
@@ -201,5 +326,177 @@ func TestGVisorServeCreateIsRefusedByName(t *testing.T) {
 	got, err := alice.Sandbox(ctx, sb.ID)
 	if err != nil || sb.Isolation != "container" || got.Isolation != "container" {
 		t.Errorf("isolation: created %q, got %+v (%v)", sb.Isolation, got, err)
+	}
+}
+
+// After kill -9 of the daemon, the next one adopts a live gVisor sandbox
+// (its files, /tmp and workspace changes, exec), destroys one whose runsc
+// died meanwhile and one whose record names another pid, and leaves
+// nothing of them.
+func TestGVisorServeRestartAdopts(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "alice", Roots: []string{testRoot(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := d.client(t, tn.Key)
+	mk := func() string {
+		sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: workspace(t), TTL: "10m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.ID
+	}
+	keep, lost, stray := mk(), mk(), mk()
+	if err := alice.WriteFile(ctx, keep, "/tmp/state", []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, alice, keep, sh("echo changed > /workspace/made.txt"))
+	d.kill9()
+	// While no daemon runs, one sandbox's runsc dies, and another's record
+	// names a pid of its cgroup that is not its runsc run (its Sentry, say).
+	_ = unix.Kill(gvisorPid(t, lost), unix.SIGKILL)
+	other := 0
+	for _, p := range cgroupProcsOf(gvisor.Scope(stateDir), stray) {
+		if p != gvisorPid(t, stray) {
+			other = p
+		}
+	}
+	db, err := store.Open(filepath.Join(data, "airlock.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := db.Sandboxes(ctx, api.StateRunning)
+	for _, r := range recs {
+		if r.ID == stray {
+			r.InitPid = other
+			if err := db.PutSandbox(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	db.Close()
+	d2 := startDaemon(t, data)
+	c := d2.client(t, tn.Key)
+	if b, err := c.ReadFile(ctx, keep, "/tmp/state"); err != nil || string(b) != "kept" {
+		t.Fatalf("adopted sandbox lost its state: %q %v", b, err)
+	}
+	if o, _, end := run(t, c, keep, sh("echo after; cat /workspace/made.txt")); o != "after\nchanged\n" || end.ExitCode != 0 {
+		t.Errorf("exec after restart: %q %+v", o, end)
+	}
+	if diff, err := c.Diff(ctx, keep); err != nil || !strings.Contains(diff, "+changed") {
+		t.Errorf("diff after restart: %v\n%s", err, diff)
+	}
+	for id, why := range map[string]string{lost: "not adopted", stray: "not its runsc run"} {
+		got, err := c.Sandbox(ctx, id)
+		if err != nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, why) {
+			t.Errorf("%s: %+v %v", why, got, err)
+		}
+	}
+	if err := c.Destroy(ctx, keep); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cgroupProcsOf lists the processes of sandbox id's cgroup under scope.
+func cgroupProcsOf(scope, id string) []int {
+	for _, ctl := range []string{"pids", ""} {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctl, scope, id, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var out []int
+		for _, f := range strings.Fields(string(b)) {
+			var pid int
+			if _, err := fmt.Sscan(f, &pid); err == nil {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// gvisorPid is the host pid of gVisor sandbox id's runsc run: the process
+// of its cgroup whose command line ends in "run --bundle ... id".
+func gvisorPid(t *testing.T, id string) int {
+	t.Helper()
+	for _, pid := range cgroupProcsOf(gvisor.Scope(stateDir), id) {
+		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.HasSuffix(string(cl), "\x00run\x00--bundle\x00"+filepath.Join(stateDir, "gvisor", "bundles", id)+"\x00"+id+"\x00") {
+			return pid
+		}
+	}
+	t.Fatalf("no runsc run for %s", id)
+	return 0
+}
+
+// A tenant held to gvisor (airlock tenant update --isolation gvisor) has a
+// create asking for less refused, by name, with a sandbox.refused record;
+// its gvisor creates go on; --isolation container lifts the hold.
+func TestGVisorTenantHoldRefusesLess(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	d := startDaemon(t, newDataDir(t))
+	ctx := context.Background()
+	alice := d.tenant(t, "alice", api.Quotas{})
+	admin := d.adminKey(t)
+	if r := cliAs(t, d, admin, nil, nil, "tenant", "update", "alice", "--isolation", "gvisor"); r.code != 0 || !strings.Contains(r.stderr, "isolation gvisor") {
+		t.Fatalf("tenant update: %s", r)
+	}
+	if r := cliAs(t, d, admin, nil, nil, "tenant", "ls"); !strings.Contains(r.stdout, "gvisor") {
+		t.Errorf("tenant ls: %s", r)
+	}
+	_, err := alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
+	wantCode(t, "a container create of a tenant held to gvisor", err, api.CodePermissionDenied)
+	if err == nil || !strings.Contains(err.Error(), "held to --isolation gvisor") {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
+	recs, err := alice.Audit(ctx, "", "sandbox.refused")
+	if err != nil || len(recs) != 1 || !strings.Contains(string(recs[0].Data), `"isolation":"container","required":"gvisor"`) {
+		t.Errorf("sandbox.refused: %+v %v", recs, err)
+	}
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.admin.UpdateTenant(ctx, "alice", &api.UpdateTenant{Isolation: "container"}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err = alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
+	if err != nil {
+		t.Fatalf("after the lift: %v", err)
+	}
+	_ = alice.Destroy(ctx, sb.ID)
+}
+
+// airlock mcp --isolation gvisor: the agent's loop (run_command,
+// write_file, edit, diff) in a gVisor sandbox, gone with the session.
+func TestGVisorMCPStdio(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	proj := buggyProject(t)
+	cs, cmd, stderr := mcpStdio(t, "--isolation", "gvisor", "--workspace", proj)
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "dmesg | head -1"}); isErr || !strings.Contains(out, "gVisor") {
+		t.Errorf("not gVisor's kernel: %s", out)
+	}
+	if out, isErr := call(t, cs, "write_file", map[string]any{"path": "notes.txt", "content": "written\n"}); isErr {
+		t.Fatalf("write_file: %s", out)
+	}
+	fixTheTest(t, cs)
+	if out, _ := call(t, cs, "diff", map[string]any{}); !strings.Contains(out, "+written") {
+		t.Errorf("diff lacks the written file: %s", out)
+	}
+	_ = cs.Close()
+	waitMCPExit(t, cmd)
+	if !strings.Contains(stderr.String(), "+    return a + b") {
+		t.Errorf("no diff on stderr:\n%s", stderr)
 	}
 }

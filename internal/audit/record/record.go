@@ -302,17 +302,27 @@ type (
 		Quotas     any      `json:"quotas"`
 		ScanPolicy string   `json:"scan_policy"`
 		Roots      []string `json:"roots"`
+		Isolation  string   `json:"isolation"`
 	}
 	TenantUpdated struct {
 		Quotas     any      `json:"quotas"`
 		ScanPolicy string   `json:"scan_policy"`
 		Roots      []string `json:"roots"`
+		Isolation  string   `json:"isolation"`
 	}
 	TenantDeleted struct {
 		Name      string   `json:"name"`
 		Destroyed []string `json:"destroyed"`
 	}
 )
+
+// SandboxRefused is a create refused by the tenant's policy: it asked for
+// wall Isolation, and the tenant is held to Required.
+type SandboxRefused struct {
+	Isolation string `json:"isolation"`
+	Required  string `json:"required"`
+	Reason    string `json:"reason"`
+}
 
 // SecretAdded, SecretRotated, SecretRemoved: a secret's life, by name and
 // version (never its value).
@@ -343,6 +353,7 @@ func (SandboxPaused) Kind() string    { return "sandbox.paused" }
 func (SandboxResumed) Kind() string   { return "sandbox.resumed" }
 func (SandboxExtended) Kind() string  { return "sandbox.extended" }
 func (SandboxAdopted) Kind() string   { return "sandbox.adopted" }
+func (SandboxRefused) Kind() string   { return "sandbox.refused" }
 func (SandboxSnapshot) Kind() string  { return "sandbox.snapshot" }
 func (ExecStart) Kind() string        { return "exec.start" }
 func (ExecEnd) Kind() string          { return "exec.end" }
@@ -390,7 +401,7 @@ func init() {
 		func() Data { return &FileSent{} }, func() Data { return &AuditDropped{} }, func() Data { return &KillSwitch{} },
 		func() Data { return &AuthFailed{} }, func() Data { return &TenantCreated{} }, func() Data { return &TenantUpdated{} },
 		func() Data { return &TenantDeleted{} }, func() Data { return &SecretAdded{} }, func() Data { return &SecretRotated{} },
-		func() Data { return &SecretRemoved{} }, func() Data { return &MCPSpec{} },
+		func() Data { return &SecretRemoved{} }, func() Data { return &MCPSpec{} }, func() Data { return &SandboxRefused{} },
 	} {
 		kinds[f().Kind()] = f
 	}

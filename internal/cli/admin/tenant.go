@@ -104,10 +104,13 @@ func (qf *quotaFlags) quotas() (api.Quotas, error) {
 	return q, err
 }
 
+// isolationHelp is --isolation's on tenant create and update.
+const isolationHelp = `the wall the tenant's sandboxes are held to at least: container (any wall) or gvisor (a create asking for less is refused, and audited as sandbox.refused)`
+
 func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 	c := &cobra.Command{Use: "tenant", Short: "Manage tenants (admin key)"}
 	var cq quotaFlags
-	var scanPolicy string
+	var scanPolicy, cIsolation string
 	var cRoots []string
 	create := &cobra.Command{
 		Use:   "create NAME",
@@ -128,7 +131,7 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		t, err := cl.CreateTenant(cmd.Context(), &api.CreateTenant{Name: args[0], Quotas: q, ScanPolicy: scanPolicy, Roots: roots})
+		t, err := cl.CreateTenant(cmd.Context(), &api.CreateTenant{Name: args[0], Quotas: q, ScanPolicy: scanPolicy, Roots: roots, Isolation: cIsolation})
 		return ck.Show(t, err, func() error {
 			fmt.Fprintln(g.Stdout, t.Key)
 			fmt.Fprintf(g.Stderr, "airlock: tenant %s created; the key above is shown only this once\n", t.Name)
@@ -139,6 +142,7 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 	cq.bind(f)
 	f.StringVar(&scanPolicy, "scan-policy", "block", "what a credential found in a call does: block (the call fails, naming the rule), redact, or record")
 	f.StringArrayVar(&cRoots, "root", nil, rootHelp)
+	f.StringVar(&cIsolation, "isolation", "container", isolationHelp)
 
 	ls := &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs}
 	lk := cmdutil.AddConn(ls, g, true)
@@ -150,29 +154,29 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 		ts, err := cl.Tenants(cmd.Context())
 		return lk.Show(ts, err, func() error {
 			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tID\tSANDBOXES\tCPU-SECONDS\tSCAN\tCREATED\tROOTS")
+			fmt.Fprintln(w, "NAME\tID\tSANDBOXES\tCPU-SECONDS\tSCAN\tISOLATION\tCREATED\tROOTS")
 			for _, t := range ts {
 				roots := strings.Join(t.Roots, ",")
 				if roots == "" {
 					roots = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%.1f\t%s\t%s\t%s\n", t.Name, t.ID, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Created.Format(time.RFC3339), roots)
+				fmt.Fprintf(w, "%s\t%s\t%d\t%.1f\t%s\t%s\t%s\t%s\n", t.Name, t.ID, t.Sandboxes, t.CPUSeconds, t.ScanPolicy, t.Isolation, t.Created.Format(time.RFC3339), roots)
 			}
 			return w.Flush()
 		})
 	}
 	var uq quotaFlags
-	var uScan string
+	var uScan, uIsolation string
 	var uRoots []string
 	var noRoots bool
 	update := &cobra.Command{
 		Use:   "update NAME",
-		Short: "Change a tenant's scan policy, quotas or host roots (quota flags given replace the whole set, --root flags all roots)",
+		Short: "Change a tenant's scan policy, isolation hold, quotas or host roots (quota flags given replace the whole set, --root flags all roots)",
 		Args:  cobra.ExactArgs(1),
 	}
 	uk := cmdutil.AddConn(update, g, true)
 	update.RunE = func(cmd *cobra.Command, args []string) error {
-		req := api.UpdateTenant{ScanPolicy: uScan}
+		req := api.UpdateTenant{ScanPolicy: uScan, Isolation: uIsolation}
 		if slices.ContainsFunc(quotaFlagNames, cmd.Flags().Changed) {
 			q, err := uq.quotas()
 			if err != nil {
@@ -192,8 +196,8 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 			}
 			req.Roots = &roots
 		}
-		if req.Quotas == nil && req.ScanPolicy == "" && req.Roots == nil {
-			return errdefs.Invalid("nothing to change: give --scan-policy, quota flags, --root or --no-roots")
+		if req.Quotas == nil && req.ScanPolicy == "" && req.Roots == nil && req.Isolation == "" {
+			return errdefs.Invalid("nothing to change: give --scan-policy, --isolation, quota flags, --root or --no-roots")
 		}
 		cl, err := uk.Client(true)
 		if err != nil {
@@ -201,12 +205,13 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 		}
 		t, err := cl.UpdateTenant(cmd.Context(), args[0], &req)
 		return uk.Show(t, err, func() error {
-			fmt.Fprintf(g.Stderr, "airlock: tenant %s updated (scan policy %s)\n", t.Name, t.ScanPolicy)
+			fmt.Fprintf(g.Stderr, "airlock: tenant %s updated (scan policy %s, isolation %s)\n", t.Name, t.ScanPolicy, t.Isolation)
 			return nil
 		})
 	}
 	uf := update.Flags()
 	uf.StringVar(&uScan, "scan-policy", "", "block, redact or record")
+	uf.StringVar(&uIsolation, "isolation", "", isolationHelp+"; container lifts a hold")
 	uf.StringArrayVar(&uRoots, "root", nil, rootHelp+" (replaces the tenant's roots)")
 	uf.BoolVar(&noRoots, "no-roots", false, "take every host root from the tenant")
 	uq.bind(uf)

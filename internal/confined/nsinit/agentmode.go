@@ -44,6 +44,9 @@ type Launcher struct {
 	work    chan func()
 	started chan struct{}
 	place   placement
+	// ptyByName opens a terminal's peer by its name (gVisor's devpts has
+	// no TIOCGPTPEER).
+	ptyByName bool
 
 	mu      sync.Mutex
 	waiters map[int]chan syscall.WaitStatus
@@ -162,6 +165,9 @@ func (l *Launcher) Start(argv []string, attr *syscall.ProcAttr) (int, error) {
 // OpenPTY opens a terminal pair on the sandbox's devpts for a command
 // running as uid.
 func (l *Launcher) OpenPTY(uid uint32, rows, cols uint16) (master, slave *os.File, err error) {
+	if l.ptyByName {
+		return openPTYByName(uid, rows, cols)
+	}
 	return OpenPTY("/dev/pts/ptmx", uid, rows, cols)
 }
 
@@ -231,15 +237,21 @@ func serveAgent(cfg *Config, listener int, readyFDs []int, place placement, serv
 	}
 	// From here on the host may come and go; init does not depend on it.
 	unix.Close(SyncFD)
+	return runAgent(Agent{
+		Listener: os.NewFile(uintptr(listener), "agent"),
+		UID:      cfg.UID, GID: cfg.GID, Home: cfg.Home, Env: cfg.Env, Cwd: cfg.Cwd,
+	}, place, false, serve)
+}
+
+// runAgent serves a (its Launcher made here) until the agent fails, and
+// runs the commands' starts on this, init's locked main thread.
+func runAgent(a Agent, place placement, ptyByName bool, serve func(Agent) error) error {
 	l := newLauncher(place)
+	l.ptyByName = ptyByName
 	go l.reap()
+	a.Launcher = l
 	failed := make(chan error, 1)
-	go func() {
-		failed <- serve(Agent{
-			Listener: os.NewFile(uintptr(listener), "agent"),
-			Launcher: l, UID: cfg.UID, GID: cfg.GID, Home: cfg.Home, Env: cfg.Env, Cwd: cfg.Cwd,
-		})
-	}()
+	go func() { failed <- serve(a) }()
 	for {
 		select {
 		case f := <-l.work:

@@ -1,11 +1,13 @@
 package gvisor
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"golang.org/x/sys/unix"
 )
@@ -82,7 +84,21 @@ type layout struct {
 	Workspace string   // /workspace (merged, or an empty directory)
 	Tmp, Home string
 	NetNS     string // the host-made network namespace (Options.NetNS), "" for none
+	// A long-lived sandbox's: the directory holding the binary
+	// gvisor-init runs from (read-only), and the host directory the agent
+	// binds its socket in.
+	Bin, Agent string
 }
+
+// Where a long-lived sandbox's init and agent socket are, inside.
+const (
+	binDir       = "/.airlock/bin"
+	agentDir     = "/.airlock/agent"
+	agentSockIn  = agentDir + "/agent.sock"
+	initExe      = binDir + "/airlock"
+	initArgv1    = "gvisor-init"
+	agentSockOut = "agent.sock" // its name in the host's agent directory
+)
 
 // capNames are the names the OCI spec gives the capabilities a root
 // command may keep (wall.Options.KeepCaps).
@@ -93,8 +109,11 @@ var capNames = map[int]string{
 	unix.CAP_AUDIT_WRITE: "CAP_AUDIT_WRITE",
 }
 
-// bundleSpec is the OCI spec of a one-shot sandbox o, whose directories
-// are l's. It is pure: what it refuses, it refuses before anything is made.
+// bundleSpec is the OCI spec of sandbox o, whose directories are l's: a
+// one-shot sandbox's command, or a long-lived sandbox's gvisor-init as
+// root with the capabilities a root command keeps (it starts each command
+// as its user). It is pure: what it refuses, it refuses before anything is
+// made.
 func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 	if err := supported(o); err != nil {
 		return nil, err
@@ -134,7 +153,7 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 	if o.Cwd == "" {
 		s.Process.Cwd = "/workspace"
 	}
-	if o.Root {
+	if o.Root || o.AgentSocket != "" {
 		s.Process.User = ociUser{}
 		for _, c := range o.KeepCaps {
 			n, ok := capNames[c]
@@ -145,8 +164,21 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 			cs.Bounding, cs.Effective, cs.Permitted = append(cs.Bounding, n), append(cs.Effective, n), append(cs.Permitted, n)
 		}
 	}
+	if o.AgentSocket != "" {
+		if err := agentProcess(o, s); err != nil {
+			return nil, err
+		}
+		ro := []string{"rbind", "ro", "nosuid", "nodev"}
+		s.Mounts = append(s.Mounts,
+			ociMount{Destination: binDir, Type: "bind", Source: l.Bin, Options: ro},
+			ociMount{Destination: agentDir, Type: "bind", Source: l.Agent, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		)
+	}
 	if o.NoFile > 0 {
 		s.Process.Rlimits = append(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NOFILE", Hard: o.NoFile, Soft: o.NoFile})
+	}
+	if o.NProc > 0 {
+		s.Process.Rlimits = append(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: o.NProc, Soft: o.NProc})
 	}
 	trees := l.Trees
 	for _, t := range o.Trees {
@@ -175,17 +207,34 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 	return s, nil
 }
 
+// agentProcess makes s's process a long-lived sandbox's gvisor-init
+// (internal/confined/nsinit), which serves the agent at agentSockIn.
+func agentProcess(o *wall.Options, s *ociSpec) error {
+	uid := uint32(wall.SandboxUID)
+	if o.Root {
+		uid = 0
+	}
+	cfg, err := json.Marshal(nsinit.GVisorConfig{
+		Socket: agentSockIn, UID: uid, GID: uid, Home: o.Home, Cwd: s.Process.Cwd, Protocol: nsinit.ProtocolVersion,
+	})
+	if err != nil {
+		return err
+	}
+	s.Process.Args = []string{initExe, initArgv1, string(cfg)}
+	return nil
+}
+
 // supported refuses what this wall does not do yet, by name.
 func supported(o *wall.Options) error {
 	no := func(what string) error {
 		return fmt.Errorf("--isolation gvisor does not support %s yet", what)
 	}
 	switch {
-	case o.AgentSocket != "":
-		return no("long-lived sandboxes (airlock create, serve, mcp)")
 	case o.TTY:
 		return no("a terminal (-t)")
-	case len(o.Argv) == 0:
+	case o.AgentSocket != "" && len(o.Argv) > 0:
+		return fmt.Errorf("gvisor wall: a long-lived sandbox runs no command")
+	case o.AgentSocket == "" && len(o.Argv) == 0:
 		return fmt.Errorf("gvisor wall: no command")
 	case !cleanTarget(o.Home):
 		return fmt.Errorf("gvisor wall: home %q", o.Home)
@@ -202,6 +251,9 @@ func cleanTarget(p string) bool {
 // bundle's mounts (relative to the root).
 func mountPoints(o *wall.Options) []string {
 	out := []string{"proc", "sys", "dev", "tmp", "workspace", "etc", strings.TrimPrefix(o.Home, "/")}
+	if o.AgentSocket != "" {
+		out = append(out, strings.TrimPrefix(binDir, "/"), strings.TrimPrefix(agentDir, "/"))
+	}
 	for _, t := range o.Trees {
 		if t.Target != "/" {
 			out = append(out, strings.TrimPrefix(filepath.Clean(t.Target), "/"))

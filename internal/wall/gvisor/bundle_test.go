@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"encoding/json"
 	"os"
 	"regexp"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"golang.org/x/sys/unix"
 )
@@ -104,8 +106,7 @@ func TestBundleWritableRootfsMakesTreesWritable(t *testing.T) {
 
 func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
 	for what, edit := range map[string]func(*wall.Options){
-		"long-lived": func(o *wall.Options) { o.AgentSocket = "/run/airlock/agents/x.sock" },
-		"terminal":   func(o *wall.Options) { o.TTY = true },
+		"terminal": func(o *wall.Options) { o.TTY = true },
 	} {
 		o := hostImage()
 		edit(o)
@@ -115,6 +116,11 @@ func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
 		}
 	}
 	o := hostImage()
+	o.AgentSocket = "/run/airlock/agents/x.sock"
+	if _, err := bundleSpec(o, testLayout()); err == nil {
+		t.Error("a long-lived sandbox with a command was accepted")
+	}
+	o = hostImage()
 	o.Trees = append(o.Trees, wall.Tree{HostPath: "/x", Target: "/a/../../b"})
 	if _, err := bundleSpec(o, layout{Trees: []string{"/usr", "/etc", "/x"}}); err == nil {
 		t.Error("an unclean tree target was accepted")
@@ -158,6 +164,53 @@ func TestBundleJoinsTheHostMadeNetworkNamespaceWithIPv6Off(t *testing.T) {
 	}
 	if s.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"] != "1" {
 		t.Errorf("IPv6 left on: %v", s.Linux.Sysctl)
+	}
+}
+
+// A long-lived sandbox's process is gvisor-init, as root with only the
+// capabilities a root command keeps and no_new_privs, serving on the
+// socket path inside the one agent directory; the binary is read-only and
+// the agent directory is the only writable place it adds.
+func TestBundleOfALongLivedSandboxRunsGVisorInit(t *testing.T) {
+	o := hostImage()
+	o.Argv = nil
+	o.AgentSocket = "/run/airlock/agents/x.sock"
+	o.KeepCaps = []int{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_KILL}
+	o.NProc = 480
+	l := testLayout()
+	l.Bin, l.Agent = "/s/scratch/bin", "/s/agent"
+	s, err := bundleSpec(o, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Process
+	if len(p.Args) != 3 || p.Args[0] != initExe || p.Args[1] != initArgv1 || p.User.UID != 0 || !p.NoNewPrivileges {
+		t.Fatalf("process %+v", p)
+	}
+	var cfg nsinit.GVisorConfig
+	if err := json.Unmarshal([]byte(p.Args[2]), &cfg); err != nil || cfg.Socket != agentSockIn || cfg.UID != wall.SandboxUID || cfg.Protocol != nsinit.ProtocolVersion {
+		t.Errorf("config %+v %v", cfg, err)
+	}
+	if want := []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL"}; !slices.Equal(p.Capabilities.Bounding, want) || !slices.Equal(p.Capabilities.Effective, want) || len(p.Capabilities.Inheritable) != 0 {
+		t.Errorf("capabilities %+v", p.Capabilities)
+	}
+	if !slices.Contains(p.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: 480, Soft: 480}) {
+		t.Errorf("rlimits %+v", p.Rlimits)
+	}
+	if m := mountAt(s, binDir); m == nil || m.Source != l.Bin || !slices.Contains(m.Options, "ro") {
+		t.Errorf("%s: %+v", binDir, m)
+	}
+	if m := mountAt(s, agentDir); m == nil || m.Source != l.Agent || !slices.Contains(m.Options, "noexec") {
+		t.Errorf("%s: %+v", agentDir, m)
+	}
+	for _, d := range []string{".airlock/bin", ".airlock/agent"} {
+		if !slices.Contains(mountPoints(o), d) {
+			t.Errorf("no mount point %s", d)
+		}
+	}
+	o.Root = true
+	if s, _ = bundleSpec(o, l); json.Unmarshal([]byte(s.Process.Args[2]), &cfg) != nil || cfg.UID != 0 || cfg.Home != o.Home {
+		t.Errorf("--user root: %+v", cfg)
 	}
 }
 

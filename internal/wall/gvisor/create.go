@@ -20,11 +20,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runscFlags are runsc's global flags for every sandbox: the Sentry's
-// platform (no /dev/kvm on these hosts), the cgroup the host made (runsc
-// is born in it), and the host's own writable layers (no overlay of
-// runsc's in memory, which the host could not read).
-var runscFlags = []string{"--platform=systrap", "--ignore-cgroups", "--overlay2=none"}
+// runscFlags are runsc's global flags for every sandbox: the cgroup the
+// host made (runsc is born in it), and the host's own writable layers (no
+// overlay of runsc's in memory, which the host could not read).
+var runscFlags = []string{"--ignore-cgroups", "--overlay2=none"}
 
 // networkFlag is runsc's network for sandbox o: none at all, or gVisor's
 // own netstack on the veth of the namespace the host made (proxy mode).
@@ -43,6 +42,17 @@ func netnsPath(o *wall.Options) string {
 	}
 	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), o.NetNS.Fd())
 }
+
+// The Sentry's platform (no /dev/kvm on these hosts): systrap for a
+// one-shot command. A long-lived sandbox runs on ptrace: with the pinned
+// runsc, systrap loses the agent's address space (its stub subprocess is
+// killed: "systrap corrupted memory: subprocess died") once the agent has
+// started a few commands and then grows its heap, which ends the sandbox;
+// ptrace does not, at a cost in system-call speed.
+const (
+	oneShotPlatform   = "--platform=systrap"
+	longLivedPlatform = "--platform=ptrace"
+)
 
 // started is what the bundle goroutine reports once runsc runs (or not).
 type started struct {
@@ -70,50 +80,103 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	var undo cleanup.Stack
 	defer undo.RunUnless(&err)
 	undo.Do(r.Release)
-	sb := &Sandbox{id: r.id, w: w, lock: r.lock, oom: make(chan struct{}), exited: make(chan struct{})}
+	long := o.AgentSocket != ""
+	sb := &Sandbox{id: r.id, w: w, lock: r.lock, oom: make(chan struct{}), exited: make(chan struct{}), agent: long}
 	if sb.cg, err = w.cgroups.Create(r.id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids}); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	undo.Push(sb.cg.Remove)
-	bundle := filepath.Join(w.dir, bundleDir, r.id)
+	bundle := w.bundle(r.id)
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
 	undo.Do(func() { _ = os.RemoveAll(bundle) })
-	// An OOM anywhere in the cgroup (the Sentry's memory is the sandbox's)
-	// ends the sandbox, as on the container wall.
-	if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.Kill() }); err != nil {
-		return nil, err
+	if !long {
+		// An OOM anywhere in the cgroup (the Sentry's memory is the
+		// sandbox's) ends a one-shot sandbox, as on the container wall.
+		// A long-lived one dies of it by itself (the kernel kills the
+		// Sentry, and runsc run ends): Done says so.
+		if sb.oomStop, err = sb.cg.WatchOOM(func() { close(sb.oom); sb.Kill() }); err != nil {
+			return nil, err
+		}
+		undo.Do(sb.oomStop)
 	}
-	undo.Do(sb.oomStop)
-	errPipe, errW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	var cmd *exec.Cmd
+	var said io.ReadCloser // runsc's own diagnostics
+	var saidW, readyW *os.File
+	var readyR *os.File
+	args := append(append([]string{"--root", filepath.Join(w.dir, runscRoot)}, runscFlags...), networkFlag(o))
+	if long {
+		// The agent binds its socket in the one host directory mounted
+		// for it (agentDir); nothing else it may create or reach is a
+		// host socket (see agentSocket).
+		args = append(args, longLivedPlatform, "--host-uds=create", "run", "--bundle", bundle, r.id)
+		if err := os.Mkdir(filepath.Join(bundle, "agent"), 0o700); err != nil {
+			return nil, err
+		}
+		if readyR, readyW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		defer readyR.Close()
+		// runsc outlives this process (a daemon restart): what it says
+		// goes to a file, never to a pipe whose reader may be gone.
+		if saidW, err = os.OpenFile(filepath.Join(bundle, runscLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600); err != nil {
+			return nil, err
+		}
+	} else {
+		args = append(args, oneShotPlatform, "run", "--bundle", bundle, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)
+		var errPipe *os.File
+		if errPipe, saidW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		said = errPipe
 	}
-	cmd := exec.Command(w.runsc, append(append([]string{"--root", filepath.Join(w.dir, runscRoot)}, runscFlags...),
-		networkFlag(o), "run", "--bundle", bundle, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)...)
-	// runsc's own diagnostics are kept apart from the command's streams.
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, errW
-	cmd.ExtraFiles = []*os.File{o.Stdio[0], o.Stdio[1], o.Stdio[2]}
+	cmd = exec.Command(w.runsc, args...)
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if long {
+		// gvisor-init's stdout is the ready pipe; runsc run holds the
+		// sandbox's lock for as long as it lives, and the sandbox lives as
+		// long as runsc run (attached): one process to adopt.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, readyW, saidW
+		cmd.ExtraFiles = []*os.File{sb.lock.File}
+		if !o.DieWithCreator {
+			cmd.SysProcAttr.Pdeathsig = 0
+		}
+	} else {
+		// runsc's own diagnostics are kept apart from the command's streams.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, saidW
+		cmd.ExtraFiles = []*os.File{o.Stdio[0], o.Stdio[1], o.Stdio[2]}
+	}
 	sb.cmd = cmd
 	ready := make(chan started, 1)
-	go sb.run(o, bundle, ready, errW)
+	go sb.run(o, bundle, ready)
 	st := <-ready
-	errW.Close()
+	saidW.Close()
+	if readyW != nil {
+		readyW.Close()
+	}
 	if st.err != nil {
-		errPipe.Close()
+		if said != nil {
+			said.Close()
+		}
 		<-sb.exited
 		return nil, st.err
 	}
 	sb.layers, sb.pid = st.layers, st.pid
-	sb.stderr = make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(io.LimitReader(errPipe, 64<<10))
-		errPipe.Close()
-		sb.stderr <- string(b)
-	}()
+	if long {
+		undo.Do(func() { sb.Kill(); <-sb.exited; sb.CloseFiles() })
+		if err := sb.agentReady(readyR, bundle, o.AgentSocket); err != nil {
+			return nil, err
+		}
+	} else {
+		sb.stderr = make(chan string, 1)
+		go func() {
+			b, _ := io.ReadAll(io.LimitReader(said, 64<<10))
+			said.Close()
+			sb.stderr <- string(b)
+		}()
+	}
 	r.used = true
 	return sb, nil
 }
@@ -123,7 +186,7 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 // goroutine), starts runsc from it in the sandbox's cgroup, reports on
 // ready, and waits for runsc to end. Every mount it makes lives in that
 // namespace and goes when runsc's last process does.
-func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, errW *os.File) {
+func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 	runtime.LockOSThread() // not unlocked: the thread dies with the goroutine
 	defer close(sb.exited)
 	var layers wall.Layers
@@ -147,6 +210,18 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, err
 		wsTree = fd
 		defer unix.Close(wsTree)
 	}
+	// So is the binary gvisor-init runs from: this one, as it runs now
+	// (whatever later replaces the file it came from).
+	exeTree := -1
+	if o.AgentSocket != "" {
+		fd, err := mount.ReadOnlyClone("/proc/self/exe")
+		if err != nil {
+			fail(err)
+			return
+		}
+		exeTree = fd
+		defer unix.Close(exeTree)
+	}
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		fail(fmt.Errorf("unshare(CLONE_NEWNS): %w", err))
 		return
@@ -156,12 +231,13 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, err
 		fail(err)
 		return
 	}
-	l, err := prepare(o, filepath.Join(bundle, "scratch"), wsTree, &layers)
+	l, err := prepare(o, filepath.Join(bundle, "scratch"), wsTree, exeTree, &layers)
 	if err != nil {
 		fail(err)
 		return
 	}
 	l.NetNS = netnsPath(o)
+	l.Agent = filepath.Join(bundle, "agent")
 	spec, err := bundleSpec(o, l)
 	if err == nil {
 		var b []byte
@@ -214,7 +290,7 @@ func (sb *Sandbox) start() error {
 // --writable-rootfs), the trees' writable overlays, the workspace's
 // overlay; it opens the layers the host reads (into layers) and returns
 // where the bundle's mounts come from.
-func prepare(o *wall.Options, scratch string, wsTree int, layers *wall.Layers) (layout, error) {
+func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.Layers) (layout, error) {
 	var l layout
 	p := func(parts ...string) string { return filepath.Join(append([]string{scratch}, parts...)...) }
 	if err := os.Mkdir(scratch, 0o700); err != nil {
@@ -223,7 +299,7 @@ func prepare(o *wall.Options, scratch string, wsTree int, layers *wall.Layers) (
 	if err := mount.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=700", o.DiskBytes)); err != nil {
 		return l, err
 	}
-	for _, d := range []string{"gen", "root", "rw/upper", "rw/work", "tmp", "home", "wsempty", "ws/upper", "ws/work", "ws/merged", "ws/lower"} {
+	for _, d := range []string{"gen", "root", "rw/upper", "rw/work", "tmp", "home", "wsempty", "ws/upper", "ws/work", "ws/merged", "ws/lower", "bin"} {
 		if err := os.MkdirAll(p(d), 0o755); err != nil {
 			return l, err
 		}
@@ -240,6 +316,16 @@ func prepare(o *wall.Options, scratch string, wsTree int, layers *wall.Layers) (
 		return l, err
 	}
 	l.Tmp, l.Home = p("tmp"), p("home")
+	if o.AgentSocket != "" {
+		// gvisor-init is this binary, read-only.
+		if err := os.WriteFile(p("bin", "airlock"), nil, 0o500); err != nil {
+			return l, err
+		}
+		if err := mount.MoveTo(exeTree, p("bin", "airlock")); err != nil {
+			return l, err
+		}
+		l.Bin = p("bin")
+	}
 	// The root.
 	full := len(o.Trees) > 0 && o.Trees[0].Target == "/"
 	switch {

@@ -10,13 +10,17 @@
 // overlayfs over the image's trees and the workspace), so that the host
 // reads what the sandbox wrote through Layers exactly as for the container
 // wall, and every mount goes when the sandbox's last process does. runsc
-// runs --platform=systrap, --ignore-cgroups (it is born in the sandbox's
-// cgroup), --overlay2=none (writes go to the host's layers), and
-// --network=none, or --network=sandbox in the network namespace the host
-// made (proxy mode), whose veth gVisor's netstack takes over. It imports internal/wall, internal/linux/*, internal/errdefs and internal/cleanup, nothing above.
+// runs --ignore-cgroups (it is born in the sandbox's cgroup),
+// --overlay2=none (writes go to the host's layers), --network=none, or
+// --network=sandbox in the network namespace the host made (proxy mode),
+// whose veth gVisor's netstack takes over; on systrap (one-shot) or ptrace
+// (long-lived; create.go says why). A long-lived sandbox's first process
+// is airlock's gvisor-init serving the agent (longlived.go), and is adopted
+// again after a restart. It imports internal/wall, internal/linux/*,
+// internal/errdefs, internal/cleanup and nsinit (for gvisor-init's wire
+// type), nothing above.
 //
-// Not built yet, and refused by name: long-lived sandboxes (the agent),
-// a terminal, adoption.
+// Not built yet, and refused by name: a one-shot terminal (-t).
 package gvisor
 
 import (
@@ -150,18 +154,6 @@ func (w *Wall) Live(id string) bool {
 	}
 	l.Release()
 	return false
-}
-
-// Adopt is refused: gVisor sandboxes are one-shot so far, and a one-shot
-// sandbox dies with its creator.
-func (w *Wall) Adopt(id string, pid int) (wall.Sandbox, error) {
-	return nil, fmt.Errorf("%w: sandbox %s: --isolation gvisor does not support adoption yet", errdefs.ErrNotFound, id)
-}
-
-// Discard ends what is left of sandbox id.
-func (w *Wall) Discard(id string) error {
-	_, err := w.GC()
-	return err
 }
 
 // GC removes what dead sandboxes left behind (their creator was killed):

@@ -16,14 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Sandbox is one gVisor sandbox (wall.Sandbox): a one-shot `runsc run`.
+// Sandbox is one gVisor sandbox (wall.Sandbox): a `runsc run` of a
+// one-shot command, or of a long-lived sandbox's gvisor-init.
 type Sandbox struct {
 	id      string
 	w       *Wall
-	lock    *lockfile.Lock
+	lock    *lockfile.Lock // nil when adopted (runsc run holds it)
 	cg      *cgroup.Cgroup
-	cmd     *exec.Cmd
+	cmd     *exec.Cmd // nil when adopted
 	pid     int
+	pidfd   int  // an adopted runsc run's (0: none)
+	agent   bool // long-lived
 	layers  wall.Layers
 	oom     chan struct{}
 	oomStop func()
@@ -40,7 +43,8 @@ func (sb *Sandbox) ID() string { return sb.id }
 // InitPid is `runsc run`'s pid on the host.
 func (sb *Sandbox) InitPid() int { return sb.pid }
 
-// Done is closed when runsc has ended.
+// Done is closed when runsc has ended (for a long-lived sandbox: when it
+// died, of an OOM say, or was killed).
 func (sb *Sandbox) Done() <-chan struct{} { return sb.exited }
 
 // Wait blocks until the command has exited (or the sandbox died) and
@@ -107,6 +111,9 @@ func (sb *Sandbox) Kill() {
 		if sb.cmd != nil && sb.cmd.Process != nil {
 			_ = sb.cmd.Process.Signal(unix.SIGKILL)
 		}
+		if sb.pidfd > 0 {
+			_ = unix.PidfdSendSignal(sb.pidfd, unix.SIGKILL, nil, 0)
+		}
 		for _, p := range sb.cg.Procs() {
 			_ = unix.Kill(p, unix.SIGKILL)
 		}
@@ -150,10 +157,15 @@ func (sb *Sandbox) Destroy() error {
 			_ = sb.cg.Thaw() // frozen tasks do not die until thawed
 		}
 		<-sb.exited
-		sb.oomStop()
+		if sb.oomStop != nil {
+			sb.oomStop()
+		}
+		if sb.pidfd > 0 {
+			unix.Close(sb.pidfd)
+		}
 		// Processes runsc left (none once its sandbox is killed).
 		err = sb.w.remove(sb.id, sb.cg)
-		sb.lock.Release()
+		sb.releaseLock()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: destroy gvisor sandbox %s: %v", errdefs.ErrInternal, sb.id, err)
