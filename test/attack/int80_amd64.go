@@ -1,4 +1,5 @@
 package main
 
-// int80 makes an i386-ABI system call (implemented in assembly).
-func int80()
+// int80 makes an i386-ABI system call (implemented in assembly) and
+// returns its result.
+func int80() int64

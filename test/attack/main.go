@@ -57,6 +57,7 @@ var cases = map[string]func(args []string){
 	"network":       network,
 	"userns":        userns,
 	"keyctl":        keyctl,
+	"primitives":    primitives,
 	"tiocsti":       tiocsti,
 	"int80":         i386Syscall,
 	"caps":          caps,

@@ -135,6 +135,9 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 		Mounts: []ociMount{
 			{Destination: "/proc", Type: "proc", Source: "proc"},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "mode=755", "size=64k"}},
+			// Writable by every user, as on the container wall; the Sentry's
+			// memory, capped like the disk.
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%d", o.DiskBytes)}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"ro", "nosuid", "nodev", "noexec"}},
 		},
 		// A network namespace of its own: empty (--network=none), or

@@ -55,8 +55,8 @@ func TestBundleShowsTreesReadOnlyAndWritablePlacesFromTheHost(t *testing.T) {
 			t.Errorf("%s: %+v, want a writable bind of %s", dst, m, src)
 		}
 	}
-	// gVisor's own /proc, /sys and /dev, never a bind of the host's.
-	for _, dst := range []string{"/proc", "/sys", "/dev"} {
+	// gVisor's own /proc, /sys, /dev and /dev/shm, never a bind of the host's.
+	for _, dst := range []string{"/proc", "/sys", "/dev", "/dev/shm"} {
 		if m := mountAt(s, dst); m == nil || m.Type == "bind" {
 			t.Errorf("%s: %+v", dst, m)
 		}
