@@ -34,19 +34,16 @@ type fakeInternet struct {
 	wall string   // the --isolation of its runs ("": the default)
 }
 
-// walls are the walls an egress check runs against: the same checks, the
-// same fake internet, each wall's own sandboxes.
-var walls = []string{"container", "gvisor"}
-
-// onWalls runs f once per wall, a subtest each; the gvisor wall needs
-// runsc (needRunsc).
+// onWalls runs an egress check once per wall (walls: the same checks,
+// the same fake internet, each wall's own sandboxes), a subtest each; the
+// gvisor wall needs runsc (needRunsc).
 func onWalls(t *testing.T, f func(t *testing.T, wall string)) {
 	for _, w := range walls {
-		t.Run(w, func(t *testing.T) {
-			if w == "gvisor" {
+		t.Run(w.name, func(t *testing.T) {
+			if w.name == "gvisor" {
 				needRunsc(t)
 			}
-			f(t, w)
+			f(t, w.name)
 		})
 	}
 }
