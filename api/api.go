@@ -385,6 +385,10 @@ type Quotas struct {
 // CreateSnapshot saves a sandbox's filesystem state as an image.
 type CreateSnapshot struct {
 	Name string `json:"name,omitempty"`
+	// Memory saves the running sandbox's memory too (its processes, open
+	// files, /tmp): a sandbox made from the snapshot is restored running.
+	// gVisor sandboxes only.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // Snapshot is a saved filesystem state; create sandboxes from it with
@@ -398,6 +402,13 @@ type Snapshot struct {
 	Bytes   int64     `json:"bytes"`
 	Created time.Time `json:"created"`
 	Skipped []string  `json:"skipped,omitempty"` // special files not saved
+	// Memory: the snapshot holds the sandbox's memory (a gVisor
+	// checkpoint); MemoryBytes is the checkpoint's size, part of Bytes,
+	// and CheckpointMillis how long the sandbox was paused for it (both
+	// in the answer to the save only).
+	Memory           bool  `json:"memory,omitempty"`
+	MemoryBytes      int64 `json:"memory_bytes,omitempty"`
+	CheckpointMillis int64 `json:"checkpoint_ms,omitempty"`
 }
 
 // CreateTenant adds a tenant.

@@ -536,6 +536,13 @@ func (c *Client) Snapshot(ctx context.Context, id, name string) (*api.Snapshot, 
 	return &out, c.call(ctx, "POST", sb(id, "/snapshot"), nil, &api.CreateSnapshot{Name: name}, &out)
 }
 
+// SnapshotWith saves a snapshot as req says: with Memory, a gVisor
+// sandbox's memory too (a sandbox made from it is restored running).
+func (c *Client) SnapshotWith(ctx context.Context, id string, req *api.CreateSnapshot) (*api.Snapshot, error) {
+	var out api.Snapshot
+	return &out, c.call(ctx, "POST", sb(id, "/snapshot"), nil, req, &out)
+}
+
 // SnapshotProgress saves a snapshot as Snapshot does, handing each report
 // of its copy (bytes of file content) to progress as it comes. Cancelling
 // ctx before the copy is whole stops it, and leaves no snapshot.

@@ -21,6 +21,8 @@ func main() {
 			nsinit.Main(serveAgent)
 		case "gvisor-init":
 			nsinit.GVisorMain(serveAgent)
+		case "gvisor-hook":
+			nsinit.HookMain()
 		case "userns-hold":
 			nsinit.HoldMain()
 		}
@@ -30,11 +32,14 @@ func main() {
 
 // serveAgent runs the in-sandbox agent on what init hands over.
 func serveAgent(a nsinit.Agent) error {
-	ln, err := net.FileListener(a.Listener)
-	if err != nil {
-		return err
+	ln := a.Net
+	if ln == nil {
+		var err error
+		if ln, err = net.FileListener(a.Listener); err != nil {
+			return err
+		}
+		a.Listener.Close()
 	}
-	a.Listener.Close()
 	// An idle agent should cost the host little: collect often, and hand
 	// back what the start-up (every package's initialisers) left behind.
 	debug.SetGCPercent(25)

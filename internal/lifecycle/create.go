@@ -114,6 +114,12 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 	} else {
 		sb.socket = l.agentSocket(id)
 		wo.AgentSocket = sb.socket
+		if s.Restore != "" {
+			if !l.SnapshotHasMemory(s.Restore) {
+				return nil, fmt.Errorf("%w: snapshot %s holds no memory", errdefs.ErrNotFound, s.Restore)
+			}
+			wo.Restore = &wall.Restore{Dir: filepath.Join(snapshotDir(l.cfg.DataDir, s.Restore), snapshotMemory)}
+		}
 		wo.DieWithCreator = l.cfg.SandboxesDieWithUs
 		wo.NProc = agentNProc(s.Limits.Pids)
 		// A runaway command meets its commands' limits and is stopped;

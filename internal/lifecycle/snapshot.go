@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/progress"
+	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/workspace/safefs"
 	"github.com/airlock-sandbox/airlock/internal/workspace/snapshot"
 )
@@ -66,8 +68,43 @@ type SnapshotFiles struct {
 	ID      string // digest of the content
 	Base    string // the sandbox's image
 	Root    bool   // a whole root filesystem was saved (else: Base is the root)
-	Bytes   int64  // file content written
+	Bytes   int64  // file content written (with the checkpoint's, if any)
 	Skipped []string
+	// MemoryBytes is the checkpoint's size on disk (0: files only), and
+	// CheckpointTime how long the sandbox was held for it.
+	MemoryBytes    int64
+	CheckpointTime time.Duration
+}
+
+// snapshotMemory is the checkpoint's directory in a snapshot's.
+const snapshotMemory = "memory"
+
+// SnapshotHasMemory reports whether snapshot id holds a sandbox's memory.
+func (l *Lifecycle) SnapshotHasMemory(id string) bool {
+	if !snapshotID.MatchString(id) {
+		return false
+	}
+	st, err := os.Lstat(filepath.Join(snapshotDir(l.cfg.DataDir, id), snapshotMemory))
+	return err == nil && st.IsDir()
+}
+
+// dirBytes is the size of the regular files under dir.
+func dirBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	return n, err
 }
 
 // Snapshot saves the sandbox's filesystem state, on the frozen sandbox:
@@ -81,7 +118,20 @@ type SnapshotFiles struct {
 // sandbox's id), and stops where ctx ends: nothing of it is left then.
 // Once the copy is whole it is kept (under its content digest), whatever
 // ctx says: the caller records it.
-func (sb *Sandbox) Snapshot(ctx context.Context, maxBytes int64) (_ *SnapshotFiles, err error) {
+//
+// With memory, the sandbox's memory is saved with its files (a gVisor
+// sandbox's checkpoint, wall.Checkpointer, in memory/ beside root/ and
+// workspace/): both are taken while it is paused, and it runs on after.
+// Such a snapshot is never shared with another save (its memory is its
+// own), and its Bytes count the checkpoint's too.
+func (sb *Sandbox) Snapshot(ctx context.Context, maxBytes int64, memory bool) (_ *SnapshotFiles, err error) {
+	var cp wall.Checkpointer
+	if memory {
+		var ok bool
+		if cp, ok = sb.w.(wall.Checkpointer); !ok {
+			return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("a snapshot with memory needs the gvisor wall: this sandbox is on the %s wall (its files alone can be saved)", sb.wall))
+		}
+	}
 	// The host image's "/" tree is only its /etc template; its /usr is the
 	// host's own.
 	full := sb.layout.Name != "host" && len(sb.layout.Trees) > 0 && sb.layout.Trees[0].Target == "/"
@@ -112,6 +162,9 @@ func (sb *Sandbox) Snapshot(ctx context.Context, maxBytes int64) (_ *SnapshotFil
 		digest = sb.image // an earlier snapshot's root: named by its content
 	}
 	snapshotBase(h, sb.image, digest, full, tmp)
+	if memory {
+		fmt.Fprintf(h, "memory\x00%s\x00", tmp) // never shared
+	}
 	rep := &snapshotReporter{ctx: ctx, id: sb.id, start: time.Now()}
 	var count func(int64)
 	if progress.Enabled(ctx) {
@@ -119,7 +172,7 @@ func (sb *Sandbox) Snapshot(ctx context.Context, maxBytes int64) (_ *SnapshotFil
 		rep.report()
 		defer progress.Report(ctx, progress.Event{Op: "snapshot", Subject: sb.id, Done: true})
 	}
-	err = sb.frozen(func() error {
+	save := func() error {
 		base, err := sb.w.UIDBase()
 		if err != nil {
 			return err
@@ -172,7 +225,26 @@ func (sb *Sandbox) Snapshot(ctx context.Context, maxBytes int64) (_ *SnapshotFil
 		out.Skipped = append(out.Skipped, skipped...)
 		out.Bytes += w.Written()
 		return nil
-	})
+	}
+	if memory {
+		t0 := time.Now()
+		sb.mu.Lock()
+		err = cp.Checkpoint(filepath.Join(tmp, snapshotMemory), sb.socket, save)
+		sb.mu.Unlock()
+		out.CheckpointTime = time.Since(t0)
+		if err == nil {
+			// The sandbox's memory: the host's root alone reads it.
+			if err = os.Chmod(filepath.Join(tmp, snapshotMemory), 0o700); err == nil {
+				out.MemoryBytes, err = dirBytes(filepath.Join(tmp, snapshotMemory))
+			}
+			out.Bytes += out.MemoryBytes
+			if maxBytes > 0 && out.Bytes > maxBytes {
+				err = fmt.Errorf("%w: the snapshot with its memory holds %d bytes", safefs.ErrTooLarge, out.Bytes)
+			}
+		}
+	} else {
+		err = sb.frozen(save)
+	}
 	if errors.Is(err, safefs.ErrTooLarge) {
 		return nil, errdefs.New(errdefs.ErrTooLarge, err.Error())
 	}

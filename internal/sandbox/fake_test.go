@@ -157,6 +157,8 @@ func (f *fakeBackend) SnapshotPaths(id string) (string, string, error) {
 
 func (f *fakeBackend) RemoveSnapshot(string) error { return nil }
 
+func (f *fakeBackend) SnapshotHasMemory(string) bool { return false }
+
 func (f *fakeBackend) Discard(id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -282,7 +284,7 @@ func (i *fakeHost) Archive(context.Context, string, int64, func([]string) io.Wri
 	return errors.New("the fake host keeps no archives")
 }
 
-func (i *fakeHost) Snapshot(context.Context, int64) (*lifecycle.SnapshotFiles, error) {
+func (i *fakeHost) Snapshot(context.Context, int64, bool) (*lifecycle.SnapshotFiles, error) {
 	return nil, errors.New("the fake host keeps no snapshots")
 }
 

@@ -92,6 +92,8 @@ func (g *gateBackend) SnapshotPaths(content string) (string, string, error) {
 	return "/snap/" + content + "/root", "/snap/" + content + "/workspace", nil
 }
 
+func (g *gateBackend) SnapshotHasMemory(string) bool { return false }
+
 func (g *gateBackend) RemoveSnapshot(content string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -154,7 +156,7 @@ func (i *gateInstance) ImageDigest() string { return "" }
 func (i *gateInstance) Archive(context.Context, string, int64, func([]string) io.Writer) error {
 	return nil
 }
-func (i *gateInstance) Snapshot(context.Context, int64) (*lifecycle.SnapshotFiles, error) {
+func (i *gateInstance) Snapshot(context.Context, int64, bool) (*lifecycle.SnapshotFiles, error) {
 	if i.onSnapshot != nil {
 		i.onSnapshot()
 	}

@@ -121,6 +121,10 @@ type Spec struct {
 	// out of it. A tenant's spec has its tenant's roots; nil takes host
 	// paths as they are (airlock run and airlock mcp: root, one user).
 	HostRoots []string `json:"host_roots,omitempty"`
+	// Restore is the content id of a snapshot with memory the sandbox is
+	// restored from (running, its processes as they were). The daemon
+	// sets it from image "snapshot:<id>"; no request names it.
+	Restore string `json:"restore,omitempty"`
 }
 
 // ScanPolicies are what may be done with a credential found in a call.

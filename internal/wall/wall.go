@@ -112,6 +112,11 @@ type Options struct {
 	// the agent serves on a unix socket bound at this host path, and the
 	// sandbox outlives the process that created it.
 	AgentSocket string
+	// Restore, when set, makes the long-lived sandbox from a checkpoint
+	// (Checkpointer) instead of starting it afresh: its memory, processes
+	// and /tmp and home as they were. Trees and Workspace must hold the
+	// files the checkpoint was taken with.
+	Restore *Restore
 	// DieWithCreator makes a long-lived sandbox die with the process that
 	// made it (no daemon will adopt it).
 	DieWithCreator bool
@@ -132,6 +137,21 @@ type Options struct {
 	NoFile      uint64
 	// Landlock is off only when the caller opted out of a missing one.
 	Landlock bool
+}
+
+// Restore names a checkpoint directory (Checkpointer.Checkpoint's dir).
+type Restore struct {
+	Dir string
+}
+
+// Checkpointer is a Sandbox whose memory can be saved to disk and
+// restored (Options.Restore): the gVisor wall's.
+type Checkpointer interface {
+	// Checkpoint saves the running sandbox into dir, calls files while it
+	// is paused (for the caller to save its root and workspace layers
+	// with it), and lets it run on, its agent listening again at
+	// agentSocket.
+	Checkpoint(dir, agentSocket string, files func() error) error
 }
 
 // Sandbox is one live sandbox of a wall.

@@ -123,12 +123,15 @@ type SandboxAdopted struct {
 
 // SandboxSnapshot is a snapshot saved of a sandbox.
 type SandboxSnapshot struct {
-	Snapshot  string     `json:"snapshot"`
-	Content   string     `json:"content"`
-	Name      string     `json:"name"`
-	Base      string     `json:"base"`
-	Root      bool       `json:"root"`
-	Bytes     int64      `json:"bytes"`
+	Snapshot string `json:"snapshot"`
+	Content  string `json:"content"`
+	Name     string `json:"name"`
+	Base     string `json:"base"`
+	Root     bool   `json:"root"`
+	Bytes    int64  `json:"bytes"`
+	// Memory is the size of the sandbox's memory checkpoint the snapshot
+	// holds (0: files only).
+	Memory    int64      `json:"memory_bytes,omitempty"`
 	Skipped   []string   `json:"skipped"`
 	Workspace *Workspace `json:"workspace"`
 }

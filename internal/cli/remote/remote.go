@@ -585,23 +585,36 @@ OCI or directory image, the whole root with the sandbox's changes; and its
   airlock create --image "snapshot:$snap"`,
 	}
 	var name string
+	var memory bool
 	create := &cobra.Command{Use: "create SANDBOX", Short: "Save a sandbox's filesystem state and print the snapshot's id", Args: cobra.ExactArgs(1),
 		Long: `Save a sandbox's filesystem state and print the snapshot's id. The bytes
 copied are drawn on stderr when it is a terminal (a line each couple of
 seconds with --progress, never with --json). Interrupting it stops the
-copy and leaves no snapshot.`}
+copy and leaves no snapshot.
+
+With --memory (gvisor sandboxes only) the running sandbox is checkpointed
+with its files, while paused, and runs on: a sandbox created from the
+snapshot is restored running (its processes, open files, /tmp and
+/workspace as they were). Calls in flight on the sandbox at that moment
+(a streamed exec's output, an attach, a watch) are cut; the commands run on.`}
 	onDaemon(g, create, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
 		// The copy's bytes, as the daemon reports them, draw on stderr;
 		// they are erased before the id is printed.
 		pctx, clearProgress := g.Progress(ctx, k.AsJSON)
 		var sn *api.Snapshot
 		var err error
-		if progress.Enabled(pctx) {
+		switch {
+		case memory:
+			sn, err = cl.SnapshotWith(ctx, args[0], &api.CreateSnapshot{Name: name, Memory: true})
+		case progress.Enabled(pctx):
 			sn, err = cl.SnapshotProgress(ctx, args[0], name, relay(pctx))
-		} else {
+		default:
 			sn, err = cl.Snapshot(ctx, args[0], name)
 		}
 		clearProgress()
+		if err == nil && sn.Memory {
+			g.Warn(fmt.Sprintf("snapshot: saved the sandbox's memory (%s MiB) in %d ms", progress.MiB(sn.MemoryBytes), sn.CheckpointMillis))
+		}
 		if err == nil {
 			for _, s := range sn.Skipped {
 				g.Warn("snapshot: skipped " + untrusted.Quote(s) + " (not a file, directory or symlink)")
@@ -613,6 +626,7 @@ copy and leaves no snapshot.`}
 		})
 	})
 	create.Flags().StringVar(&name, "name", "", "a name to remember it by")
+	create.Flags().BoolVar(&memory, "memory", false, "save the running sandbox's memory too (gvisor sandboxes): a sandbox created from the snapshot is restored running, its processes, open files and /tmp as they were")
 	ls := &cobra.Command{Use: "ls", Short: "List your snapshots", Args: cobra.NoArgs}
 	onDaemon(g, ls, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, _ []string) error {
 		sns, err := cl.Snapshots(ctx)

@@ -3,6 +3,7 @@ package nsinit
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -26,6 +27,9 @@ type Agent struct {
 	// Listener is a listening unix socket bound in a host directory that
 	// no sandbox can see: only the host connects to it.
 	Listener *os.File
+	// Net, when set, is the listener itself (gVisor's, which the host
+	// can have closed and bound again: gvisorsave.go); Listener is nil.
+	Net net.Listener
 	// Launcher starts commands with init's confinement.
 	Launcher *Launcher
 	UID, GID uint32 // the sandbox user

@@ -3,6 +3,7 @@ package nsinit
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path"
@@ -74,8 +75,19 @@ func gvisorInit(serve func(Agent) error) error {
 	if err := unix.Chdir(cfg.Cwd); err != nil {
 		return fmt.Errorf("chdir %s: %w", cfg.Cwd, err)
 	}
-	ln, err := listenAt(cfg.Socket)
+	fd, err := listenAt(cfg.Socket)
 	if err != nil {
+		return err
+	}
+	lf := os.NewFile(uintptr(fd), "agent")
+	ln, err := net.FileListener(lf)
+	lf.Close()
+	if err != nil {
+		return err
+	}
+	// The agent's socket can be closed and bound again (gvisorsave.go).
+	agentLn := newRelistener(cfg.Socket, ln)
+	if err := serveControl(agentLn); err != nil {
 		return err
 	}
 	if _, err := unix.Write(1, []byte(GVisorReady)); err != nil {
@@ -95,8 +107,8 @@ func gvisorInit(serve func(Agent) error) error {
 	}
 	unix.Close(null)
 	return runAgent(Agent{
-		Listener: os.NewFile(uintptr(ln), "agent"),
-		UID:      cfg.UID, GID: cfg.GID, Home: cfg.Home, Env: os.Environ(), Cwd: cfg.Cwd,
+		Net: agentLn,
+		UID: cfg.UID, GID: cfg.GID, Home: cfg.Home, Env: os.Environ(), Cwd: cfg.Cwd,
 	}, placement{procs: -1}, true, serve)
 }
 

@@ -62,7 +62,9 @@ type Host interface {
 	// Snapshot saves the sandbox's files (at most maxBytes of content),
 	// reporting its progress to ctx's sink; a ctx that ends before the
 	// copy is whole leaves nothing.
-	Snapshot(ctx context.Context, maxBytes int64) (*lifecycle.SnapshotFiles, error)
+	// With memory, it saves the sandbox's memory too (gVisor only), and
+	// the sandbox runs on.
+	Snapshot(ctx context.Context, maxBytes int64, memory bool) (*lifecycle.SnapshotFiles, error)
 	// Destroy kills every process and removes what the sandbox held on the
 	// host, except what Release gives back: its workspace stays readable
 	// (Changes) in between.
@@ -80,6 +82,9 @@ type Backend interface {
 	// and workspace are; RemoveSnapshot deletes its files.
 	SnapshotPaths(id string) (root, ws string, err error)
 	RemoveSnapshot(id string) error
+	// SnapshotHasMemory reports whether a snapshot holds a sandbox's
+	// memory (it is restored running).
+	SnapshotHasMemory(id string) bool
 	// Discard ends whatever is left of a sandbox that could not be
 	// adopted.
 	Discard(id string) error

@@ -60,7 +60,10 @@ func (s *Keeper) Snapshot(ctx context.Context, t *tenant.Principal, id string, r
 		}
 		limit = min(limit, q-used)
 	}
-	files, err := b.Inst.Snapshot(ctx, limit)
+	if req.Memory && b.Spec.Wall() != "gvisor" {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("a snapshot with memory needs --isolation gvisor: sandbox %s is on the %s wall (snapshot its files without memory)", id, b.Spec.Wall()))
+	}
+	files, err := b.Inst.Snapshot(ctx, limit, req.Memory)
 	if errors.Is(err, errdefs.ErrTooLarge) && t.Quotas.MaxSnapshotBytes > 0 {
 		err = errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: this snapshot would take tenant %s's snapshots past %s", t.Tenant, spec.FormatSize(t.Quotas.MaxSnapshotBytes)))
 	}
@@ -85,13 +88,14 @@ func (s *Keeper) Snapshot(ctx context.Context, t *tenant.Principal, id string, r
 	}
 	if err := s.Cfg.Audit.Commit(ctx, b.WhoFor(t), record.SandboxSnapshot{
 		Snapshot: rec.ID, Content: files.ID, Name: req.Name, Base: files.Base, Root: files.Root, Bytes: files.Bytes,
-		Skipped: record.Names(files.Skipped), Workspace: record.ReadWorkspace(b.Inst, b.Rec.ID, s.Cfg.PatchDir),
+		Memory: files.MemoryBytes, Skipped: record.Names(files.Skipped), Workspace: record.ReadWorkspace(b.Inst, b.Rec.ID, s.Cfg.PatchDir),
 	}); err != nil {
 		return nil, err
 	}
 	s.Cfg.Log.Info("snapshot saved", "id", rec.ID, "content", files.ID, "sandbox", id, "tenant", t.ID, "bytes", files.Bytes)
 	out := snapshotOf(rec)
 	out.Skipped = files.Skipped
+	out.Memory, out.MemoryBytes, out.CheckpointMillis = files.MemoryBytes > 0, files.MemoryBytes, files.CheckpointTime.Milliseconds()
 	return out, nil
 }
 
@@ -207,6 +211,11 @@ func (s *Keeper) FromSnapshot(ctx context.Context, t *tenant.Principal, sp *spec
 		return errdefs.New(errdefs.ErrNotFound, "snapshot "+core.QuoteID(sid)+": its files are missing on the host")
 	}
 	sp.Image, sp.Workspace = r.Base, ws
+	if s.Cfg.Backend.SnapshotHasMemory(r.Content) {
+		// Restored running: only gVisor can, from its own checkpoint (a
+		// stronger wall than any the request may name: never a downgrade).
+		sp.Isolation, sp.Restore = "gvisor", r.Content
+	}
 	if root != "" {
 		sp.Image = root
 	}

@@ -189,6 +189,10 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	if !ok {
 		return nil, fmt.Errorf("container wall: a reservation of another wall")
 	}
+	if o.Restore != nil {
+		r.Release()
+		return nil, errdefs.Invalid("a sandbox's memory is restored on the gvisor wall only")
+	}
 	id := r.id
 	var undo cleanup.Stack
 	defer undo.RunUnless(&err)

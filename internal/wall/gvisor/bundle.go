@@ -235,6 +235,8 @@ func supported(o *wall.Options) error {
 	switch {
 	case o.TTY:
 		return no("a terminal (-t)")
+	case o.Restore != nil && o.AgentSocket == "":
+		return fmt.Errorf("gvisor wall: only a long-lived sandbox is restored from a checkpoint")
 	case o.AgentSocket != "" && len(o.Argv) > 0:
 		return fmt.Errorf("gvisor wall: a long-lived sandbox runs no command")
 	case o.AgentSocket == "" && len(o.Argv) == 0:

@@ -110,7 +110,12 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 		// The agent binds its socket in the one host directory mounted
 		// for it (agentDir); nothing else it may create or reach is a
 		// host socket (see agentSocket).
-		args = append(args, longLivedPlatform, "--host-uds=create", "run", "--bundle", bundle, r.id)
+		args = append(args, longLivedPlatform, "--host-uds=create")
+		if o.Restore != nil {
+			args = append(args, "restore", "--image-path", filepath.Join(o.Restore.Dir, checkpointImage), "--bundle", bundle, r.id)
+		} else {
+			args = append(args, "run", "--bundle", bundle, r.id)
+		}
 		if err := os.Mkdir(filepath.Join(bundle, "agent"), 0o700); err != nil {
 			return nil, err
 		}
@@ -166,7 +171,12 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	sb.layers, sb.pid = st.layers, st.pid
 	if long {
 		undo.Do(func() { sb.Kill(); <-sb.exited; sb.CloseFiles() })
-		if err := sb.agentReady(readyR, bundle, o.AgentSocket); err != nil {
+		if o.Restore != nil {
+			err = sb.restored(o.AgentSocket)
+		} else {
+			err = sb.agentReady(readyR, bundle, o.AgentSocket)
+		}
+		if err != nil {
 			return nil, err
 		}
 	} else {
@@ -315,6 +325,17 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 	if err := generate(p("gen"), o); err != nil {
 		return l, err
 	}
+	if o.Restore != nil {
+		// /tmp and home as the checkpoint saved them.
+		for _, d := range []string{"tmp", "home"} {
+			if err := os.Remove(p(d)); err != nil {
+				return l, err
+			}
+			if err := copyDir(filepath.Join(o.Restore.Dir, checkpointScratch, d), p(d)); err != nil {
+				return l, fmt.Errorf("restore /%s: %w", d, err)
+			}
+		}
+	}
 	l.Tmp, l.Home = p("tmp"), p("home")
 	if o.AgentSocket != "" {
 		// gvisor-init is this binary, read-only.
@@ -367,18 +388,22 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 		}
 		l.Trees = append(l.Trees, sub+"/merged")
 	}
-	// The workspace: the host's directory under a writable layer, or an
-	// empty directory.
-	changes, merged := p("wsempty"), p("wsempty")
+	// The workspace: the host's directory, or an empty one, under a
+	// writable layer. Always an overlay: runsc marks a bind mount of one
+	// (overlayfs_stale_read), and a checkpoint restores only into the
+	// mounts it was taken with, whichever workspace the restored sandbox
+	// has.
+	lower := p("wsempty")
 	if o.Workspace != "" {
 		if err := mount.MoveTo(wsTree, p("ws/lower")); err != nil {
 			return l, err
 		}
-		if err := overlay(p("ws/merged"), p("ws/lower"), p("ws/upper"), p("ws/work")); err != nil {
-			return l, err
-		}
-		changes, merged = p("ws/upper"), p("ws/merged")
+		lower = p("ws/lower")
 	}
+	if err := overlay(p("ws/merged"), lower, p("ws/upper"), p("ws/work")); err != nil {
+		return l, err
+	}
+	changes, merged := p("ws/upper"), p("ws/merged")
 	l.Workspace = merged
 	var err error
 	if layers.WorkspaceUpper, err = openPath(changes); err != nil {

@@ -71,9 +71,12 @@ func saidIn(bundle string, err error) string {
 	return runscError(string(b))
 }
 
-// moveSocket renames the socket at src (in the directory the sandbox
+// moveSocket links the socket at src (in the directory the sandbox
 // shares) to dst (in a root-only host directory). What arrives must be a
-// socket: anything else the sandbox could have put there is removed.
+// socket: anything else the sandbox could have put there is removed. The
+// name in the shared directory stays the sandbox's: gVisor remembers the
+// socket there, and removes it before a checkpoint (a restored sandbox
+// looks again for every name it remembers).
 func moveSocket(src, dst string) error {
 	if len(dst) >= 108 {
 		return fmt.Errorf("agent socket path %s is too long", dst)
@@ -82,7 +85,7 @@ func moveSocket(src, dst string) error {
 		return err
 	}
 	_ = os.Remove(dst)
-	if err := unix.Rename(src, dst); err != nil {
+	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, 0); err != nil {
 		return fmt.Errorf("%w: the agent's socket: %v", errdefs.ErrUnavailable, err)
 	}
 	var st unix.Stat_t
@@ -148,7 +151,8 @@ func (w *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 	return sb, nil
 }
 
-// isRunscRun reports whether pid runs `runsc ... run --bundle bundle id`.
+// isRunscRun reports whether pid runs `runsc ... run --bundle bundle id`
+// (or `restore --image-path DIR --bundle bundle id`).
 func isRunscRun(pid int, bundle, id string) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
@@ -156,7 +160,11 @@ func isRunscRun(pid int, bundle, id string) bool {
 	}
 	args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 	n := len(args)
-	return n >= 4 && args[n-1] == id && args[n-2] == bundle && args[n-3] == "--bundle" && args[n-4] == "run"
+	if n < 4 || args[n-1] != id || args[n-2] != bundle || args[n-3] != "--bundle" {
+		return false
+	}
+	// run, or restore from a checkpoint (restore --image-path DIR).
+	return args[n-4] == "run" || (n >= 6 && args[n-5] == "--image-path" && args[n-6] == "restore")
 }
 
 // reopenLayers opens (O_PATH) the layers of the sandbox whose scratch is

@@ -1,0 +1,162 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/wall"
+)
+
+// Checkpoint and restore (wall.Checkpointer). A checkpoint directory
+// holds:
+//
+//	image/    runsc checkpoint's image of the sandbox's memory and kernel
+//	scratch/  tmp/ and home/: the sandbox's /tmp and home as they were
+//
+// The sandbox's root and /workspace layers are the caller's to save (in
+// files, called while the sandbox is paused, after gVisor has written back
+// what it held of them): a restore must find exactly the files its memory
+// was saved with, so nothing runs between the two.
+//
+// gVisor cannot save a socket backed by a host socket: the agent's, and
+// the host's connections to it, are closed first (gvisor-hook close) and
+// the agent listens again after (gvisor-hook listen), under a fresh name
+// in its directory, moved out to the agent's socket path as at the start.
+// The host's calls in flight on the agent (a streamed exec's output, an
+// attach, a watch) are cut; the commands themselves run on.
+
+// Names in a checkpoint directory.
+const (
+	checkpointImage   = "image"
+	checkpointScratch = "scratch"
+)
+
+// hookTimeout bounds one gvisor-hook call.
+const hookTimeout = time.Minute
+
+func (sb *Sandbox) runscCmd(ctx context.Context, args ...string) error {
+	all := append([]string{"--root", filepath.Join(sb.w.dir, runscRoot)}, args...)
+	cmd := exec.CommandContext(ctx, sb.w.runsc, all...)
+	cmd.Env = []string{}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("runsc %s: %v: %s", args[0], err, runscError(strings.TrimSpace(string(out))))
+	}
+	return nil
+}
+
+// hook runs gvisor-hook inside the sandbox, as root.
+func (sb *Sandbox) hook(req ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
+	defer cancel()
+	return sb.runscCmd(ctx, append([]string{"exec", "--user", "0:0", sb.id, initExe, "gvisor-hook"}, req...)...)
+}
+
+// relisten asks the agent to listen again and moves its socket to path.
+func (sb *Sandbox) relisten(path string) error {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "agent-" + hex.EncodeToString(b) + ".sock"
+	if err := sb.hook("listen", name); err != nil {
+		return fmt.Errorf("%w: the agent did not listen again: %v", errdefs.ErrUnavailable, err)
+	}
+	return moveSocket(filepath.Join(sb.w.bundle(sb.id), "agent", name), path)
+}
+
+// Checkpoint saves the running sandbox's memory and its /tmp and home into
+// dir (a new directory), calls files while it is paused, and lets it run
+// on, its agent listening again at agentSocket.
+func (sb *Sandbox) Checkpoint(dir, agentSocket string, files func() error) (err error) {
+	if !sb.agent {
+		return errdefs.Invalid("only a long-lived gvisor sandbox can be checkpointed")
+	}
+	select {
+	case <-sb.exited:
+		return errdefs.New(errdefs.ErrFailedPrecondition, "the sandbox has ended")
+	default:
+	}
+	if sb.cg.Frozen() {
+		return errdefs.New(errdefs.ErrFailedPrecondition, "the sandbox is paused: resume it first")
+	}
+	ctx := context.Background()
+	if err := sb.hook("close"); err != nil {
+		_ = sb.relisten(agentSocket)
+		return fmt.Errorf("%w: the agent would not close its socket: %v", errdefs.ErrUnavailable, err)
+	}
+	defer func() {
+		if lerr := sb.relisten(agentSocket); lerr != nil && err == nil {
+			err = lerr
+		}
+	}()
+	if err := sb.runscCmd(ctx, "pause", sb.id); err != nil {
+		return err
+	}
+	defer func() {
+		if rerr := sb.runscCmd(ctx, "resume", sb.id); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	// Paused, the kernel stays paused once saved (--leave-running resumes
+	// only what the checkpoint paused), and it has written its cached file
+	// data back to the layers.
+	if err := sb.runscCmd(ctx, "checkpoint", "--image-path", filepath.Join(dir, checkpointImage), "--leave-running", sb.id); err != nil {
+		return err
+	}
+	scratch := filepath.Join(dir, checkpointScratch)
+	if err := os.MkdirAll(scratch, 0o700); err != nil {
+		return err
+	}
+	for _, d := range []string{"tmp", "home"} {
+		if err := copyDir(filepath.Join(sb.scratchView(), d), filepath.Join(scratch, d)); err != nil {
+			return fmt.Errorf("checkpoint: /%s: %w", d, err)
+		}
+	}
+	return files()
+}
+
+// restored waits for runsc restore to have the sandbox running again,
+// then has its agent listen at path. The restored agent listens on nothing
+// until asked (it was saved closed); runsc exec fails until the container
+// runs.
+func (sb *Sandbox) restored(path string) error {
+	deadline := time.Now().Add(agentStart)
+	for {
+		err := sb.relisten(path)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-sb.exited:
+			return fmt.Errorf("%w: the restored gvisor sandbox ended: %s", errdefs.ErrUnavailable, saidIn(sb.w.bundle(sb.id), err))
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the restored gvisor sandbox did not start its agent within %s: %v", errdefs.ErrUnavailable, agentStart, err)
+		}
+	}
+}
+
+// scratchView is the sandbox's scratch as the host reaches it: through
+// the mount namespace runsc lives in.
+func (sb *Sandbox) scratchView() string {
+	return fmt.Sprintf("/proc/%d/root%s", sb.pid, filepath.Join(sb.w.bundle(sb.id), "scratch"))
+}
+
+// copyDir copies src to dst (new) as it is: owners, modes, links as links.
+func copyDir(src, dst string) error {
+	out, err := exec.Command("cp", "-a", "--no-dereference", "--", src, dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cp: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+var _ wall.Checkpointer = (*Sandbox)(nil)
