@@ -183,7 +183,7 @@ func BenchmarkGVisorIdleMemory(b *testing.B) {
 	wg.Wait()
 	platform := sandboxPlatform(b, d, first)
 	time.Sleep(6 * time.Second) // idle
-	p, k, got := d.sandboxCost(b)
+	p, k, got := d.sandboxCost(b, "gvisor")
 	if got != n {
 		b.Fatalf("counted %d sandboxes, want %d", got, n)
 	}

@@ -266,13 +266,18 @@ func pss(pid int) int64 {
 	return 0
 }
 
-// sandboxCost sums, over the daemon's sandboxes, the PSS of their
-// processes and the kernel memory their cgroups account (v1
-// memory.kmem.usage_in_bytes; v2 memory.stat kernel).
-func (d *daemon) sandboxCost(b *testing.B) (pssBytes, kernelBytes int64, n int) {
-	// The cgroup parent of a state directory (runtime.Scope).
+// sandboxCost sums, over the daemon's sandboxes of one wall ("": the
+// container wall, "gvisor"), the PSS of their processes and the kernel
+// memory their cgroups account (v1 memory.kmem.usage_in_bytes; v2
+// memory.stat kernel).
+func (d *daemon) sandboxCost(b *testing.B, wall string) (pssBytes, kernelBytes int64, n int) {
+	// The cgroup parent of a state directory's sandboxes (the walls'
+	// Scope).
 	sum := sha256.Sum256([]byte(filepath.Clean(d.stateDir)))
 	scope := "airlock-" + hex.EncodeToString(sum[:4])
+	if wall != "" {
+		scope = "airlock-" + wall + "-" + hex.EncodeToString(sum[:4])
+	}
 	parent := filepath.Join("/sys/fs/cgroup/memory", scope)
 	if _, err := os.Stat(parent); err != nil {
 		parent = filepath.Join("/sys/fs/cgroup", scope)
@@ -332,7 +337,7 @@ func BenchmarkServeIdleMemory(b *testing.B) {
 			}
 			wg.Wait()
 			time.Sleep(6 * time.Second) // idle: the agents have handed back their garbage
-			p, k, got := d.sandboxCost(b)
+			p, k, got := d.sandboxCost(b, "")
 			if got != n {
 				b.Fatalf("counted %d sandboxes, want %d", got, n)
 			}
