@@ -159,6 +159,8 @@ func (f *fakeBackend) RemoveSnapshot(string) error { return nil }
 
 func (f *fakeBackend) SnapshotHasMemory(string) bool { return false }
 
+func (f *fakeBackend) RemoveCheckpoint(string) error { return nil }
+
 func (f *fakeBackend) Discard(id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
