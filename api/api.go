@@ -430,7 +430,8 @@ type Fork struct {
 	Memory    bool       `json:"memory"`
 	// Bytes is the size of the checkpoint (files, and memory when
 	// Memory), MemoryBytes the memory's part; CheckpointMillis how long
-	// the source was paused for it; CreateMillis how long each copy's
+	// a gVisor source was paused for it (0 on the container wall);
+	// CreateMillis how long each copy's
 	// create took (in Sandboxes' order; they run at once).
 	Bytes            int64   `json:"bytes"`
 	MemoryBytes      int64   `json:"memory_bytes,omitempty"`
