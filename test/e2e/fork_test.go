@@ -166,8 +166,9 @@ func TestGVisorFork(t *testing.T) {
 	}
 }
 
-// A gVisor sandbox in proxy mode is not forked: it says why, and makes
-// nothing.
+// A gVisor sandbox in proxy mode is not forked, nor its memory saved: it
+// says why, and makes nothing; a memory snapshot is not restored into a
+// proxy-mode sandbox.
 func TestGVisorForkRefusedInProxyMode(t *testing.T) {
 	needRunsc(t)
 	defer noGVisorResidue(t)
@@ -184,9 +185,28 @@ func TestGVisorForkRefusedInProxyMode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "proxy mode") {
 		t.Errorf("the refusal does not say why: %v", err)
 	}
+	// Nor is its memory saved for a restore elsewhere.
+	_, err = alice.SnapshotWith(ctx, src.ID, &api.CreateSnapshot{Memory: true})
+	wantCode(t, "a memory snapshot of a proxy-mode gvisor sandbox", err, api.CodeFailedPrecondition)
 	if sbs, err := alice.Sandboxes(ctx); err != nil || len(sbs) != 1 {
 		t.Errorf("sandboxes after the refusal: %+v %v", sbs, err)
 	}
+	if dirs := snapshotDirs(t, d); len(dirs) != 0 {
+		t.Errorf("the refusals left %v", dirs)
+	}
+	// And a sandbox restored from memory gets no network.
+	plain, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = alice.Destroy(ctx, plain.ID) }()
+	snap, err := alice.SnapshotWith(ctx, plain.ID, &api.CreateSnapshot{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = alice.DeleteSnapshot(ctx, snap.ID) }()
+	_, err = alice.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + snap.ID, TTL: "5m", Network: api.Network{Mode: "proxy"}})
+	wantCode(t, "a proxy-mode restore", err, api.CodeFailedPrecondition)
 }
 
 // On the container wall a fork copies files only, and says so: the copies
