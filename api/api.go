@@ -411,6 +411,34 @@ type Snapshot struct {
 	CheckpointMillis int64 `json:"checkpoint_ms,omitempty"`
 }
 
+// CreateFork asks for Count new sandboxes made from one checkpoint of a
+// running sandbox (POST /v1/sandboxes/{id}/fork), 1 to MaxForks.
+type CreateFork struct {
+	Count int `json:"count"`
+}
+
+// MaxForks bounds one fork's Count.
+const MaxForks = 16
+
+// Fork is what a fork made: Count new sandboxes, each continuing from
+// the source's memory and files as they were at its checkpoint (Memory:
+// a gVisor sandbox), or from its files only (the container wall: Memory
+// false, every copy starts afresh from the files). The source runs on.
+type Fork struct {
+	Source    string     `json:"source"`
+	Sandboxes []*Sandbox `json:"sandboxes"`
+	Memory    bool       `json:"memory"`
+	// Bytes is the size of the checkpoint (files, and memory when
+	// Memory), MemoryBytes the memory's part; CheckpointMillis how long
+	// a gVisor source was paused for it (0 on the container wall);
+	// CreateMillis how long each copy's
+	// create took (in Sandboxes' order; they run at once).
+	Bytes            int64   `json:"bytes"`
+	MemoryBytes      int64   `json:"memory_bytes,omitempty"`
+	CheckpointMillis int64   `json:"checkpoint_ms"`
+	CreateMillis     []int64 `json:"create_ms"`
+}
+
 // CreateTenant adds a tenant.
 type CreateTenant struct {
 	Name   string `json:"name"`

@@ -558,6 +558,15 @@ func (c *Client) Snapshots(ctx context.Context) ([]*api.Snapshot, error) {
 	return out, c.call(ctx, "GET", "/v1/snapshots", nil, nil, &out)
 }
 
+// Fork makes count new sandboxes from one checkpoint of running sandbox
+// id, each continuing from its memory and files (gVisor), or from its
+// files only (the container wall: the answer's Memory is false). All are
+// made, or none.
+func (c *Client) Fork(ctx context.Context, id string, count int) (*api.Fork, error) {
+	var out api.Fork
+	return &out, c.call(ctx, "POST", sb(id, "/fork"), nil, &api.CreateFork{Count: count}, &out)
+}
+
 // DeleteSnapshot deletes a snapshot (refused while a sandbox runs from it).
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)

@@ -835,7 +835,8 @@ func (h *Handler) workspaceRoutes() []route {
 	}
 }
 
-// snapshotRoutes are snapshots: made from a sandbox, listed, deleted.
+// snapshotRoutes are snapshots: made from a sandbox, listed, deleted; and
+// forks, made from a checkpoint of one.
 func (h *Handler) snapshotRoutes() []route {
 	s := h.svc
 	return []route{
@@ -856,6 +857,18 @@ func (h *Handler) snapshotRoutes() []route {
 				return err
 			}
 			writeJSON(w, http.StatusCreated, sn)
+			return nil
+		}},
+		{"POST /v1/sandboxes/{id}/fork", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			var req api.CreateFork
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			f, err := s.Fork(r.Context(), p, id(r), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, f)
 			return nil
 		}},
 		{"GET /v1/snapshots", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {

@@ -106,6 +106,14 @@ type fakeBackend struct {
 	left      map[string]*fakeHost
 	longLived []string
 	discarded []string
+	// snap, when set, is what every sandbox's Snapshot saves (its
+	// SnapshotPaths are under /snap); failCreate, when set, fails the
+	// creates it says yes to (by their order, from 1). removed lists the
+	// snapshot files removed.
+	snap       *lifecycle.SnapshotFiles
+	failCreate func(n int) bool
+	creates    int
+	removed    []string
 }
 
 func newFakeBackend(t *testing.T) *fakeBackend {
@@ -121,7 +129,15 @@ func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ fun
 			return nil, context.Cause(ctx)
 		}
 	}
+	f.mu.Lock()
+	f.creates++
+	fail := f.failCreate != nil && f.failCreate(f.creates)
+	f.mu.Unlock()
+	if fail {
+		return nil, errors.New("the fake host fails this create")
+	}
 	in := newFakeHost(f.t, AgentProtocol)
+	in.snap = f.snap
 	f.mu.Lock()
 	f.made[id] = in
 	f.mu.Unlock()
@@ -152,12 +168,22 @@ func (f *fakeBackend) leave(id string, pid int, protocol uint32, paused bool) *f
 }
 
 func (f *fakeBackend) SnapshotPaths(id string) (string, string, error) {
-	return "", "", errors.New("the fake host keeps no snapshots")
+	if f.snap == nil {
+		return "", "", errors.New("the fake host keeps no snapshots")
+	}
+	return "/snap/" + id + "/root", "/snap/" + id + "/workspace", nil
 }
 
-func (f *fakeBackend) RemoveSnapshot(string) error { return nil }
+func (f *fakeBackend) RemoveSnapshot(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = append(f.removed, id)
+	return nil
+}
 
 func (f *fakeBackend) SnapshotHasMemory(string) bool { return false }
+
+func (f *fakeBackend) RemoveCheckpoint(string) error { return nil }
 
 func (f *fakeBackend) Discard(id string) error {
 	f.mu.Lock()
@@ -213,6 +239,8 @@ type fakeHost struct {
 	failResume error // what Resume answers (nil: it works)
 	destroyed  bool
 	released   bool
+
+	snap *lifecycle.SnapshotFiles // what Snapshot saves (nil: it fails)
 
 	// hold, when set, stops Destroy, after it says so on destroying,
 	// until it is closed: a sandbox held while it ends.
@@ -285,7 +313,10 @@ func (i *fakeHost) Archive(context.Context, string, int64, func([]string) io.Wri
 }
 
 func (i *fakeHost) Snapshot(context.Context, int64, bool) (*lifecycle.SnapshotFiles, error) {
-	return nil, errors.New("the fake host keeps no snapshots")
+	if i.snap == nil {
+		return nil, errors.New("the fake host keeps no snapshots")
+	}
+	return i.snap, nil
 }
 
 func (i *fakeHost) Destroy() error {

@@ -75,6 +75,7 @@ type Service struct {
 	*files.Files
 	*snapshots.Keeper
 	pending map[string]*pendingCreate // creates in flight, by sandbox id (under Mu)
+	forking map[string]int            // forks in flight, by the content of their files (under Mu)
 	cpu     map[string]*cpuBudget     // by tenant id (under Mu)
 	// auditIndex finds a tenant's records in the log (nil: no log).
 	auditIndex *audit.Index
@@ -94,7 +95,7 @@ type pendingCreate struct {
 // New makes the service. Call Recover before serving, then Run.
 func New(cfg Config) *Service {
 	c := core.New(cfg)
-	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), pending: map[string]*pendingCreate{}, cpu: map[string]*cpuBudget{}}
+	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), pending: map[string]*pendingCreate{}, forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
 	if c.Cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(c.Cfg.AuditDir)
 	}
@@ -144,14 +145,36 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 		return nil, err
 	}
 	id := core.NewID()
-	ctx, pc, err := s.admit(ctx, t, id, &sp)
+	ctx, pcs, err := s.admit(ctx, t, []string{id}, &sp)
 	if err != nil {
 		s.Cfg.Metrics.CreatesRefused.Inc()
 		return nil, err
 	}
-	defer s.settle(pc)
+	defer s.settle(pcs[0])
+	now := s.Cfg.Now()
+	b, err := s.launch(ctx, t, pcs[0], &sp, birth{expires: now.Add(ttl), idle: idle, metadata: req.Metadata, trigger: req.Trigger})
+	if err != nil {
+		return nil, err
+	}
+	return b.Describe(true), nil
+}
+
+// birth is what a new sandbox's record says beside its spec: when it
+// expires, its idle timeout, and its creator's metadata and trigger.
+type birth struct {
+	expires  time.Time
+	idle     time.Duration
+	metadata map[string]string
+	trigger  api.Trigger
+}
+
+// launch makes the sandbox of create pc (admitted) from sp, records and
+// audits it, and makes it live; it answers the live sandbox, or an error
+// and nothing left of it.
+func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCreate, sp *spec.Spec, bo birth) (*core.Box, error) {
+	id := pc.id
 	t0 := time.Now()
-	inst, err := s.Cfg.Backend.Create(ctx, id, &sp, s.EgressSink(id))
+	inst, err := s.Cfg.Backend.Create(ctx, id, sp, s.EgressSink(id))
 	if err != nil {
 		if kerr := s.killedCreate(pc, nil); kerr != nil {
 			return nil, kerr
@@ -172,18 +195,18 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 	}
 	now := s.Cfg.Now()
 	specJSON, _ := json.Marshal(sp)
-	meta, _ := json.Marshal(req.Metadata)
-	trig, _ := json.Marshal(req.Trigger)
-	b := &core.Box{Spec: sp, Inst: inst, Agent: ag, Ended: make(chan struct{}), EgressRate: core.NewLimiter(core.MaxEgressRecords), Rec: store.Sandbox{
+	meta, _ := json.Marshal(bo.metadata)
+	trig, _ := json.Marshal(bo.trigger)
+	b := &core.Box{Spec: *sp, Inst: inst, Agent: ag, Ended: make(chan struct{}), EgressRate: core.NewLimiter(core.MaxEgressRecords), Rec: store.Sandbox{
 		ID: id, Tenant: t.ID, TenantName: t.Tenant, State: api.StateRunning, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
-		Created: now, Expires: now.Add(ttl), IdleTimeout: idle, LastActive: now, InitPid: inst.InitPid(),
+		Created: now, Expires: bo.expires, IdleTimeout: bo.idle, LastActive: now, InitPid: inst.InitPid(),
 	}}
 	// The audit record first, then the daemon's own: a crash in between
 	// leaves a sandbox without a record, which the next daemon ends (and
 	// records); never one that runs unaudited.
 	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxCreated{
-		Spec: record.Spec(sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
-		Metadata: req.Metadata, Trigger: req.Trigger, Expires: &b.Rec.Expires, IdleTimeout: idle.String(),
+		Spec: record.Spec(*sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
+		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &b.Rec.Expires, IdleTimeout: bo.idle.String(),
 		Controls: record.ControlsOf(inst.Wall(), inst.WallVersion(), inst.Degraded()), InitPID: inst.InitPid(),
 	}); err != nil {
 		discard(inst)
@@ -210,13 +233,14 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 	s.Cfg.Metrics.Creates.Inc()
 	s.Cfg.Metrics.CreateSeconds.Observe(time.Since(t0).Seconds())
 	s.Cfg.Log.Info("sandbox created", "id", id, "tenant", t.ID, "image", sp.Image, "took", time.Since(t0))
-	return b.Describe(true), nil
+	return b, nil
 }
 
-// admit checks tenant t's quotas for one more sandbox like sp and counts
-// it as pending under id; the context it returns ends when the kill
-// switch ends the create. A deleted tenant is admitted no more.
-func (s *Service) admit(ctx context.Context, t *tenant.Principal, id string, sp *spec.Spec) (context.Context, *pendingCreate, error) {
+// admit checks tenant t's quotas for len(ids) more sandboxes like sp, all
+// or none, and counts them as pending under ids; the context it returns
+// ends when the kill switch ends any of the creates. A deleted tenant is
+// admitted no more.
+func (s *Service) admit(ctx context.Context, t *tenant.Principal, ids []string, sp *spec.Spec) (context.Context, []*pendingCreate, error) {
 	q := t.Quotas
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
@@ -241,18 +265,39 @@ func (s *Service) admit(ctx context.Context, t *tenant.Principal, id string, sp 
 			cpus += pc.cpus
 		}
 	}
-	switch {
-	case q.MaxSandboxes > 0 && n+1 > q.MaxSandboxes:
-		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may have %d sandboxes at once and has %d", t.Tenant, q.MaxSandboxes, n))
-	case q.MaxMemory > 0 && mem+sp.Limits.Memory > q.MaxMemory:
-		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %s of memory in all; its sandboxes hold %s and this one asks %s", t.Tenant, spec.FormatSize(q.MaxMemory), spec.FormatSize(mem), spec.FormatSize(sp.Limits.Memory)))
-	case q.MaxCPUs > 0 && cpus+sp.Limits.CPUs > q.MaxCPUs+1e-9:
-		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %g CPUs in all; its sandboxes hold %g and this one asks %g", t.Tenant, q.MaxCPUs, cpus, sp.Limits.CPUs))
+	k := len(ids)
+	these := "this one asks"
+	if k > 1 {
+		these = fmt.Sprintf("these %d ask", k)
 	}
+	switch {
+	case q.MaxSandboxes > 0 && n+k > q.MaxSandboxes:
+		if k > 1 {
+			return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may have %d sandboxes at once, has %d and asks %d more", t.Tenant, q.MaxSandboxes, n, k))
+		}
+		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may have %d sandboxes at once and has %d", t.Tenant, q.MaxSandboxes, n))
+	case q.MaxMemory > 0 && mem+int64(k)*sp.Limits.Memory > q.MaxMemory:
+		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %s of memory in all; its sandboxes hold %s and %s %s", t.Tenant, spec.FormatSize(q.MaxMemory), spec.FormatSize(mem), these, spec.FormatSize(int64(k)*sp.Limits.Memory)))
+	case q.MaxCPUs > 0 && cpus+float64(k)*sp.Limits.CPUs > q.MaxCPUs+1e-9:
+		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %g CPUs in all; its sandboxes hold %g and %s %g", t.Tenant, q.MaxCPUs, cpus, these, float64(k)*sp.Limits.CPUs))
+	}
+	// One context for them all: the kill switch ending one ends the lot.
 	ctx, cancel := context.WithCancelCause(ctx)
-	pc := &pendingCreate{id: id, tenant: t.ID, mem: sp.Limits.Memory, cpus: sp.Limits.CPUs, cancel: cancel, done: make(chan struct{})}
-	s.pending[id] = pc
-	return ctx, pc, nil
+	pcs := pendingCreates(ids, t.ID, sp, cancel)
+	for _, pc := range pcs {
+		s.pending[pc.id] = pc
+	}
+	return ctx, pcs, nil
+}
+
+// pendingCreates are the creates of sandboxes ids like sp for tenant id
+// tid, ended together by cancel.
+func pendingCreates(ids []string, tid string, sp *spec.Spec, cancel context.CancelCauseFunc) []*pendingCreate {
+	pcs := make([]*pendingCreate, len(ids))
+	for i, id := range ids {
+		pcs[i] = &pendingCreate{id: id, tenant: tid, mem: sp.Limits.Memory, cpus: sp.Limits.CPUs, cancel: cancel, done: make(chan struct{})}
+	}
+	return pcs
 }
 
 // settle takes an answered create off the pending list.
@@ -511,6 +556,9 @@ func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
 	}
 	changes := record.ReadWorkspace(b.Inst, b.Rec.ID, s.Cfg.PatchDir)
 	b.Inst.Release()
+	if b.Spec.Fork != "" {
+		defer s.forkFilesDone(b.Spec.Fork) // once it is no longer live
+	}
 	if s.Cfg.Broker != nil {
 		s.Cfg.Broker.End(b.Rec.ID) // every token it held is refused from now on
 	}

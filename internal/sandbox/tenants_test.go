@@ -94,6 +94,8 @@ func (g *gateBackend) SnapshotPaths(content string) (string, string, error) {
 
 func (g *gateBackend) SnapshotHasMemory(string) bool { return false }
 
+func (g *gateBackend) RemoveCheckpoint(string) error { return nil }
+
 func (g *gateBackend) RemoveSnapshot(content string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

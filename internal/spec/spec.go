@@ -125,6 +125,10 @@ type Spec struct {
 	// restored from (running, its processes as they were). The daemon
 	// sets it from image "snapshot:<id>"; no request names it.
 	Restore string `json:"restore,omitempty"`
+	// Fork is the content id of the fork checkpoint whose files a fork's
+	// copy was made from: they are removed once no copy runs from them.
+	// The daemon sets it; no request names it.
+	Fork string `json:"fork,omitempty"`
 }
 
 // ScanPolicies are what may be done with a credential found in a call.

@@ -319,6 +319,19 @@ type (
 	}
 )
 
+// SandboxForked is a fork of the sandbox the record is about: the new
+// sandboxes' ids (each has its own sandbox.created), whether they carry
+// its memory (gVisor) or its files only (the container wall), the
+// checkpoint's content digest and size. The checkpoint is the fork's
+// own: no snapshot is listed or kept for it.
+type SandboxForked struct {
+	Sandboxes   []string `json:"sandboxes"`
+	Memory      bool     `json:"memory"`
+	Content     string   `json:"content"`
+	Bytes       int64    `json:"bytes"`
+	MemoryBytes int64    `json:"memory_bytes"`
+}
+
 // SandboxRefused is a create refused by the tenant's policy: it asked for
 // wall Isolation, and the tenant is held to Required.
 type SandboxRefused struct {
@@ -358,6 +371,7 @@ func (SandboxExtended) Kind() string  { return "sandbox.extended" }
 func (SandboxAdopted) Kind() string   { return "sandbox.adopted" }
 func (SandboxRefused) Kind() string   { return "sandbox.refused" }
 func (SandboxSnapshot) Kind() string  { return "sandbox.snapshot" }
+func (SandboxForked) Kind() string    { return "sandbox.forked" }
 func (ExecStart) Kind() string        { return "exec.start" }
 func (ExecEnd) Kind() string          { return "exec.end" }
 func (SecretFinding) Kind() string    { return "secret.finding" }
@@ -405,6 +419,7 @@ func init() {
 		func() Data { return &AuthFailed{} }, func() Data { return &TenantCreated{} }, func() Data { return &TenantUpdated{} },
 		func() Data { return &TenantDeleted{} }, func() Data { return &SecretAdded{} }, func() Data { return &SecretRotated{} },
 		func() Data { return &SecretRemoved{} }, func() Data { return &MCPSpec{} }, func() Data { return &SandboxRefused{} },
+		func() Data { return &SandboxForked{} },
 	} {
 		kinds[f().Kind()] = f
 	}

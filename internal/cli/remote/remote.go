@@ -50,7 +50,7 @@ func onDaemon(g *cmdutil.Globals, c *cobra.Command, jsonFlag bool, run func(ctx 
 func Commands(g *cmdutil.Globals) []*cobra.Command {
 	return []*cobra.Command{
 		createCmd(g), psCmd(g), inspectCmd(g), statsCmd(g), execCmd(g), attachCmd(g), logsCmd(g), signalCmd(g),
-		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g),
+		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g), forkCmd(g),
 		eachCmd(g, "rm SANDBOX...", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
 		eachCmd(g, "pause SANDBOX...", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
 			_, err := cl.Pause(ctx, id)

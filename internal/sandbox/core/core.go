@@ -85,6 +85,9 @@ type Backend interface {
 	// SnapshotHasMemory reports whether a snapshot holds a sandbox's
 	// memory (it is restored running).
 	SnapshotHasMemory(id string) bool
+	// RemoveCheckpoint deletes a snapshot's memory checkpoint, keeping
+	// its files (a fork's, once its copies are restored).
+	RemoveCheckpoint(id string) error
 	// Discard ends whatever is left of a sandbox that could not be
 	// adopted.
 	Discard(id string) error
