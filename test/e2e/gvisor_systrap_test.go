@@ -3,14 +3,18 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 )
 
 // A long-lived gVisor sandbox runs on systrap and survives what its agent
@@ -110,4 +114,70 @@ func sentryPlatform(t *testing.T, id string) string {
 	}
 	t.Fatalf("no Sentry of sandbox %s", id)
 	return ""
+}
+
+// Pause is gVisor's own (runsc pause), kept in runsc's state: a daemon
+// restarted while a gvisor sandbox is paused adopts it paused (its agent
+// thawed for the check and paused again), and resume gives it back.
+func TestGVisorPausedSandboxIsAdoptedPaused(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	data := newDataDir(t)
+	d := startDaemon(t, data)
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "alice", Roots: []string{testRoot(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := d.client(t, tn.Key)
+	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: workspace(t), TTL: "10m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = alice.Destroy(ctx, sb.ID) }()
+	run(t, alice, sb.ID, sh("echo before > /workspace/f.txt"))
+	if _, err := alice.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st := runscStatus(t, sb.ID); st != "paused" {
+		t.Fatalf("runsc says the paused sandbox is %q", st)
+	}
+	d.kill9()
+	d2 := startDaemon(t, data)
+	c := d2.client(t, tn.Key)
+	if got, err := c.Sandbox(ctx, sb.ID); err != nil || got.State != api.StatePaused {
+		t.Fatalf("adopted: %+v %v", got, err)
+	}
+	if st := runscStatus(t, sb.ID); st != "paused" {
+		t.Fatalf("runsc says the adopted paused sandbox is %q", st)
+	}
+	wantCode(t, "exec while paused", func() error { _, err := c.Exec(ctx, sb.ID, sh("true"), nil, nil); return err }(), api.CodeFailedPrecondition)
+	if _, err := c.Resume(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st := runscStatus(t, sb.ID); st != "running" {
+		t.Fatalf("runsc says the resumed sandbox is %q", st)
+	}
+	if out, _, end := run(t, c, sb.ID, sh("cat /workspace/f.txt")); out != "before\n" || end.ExitCode != 0 {
+		t.Errorf("after resume: %q %+v", out, end)
+	}
+	if err := c.Destroy(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runscStatus is what `runsc state` says of gVisor sandbox id.
+func runscStatus(t *testing.T, id string) string {
+	t.Helper()
+	out, err := exec.Command(gvisor.DefaultRunsc, "--root", filepath.Join(stateDir, "gvisor", "runsc"), "state", id).Output()
+	if err != nil {
+		t.Fatalf("runsc state %s: %v", id, err)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("runsc state %s: %v: %s", id, err, out)
+	}
+	return st.Status
 }
