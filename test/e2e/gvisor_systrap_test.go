@@ -19,11 +19,11 @@ import (
 
 // A long-lived gVisor sandbox runs on systrap and survives what its agent
 // lives through: many commands, 5 MiB writes and reads through the files
-// API, commands whose output the agent relays, and the freezes of pause,
-// download and diff between them. With the runsc pinned before, a freeze
-// left systrap's stub answering a stale seccomp notification, and the
-// agent's next heap growth killed the sandbox ("systrap corrupted memory:
-// subprocess died"); long-lived sandboxes ran on ptrace meanwhile.
+// API, commands whose output the agent relays, and the stops of pause,
+// download and diff between them. While those stops froze the sandbox's
+// cgroup, the freezer broke systrap's stubs and the agent's next heap
+// growth killed the sandbox ("systrap corrupted memory: subprocess died");
+// long-lived sandboxes ran on ptrace meanwhile.
 func TestGVisorLongLivedSurvivesFreezesExecsAndHeapGrowth(t *testing.T) {
 	needRunsc(t)
 	defer noGVisorResidue(t)
