@@ -16,9 +16,10 @@ import (
 // systrap stubs too, and it interrupts the seccomp notification each stub's
 // system-call thread waits in: the kernel issues a new one, the Sentry
 // answers the old one, fails, and kills the stub, and the sandbox dies at
-// its next page fault ("systrap corrupted memory: subprocess died"; gVisor
-// retries a failed answer since 2026-03, but a stub frozen twice while idle
-// still fails its next receive).
+// its next page fault ("systrap corrupted memory: subprocess died"). gVisor
+// of 2026-09 answers again after such a failure, but still takes the
+// spurious ENOENT a later receive gets after an interruption for the stub's
+// death: with it, a few freezes still killed sandboxes here.
 
 // Freeze stops every task of the sandbox (runsc pause).
 func (sb *Sandbox) Freeze() error { return sb.runscCall("pause") }
