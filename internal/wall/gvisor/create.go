@@ -22,8 +22,11 @@ import (
 
 // runscFlags are runsc's global flags for every sandbox: the cgroup the
 // host made (runsc is born in it), and the host's own writable layers (no
-// overlay of runsc's in memory, which the host could not read).
-var runscFlags = []string{"--ignore-cgroups", "--overlay2=none"}
+// overlay of runsc's in memory, which the host could not read). The
+// Sentry's platform (no /dev/kvm on these hosts) is systrap, one-shot or
+// long-lived: its system calls cost a fraction of ptrace's. It holds as
+// long as nothing freezes the Sentry's stubs under it (see Freeze).
+var runscFlags = []string{"--ignore-cgroups", "--overlay2=none", "--platform=systrap"}
 
 // networkFlag is runsc's network for sandbox o: none at all, or gVisor's
 // own netstack on the veth of the namespace the host made (proxy mode).
@@ -42,17 +45,6 @@ func netnsPath(o *wall.Options) string {
 	}
 	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), o.NetNS.Fd())
 }
-
-// The Sentry's platform (no /dev/kvm on these hosts): systrap for a
-// one-shot command. A long-lived sandbox runs on ptrace: with the pinned
-// runsc, systrap loses the agent's address space (its stub subprocess is
-// killed: "systrap corrupted memory: subprocess died") once the agent has
-// started a few commands and then grows its heap, which ends the sandbox;
-// ptrace does not, at a cost in system-call speed.
-const (
-	oneShotPlatform   = "--platform=systrap"
-	longLivedPlatform = "--platform=ptrace"
-)
 
 // started is what the bundle goroutine reports once runsc runs (or not).
 type started struct {
@@ -110,7 +102,7 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 		// The agent binds its socket in the one host directory mounted
 		// for it (agentDir); nothing else it may create or reach is a
 		// host socket (see agentSocket).
-		args = append(args, longLivedPlatform, "--host-uds=create")
+		args = append(args, "--host-uds=create")
 		if o.Restore != nil {
 			args = append(args, "restore", "--image-path", filepath.Join(o.Restore.Dir, checkpointImage), "--bundle", bundle, r.id)
 		} else {
@@ -129,7 +121,7 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 			return nil, err
 		}
 	} else {
-		args = append(args, oneShotPlatform, "run", "--bundle", bundle, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)
+		args = append(args, "run", "--bundle", bundle, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)
 		var errPipe *os.File
 		if errPipe, saidW, err = os.Pipe(); err != nil {
 			return nil, err

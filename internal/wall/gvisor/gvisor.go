@@ -13,8 +13,9 @@
 // runs --ignore-cgroups (it is born in the sandbox's cgroup),
 // --overlay2=none (writes go to the host's layers), --network=none, or
 // --network=sandbox in the network namespace the host made (proxy mode),
-// whose veth gVisor's netstack takes over; on systrap (one-shot) or ptrace
-// (long-lived; create.go says why). A long-lived sandbox's first process
+// whose veth gVisor's netstack takes over; on systrap. It pauses through
+// runsc, never the cgroup freezer (pause.go says why). A long-lived
+// sandbox's first process
 // is airlock's gvisor-init serving the agent (longlived.go), and is adopted
 // again after a restart. It imports internal/wall, internal/linux/*,
 // internal/errdefs, internal/cleanup and nsinit (for gvisor-init's wire

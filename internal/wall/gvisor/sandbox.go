@@ -120,15 +120,6 @@ func (sb *Sandbox) Kill() {
 	})
 }
 
-// Freeze stops every process of the sandbox (the cgroup's freezer).
-func (sb *Sandbox) Freeze() error { return sb.cg.Freeze() }
-
-// Thaw resumes it.
-func (sb *Sandbox) Thaw() error { return sb.cg.Thaw() }
-
-// Frozen reports whether it is frozen.
-func (sb *Sandbox) Frozen() bool { return sb.cg.Frozen() }
-
 // Stats is the cgroup's accounting: the Sentry's, the gofer's and runsc's
 // together, which is what the sandbox costs the host.
 func (sb *Sandbox) Stats() wall.Stats {
