@@ -113,11 +113,14 @@ func TestGVisorSandboxRunsAsItsLeasedIDs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = alice.Destroy(ctx, sb.ID) }()
-			out, _, end := run(t, alice, sb.ID, sh(owners))
+			out, _, end := run(t, alice, sb.ID, sh(owners+" /.airlock/bin/airlock"))
 			if end.ExitCode != 0 {
 				t.Errorf("%s: %+v", out, end)
 			}
 			wantOwners(t, out, "/home/user")
+			if !strings.Contains(out, "/.airlock/bin/airlock 0:0\n") {
+				t.Errorf("gvisor-init's binary is not root's inside:\n%s", out)
+			}
 			base := hostIDs(t, initNS, sb.ID, gvisorPid(t, sb.ID))
 			if other, ok := bases[base]; ok {
 				t.Errorf("sandboxes %s and %s share host ids from %d", other, sb.ID, base)

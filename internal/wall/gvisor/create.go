@@ -215,13 +215,16 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		}
 		ready <- started{err: err}
 	}
-	// The idmapped trees (the image's, shifted into the sandbox's ids;
-	// the workspace, whose owner is the sandbox user) are made in the
-	// host's namespace (detached: nothing of them shows there) and
-	// attached in the new one.
-	trees, err := imageTrees(o.Trees, sb.ids)
-	for _, fd := range trees {
-		defer unix.Close(fd)
+	// The idmapped trees (the image's and, for a long-lived sandbox, the
+	// binary gvisor-init runs from, shifted into the sandbox's ids; the
+	// workspace, whose owner is the sandbox user) are made in the host's
+	// namespace (detached: nothing of them shows there) and attached in
+	// the new one.
+	trees, exeTree, err := rangeTrees(o, sb.ids)
+	for _, fd := range append(trees, exeTree) {
+		if fd >= 0 {
+			defer unix.Close(fd)
+		}
 	}
 	if err != nil {
 		fail(err)
@@ -236,18 +239,6 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		}
 		wsTree = fd
 		defer unix.Close(wsTree)
-	}
-	// So is the binary gvisor-init runs from: this one, as it runs now
-	// (whatever later replaces the file it came from).
-	exeTree := -1
-	if o.AgentSocket != "" {
-		fd, err := mount.ReadOnlyClone("/proc/self/exe")
-		if err != nil {
-			fail(err)
-			return
-		}
-		exeTree = fd
-		defer unix.Close(exeTree)
 	}
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		fail(fmt.Errorf("unshare(CLONE_NEWNS): %w", err))
@@ -458,27 +449,40 @@ func overlay(target, lower, upper, work string) error {
 	return mount.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 }
 
-// imageTrees are detached, read-only, idmapped clones of trees in which
-// host id n appears as ids' n (root's files as the sandbox's root's), one
-// per tree: the Sentry sees its files' owners through its user namespace,
-// which maps ids alone.
-func imageTrees(trees []wall.Tree, ids idRange) (fds []int, err error) {
-	if len(trees) == 0 {
-		return nil, nil
+// rangeTrees are detached, read-only, idmapped clones in which host id n
+// appears as ids' n (root's files as the sandbox's root's): one per tree
+// of o's image, and, for a long-lived sandbox, one of the binary
+// gvisor-init runs from (this one, as it runs now, whatever later
+// replaces the file it came from; -1 for a one-shot). The Sentry sees its
+// files' owners through its user namespace, which maps ids alone.
+func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) {
+	exe = -1
+	if len(o.Trees) == 0 && o.AgentSocket == "" {
+		return nil, exe, nil
 	}
 	ns, done, err := userns([]syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}})
 	if err != nil {
-		return nil, err
+		return nil, exe, err
 	}
 	defer done()
-	for _, t := range trees {
+	for _, t := range o.Trees {
 		fd, err := mount.IdmappedTree(t.HostPath, int(ns.Fd()), true)
 		if err != nil {
-			return fds, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+			return trees, exe, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
-		fds = append(fds, fd)
+		trees = append(trees, fd)
 	}
-	return fds, nil
+	if o.AgentSocket != "" {
+		self, err := os.Open("/proc/self/exe")
+		if err != nil {
+			return trees, exe, err
+		}
+		defer self.Close()
+		if exe, err = mount.IdmappedTree(fmt.Sprintf("/proc/self/fd/%d", self.Fd()), int(ns.Fd()), true); err != nil {
+			return trees, -1, fmt.Errorf("%w: the binary gvisor-init runs from: %v", errdefs.ErrUnavailable, err)
+		}
+	}
+	return trees, exe, nil
 }
 
 // workspaceTree is a detached, read-only, idmapped tree of the host's
