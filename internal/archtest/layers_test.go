@@ -42,10 +42,12 @@ var layers = []layer{
 	// The wall: an interface that knows no kernel, and its implementations,
 	// which only the composition root (and doctor) know.
 	{"wall", []string{"internal/wall"}, []string{"base", "value"}},
-	{"backend", []string{"internal/wall/container", "internal/wall/container/sealedexe"}, []string{"base", "value", "kernel", "wall", "init", "backend"}},
+	// The host uid ranges both walls lease from one pool.
+	{"leases", []string{"internal/wall/uidlease"}, []string{"kernel"}},
+	{"backend", []string{"internal/wall/container", "internal/wall/container/sealedexe"}, []string{"base", "value", "kernel", "wall", "leases", "init", "backend"}},
 	// gVisor's wall runs runsc; of the confined side it knows only
 	// gvisor-init's wire type.
-	{"backend", []string{"internal/wall/gvisor"}, []string{"base", "kernel", "wall", "init"}},
+	{"backend", []string{"internal/wall/gvisor"}, []string{"base", "kernel", "wall", "leases", "init"}},
 
 	// What the lifecycle builds a sandbox from, below it.
 	{"image", []string{"internal/image/..."}, []string{"base", "image"}},
@@ -70,15 +72,15 @@ var layers = []layer{
 	{"front", []string{"internal/mcp"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
 
 	// The composition root, the only host code that knows a wall by name.
-	{"root", []string{"internal/system"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front"}},
-	{"root", []string{"internal/doctor"}, []string{"base", "value", "kernel", "wall", "backend", "init"}},
+	{"root", []string{"internal/system"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front"}},
+	{"root", []string{"internal/doctor"}, []string{"base", "value", "kernel", "wall", "backend", "leases", "init"}},
 
 	// The command line: the remote commands reach no further than the SDK.
 	{"cmdutil", []string{"internal/cli/cmdutil"}, []string{"base", "value", "wire", "client"}},
 	{"commands", []string{"internal/cli/remote", "internal/cli/admin"}, []string{"base", "value", "wire", "client", "cmdutil"}},
-	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil"}},
-	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host"}},
-	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "init", "agent", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
+	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil"}},
+	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host"}},
+	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "agent", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
 }
 
 // knownOnlyTo names packages that exactly these packages import directly:

@@ -37,14 +37,14 @@ func needRunsc(t *testing.T) gvisor.Runsc {
 }
 
 // gvisorResidue is what a gVisor sandbox of the suite may leave: its lock,
-// bundle and runsc state under the state directory, its cgroup, a mount,
-// a runsc process.
+// bundle and runsc state under the state directory, its uid lease (in the
+// pool both walls share), its cgroup, a mount, a runsc process.
 func gvisorResidue() error {
 	var left []string
-	for _, d := range []string{"sandboxes", "bundles", "runsc"} {
-		ents, _ := os.ReadDir(filepath.Join(stateDir, "gvisor", d))
+	for _, d := range []string{"gvisor/sandboxes", "gvisor/bundles", "gvisor/runsc", "uids"} {
+		ents, _ := os.ReadDir(filepath.Join(stateDir, d))
 		for _, e := range ents {
-			left = append(left, filepath.Join("gvisor", d, e.Name()))
+			left = append(left, filepath.Join(d, e.Name()))
 		}
 	}
 	sc := gvisor.Scope(stateDir)

@@ -40,23 +40,6 @@ func IdmappedTree(path string, usernsFD int, readOnly bool) (int, error) {
 	return fd, nil
 }
 
-// ReadOnlyClone clones the mount of path (a file or directory; a final
-// symlink, magic links such as /proc/self/exe included, is followed) into
-// a detached mount, read-only, nosuid and nodev, for MoveTo in another
-// mount namespace.
-func ReadOnlyClone(path string) (int, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return -1, fmt.Errorf("open_tree %s: %w", path, err)
-	}
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("mount_setattr %s: %w", path, err)
-	}
-	return fd, nil
-}
-
 // MoveTo attaches the detached tree fd at target.
 func MoveTo(fd int, target string) error {
 	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {

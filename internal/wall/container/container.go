@@ -5,9 +5,9 @@
 // idmapped mount trees and a Config over the sync socket, and tears
 // everything down again. It makes the syscalls; policy (what to run, with
 // which limits) arrives already validated, as wall.Options. It imports
-// internal/wall, internal/wall/container/sealedexe, internal/linux/*,
-// internal/errdefs, internal/cleanup and nsinit (for the wire types),
-// nothing above.
+// internal/wall, internal/wall/container/sealedexe, internal/wall/uidlease,
+// internal/linux/*, internal/errdefs, internal/cleanup and nsinit (for the
+// wire types), nothing above.
 package container
 
 import (
@@ -34,19 +34,16 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container/sealedexe"
+	"github.com/airlock-sandbox/airlock/internal/wall/uidlease"
 	"golang.org/x/sys/unix"
 )
 
 // Paths under the state directory (default /run/airlock).
 const (
-	scratchDir  = "scratch"   // empty; each sandbox mounts its tmpfs here in its own namespace
-	uidDir      = "uids"      // uid range leases
-	exeDir      = "exe"       // the immutable copy of the binary init runs from
-	sandboxDir  = "sandboxes" // one lock file per live sandbox
-	initArgv0   = "airlock"
-	firstUID    = 1 << 30 // far above /etc/subuid's usual ranges
-	uidsPerSlot = 65536
-	uidSlots    = 16384
+	scratchDir = "scratch"   // empty; each sandbox mounts its tmpfs here in its own namespace
+	exeDir     = "exe"       // the immutable copy of the binary init runs from
+	sandboxDir = "sandboxes" // one lock file per live sandbox
+	initArgv0  = "airlock"
 )
 
 // SandboxUID is the unprivileged user a command runs as by default.
@@ -69,7 +66,7 @@ type Wall struct {
 	stateDir string
 	log      *slog.Logger
 	cgroups  *cgroup.Host
-	leases   *uidLeases
+	leases   *uidlease.Pool
 	exe      *sealedexe.Exe
 	seccomp  []byte
 }
@@ -80,7 +77,7 @@ func New(stateDir string, log *slog.Logger) (*Wall, error) {
 	rt := &Wall{
 		stateDir: stateDir,
 		log:      log,
-		leases:   &uidLeases{dir: filepath.Join(stateDir, uidDir), first: firstUID, size: uidsPerSlot, slots: uidSlots},
+		leases:   uidlease.Of(stateDir),
 	}
 	// Copying the binary into its sealed memfd is the most expensive step
 	// of a cold start; begin it first, alongside the rest of the set-up.
@@ -100,7 +97,7 @@ func New(stateDir string, log *slog.Logger) (*Wall, error) {
 	for _, d := range []struct {
 		p    string
 		mode os.FileMode
-	}{{stateDir, 0o711}, {filepath.Join(stateDir, scratchDir), 0o755}, {filepath.Join(stateDir, uidDir), 0o700}, {filepath.Join(stateDir, sandboxDir), 0o700}} {
+	}{{stateDir, 0o711}, {filepath.Join(stateDir, scratchDir), 0o755}, {filepath.Join(stateDir, uidlease.Dir), 0o700}, {filepath.Join(stateDir, sandboxDir), 0o700}} {
 		if err := os.MkdirAll(d.p, d.mode); err != nil {
 			return nil, fmt.Errorf("create state directory: %w", err)
 		}
@@ -120,7 +117,7 @@ type Sandbox struct {
 	rt  *Wall
 	cmd *exec.Cmd
 	cg  *cgroup.Cgroup
-	uid *UIDRange
+	uid *uidlease.Range
 
 	lock      *lockfile.Lock
 	sock      int
@@ -210,10 +207,10 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	}
 	sb.lock = r.lock
 	undo.Do(r.Release)
-	if sb.uid, err = rt.leases.acquire(); err != nil {
+	if sb.uid, err = rt.leases.Acquire(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
 	}
-	undo.Do(sb.uid.lock.Release)
+	undo.Do(sb.uid.Lock.Release)
 	limits := cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids}
 	if sb.agent && o.CommandPids > 0 {
 		limits.Commands = &cgroup.CommandLimits{MemoryBytes: o.CommandMemoryBytes, Pids: o.CommandPids}
@@ -257,7 +254,7 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 		// A long-lived sandbox outlives its creator (a daemon restart).
 		cmd.SysProcAttr.Pdeathsig = 0
 	}
-	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.lock.File, sb.lock.File}
+	cmd.ExtraFiles = []*os.File{child, nil, nil, nil, sb.uid.Lock.File, sb.lock.File}
 	if len(cmd.ExtraFiles)+3 > sealedexe.MinFD {
 		return nil, fmt.Errorf("%w: too many descriptors for init", errdefs.ErrInternal)
 	}
@@ -638,7 +635,7 @@ func (rt *Wall) GC() (removed []string, err error) {
 	var errs []error
 	// uid leases of dead holders: their files stay behind (nobody unlinked
 	// them); a lease nobody holds is free and its file can go.
-	lockfile.Reap(rt.leases.dir)
+	rt.leases.Reap()
 	sealedexe.Reap(filepath.Join(rt.stateDir, exeDir))
 	for id := range seen {
 		l, lerr := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
@@ -673,7 +670,7 @@ func cutSuffix(s, suf string) (string, bool) {
 // throwaway user namespace (for `airlock doctor`).
 func ProbeIdmap(dir string) error {
 	rt := &Wall{exe: sealedexe.New("")}
-	fd, err := rt.workspaceTree(dir, firstUID)
+	fd, err := rt.workspaceTree(dir, uidlease.First)
 	if err != nil {
 		return err
 	}

@@ -66,10 +66,10 @@ func (sb *Sandbox) MemoryCurrent() int64 { return sb.cg.MemoryCurrent() }
 
 func (sb *Sandbox) releaseLocks() {
 	if sb.uid != nil {
-		sb.uid.lock.Release()
+		sb.uid.Lock.Release()
 	} else {
 		// Adopted: init held the lease; its file is free now.
-		lockfile.Reap(sb.rt.leases.dir)
+		sb.rt.leases.Reap()
 	}
 	if sb.lock != nil {
 		sb.lock.Release()

@@ -65,8 +65,16 @@ type ociMount struct {
 }
 
 type ociLinux struct {
-	Namespaces []ociNamespace    `json:"namespaces"`
-	Sysctl     map[string]string `json:"sysctl,omitempty"`
+	Namespaces  []ociNamespace    `json:"namespaces"`
+	UIDMappings []ociIDMap        `json:"uidMappings,omitempty"`
+	GIDMappings []ociIDMap        `json:"gidMappings,omitempty"`
+	Sysctl      map[string]string `json:"sysctl,omitempty"`
+}
+
+type ociIDMap struct {
+	ContainerID uint32 `json:"containerID"`
+	HostID      uint32 `json:"hostID"`
+	Size        uint32 `json:"size"`
 }
 
 type ociNamespace struct {
@@ -84,10 +92,24 @@ type layout struct {
 	Workspace string   // /workspace (merged, or an empty directory)
 	Tmp, Home string
 	NetNS     string // the host-made network namespace (Options.NetNS), "" for none
+	// The sandbox's leased host ids: the user namespace runsc starts the
+	// Sentry and the gofer in maps 0..IDs.Size-1 to them.
+	IDs idRange
 	// A long-lived sandbox's: the directory holding the binary
 	// gvisor-init runs from (read-only), and the host directory the agent
 	// binds its socket in.
 	Bin, Agent string
+}
+
+// idRange is a sandbox's leased host uid/gid range (uidlease.Range's ids).
+type idRange struct{ Base, Size uint32 }
+
+// host is the host id of id inside, and whether the range has it.
+func (r idRange) host(id uint32) (uint32, bool) {
+	if id >= r.Size {
+		return 0, false
+	}
+	return r.Base + id, true
 }
 
 // Where a long-lived sandbox's init and agent socket are, inside.
@@ -145,10 +167,21 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 		// (--network=sandbox: runsc copies its address and routes into
 		// the Sentry and takes the address off the host's view). runsc
 		// reads this sysctl alone, to leave IPv6 out of the netstack.
+		// A user namespace mapped to the sandbox's leased host ids: runsc
+		// starts the Sentry and the gofer in it as its root, so that on
+		// the host they are that range's first uid, never root, and their
+		// capabilities are the namespace's, over the sandbox's own files
+		// only (the host shows the sandbox its files through idmapped
+		// mounts into the same range, as the container wall does).
 		Linux: ociLinux{
-			Namespaces: []ociNamespace{{Type: "pid"}, {Type: "network", Path: l.NetNS}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}},
-			Sysctl:     map[string]string{"net.ipv6.conf.all.disable_ipv6": "1"},
+			Namespaces:  []ociNamespace{{Type: "pid"}, {Type: "network", Path: l.NetNS}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "user"}},
+			UIDMappings: []ociIDMap{{ContainerID: 0, HostID: l.IDs.Base, Size: l.IDs.Size}},
+			GIDMappings: []ociIDMap{{ContainerID: 0, HostID: l.IDs.Base, Size: l.IDs.Size}},
+			Sysctl:      map[string]string{"net.ipv6.conf.all.disable_ipv6": "1"},
 		},
+	}
+	if l.IDs.Base == 0 || l.IDs.Size <= wall.SandboxUID {
+		return nil, fmt.Errorf("gvisor wall: host id range %d+%d", l.IDs.Base, l.IDs.Size)
 	}
 	if (o.NetNS != nil) != (l.NetNS != "") {
 		return nil, fmt.Errorf("gvisor wall: network namespace %q for a sandbox with network %v", l.NetNS, o.NetNS != nil)

@@ -23,7 +23,7 @@ func hostImage() *wall.Options {
 }
 
 func testLayout() layout {
-	return layout{Root: "/s/gen", Trees: []string{"/usr", "/var/lib/airlock/hostetc"}, Workspace: "/s/ws/merged", Tmp: "/s/tmp", Home: "/s/home"}
+	return layout{Root: "/s/gen", Trees: []string{"/usr", "/var/lib/airlock/hostetc"}, Workspace: "/s/ws/merged", Tmp: "/s/tmp", Home: "/s/home", IDs: testIDs}
 }
 
 func mountAt(s *ociSpec, dst string) *ociMount {
@@ -122,8 +122,41 @@ func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
 	}
 	o = hostImage()
 	o.Trees = append(o.Trees, wall.Tree{HostPath: "/x", Target: "/a/../../b"})
-	if _, err := bundleSpec(o, layout{Trees: []string{"/usr", "/etc", "/x"}}); err == nil {
+	if _, err := bundleSpec(o, layout{Trees: []string{"/usr", "/etc", "/x"}, IDs: testIDs}); err == nil {
 		t.Error("an unclean tree target was accepted")
+	}
+}
+
+var testIDs = idRange{Base: 1<<30 + 3*65536, Size: 65536}
+
+// runsc starts the Sentry and the gofer in the bundle's user namespace as
+// its root: the namespace maps the sandbox's leased ids, never the host's
+// root, and a bundle without a range is refused.
+func TestBundleMapsTheSandboxsLeasedIDs(t *testing.T) {
+	s, err := bundleSpec(hostImage(), testLayout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := false
+	for _, n := range s.Linux.Namespaces {
+		user = user || n.Type == "user" && n.Path == ""
+	}
+	want := []ociIDMap{{ContainerID: 0, HostID: testIDs.Base, Size: testIDs.Size}}
+	if !user || !slices.Equal(s.Linux.UIDMappings, want) || !slices.Equal(s.Linux.GIDMappings, want) {
+		t.Errorf("namespaces %+v, uid map %+v, gid map %+v: want a new user namespace mapping %+v", s.Linux.Namespaces, s.Linux.UIDMappings, s.Linux.GIDMappings, want)
+	}
+	for _, ids := range []idRange{{}, {Base: 0, Size: 65536}, {Base: testIDs.Base, Size: wall.SandboxUID}} {
+		l := testLayout()
+		l.IDs = ids
+		if _, err := bundleSpec(hostImage(), l); err == nil {
+			t.Errorf("ids %+v accepted", ids)
+		}
+	}
+	if u, ok := testIDs.host(wall.SandboxUID); !ok || u != testIDs.Base+wall.SandboxUID {
+		t.Errorf("the sandbox user is host %d %v", u, ok)
+	}
+	if _, ok := testIDs.host(testIDs.Size); ok {
+		t.Error("an id past the range is the sandbox's")
 	}
 }
 

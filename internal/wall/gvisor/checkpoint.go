@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"golang.org/x/sys/unix"
 )
 
 // Checkpoint and restore (wall.Checkpointer). A checkpoint directory
@@ -160,3 +162,40 @@ func copyDir(src, dst string) error {
 }
 
 var _ wall.Checkpointer = (*Sandbox)(nil)
+
+// shiftIDs gives the tree at dir, copied from the checkpoint of a sandbox
+// that had another range of host ids, this sandbox's ids: the same id
+// inside, another range outside. The checkpoint's range is read from dir's
+// own owner, which prepare made the range's root (/tmp) or its sandbox
+// user (home); an id outside that range becomes the range's nobody. No
+// link is followed.
+func shiftIDs(dir string, ids idRange) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	inside := uint32(0)
+	if filepath.Base(dir) == "home" {
+		inside = wall.SandboxUID
+	}
+	if st.Uid < inside {
+		return fmt.Errorf("its owner %d is no sandbox's", st.Uid)
+	}
+	old := st.Uid - inside
+	shift := func(id uint32) int {
+		if id >= old && id-old < ids.Size {
+			return int(ids.Base + (id - old))
+		}
+		return int(ids.Base + 65534)
+	}
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		return unix.Lchown(p, shift(st.Uid), shift(st.Gid))
+	})
+}

@@ -74,15 +74,27 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	undo.Do(r.Release)
 	long := o.AgentSocket != ""
 	sb := &Sandbox{id: r.id, w: w, lock: r.lock, oom: make(chan struct{}), exited: make(chan struct{}), agent: long}
+	// The sandbox's own host ids, from the pool the container wall
+	// leases from too: no two sandboxes share one.
+	if sb.uid, err = w.leases.Acquire(); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
+	}
+	undo.Do(sb.uid.Lock.Release)
+	sb.ids = idRange{Base: sb.uid.Base, Size: sb.uid.Size}
 	if sb.cg, err = w.cgroups.Create(r.id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids}); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	undo.Push(sb.cg.Remove)
 	bundle := w.bundle(r.id)
-	if err := os.Mkdir(bundle, 0o700); err != nil {
+	// Traversable (not readable) by the sandbox's root: the gofer opens
+	// the bundle's root as it.
+	if err := os.Mkdir(bundle, 0o711); err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
 	undo.Do(func() { _ = os.RemoveAll(bundle) })
+	if err := os.Chmod(bundle, 0o711); err != nil {
+		return nil, err
+	}
 	if !long {
 		// An OOM anywhere in the cgroup (the Sentry's memory is the
 		// sandbox's) ends a one-shot sandbox, as on the container wall.
@@ -108,7 +120,11 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 		} else {
 			args = append(args, "run", "--bundle", bundle, r.id)
 		}
+		// The gofer binds the agent's socket there as the sandbox's root.
 		if err := os.Mkdir(filepath.Join(bundle, "agent"), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(filepath.Join(bundle, "agent"), int(sb.ids.Base), int(sb.ids.Base)); err != nil {
 			return nil, err
 		}
 		if readyR, readyW, err = os.Pipe(); err != nil {
@@ -133,10 +149,11 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if long {
 		// gvisor-init's stdout is the ready pipe; runsc run holds the
-		// sandbox's lock for as long as it lives, and the sandbox lives as
-		// long as runsc run (attached): one process to adopt.
+		// sandbox's lock and its uid lease for as long as it lives, and
+		// the sandbox lives as long as runsc run (attached): one process
+		// to adopt.
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, readyW, saidW
-		cmd.ExtraFiles = []*os.File{sb.lock.File}
+		cmd.ExtraFiles = []*os.File{sb.lock.File, sb.uid.Lock.File}
 		if !o.DieWithCreator {
 			cmd.SysProcAttr.Pdeathsig = 0
 		}
@@ -200,29 +217,30 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		}
 		ready <- started{err: err}
 	}
-	// The workspace's idmapped tree is made in the host's namespace
-	// (detached: nothing of it shows there) and attached in the new one.
+	// The idmapped trees (the image's and, for a long-lived sandbox, the
+	// binary gvisor-init runs from, shifted into the sandbox's ids; the
+	// workspace, whose owner is the sandbox user) are made in the host's
+	// namespace (detached: nothing of them shows there) and attached in
+	// the new one.
+	trees, exeTree, err := rangeTrees(o, sb.ids)
+	for _, fd := range append(trees, exeTree) {
+		if fd >= 0 {
+			defer unix.Close(fd)
+		}
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
 	wsTree := -1
 	if o.Workspace != "" {
-		fd, err := workspaceTree(o.Workspace)
+		fd, err := workspaceTree(o.Workspace, sb.ids)
 		if err != nil {
 			fail(err)
 			return
 		}
 		wsTree = fd
 		defer unix.Close(wsTree)
-	}
-	// So is the binary gvisor-init runs from: this one, as it runs now
-	// (whatever later replaces the file it came from).
-	exeTree := -1
-	if o.AgentSocket != "" {
-		fd, err := mount.ReadOnlyClone("/proc/self/exe")
-		if err != nil {
-			fail(err)
-			return
-		}
-		exeTree = fd
-		defer unix.Close(exeTree)
 	}
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		fail(fmt.Errorf("unshare(CLONE_NEWNS): %w", err))
@@ -233,12 +251,13 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		fail(err)
 		return
 	}
-	l, err := prepare(o, filepath.Join(bundle, "scratch"), wsTree, exeTree, &layers)
+	l, err := prepare(o, filepath.Join(bundle, "scratch"), sb.ids, trees, wsTree, exeTree, &layers)
 	if err != nil {
 		fail(err)
 		return
 	}
 	l.NetNS = netnsPath(o)
+	l.IDs = sb.ids
 	l.Agent = filepath.Join(bundle, "agent")
 	spec, err := bundleSpec(o, l)
 	if err == nil {
@@ -291,17 +310,24 @@ func (sb *Sandbox) start() error {
 // root (the generated layer over the image, writable with
 // --writable-rootfs), the trees' writable overlays, the workspace's
 // overlay; it opens the layers the host reads (into layers) and returns
-// where the bundle's mounts come from.
-func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.Layers) (layout, error) {
+// where the bundle's mounts come from. trees are o.Trees' idmapped
+// clones, one each. What the sandbox sees is owned in its host id range
+// ids: its root's is ids.Base, as the Sentry and the gofer are.
+func prepare(o *wall.Options, scratch string, ids idRange, trees []int, wsTree, exeTree int, layers *wall.Layers) (layout, error) {
 	var l layout
 	p := func(parts ...string) string { return filepath.Join(append([]string{scratch}, parts...)...) }
+	if len(trees) != len(o.Trees) {
+		return l, fmt.Errorf("gvisor wall: %d trees for %d", len(trees), len(o.Trees))
+	}
 	if err := os.Mkdir(scratch, 0o700); err != nil {
 		return l, err
 	}
-	if err := mount.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=700", o.DiskBytes)); err != nil {
+	// Root's and traversable: the gofer opens the root and the mounts'
+	// sources below as the sandbox's root.
+	if err := mount.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=711", o.DiskBytes)); err != nil {
 		return l, err
 	}
-	for _, d := range []string{"gen", "root", "rw/upper", "rw/work", "tmp", "home", "wsempty", "ws/upper", "ws/work", "ws/merged", "ws/lower", "bin"} {
+	for _, d := range []string{"gen", "root", "rw/upper", "rw/work", "tmp", "home", "wsempty", "ws/upper", "ws/work", "ws/merged", "ws/lower", "bin", "lower"} {
 		if err := os.MkdirAll(p(d), 0o755); err != nil {
 			return l, err
 		}
@@ -309,12 +335,13 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 	if err := unix.Chmod(p("tmp"), 0o1777); err != nil {
 		return l, err
 	}
-	for _, d := range []string{"home", "wsempty", "ws/upper"} {
-		if err := os.Chown(p(d), wall.SandboxUID, wall.SandboxUID); err != nil {
+	user, _ := ids.host(wall.SandboxUID)
+	for d, id := range map[string]uint32{"home": user, "wsempty": user, "ws/upper": user, "tmp": ids.Base, "rw/upper": ids.Base, "bin": ids.Base} {
+		if err := os.Chown(p(d), int(id), int(id)); err != nil {
 			return l, err
 		}
 	}
-	if err := generate(p("gen"), o); err != nil {
+	if err := generate(p("gen"), o, ids); err != nil {
 		return l, err
 	}
 	if o.Restore != nil {
@@ -326,6 +353,20 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 			if err := copyDir(filepath.Join(o.Restore.Dir, checkpointScratch, d), p(d)); err != nil {
 				return l, fmt.Errorf("restore /%s: %w", d, err)
 			}
+			if err := shiftIDs(p(d), ids); err != nil {
+				return l, fmt.Errorf("restore /%s: %w", d, err)
+			}
+		}
+	}
+	// The image's trees, as the sandbox's ids own them.
+	lower := make([]string, len(trees))
+	for i, fd := range trees {
+		lower[i] = p("lower", strconv.Itoa(i))
+		if err := os.Mkdir(lower[i], 0o755); err != nil {
+			return l, err
+		}
+		if err := mount.MoveTo(fd, lower[i]); err != nil {
+			return l, err
 		}
 	}
 	l.Tmp, l.Home = p("tmp"), p("home")
@@ -344,12 +385,12 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 	switch {
 	case full && o.Writable:
 		l.Root = p("root")
-		if err := overlay(l.Root, p("gen")+":"+o.Trees[0].HostPath, p("rw/upper"), p("rw/work")); err != nil {
+		if err := overlay(l.Root, p("gen")+":"+lower[0], p("rw/upper"), p("rw/work")); err != nil {
 			return l, err
 		}
 	case full:
 		l.Root = p("root")
-		if err := overlay(l.Root, p("gen")+":"+o.Trees[0].HostPath, "", ""); err != nil {
+		if err := overlay(l.Root, p("gen")+":"+lower[0], "", ""); err != nil {
 			return l, err
 		}
 	case o.Writable:
@@ -365,7 +406,7 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 			continue
 		}
 		if !o.Writable {
-			l.Trees = append(l.Trees, t.HostPath)
+			l.Trees = append(l.Trees, lower[i])
 			continue
 		}
 		l.TreesRW = true
@@ -375,7 +416,10 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 				return l, err
 			}
 		}
-		if err := overlay(sub+"/merged", t.HostPath, sub+"/upper", sub+"/work"); err != nil {
+		if err := os.Chown(sub+"/upper", int(ids.Base), int(ids.Base)); err != nil {
+			return l, err
+		}
+		if err := overlay(sub+"/merged", lower[i], sub+"/upper", sub+"/work"); err != nil {
 			return l, err
 		}
 		l.Trees = append(l.Trees, sub+"/merged")
@@ -385,14 +429,14 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 	// (overlayfs_stale_read), and a checkpoint restores only into the
 	// mounts it was taken with, whichever workspace the restored sandbox
 	// has.
-	lower := p("wsempty")
+	wsLower := p("wsempty")
 	if o.Workspace != "" {
 		if err := mount.MoveTo(wsTree, p("ws/lower")); err != nil {
 			return l, err
 		}
-		lower = p("ws/lower")
+		wsLower = p("ws/lower")
 	}
-	if err := overlay(p("ws/merged"), lower, p("ws/upper"), p("ws/work")); err != nil {
+	if err := overlay(p("ws/merged"), wsLower, p("ws/upper"), p("ws/work")); err != nil {
 		return l, err
 	}
 	changes, merged := p("ws/upper"), p("ws/merged")
@@ -425,11 +469,47 @@ func overlay(target, lower, upper, work string) error {
 	return mount.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 }
 
+// rangeTrees are detached, read-only, idmapped clones in which host id n
+// appears as ids' n (root's files as the sandbox's root's): one per tree
+// of o's image, and, for a long-lived sandbox, one of the binary
+// gvisor-init runs from (this one, as it runs now, whatever later
+// replaces the file it came from; -1 for a one-shot). The Sentry sees its
+// files' owners through its user namespace, which maps ids alone.
+func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) {
+	exe = -1
+	if len(o.Trees) == 0 && o.AgentSocket == "" {
+		return nil, exe, nil
+	}
+	ns, done, err := userns([]syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}})
+	if err != nil {
+		return nil, exe, err
+	}
+	defer done()
+	for _, t := range o.Trees {
+		fd, err := mount.IdmappedTree(t.HostPath, int(ns.Fd()), true)
+		if err != nil {
+			return trees, exe, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		trees = append(trees, fd)
+	}
+	if o.AgentSocket != "" {
+		self, err := os.Open("/proc/self/exe")
+		if err != nil {
+			return trees, exe, err
+		}
+		defer self.Close()
+		if exe, err = mount.IdmappedTree(fmt.Sprintf("/proc/self/fd/%d", self.Fd()), int(ns.Fd()), true); err != nil {
+			return trees, -1, fmt.Errorf("%w: the binary gvisor-init runs from: %v", errdefs.ErrUnavailable, err)
+		}
+	}
+	return trees, exe, nil
+}
+
 // workspaceTree is a detached, read-only, idmapped tree of the host's
-// workspace directory in which its owner appears as the sandbox user
-// (gVisor shows the host's ids: without the mapping the sandbox user could
-// not write the files it was given).
-func workspaceTree(dir string) (int, error) {
+// workspace directory in which its owner appears as the sandbox user of
+// ids (so that the sandbox user may write the files it was given); other
+// owners stay unmapped.
+func workspaceTree(dir string, ids idRange) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return -1, fmt.Errorf("%w: --workspace %s: %v", errdefs.ErrNotFound, dir, err)
@@ -437,7 +517,10 @@ func workspaceTree(dir string) (int, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
-	ns, done, err := userns(st.Uid, st.Gid)
+	user, _ := ids.host(wall.SandboxUID)
+	ns, done, err := userns(
+		[]syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(user), Size: 1}},
+		[]syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(user), Size: 1}})
 	if err != nil {
 		return -1, err
 	}
@@ -450,16 +533,21 @@ func workspaceTree(dir string) (int, error) {
 }
 
 // userns starts a short-lived process (`airlock userns-hold`, this
-// binary) owning a user namespace that maps uid and gid to the sandbox
-// user, and returns the namespace; done ends the process.
-func userns(uid, gid uint32) (*os.File, func(), error) {
+// binary) owning a user namespace with the uid map uids and the gid map
+// gids (uids again when none is given), and returns the namespace; done
+// ends the process.
+func userns(uids []syscall.SysProcIDMap, gids ...[]syscall.SysProcIDMap) (*os.File, func(), error) {
+	g := uids
+	if len(gids) > 0 {
+		g = gids[0]
+	}
 	hold := exec.Command("/proc/self/exe", "userns-hold")
 	hold.Args[0] = "airlock"
 	hold.Env = []string{}
 	hold.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  unix.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: wall.SandboxUID, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: wall.SandboxUID, Size: 1}},
+		UidMappings: uids,
+		GidMappings: g,
 		Pdeathsig:   syscall.SIGKILL,
 	}
 	stdin, err := hold.StdinPipe()
@@ -487,9 +575,10 @@ func openPath(p string) (*os.File, error) {
 }
 
 // generate writes the top layer: the mount points, then o.Files (passwd,
-// group, hosts, the image's symlinks), owned as given: gVisor shows the
-// host's ids as they are.
-func generate(gen string, o *wall.Options) error {
+// group, hosts, the image's symlinks), owned as given inside the sandbox's
+// ids (the Sentry sees host id ids.Base+n as n); what it makes for itself
+// is the sandbox root's.
+func generate(gen string, o *wall.Options, ids idRange) error {
 	for _, d := range mountPoints(o) {
 		if err := os.MkdirAll(filepath.Join(gen, d), 0o755); err != nil {
 			return err
@@ -521,9 +610,27 @@ func generate(gen string, o *wall.Options) error {
 				return err
 			}
 		}
-		if err := unix.Lchown(p, int(f.UID), int(f.GID)); err != nil {
+		uid, uok := ids.host(f.UID)
+		gid, gok := ids.host(f.GID)
+		if !uok || !gok {
+			return fmt.Errorf("gvisor wall: file %q owned by %d:%d, outside the sandbox's ids", f.Path, f.UID, f.GID)
+		}
+		if err := unix.Lchown(p, int(uid), int(gid)); err != nil {
 			return fmt.Errorf("lchown %s: %w", p, err)
 		}
 	}
-	return nil
+	// The directories made above (mount points, files' parents).
+	return filepath.WalkDir(gen, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Uid != 0 {
+			return nil
+		}
+		return unix.Lchown(p, int(ids.Base), int(ids.Base))
+	})
 }

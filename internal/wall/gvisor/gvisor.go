@@ -17,7 +17,12 @@
 // runsc, never the cgroup freezer (pause.go says why). A long-lived
 // sandbox's first process
 // is airlock's gvisor-init serving the agent (longlived.go), and is adopted
-// again after a restart. It imports internal/wall, internal/linux/*,
+// again after a restart. The Sentry and the gofer never run as host root:
+// runsc starts them in a user namespace (the bundle's) mapped to a host
+// uid range leased for the sandbox from the pool the container wall
+// leases from (internal/wall/uidlease), and the image's trees, the
+// generated layer and the workspace are shown owned in that range. It
+// imports internal/wall, internal/wall/uidlease, internal/linux/*,
 // internal/errdefs, internal/cleanup and nsinit (for gvisor-init's wire
 // type), nothing above.
 //
@@ -40,6 +45,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/uidlease"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,6 +61,7 @@ type Wall struct {
 	dir     string // STATE_DIR/gvisor
 	log     *slog.Logger
 	cgroups *cgroup.Host
+	leases  *uidlease.Pool
 	runsc   string
 
 	once  sync.Once
@@ -81,18 +88,26 @@ func New(stateDir, runscPath string, log *slog.Logger) (*Wall, error) {
 	if runscPath == "" {
 		runscPath = DefaultRunsc
 	}
-	w := &Wall{dir: filepath.Join(stateDir, "gvisor"), log: log, runsc: runscPath}
+	w := &Wall{dir: filepath.Join(stateDir, "gvisor"), log: log, runsc: runscPath, leases: uidlease.Of(stateDir)}
 	cg, err := cgroup.Detect()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	cg.Parent = Scope(stateDir)
 	w.cgroups = cg
-	for _, d := range []string{w.dir, filepath.Join(w.dir, lockDir), filepath.Join(w.dir, bundleDir), filepath.Join(w.dir, runscRoot)} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	// A sandbox's gofer opens its bundle's root as the sandbox's root (a
+	// leased uid): the way there is traversable, not readable.
+	for _, d := range []struct {
+		p    string
+		mode os.FileMode
+	}{
+		{stateDir, 0o711}, {w.dir, 0o711}, {filepath.Join(w.dir, bundleDir), 0o711},
+		{filepath.Join(w.dir, lockDir), 0o700}, {filepath.Join(w.dir, runscRoot), 0o700}, {w.leases.Dir, 0o700},
+	} {
+		if err := os.MkdirAll(d.p, d.mode); err != nil {
 			return nil, fmt.Errorf("create state directory: %w", err)
 		}
-		if err := os.Chmod(d, 0o700); err != nil {
+		if err := os.Chmod(d.p, d.mode); err != nil {
 			return nil, err
 		}
 	}
@@ -173,6 +188,8 @@ func (w *Wall) GC() (removed []string, err error) {
 		seen[id] = true
 	}
 	var errs []error
+	// uid leases of dead holders (a runsc run killed with its sandbox).
+	w.leases.Reap()
 	for id := range seen {
 		l, lerr := lockfile.TryLock(w.lockPath(id))
 		if lerr != nil {

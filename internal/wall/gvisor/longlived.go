@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -77,6 +78,7 @@ func saidIn(bundle string, err error) string {
 // name in the shared directory stays the sandbox's: gVisor remembers the
 // socket there, and removes it before a checkpoint (a restored sandbox
 // looks again for every name it remembers).
+// The gofer bound it as the sandbox's root: it becomes root's.
 func moveSocket(src, dst string) error {
 	if len(dst) >= 108 {
 		return fmt.Errorf("agent socket path %s is too long", dst)
@@ -92,6 +94,10 @@ func moveSocket(src, dst string) error {
 	if err := unix.Lstat(dst, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		_ = os.Remove(dst)
 		return fmt.Errorf("%w: the agent's socket is not a socket", errdefs.ErrUnavailable)
+	}
+	if err := unix.Lchown(dst, 0, 0); err != nil {
+		_ = os.Remove(dst)
+		return err
 	}
 	return unix.Chmod(dst, 0o600)
 }
@@ -131,6 +137,9 @@ func (w *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 		}
 	}()
+	if sb.ids, err = bundleIDs(w.bundle(id)); err != nil {
+		return nil, gone(err.Error())
+	}
 	if sb.layers, err = reopenLayers(pid, filepath.Join(w.bundle(id), "scratch")); err != nil {
 		return nil, err
 	}
@@ -149,6 +158,24 @@ func (w *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 		close(sb.exited)
 	}()
 	return sb, nil
+}
+
+// bundleIDs is the host id range the bundle at bundle (root's, written by
+// Create) maps the sandbox's user namespace to.
+func bundleIDs(bundle string) (idRange, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return idRange{}, err
+	}
+	var s ociSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return idRange{}, fmt.Errorf("its bundle: %v", err)
+	}
+	if len(s.Linux.UIDMappings) != 1 || s.Linux.UIDMappings[0].ContainerID != 0 || s.Linux.UIDMappings[0].HostID == 0 {
+		return idRange{}, fmt.Errorf("its bundle maps uids %+v", s.Linux.UIDMappings)
+	}
+	m := s.Linux.UIDMappings[0]
+	return idRange{Base: m.HostID, Size: m.Size}, nil
 }
 
 // isRunscRun reports whether pid runs `runsc ... run --bundle bundle id`
@@ -229,9 +256,14 @@ func (w *Wall) Discard(id string) error {
 	return err
 }
 
-// releaseLock gives up the sandbox's lock: its own, or (adopted) the one
-// runsc run held, free once it is gone.
+// releaseLock gives up the sandbox's lock and uid lease: its own, or
+// (adopted) the ones runsc run held, free once it is gone.
 func (sb *Sandbox) releaseLock() {
+	if sb.uid != nil {
+		sb.uid.Lock.Release()
+	} else {
+		sb.w.leases.Reap()
+	}
 	if sb.lock != nil {
 		sb.lock.Release()
 	} else if l, err := lockfile.TryLock(sb.w.lockPath(sb.id)); err == nil && l != nil {

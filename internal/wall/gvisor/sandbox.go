@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/uidlease"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +22,9 @@ import (
 type Sandbox struct {
 	id      string
 	w       *Wall
-	lock    *lockfile.Lock // nil when adopted (runsc run holds it)
+	lock    *lockfile.Lock  // nil when adopted (runsc run holds it)
+	uid     *uidlease.Range // the lease; nil when adopted (runsc run holds it)
+	ids     idRange         // the sandbox's host ids
 	cg      *cgroup.Cgroup
 	cmd     *exec.Cmd // nil when adopted
 	pid     int
@@ -133,9 +136,9 @@ func (sb *Sandbox) MemoryCurrent() int64 { return sb.cg.MemoryCurrent() }
 // Layers are the descriptors of what the sandbox wrote.
 func (sb *Sandbox) Layers() wall.Layers { return sb.layers }
 
-// UIDBase is 0: gVisor shows the host's ids as they are (its Sentry
-// answers for them; no uid range is leased).
-func (sb *Sandbox) UIDBase() (uint32, error) { return 0, nil }
+// UIDBase is the host uid the sandbox's root is: the first of its leased
+// range, which the Sentry and the gofer run as and its files are owned in.
+func (sb *Sandbox) UIDBase() (uint32, error) { return sb.ids.Base, nil }
 
 // Destroy kills what is left, waits for runsc, and removes runsc's state,
 // the bundle, the cgroup and the lock. The layers stay open until

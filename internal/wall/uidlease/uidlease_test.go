@@ -1,4 +1,4 @@
-package container
+package uidlease
 
 import (
 	"os"
@@ -7,11 +7,11 @@ import (
 
 func TestLeaseLocksExclude(t *testing.T) {
 	dir := t.TempDir()
-	u := &uidLeases{dir: dir, first: firstUID, size: uidsPerSlot, slots: 3}
-	var got []*UIDRange
+	u := &Pool{Dir: dir, First: First, Size: Size, Slots: 3}
+	var got []*Range
 	seen := map[uint32]bool{}
 	for i := 0; i < 3; i++ {
-		r, err := u.acquire()
+		r, err := u.Acquire()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -21,16 +21,16 @@ func TestLeaseLocksExclude(t *testing.T) {
 		seen[r.Base] = true
 		got = append(got, r)
 	}
-	if _, err := u.acquire(); err == nil {
+	if _, err := u.Acquire(); err == nil {
 		t.Fatal("a fourth lease out of three slots")
 	}
-	got[1].lock.Release()
-	r, err := u.acquire()
+	got[1].Lock.Release()
+	r, err := u.Acquire()
 	if err != nil || r.Base != got[1].Base {
 		t.Fatalf("released range not reused: %v %v", r, err)
 	}
 	for _, g := range append(got, r) {
-		g.lock.Release()
+		g.Lock.Release()
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("lease files left: %v", ents)
