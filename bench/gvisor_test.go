@@ -116,42 +116,6 @@ func BenchmarkGVisorColdStart(b *testing.B) {
 	b.Logf("%d runs each: airlock run --isolation gvisor median %.1f ms, runsc run %.1f ms, ratio %.2fx", runs, am, rm, am/rm)
 }
 
-// BenchmarkGVisorExec: `true` through the SDK in a live gvisor sandbox
-// and in a live container sandbox of the same daemon, alternated.
-func BenchmarkGVisorExec(b *testing.B) {
-	needRunsc(b)
-	d := startServe(b)
-	ctx := context.Background()
-	ids := map[string]string{
-		"container": d.create(b, &api.CreateSandbox{}),
-		"gvisor":    d.create(b, &api.CreateSandbox{Isolation: "gvisor"}),
-	}
-	for i := 0; i < 20; i++ {
-		for _, id := range ids {
-			_, _ = d.tenant.Exec(ctx, id, trueCmd, nil, nil)
-		}
-	}
-	runs := max(b.N, 300)
-	took := map[string][]time.Duration{}
-	for i := 0; i < runs; i++ {
-		for _, wall := range []string{"container", "gvisor"} {
-			start := time.Now()
-			if _, err := d.tenant.Exec(ctx, ids[wall], trueCmd, nil, nil); err != nil {
-				b.Fatal(err)
-			}
-			took[wall] = append(took[wall], time.Since(start))
-		}
-	}
-	c50, g50 := percentile(took["container"], 0.5), percentile(took["gvisor"], 0.5)
-	b.ReportMetric(c50, "container-p50-ms")
-	b.ReportMetric(g50, "gvisor-p50-ms")
-	b.ReportMetric(percentile(took["gvisor"], 0.99), "gvisor-p99-ms")
-	b.ReportMetric(g50/c50, "ratio")
-	b.ReportMetric(0, "ns/op")
-	b.Logf("%d execs each: gvisor p50 %.2f ms p99 %.2f ms; container p50 %.2f ms p99 %.2f ms (ratio %.1fx)", runs,
-		g50, percentile(took["gvisor"], 0.99), c50, percentile(took["container"], 0.99), g50/c50)
-}
-
 // BenchmarkGVisorIdleMemory: host memory per idle gvisor sandbox at 50
 // sandboxes (their processes' PSS, the kernel memory their cgroups
 // account, the daemon's growth), beside runsc's own idle cost: the PSS of

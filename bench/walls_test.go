@@ -16,6 +16,7 @@ import (
 // `airlock run -- true` of each wall. The gvisor wall needs runsc
 // installed (scripts/runsc.sh).
 func BenchmarkServeExecByWall(b *testing.B) {
+	needRunsc(b)
 	d := startServe(b)
 	ctx := context.Background()
 	walls := []string{"container", "gvisor"}
