@@ -95,12 +95,14 @@ func startDaemonWith(t *testing.T, bin, data string, extra ...string) *daemonPro
 
 // daemonOpts start a daemon elsewhere than the defaults: another binary,
 // inside a network namespace (the fake internet's stand-in host), with
-// extra environment, on another state directory than the suite's.
+// extra environment, on another state directory than the suite's, with a
+// wall of a walls case as the default of its creates (wallserve_test.go).
 type daemonOpts struct {
 	bin      string
 	fi       *fakeInternet
 	env      []string
 	stateDir string
+	wall     wallCase
 }
 
 func startDaemonOpts(t *testing.T, o daemonOpts, data string, extra ...string) *daemonProc {
@@ -110,7 +112,7 @@ func startDaemonOpts(t *testing.T, o daemonOpts, data string, extra ...string) *
 	if o.stateDir != "" {
 		state = o.stateDir
 	}
-	args := append([]string{"--state-dir", state, "--data-dir", data, "serve", "--socket", d.sock}, extra...)
+	args := append(append([]string{"--state-dir", state, "--data-dir", data, "serve", "--socket", d.sock}, o.wall.serve...), extra...)
 	d.cmd = exec.Command(o.bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if o.env != nil {
@@ -169,6 +171,16 @@ func startDaemonOpts(t *testing.T, o daemonOpts, data string, extra ...string) *
 	d.admin = d.client(t, strings.TrimSpace(string(key)))
 	if err := d.admin.Health(context.Background()); err != nil {
 		t.Fatalf("health: %v", err)
+	}
+	if o.wall.name != "" {
+		// Before the daemon stops (cleanups run last first).
+		t.Cleanup(func() {
+			select {
+			case <-done:
+			default:
+				d.madeOnlyOn(t, o.wall.name)
+			}
+		})
 	}
 	return d
 }

@@ -18,11 +18,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// wallCase is a wall the isolation tests run on, and the flags by which
-// `airlock run` picks it.
+// wallCase is a wall the tests run on, the flags by which `airlock run`,
+// `create` and `mcp` pick it, and those by which `airlock serve` makes it
+// the wall of every create that names none.
 type wallCase struct {
 	name  string
 	flags []string
+	serve []string
 }
 
 // walls are every wall a one-shot run can have. Each isolation test runs
@@ -30,17 +32,18 @@ type wallCase struct {
 // says so and why the difference is still safe.
 var walls = []wallCase{
 	{name: "container"},
-	{name: "gvisor", flags: []string{"--isolation", "gvisor"}},
+	{name: "gvisor", flags: []string{"--isolation", "gvisor"}, serve: []string{"--default-isolation", "gvisor"}},
 }
 
 // forEachWall runs f as a subtest per wall. A gVisor subtest needs runsc
-// (see needRunsc) and must leave nothing behind.
+// (see needRunsc) and must leave nothing behind once everything it made
+// is gone (its daemons too: the check is its first cleanup, so its last).
 func forEachWall(t *testing.T, f func(t *testing.T, w wallCase)) {
 	for _, w := range walls {
 		t.Run(w.name, func(t *testing.T) {
 			if w.name == "gvisor" {
 				needRunsc(t)
-				defer noGVisorResidue(t)
+				t.Cleanup(func() { noGVisorResidue(t) })
 			}
 			f(t, w)
 		})
