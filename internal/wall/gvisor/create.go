@@ -222,6 +222,13 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		exeTree = fd
 		defer unix.Close(exeTree)
 	}
+	// And the image's trees (cloneTrees).
+	trees, err := cloneTrees(o.Trees)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer closeTrees(trees)
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		fail(fmt.Errorf("unshare(CLONE_NEWNS): %w", err))
 		return
@@ -231,7 +238,7 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		fail(err)
 		return
 	}
-	l, err := prepare(o, filepath.Join(bundle, "scratch"), wsTree, exeTree, &layers)
+	l, err := prepare(o, filepath.Join(bundle, "scratch"), trees, wsTree, exeTree, &layers)
 	if err != nil {
 		fail(err)
 		return
@@ -289,8 +296,9 @@ func (sb *Sandbox) start() error {
 // root (the generated layer over the image, writable with
 // --writable-rootfs), the trees' writable overlays, the workspace's
 // overlay; it opens the layers the host reads (into layers) and returns
-// where the bundle's mounts come from.
-func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.Layers) (layout, error) {
+// where the bundle's mounts come from. trees are the clones of o.Trees
+// (cloneTrees).
+func prepare(o *wall.Options, scratch string, trees []int, wsTree, exeTree int, layers *wall.Layers) (layout, error) {
 	var l layout
 	p := func(parts ...string) string { return filepath.Join(append([]string{scratch}, parts...)...) }
 	if err := os.Mkdir(scratch, 0o700); err != nil {
@@ -299,7 +307,7 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 	if err := mount.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=700", o.DiskBytes)); err != nil {
 		return l, err
 	}
-	for _, d := range []string{"gen", "root", "rw/upper", "rw/work", "tmp", "home", "wsempty", "ws/upper", "ws/work", "ws/merged", "ws/lower", "bin"} {
+	for _, d := range []string{"gen", "root", "rw/upper", "rw/work", "tmp", "home", "wsempty", "ws/upper", "ws/work", "ws/merged", "ws/lower", "bin", "trees"} {
 		if err := os.MkdirAll(p(d), 0o755); err != nil {
 			return l, err
 		}
@@ -326,17 +334,21 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 		}
 		l.Bin = p("bin")
 	}
+	src, err := attachTrees(trees, p("trees"))
+	if err != nil {
+		return l, err
+	}
 	// The root.
 	full := len(o.Trees) > 0 && o.Trees[0].Target == "/"
 	switch {
 	case full && o.Writable:
 		l.Root = p("root")
-		if err := overlay(l.Root, p("gen")+":"+o.Trees[0].HostPath, p("rw/upper"), p("rw/work")); err != nil {
+		if err := overlay(l.Root, p("gen")+":"+src[0], p("rw/upper"), p("rw/work")); err != nil {
 			return l, err
 		}
 	case full:
 		l.Root = p("root")
-		if err := overlay(l.Root, p("gen")+":"+o.Trees[0].HostPath, "", ""); err != nil {
+		if err := overlay(l.Root, p("gen")+":"+src[0], "", ""); err != nil {
 			return l, err
 		}
 	case o.Writable:
@@ -352,7 +364,7 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 			continue
 		}
 		if !o.Writable {
-			l.Trees = append(l.Trees, t.HostPath)
+			l.Trees = append(l.Trees, src[i])
 			continue
 		}
 		l.TreesRW = true
@@ -362,7 +374,7 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 				return l, err
 			}
 		}
-		if err := overlay(sub+"/merged", t.HostPath, sub+"/upper", sub+"/work"); err != nil {
+		if err := overlay(sub+"/merged", src[i], sub+"/upper", sub+"/work"); err != nil {
 			return l, err
 		}
 		l.Trees = append(l.Trees, sub+"/merged")
@@ -380,7 +392,6 @@ func prepare(o *wall.Options, scratch string, wsTree, exeTree int, layers *wall.
 		changes, merged = p("ws/upper"), p("ws/merged")
 	}
 	l.Workspace = merged
-	var err error
 	if layers.WorkspaceUpper, err = openPath(changes); err != nil {
 		return l, err
 	}
