@@ -190,8 +190,10 @@ func TestCLIJSON(t *testing.T) {
 // it started, stdout and stderr apart; --follow goes on to its end; the
 // daemon keeps the newest 1 MiB, and says how much went; another tenant
 // finds no sandbox.
-func TestServeLogs(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+func TestServeLogs(t *testing.T) { forEachWall(t, serveLogs) }
+
+func serveLogs(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	akey := newTenantKey(t, d, "logsa")
 	cli := cliOf(d, akey)
 	bob := cliOf(d, newTenantKey(t, d, "logsb"))

@@ -99,8 +99,10 @@ func localTree(t *testing.T, dir string) string {
 // Regression (issue 14): cp failed unless DEST existed, and a file nested
 // more than one level under /workspace could not be copied out. cp now
 // follows docker cp's table, one row per case, both ways.
-func TestServeCpLikeDockerCp(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+func TestServeCpLikeDockerCp(t *testing.T) { forEachWall(t, serveCpLikeDockerCp) }
+
+func serveCpLikeDockerCp(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	c, key := filesTenant(t, d, "cpdocker")
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
@@ -250,8 +252,10 @@ func sandboxSHA256(t *testing.T, c *client.Client, id, p string) string {
 // 64 MiB (and write's error pointed at cp, which refused too). A 90 MiB
 // file goes in and out by write, cat and cp, whole; the file.write record
 // has its size and digest, computed as it streamed.
-func TestServeLargeFiles(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+func TestServeLargeFiles(t *testing.T) { forEachWall(t, serveLargeFiles) }
+
+func serveLargeFiles(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	c, key := filesTenant(t, d, "bigfiles")
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{DiskBytes: 1 << 30, MemoryBytes: 1 << 30}})
@@ -411,7 +415,11 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // full disk, a client that goes away, a secret the policy blocks) leaves
 // the target exactly as it was, and no stage behind.
 func TestServeFailedUploadChangesNothing(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveFailedUploadChangesNothing)
+}
+
+func serveFailedUploadChangesNothing(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	c, key := filesTenant(t, d, "failedup")
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{DiskBytes: 64 << 20}})

@@ -165,9 +165,11 @@ func toolErrors(t *testing.T, cs *sdk.ClientSession) {
 	}
 }
 
-func TestMCPStdio(t *testing.T) {
+func TestMCPStdio(t *testing.T) { forEachWall(t, mcpStdioSessions) }
+
+func mcpStdioSessions(t *testing.T, w wallCase) {
 	proj := buggyProject(t)
-	cs, cmd, stderr := mcpStdio(t, "--workspace", proj, "--allow", "allowed.test")
+	cs, cmd, stderr := mcpStdio(t, append(w.flags, "--workspace", proj, "--allow", "allowed.test")...)
 	fixTheTest(t, cs)
 	toolErrors(t, cs)
 
@@ -188,7 +190,7 @@ func TestMCPStdio(t *testing.T) {
 	}
 
 	// Another session has a sandbox of its own.
-	other, otherCmd, _ := mcpStdio(t, "--workspace", proj)
+	other, otherCmd, _ := mcpStdio(t, append(w.flags, "--workspace", proj)...)
 	if _, isErr := call(t, other, "write_file", map[string]any{"path": "/tmp/mine", "content": "other"}); isErr {
 		t.Fatal("write in the other session")
 	}
@@ -273,8 +275,10 @@ func unixHTTP(sock, key string) *http.Client {
 	}}}
 }
 
-func TestServeMCP(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+func TestServeMCP(t *testing.T) { forEachWall(t, serveMCP) }
+
+func serveMCP(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp", Roots: []string{testRoot(t)}})
 	if err != nil {

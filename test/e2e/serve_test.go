@@ -246,8 +246,10 @@ func run(t *testing.T, c *client.Client, id string, req *api.Exec) (string, stri
 
 func sh(script string) *api.Exec { return &api.Exec{Cmd: []string{"sh", "-c", script}} }
 
-func TestServeSandboxLifecycle(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+func TestServeSandboxLifecycle(t *testing.T) { forEachWall(t, serveSandboxLifecycle) }
+
+func serveSandboxLifecycle(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	alice := d.tenant(t, "alice", api.Quotas{})
 	bob := d.tenant(t, "bob", api.Quotas{})
@@ -277,7 +279,7 @@ func TestServeSandboxLifecycle(t *testing.T) {
 
 	t.Run("diff", func(t *testing.T) { lifecycleDiff(t, ctx, alice, ws, id) })
 
-	t.Run("isolation", func(t *testing.T) { lifecycleIsolation(t, d, alice, id) })
+	t.Run("isolation", func(t *testing.T) { lifecycleIsolation(t, w, d, alice, id) })
 
 	t.Run("tenants", func(t *testing.T) { lifecycleTenants(t, ctx, alice, bob, id) })
 
@@ -486,15 +488,17 @@ func lifecycleDiff(t *testing.T, ctx context.Context, alice *client.Client, ws s
 	}
 }
 
-func lifecycleIsolation(t *testing.T, d *daemonProc, alice *client.Client, id string) {
+// lifecycleIsolation: the attack helper's cases in a long-lived sandbox
+// on w; what the gVisor wall answers otherwise is attackCases'.
+func lifecycleIsolation(t *testing.T, w wallCase, d *daemonProc, alice *client.Client, id string) {
 	for _, c := range []string{"read-host", "write-outside", "host-procs", "ptrace", "fds", "mount", "userns", "keyctl", "tiocsti", "caps"} {
 		req := &api.Exec{Cmd: []string{"/workspace/attack", c}}
 		if c == "tiocsti" {
 			req.TTY = &api.TTY{Rows: 24, Cols: 80} // the attack needs a terminal
 		}
 		out, _, end := run(t, alice, id, req)
-		if strings.Contains(out, "VULNERABLE") || end.ExitCode != 0 {
-			t.Errorf("attack %s: %s %+v", c, out, end)
+		if found, code := findings(out, allowedOn(w, c)); len(found) > 0 || end.ExitCode != code {
+			t.Errorf("attack %s on the %s wall: %q\n%s %+v", c, w.name, found, out, end)
 		}
 	}
 	out, _, end := run(t, alice, id, &api.Exec{Cmd: []string{"/workspace/attack", "agent", filepath.Join(stateDir, "agents", id+".sock"), d.sock}})
@@ -537,8 +541,10 @@ func lifecyclePause(t *testing.T, ctx context.Context, alice *client.Client, id 
 	}
 }
 
-func TestServeQuotasAndKillSwitch(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+func TestServeQuotasAndKillSwitch(t *testing.T) { forEachWall(t, serveQuotasAndKillSwitch) }
+
+func serveQuotasAndKillSwitch(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	small := d.tenant(t, "small", api.Quotas{MaxSandboxes: 2, MaxMemory: 3 << 30, MaxCPUs: 1.5})
 	a, err := small.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 1 << 30, CPUs: 1}})
@@ -611,8 +617,10 @@ func TestServeCPUBudget(t *testing.T) {
 	noResidue(t)
 }
 
-func TestServeExpiry(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+func TestServeExpiry(t *testing.T) { forEachWall(t, serveExpiry) }
+
+func serveExpiry(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	c := d.tenant(t, "exp", api.Quotas{})
 	ttl, err := c.CreateSandbox(ctx, &api.CreateSandbox{TTL: "2s"})
@@ -690,9 +698,11 @@ func TestServeLimitsStopTheCommandNotTheSandbox(t *testing.T) {
 	noResidue(t)
 }
 
-func TestServeRestartAdopts(t *testing.T) {
+func TestServeRestartAdopts(t *testing.T) { forEachWall(t, serveRestartAdopts) }
+
+func serveRestartAdopts(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "r", Roots: []string{testRoot(t)}})
 	if err != nil {
@@ -749,7 +759,7 @@ func TestServeRestartAdopts(t *testing.T) {
 	// While no daemon runs, one sandbox's init dies (a host event), and
 	// another's record no longer names its init (it cannot be adopted: it
 	// must not run on unadopted either).
-	_ = syscall.Kill(initPid(t, lost.ID), syscall.SIGKILL)
+	_ = syscall.Kill(w.initPid(t, lost.ID), syscall.SIGKILL)
 	db, err := store.Open(filepath.Join(data, "airlock.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -779,7 +789,7 @@ func TestServeRestartAdopts(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	d2 := startDaemonWith(t, newer, data)
+	d2 := w.startDaemonWith(t, newer, data)
 	c = d2.client(t, tn.Key)
 	if out, _, _ := run(t, c, netbox.ID, fetch); !strings.HasPrefix(out, "STATUS 403") {
 		t.Errorf("the adopted proxy-mode sandbox's proxy: %q", out)
@@ -803,10 +813,10 @@ func TestServeRestartAdopts(t *testing.T) {
 	if err != nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "not in its cgroup") {
 		t.Errorf("an unadoptable sandbox: %+v %v", got, err)
 	}
-	if len(cgroupProcs(stray.ID)) != 0 {
+	if len(w.cgroupProcs(stray.ID)) != 0 {
 		t.Error("an unadoptable sandbox runs on")
 	}
-	if len(cgroupProcs(unknown.ID)) != 0 {
+	if len(w.cgroupProcs(unknown.ID)) != 0 {
 		t.Error("a sandbox without a record runs on")
 	}
 	// The adopted short-lived sandbox's TTL still fires.
@@ -978,9 +988,11 @@ func (d *daemonProc) adminKey(t *testing.T) string {
 	return strings.TrimSpace(string(b))
 }
 
-func TestServeCLI(t *testing.T) {
+func TestServeCLI(t *testing.T) { forEachWall(t, serveCLI) }
+
+func serveCLI(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	cli := func(stdin string, env []string, args ...string) result {
 		t.Helper()
 		cmd := exec.Command(airlockBin, append([]string{"--state-dir", stateDir, "--data-dir", data}, args...)...)
@@ -1247,9 +1259,11 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	return certFile, keyFile, pool
 }
 
-func TestServeSnapshots(t *testing.T) {
+func TestServeSnapshots(t *testing.T) { forEachWall(t, serveSnapshots) }
+
+func serveSnapshots(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "snap", api.Quotas{})
 	other := d.tenant(t, "other", api.Quotas{})
@@ -1326,8 +1340,13 @@ func TestServeSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs.Root || hs.Base != "host" || len(hs.Skipped) != 1 {
-		t.Errorf("host-image snapshot: %+v", hs)
+	// What the snapshot leaves out, per wall: the fifo, which a snapshot
+	// does not keep. On the gVisor wall a named pipe is the Sentry's, in
+	// its memory: it never reaches the host's layer (nor diff), so there is
+	// nothing to leave out.
+	skipped := map[string]int{"container": 1, "gvisor": 0}[w.name]
+	if hs.Root || hs.Base != "host" || len(hs.Skipped) != skipped {
+		t.Errorf("host-image snapshot: %+v, want %d skipped", hs, skipped)
 	}
 	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
 		t.Errorf("the snapshot wrote through a link into %s", victim)
@@ -1339,11 +1358,11 @@ func TestServeSnapshots(t *testing.T) {
 	if out, _, _ := run(t, c, h2.ID, sh("readlink /workspace/evil; cat /workspace/plain")); out != victim+"\nx\n" {
 		t.Errorf("from the host-image snapshot: %q", out)
 	}
-	w, err := c.CreateSandbox(ctx, &api.CreateSandbox{WritableRootfs: true})
+	wr, err := c.CreateSandbox(ctx, &api.CreateSandbox{WritableRootfs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Snapshot(ctx, w.ID, "")
+	_, err = c.Snapshot(ctx, wr.ID, "")
 	wantCode(t, "a writable host-image sandbox", err, api.CodeFailedPrecondition)
 
 	// Per-tenant storage quota.

@@ -64,16 +64,7 @@ func attackOn(t *testing.T, w wallCase, extra, allowed []string, args ...string)
 	ws := workspace(t)
 	full := append(append([]string{"run", "--workspace", ws}, w.flags...), extra...)
 	r := airlock(t, "", append(append(full, "--", "/workspace/attack"), args...)...)
-	var found []string
-	for _, l := range strings.Split(r.stdout, "\n") {
-		if f, ok := strings.CutPrefix(l, "VULNERABLE: "); ok && !slices.Contains(allowed, f) {
-			found = append(found, f)
-		}
-	}
-	wantCode := 0
-	if strings.Contains(r.stdout, "VULNERABLE") {
-		wantCode = 1
-	}
+	found, wantCode := findings(r.stdout, allowed)
 	if len(found) > 0 || r.code != wantCode {
 		t.Errorf("attack %v on the %s wall (%v): %q\n%s", args, w.name, extra, found, r)
 	}
@@ -84,6 +75,21 @@ func attackOn(t *testing.T, w wallCase, extra, allowed []string, args ...string)
 		t.Errorf("attack %v on the %s wall changed the host's copy of the helper (%v)", args, w.name, err)
 	}
 	return r
+}
+
+// findings are the helper's findings in out ("VULNERABLE: " lines) but
+// those allowed, and the exit code the helper gives with out: 1 when it
+// found anything, allowed or not.
+func findings(out string, allowed []string) (found []string, code int) {
+	for _, l := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(l, "VULNERABLE: "); ok && !slices.Contains(allowed, f) {
+			found = append(found, f)
+		}
+	}
+	if strings.Contains(out, "VULNERABLE") {
+		code = 1
+	}
+	return found, code
 }
 
 // The sandbox's kernel is the wall's: the host's on the container wall;

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 )
 
 // The daemon's tests run on every wall (forEachWall) through one switch:
@@ -32,6 +33,25 @@ func (w wallCase) startDaemon(t *testing.T, data string, extra ...string) *daemo
 func (w wallCase) startDaemonWith(t *testing.T, bin, data string, extra ...string) *daemonProc {
 	t.Helper()
 	return startDaemonOpts(t, daemonOpts{bin: bin, wall: w}, data, extra...)
+}
+
+// initPid is the host pid a daemon records for sandbox id on w, the one
+// it adopts: init's on the container wall, runsc run's on gvisor.
+func (w wallCase) initPid(t *testing.T, id string) int {
+	t.Helper()
+	if w.name == "gvisor" {
+		return gvisorPid(t, id)
+	}
+	return initPid(t, id)
+}
+
+// cgroupProcs lists the processes of sandbox id's cgroup on w.
+func (w wallCase) cgroupProcs(id string) []int {
+	sc := scope
+	if w.name == "gvisor" {
+		sc = gvisor.Scope(stateDir)
+	}
+	return cgroupProcsOf(sc, id)
 }
 
 // madeOnlyOn fails the test unless every sandbox the daemon's log records
