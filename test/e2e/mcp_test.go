@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
 )
@@ -170,6 +171,15 @@ func TestMCPStdio(t *testing.T) { forEachWall(t, mcpStdioSessions) }
 func mcpStdioSessions(t *testing.T, w wallCase) {
 	proj := buggyProject(t)
 	cs, cmd, stderr := mcpStdio(t, append(w.flags, "--workspace", proj, "--allow", "allowed.test")...)
+	// The session's sandbox is on w: its kernel is the host's on the
+	// container wall only (TestKernelIsTheWalls).
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "uname -r"}); isErr || strings.Contains(out, unix.ByteSliceToString(u.Release[:])) != (w.name == "container") {
+		t.Errorf("uname -r on the %s wall: %s", w.name, out)
+	}
 	fixTheTest(t, cs)
 	toolErrors(t, cs)
 

@@ -293,6 +293,9 @@ func serveSandboxLifecycle(t *testing.T, w wallCase) {
 		t.Errorf("after destroy: %+v %v", got, err)
 	}
 	wantCode(t, "exec after destroy", func() error { _, err := alice.Exec(ctx, id, sh("true"), nil, nil); return err }(), api.CodeNotFound)
+	if _, err := os.Stat(filepath.Join(stateDir, "agents", id+".sock")); !os.IsNotExist(err) {
+		t.Errorf("the agent's socket is left: %v", err)
+	}
 	noResidue(t)
 }
 
