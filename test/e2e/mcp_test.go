@@ -518,13 +518,33 @@ func TestMCPStopsOnASignalDuringACall(t *testing.T) {
 // session's edits were gone. The tool call says the limit stopped the
 // command, and the next call works on the same files.
 func TestMCPMemoryBombKeepsTheSession(t *testing.T) {
-	cs, _, _ := mcpStdio(t, "--workspace", buggyProject(t), "--memory", "64M")
+	forEachWall(t, mcpMemoryBombKeepsTheSession)
+}
+
+// mcpMemoryBombs is what the memory bomb's tool call says on each wall. On
+// the gVisor wall the commands have no cgroup of their own (the host's
+// sees the Sentry: TestServeLimitsStopTheCommandNotTheSandbox): the bomb
+// ends the session's sandbox, and the call says so, with why; the
+// session's later calls are errors.
+var mcpMemoryBombs = map[string]string{
+	"container": "LIMIT (memory): memory limit (48MiB for the commands) exceeded",
+	"gvisor":    "THE SANDBOX ENDED while the command ran: the sandbox's init exited (its agent stopped); its memory limit (64MiB) had been reached",
+}
+
+func mcpMemoryBombKeepsTheSession(t *testing.T, w wallCase) {
+	cs, _, _ := mcpStdio(t, append(w.flags, "--workspace", buggyProject(t), "--memory", "64M")...)
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo kept > /workspace/kept.txt"}); isErr || !strings.Contains(out, "exit code: 0") {
 		t.Fatalf("run_command: %s", out)
 	}
 	out, isErr := call(t, cs, "run_command", map[string]any{"command": "python3 -c 'x = bytearray(1 << 30)'"})
-	if isErr || !strings.Contains(out, "exit code: 137") || !strings.Contains(out, "LIMIT (memory): memory limit (48MiB for the commands) exceeded") {
+	if isErr || !strings.Contains(out, "exit code: 137") || !strings.Contains(out, mcpMemoryBombs[w.name]) {
 		t.Fatalf("the memory bomb's answer: %s", out)
+	}
+	if w.name == "gvisor" {
+		if out, isErr := call(t, cs, "run_command", map[string]any{"command": "true"}); !isErr || !strings.Contains(out, "no sandbox") {
+			t.Errorf("a call after the sandbox ended: %v %s", isErr, out)
+		}
+		return
 	}
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "cat /workspace/kept.txt"}); isErr || !strings.Contains(out, "exit code: 0") || !strings.Contains(out, "kept") {
 		t.Fatalf("after the memory bomb: %s", out)
