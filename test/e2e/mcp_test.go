@@ -170,7 +170,7 @@ func TestMCPStdio(t *testing.T) { forEachWall(t, mcpStdioSessions) }
 
 func mcpStdioSessions(t *testing.T, w wallCase) {
 	proj := buggyProject(t)
-	cs, cmd, stderr := mcpStdio(t, append(w.flags, "--workspace", proj, "--allow", "allowed.test")...)
+	cs, cmd, stderr := w.mcpStdio(t, "--workspace", proj, "--allow", "allowed.test")
 	// The session's sandbox is on w: its kernel is the host's on the
 	// container wall only (TestKernelIsTheWalls).
 	var u unix.Utsname
@@ -200,7 +200,7 @@ func mcpStdioSessions(t *testing.T, w wallCase) {
 	}
 
 	// Another session has a sandbox of its own.
-	other, otherCmd, _ := mcpStdio(t, append(w.flags, "--workspace", proj)...)
+	other, otherCmd, _ := w.mcpStdio(t, "--workspace", proj)
 	if _, isErr := call(t, other, "write_file", map[string]any{"path": "/tmp/mine", "content": "other"}); isErr {
 		t.Fatal("write in the other session")
 	}
@@ -426,7 +426,11 @@ func mustSandboxes(t *testing.T, c interface {
 // SIGKILL, a SIGPIPE on a closed stdout) left its sandbox running with
 // nobody to end it, and gc left the agent's socket behind.
 func TestMCPKilledLeavesNothing(t *testing.T) {
-	cs, cmd, stderr := mcpStdio(t, "--workspace", buggyProject(t))
+	forEachWall(t, mcpKilledLeavesNothing)
+}
+
+func mcpKilledLeavesNothing(t *testing.T, w wallCase) {
+	cs, cmd, stderr := w.mcpStdio(t, "--workspace", buggyProject(t))
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "sleep 300 & echo started"}); isErr || !strings.Contains(out, "started") {
 		t.Fatalf("run_command: %s", out)
 	}
@@ -461,8 +465,12 @@ func TestMCPKilledLeavesNothing(t *testing.T) {
 // The embedded sandbox takes grants with --secret, as run does: the
 // session sees the placeholder, never the value.
 func TestMCPGrant(t *testing.T) {
+	forEachWall(t, mcpGrant)
+}
+
+func mcpGrant(t *testing.T, w wallCase) {
 	const secret = "mcp-secret-value-0001"
-	cs, _, stderr := mcpStdioEnv(t, []string{"AIRLOCK_TEST_MCP_SECRET=" + secret}, "--workspace", buggyProject(t),
+	cs, _, stderr := w.mcpStdioEnv(t, []string{"AIRLOCK_TEST_MCP_SECRET=" + secret}, "--workspace", buggyProject(t),
 		"--grant", "k@api.test GET:/repos/** env=TOK", "--secret", "k=env:AIRLOCK_TEST_MCP_SECRET")
 	out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo \"tok=$TOK\"; env; cat /etc/airlock/ca.pem | head -1"})
 	if isErr || !strings.Contains(out, "tok=alk_") || !strings.Contains(out, "BEGIN CERTIFICATE") || strings.Contains(out, secret) {
@@ -478,7 +486,11 @@ func TestMCPGrant(t *testing.T) {
 // while a tool call ran; it was still running 20 s later. The call is
 // ended, the sandbox destroyed and its diff said, and the process exits.
 func TestMCPStopsOnASignalDuringACall(t *testing.T) {
-	cs, cmd, stderr := mcpStdio(t, "--workspace", buggyProject(t))
+	forEachWall(t, mcpStopsOnASignalDuringACall)
+}
+
+func mcpStopsOnASignalDuringACall(t *testing.T, w wallCase) {
+	cs, cmd, stderr := w.mcpStdio(t, "--workspace", buggyProject(t))
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo warm > /workspace/made.txt"}); isErr {
 		t.Fatalf("run_command: %s", out)
 	}
@@ -532,7 +544,7 @@ var mcpMemoryBombs = map[string]string{
 }
 
 func mcpMemoryBombKeepsTheSession(t *testing.T, w wallCase) {
-	cs, _, _ := mcpStdio(t, append(w.flags, "--workspace", buggyProject(t), "--memory", "64M")...)
+	cs, _, _ := w.mcpStdio(t, "--workspace", buggyProject(t), "--memory", "64M")
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo kept > /workspace/kept.txt"}); isErr || !strings.Contains(out, "exit code: 0") {
 		t.Fatalf("run_command: %s", out)
 	}

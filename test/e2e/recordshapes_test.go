@@ -198,7 +198,7 @@ func serveShapes(t *testing.T, w wallCase) []*audit.Record {
 
 func mcpShapes(t *testing.T, w wallCase) []*audit.Record {
 	state := t.TempDir() // the session's files go under XDG_STATE_HOME
-	cs, _, stderr := mcpStdioEnv(t, []string{"XDG_STATE_HOME=" + state}, append(w.flags, "--workspace", workspace(t), "--allow", "allowed.test", "--scan", "record")...)
+	cs, _, stderr := w.mcpStdioEnv(t, []string{"XDG_STATE_HOME=" + state}, "--workspace", workspace(t), "--allow", "allowed.test", "--scan", "record")
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": shapeCommand}); isErr || !strings.Contains(out, "exit code: 0") {
 		t.Fatalf("run_command: %s", out)
 	}

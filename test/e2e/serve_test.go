@@ -603,7 +603,11 @@ func serveQuotasAndKillSwitch(t *testing.T, w wallCase) {
 }
 
 func TestServeCPUBudget(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveCPUBudget)
+}
+
+func serveCPUBudget(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	c := d.tenant(t, "cpu", api.Quotas{CPUSeconds: 1, CPUPeriod: "1h"})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
@@ -936,7 +940,11 @@ func TestServeConcurrentSandboxes(t *testing.T) {
 }
 
 func TestServeMalformedRequests(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveMalformedRequests)
+}
+
+func serveMalformedRequests(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	c := d.tenant(t, "m", api.Quotas{})
 	key := func() string {
@@ -1435,7 +1443,11 @@ func serveSnapshots(t *testing.T, w wallCase) {
 // public process and filesystem services, pointed at a sandbox's agent
 // socket (as the daemon, root on the host, reaches it), drives it.
 func TestServeAgentWire(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveAgentWire)
+}
+
+func serveAgentWire(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := d.tenant(t, "wire", api.Quotas{})
@@ -1492,7 +1504,7 @@ func TestServeAgentWire(t *testing.T) {
 	}
 
 	// The polled watcher.
-	w, err := fsc.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/workspace", Recursive: true}))
+	watcher, err := fsc.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/workspace", Recursive: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1501,7 +1513,7 @@ func TestServeAgentWire(t *testing.T) {
 	}
 	var seen []string
 	for i := 0; i < 50 && len(seen) == 0; i++ {
-		evs, err := fsc.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: w.Msg.GetWatcherId()}))
+		evs, err := fsc.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: watcher.Msg.GetWatcherId()}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1513,10 +1525,10 @@ func TestServeAgentWire(t *testing.T) {
 	if len(seen) == 0 || seen[0] != "/workspace/d EVENT_TYPE_CREATE" {
 		t.Errorf("watcher events: %v", seen)
 	}
-	if _, err := fsc.RemoveWatcher(ctx, connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: w.Msg.GetWatcherId()})); err != nil {
+	if _, err := fsc.RemoveWatcher(ctx, connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: watcher.Msg.GetWatcherId()})); err != nil {
 		t.Fatal(err)
 	}
-	_, err = fsc.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: w.Msg.GetWatcherId()}))
+	_, err = fsc.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: watcher.Msg.GetWatcherId()}))
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("a removed watcher: %v", err)
 	}
@@ -1529,6 +1541,10 @@ func TestServeAgentWire(t *testing.T) {
 // A sandbox of one commit of a repository: its checkout lives as long as
 // the sandbox, and goes with it.
 func TestServeRepoCommit(t *testing.T) {
+	forEachWall(t, serveRepoCommit)
+}
+
+func serveRepoCommit(t *testing.T, w wallCase) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not installed: cannot build a test repository")
 	}
@@ -1543,7 +1559,7 @@ func TestServeRepoCommit(t *testing.T) {
 	git("commit", "-qam", "v2")
 
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "repo", api.Quotas{})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Repo: repo, Commit: first})
@@ -1587,8 +1603,12 @@ func auditCLI(t *testing.T, data string, args ...string) result {
 }
 
 func TestServeAudit(t *testing.T) {
+	forEachWall(t, serveAudit)
+}
+
+func serveAudit(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "aud", api.Quotas{})
 	other := d.tenant(t, "peer", api.Quotas{})

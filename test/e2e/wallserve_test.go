@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
@@ -139,4 +142,16 @@ func TestServeDefaultIsolation(t *testing.T) {
 			t.Errorf("%v: the daemon listened", c.args)
 		}
 	}
+}
+
+// mcpStdio is mcpStdio with the session's sandbox on w.
+func (w wallCase) mcpStdio(t *testing.T, args ...string) (*sdk.ClientSession, *exec.Cmd, *syncBuffer) {
+	t.Helper()
+	return w.mcpStdioEnv(t, nil, args...)
+}
+
+// mcpStdioEnv is mcpStdioEnv with the session's sandbox on w.
+func (w wallCase) mcpStdioEnv(t *testing.T, env []string, args ...string) (*sdk.ClientSession, *exec.Cmd, *syncBuffer) {
+	t.Helper()
+	return mcpStdioEnv(t, env, append(slices.Clone(w.flags), args...)...)
 }
