@@ -906,10 +906,18 @@ func initPid(t *testing.T, id string) int {
 }
 
 func TestServeConcurrentSandboxes(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveConcurrentSandboxes)
+}
+
+func serveConcurrentSandboxes(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	c := d.tenant(t, "many", api.Quotas{})
-	const n = 100
+	// How many at once, per wall: on the gVisor wall each is a Sentry and
+	// a gofer (~57 MiB idle, its start ~10x the container's on ptrace):
+	// 100 would need ~6 GiB and minutes of a CI machine's two cores, where
+	// 10 race the same paths (bundles, cgroups, agent sockets, ids).
+	n := map[string]int{"container": 100, "gvisor": 10}[w.name]
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
@@ -1225,6 +1233,10 @@ func vethGone(t *testing.T, id string) {
 }
 
 func TestServeTLSAndMetrics(t *testing.T) {
+	forEachWall(t, serveTLSAndMetrics)
+}
+
+func serveTLSAndMetrics(t *testing.T, w wallCase) {
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, dir)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1233,7 +1245,7 @@ func TestServeTLSAndMetrics(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	d := startDaemon(t, newDataDir(t), "--tcp", addr, "--tls-cert", certFile, "--tls-key", keyFile)
+	d := w.startDaemon(t, newDataDir(t), "--tcp", addr, "--tls-cert", certFile, "--tls-key", keyFile)
 	ctx := context.Background()
 	admin, err := client.New(client.Config{Address: "https://" + addr, Key: d.adminKey(t), TLS: &tls.Config{RootCAs: pool}})
 	if err != nil {
@@ -1719,8 +1731,12 @@ func serveAudit(t *testing.T, w wallCase) {
 
 // kill -9 during exec traffic loses no exec a client saw start.
 func TestServeAuditSurvivesKill9(t *testing.T) {
+	forEachWall(t, serveAuditSurvivesKill9)
+}
+
+func serveAuditSurvivesKill9(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "k9"})
 	if err != nil {
@@ -1763,7 +1779,7 @@ func TestServeAuditSurvivesKill9(t *testing.T) {
 	d.kill9()
 	close(stop)
 	wg.Wait()
-	d2 := startDaemon(t, data)
+	d2 := w.startDaemon(t, data)
 	if r := auditCLI(t, data, "verify"); r.code != 0 {
 		t.Fatalf("verify after kill -9: %s", r)
 	}
@@ -1836,6 +1852,10 @@ func TestRunAuditLog(t *testing.T) {
 // With a collector configured, audit records reach it (OTLP logs over
 // HTTP), carrying their sequence numbers and hashes.
 func TestServeAuditExport(t *testing.T) {
+	forEachWall(t, serveAuditExport)
+}
+
+func serveAuditExport(t *testing.T, w wallCase) {
 	var mu sync.Mutex
 	var bodies []string
 	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -1845,7 +1865,7 @@ func TestServeAuditExport(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer collector.Close()
-	d := startDaemon(t, newDataDir(t), "--otlp-endpoint", collector.URL)
+	d := w.startDaemon(t, newDataDir(t), "--otlp-endpoint", collector.URL)
 	c := d.tenant(t, "otlp", api.Quotas{})
 	sb, err := c.CreateSandbox(context.Background(), &api.CreateSandbox{})
 	if err != nil {
@@ -1867,6 +1887,10 @@ func TestServeAuditExport(t *testing.T) {
 
 // A full disk stops new work with a clear error: nothing runs unrecorded.
 func TestServeAuditDiskFull(t *testing.T) {
+	forEachWall(t, serveAuditDiskFull)
+}
+
+func serveAuditDiskFull(t *testing.T, w wallCase) {
 	data := newDataDir(t)
 	logDir := filepath.Join(data, "audit")
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
@@ -1876,7 +1900,7 @@ func TestServeAuditDiskFull(t *testing.T) {
 		t.Skipf("cannot mount a small tmpfs for the log here: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(logDir, syscall.MNT_DETACH) })
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "full", api.Quotas{})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
