@@ -71,7 +71,9 @@ type brokerRig struct {
 	lastSeen  func() string
 }
 
-func TestServeCredentialBroker(t *testing.T) { forEachWall(t, serveCredentialBroker) }
+func TestServeCredentialBroker(t *testing.T) {
+	forEachWall(t, serveCredentialBroker)
+}
 
 func serveCredentialBroker(t *testing.T, w wallCase) {
 	fi := &fakeInternet{Internet: fakenet.New(t)}

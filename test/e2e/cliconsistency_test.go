@@ -198,7 +198,9 @@ func cliJSON(t *testing.T, w wallCase) {
 // it started, stdout and stderr apart; --follow goes on to its end; the
 // daemon keeps the newest 1 MiB, and says how much went; another tenant
 // finds no sandbox.
-func TestServeLogs(t *testing.T) { forEachWall(t, serveLogs) }
+func TestServeLogs(t *testing.T) {
+	forEachWall(t, serveLogs)
+}
 
 func serveLogs(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))

@@ -99,7 +99,9 @@ func localTree(t *testing.T, dir string) string {
 // Regression (issue 14): cp failed unless DEST existed, and a file nested
 // more than one level under /workspace could not be copied out. cp now
 // follows docker cp's table, one row per case, both ways.
-func TestServeCpLikeDockerCp(t *testing.T) { forEachWall(t, serveCpLikeDockerCp) }
+func TestServeCpLikeDockerCp(t *testing.T) {
+	forEachWall(t, serveCpLikeDockerCp)
+}
 
 func serveCpLikeDockerCp(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))
@@ -252,7 +254,9 @@ func sandboxSHA256(t *testing.T, c *client.Client, id, p string) string {
 // 64 MiB (and write's error pointed at cp, which refused too). A 90 MiB
 // file goes in and out by write, cat and cp, whole; the file.write record
 // has its size and digest, computed as it streamed.
-func TestServeLargeFiles(t *testing.T) { forEachWall(t, serveLargeFiles) }
+func TestServeLargeFiles(t *testing.T) {
+	forEachWall(t, serveLargeFiles)
+}
 
 func serveLargeFiles(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))

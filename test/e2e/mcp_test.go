@@ -166,7 +166,9 @@ func toolErrors(t *testing.T, cs *sdk.ClientSession) {
 	}
 }
 
-func TestMCPStdio(t *testing.T) { forEachWall(t, mcpStdioSessions) }
+func TestMCPStdio(t *testing.T) {
+	forEachWall(t, mcpStdioSessions)
+}
 
 func mcpStdioSessions(t *testing.T, w wallCase) {
 	proj := buggyProject(t)
@@ -285,7 +287,9 @@ func unixHTTP(sock, key string) *http.Client {
 	}}}
 }
 
-func TestServeMCP(t *testing.T) { forEachWall(t, serveMCP) }
+func TestServeMCP(t *testing.T) {
+	forEachWall(t, serveMCP)
+}
 
 func serveMCP(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))

@@ -246,7 +246,9 @@ func run(t *testing.T, c *client.Client, id string, req *api.Exec) (string, stri
 
 func sh(script string) *api.Exec { return &api.Exec{Cmd: []string{"sh", "-c", script}} }
 
-func TestServeSandboxLifecycle(t *testing.T) { forEachWall(t, serveSandboxLifecycle) }
+func TestServeSandboxLifecycle(t *testing.T) {
+	forEachWall(t, serveSandboxLifecycle)
+}
 
 func serveSandboxLifecycle(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))
@@ -544,7 +546,9 @@ func lifecyclePause(t *testing.T, ctx context.Context, alice *client.Client, id 
 	}
 }
 
-func TestServeQuotasAndKillSwitch(t *testing.T) { forEachWall(t, serveQuotasAndKillSwitch) }
+func TestServeQuotasAndKillSwitch(t *testing.T) {
+	forEachWall(t, serveQuotasAndKillSwitch)
+}
 
 func serveQuotasAndKillSwitch(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))
@@ -624,7 +628,9 @@ func serveCPUBudget(t *testing.T, w wallCase) {
 	noResidue(t)
 }
 
-func TestServeExpiry(t *testing.T) { forEachWall(t, serveExpiry) }
+func TestServeExpiry(t *testing.T) {
+	forEachWall(t, serveExpiry)
+}
 
 func serveExpiry(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))
@@ -746,7 +752,9 @@ func serveLimitsStopTheCommandNotTheSandbox(t *testing.T, w wallCase) {
 	noResidue(t)
 }
 
-func TestServeRestartAdopts(t *testing.T) { forEachWall(t, serveRestartAdopts) }
+func TestServeRestartAdopts(t *testing.T) {
+	forEachWall(t, serveRestartAdopts)
+}
 
 func serveRestartAdopts(t *testing.T, w wallCase) {
 	data := newDataDir(t)
@@ -1048,7 +1056,9 @@ func (d *daemonProc) adminKey(t *testing.T) string {
 	return strings.TrimSpace(string(b))
 }
 
-func TestServeCLI(t *testing.T) { forEachWall(t, serveCLI) }
+func TestServeCLI(t *testing.T) {
+	forEachWall(t, serveCLI)
+}
 
 func serveCLI(t *testing.T, w wallCase) {
 	data := newDataDir(t)
@@ -1323,7 +1333,9 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	return certFile, keyFile, pool
 }
 
-func TestServeSnapshots(t *testing.T) { forEachWall(t, serveSnapshots) }
+func TestServeSnapshots(t *testing.T) {
+	forEachWall(t, serveSnapshots)
+}
 
 func serveSnapshots(t *testing.T, w wallCase) {
 	data := newDataDir(t)
