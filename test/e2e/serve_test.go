@@ -648,7 +648,17 @@ func serveExpiry(t *testing.T, w wallCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 8; i++ { // busy is used every half second: never idle
+	ended := func(id string) bool {
+		got, err := c.Sandbox(ctx, id)
+		return err == nil && got.State == api.StateEnded
+	}
+	// busy is used every half second, never idle, for twice the idle
+	// timeout at least and until the others have ended (a destroy takes
+	// its wall's time: ~1.5 s on gVisor, where runsc and the Sentry go).
+	for i := 0; i < 8 || !ended(ttl.ID) || !ended(idle.ID); i++ {
+		if i == 120 {
+			t.Fatal("the expired sandboxes did not end within a minute")
+		}
 		run(t, c, busy.ID, sh("true"))
 		time.Sleep(500 * time.Millisecond)
 	}
