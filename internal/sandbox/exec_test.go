@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api"
@@ -25,13 +26,14 @@ import (
 // commands' cgroup the way a memory bomb or a fork bomb does: the kernel
 // counts the OOM kill (or the refused forks) and the agent reports the
 // command's end; or, with initDies, the sandbox's init dies under it (its
-// stream breaks).
+// stream breaks), its end known to the host endsAfter later.
 type oomBackend struct {
 	*gateBackend
-	initDies bool
-	usage    lifecycle.Usage // counted once the command has run
-	exit     int32
-	made     chan *oomInstance
+	initDies  bool
+	endsAfter time.Duration
+	usage     lifecycle.Usage // counted once the command has run
+	exit      int32
+	made      chan *oomInstance
 }
 
 func (o *oomBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func(eventlog.Event)) (Host, error) {
@@ -42,7 +44,7 @@ func (o *oomBackend) Create(ctx context.Context, id string, s *spec.Spec, _ func
 	}
 	mux := http.NewServeMux()
 	mux.Handle(agentpbconnect.NewAgentHandler(helloAgent{}))
-	mux.Handle(processconnect.NewProcessHandler(oomAgent{in: in, initDies: o.initDies, exit: o.exit}))
+	mux.Handle(processconnect.NewProcessHandler(oomAgent{in: in, initDies: o.initDies, endsAfter: o.endsAfter, exit: o.exit}))
 	in.srv = &http.Server{Handler: mux}
 	go in.srv.Serve(ln)
 	o.made <- in
@@ -65,9 +67,10 @@ func (i *oomInstance) Usage() lifecycle.Usage {
 // oomAgent starts a command that ends at once with exit.
 type oomAgent struct {
 	processconnect.UnimplementedProcessHandler
-	in       *oomInstance
-	initDies bool
-	exit     int32
+	in        *oomInstance
+	initDies  bool
+	endsAfter time.Duration
+	exit      int32
 }
 
 func (a oomAgent) Start(ctx context.Context, _ *connect.Request[process.StartRequest], st *connect.ServerStream[process.StartResponse]) error {
@@ -76,7 +79,7 @@ func (a oomAgent) Start(ctx context.Context, _ *connect.Request[process.StartReq
 	}
 	a.in.ran.Store(true)
 	if a.initDies {
-		go func() { _ = a.in.Destroy() }()
+		go func() { time.Sleep(a.endsAfter); _ = a.in.Destroy() }()
 		return connect.NewError(connect.CodeUnavailable, nil)
 	}
 	return st.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{ExitCode: a.exit, Status: "agent's status"}}}})
@@ -96,25 +99,35 @@ func TestExecReplyTellsTheLimitAndTheSandboxLivesOn(t *testing.T) {
 		initDies bool
 		check    func(*api.ExecEnd) bool
 		alive    bool
+		// endsAfter: how long after the stream broke the host learns
+		// that the sandbox ended.
+		endsAfter time.Duration
 	}{
 		{"an OOM kill", lifecycle.Usage{OOMKills: 1}, 137, false, func(e *api.ExecEnd) bool {
 			return e.Limit == "memory" && e.ExitCode == 137 && !e.SandboxEnded && strings.Contains(e.Status, "memory limit (112MiB for the commands) exceeded") && strings.Contains(e.Status, "the sandbox lives on")
-		}, true},
+		}, true, 0},
 		{"an OOM kill of a process of the command", lifecycle.Usage{OOMKills: 1}, 1, false, func(e *api.ExecEnd) bool {
 			return e.Limit == "memory" && e.ExitCode == 1 && strings.HasPrefix(e.Status, "agent's status; memory limit")
-		}, true},
+		}, true, 0},
 		{"refused forks", lifecycle.Usage{PidsLimited: 5}, 2, false, func(e *api.ExecEnd) bool {
 			return e.Limit == "pids" && e.ExitCode == 2 && strings.Contains(e.Status, "pids limit (96 for the commands) reached: 5 forks refused")
-		}, true},
+		}, true, 0},
 		{"a kill that is no limit's", lifecycle.Usage{}, 137, false, func(e *api.ExecEnd) bool {
 			return e.Limit == "" && e.ExitCode == 137 && !e.SandboxEnded && e.Status == "agent's status"
-		}, true},
+		}, true, 0},
 		{"a success while a limit was met elsewhere", lifecycle.Usage{OOMKills: 1}, 0, false, func(e *api.ExecEnd) bool {
 			return e.Limit == "" && e.ExitCode == 0 && e.Status == "agent's status"
-		}, true},
+		}, true, 0},
 		{"init dies under the command", lifecycle.Usage{OOMKills: 3}, 0, true, func(e *api.ExecEnd) bool {
 			return e.SandboxEnded && e.ExitCode == 137 && strings.Contains(e.EndReason, "init exited") && strings.Contains(e.EndReason, "memory limit (128MiB) had been reached (3 OOM kills)")
-		}, false},
+		}, false, 0},
+		// Regression: on the gVisor wall the host learns of the end when
+		// runsc run has ended, seconds after the agent's stream broke;
+		// the command was answered the broken stream ("unavailable:
+		// unexpected EOF"), not the sandbox's end.
+		{"init dies under the command, its end known seconds later", lifecycle.Usage{OOMKills: 3}, 0, true, func(e *api.ExecEnd) bool {
+			return e.SandboxEnded && e.ExitCode == 137 && strings.Contains(e.EndReason, "memory limit (128MiB) had been reached (3 OOM kills)")
+		}, false, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -123,7 +136,7 @@ func TestExecReplyTellsTheLimitAndTheSandboxLivesOn(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { db.Close() })
-			be := &oomBackend{gateBackend: newGateBackend(t), initDies: tc.initDies, usage: tc.usage, exit: tc.exit, made: make(chan *oomInstance, 1)}
+			be := &oomBackend{gateBackend: newGateBackend(t), initDies: tc.initDies, endsAfter: tc.endsAfter, usage: tc.usage, exit: tc.exit, made: make(chan *oomInstance, 1)}
 			svc := New(Config{Backend: be, Store: db})
 			tenants := tenant.New(tenant.Config{Store: db, Sandboxes: svc})
 			admin := &tenant.Principal{Admin: true}

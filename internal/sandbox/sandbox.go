@@ -111,6 +111,9 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 	if err != nil {
 		return nil, err
 	}
+	if req.Isolation == "" && s.Cfg.DefaultIsolation != "" {
+		sp.Isolation = s.Cfg.DefaultIsolation
+	}
 	if err := spec.HeldTo(sp.Wall(), t.Isolation); err != nil {
 		if aerr := s.Cfg.Audit.Commit(ctx, record.Who{Tenant: t.ID}, record.SandboxRefused{Isolation: sp.Wall(), Required: t.Isolation, Reason: err.Error()}); aerr != nil {
 			return nil, aerr

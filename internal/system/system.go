@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -27,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/secret"
+	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"github.com/airlock-sandbox/airlock/internal/wall"
@@ -102,7 +105,11 @@ type Options struct {
 	// MaxBackground and MaxBackgroundPerTenant cap background commands
 	// (sandbox.Config); 0: the defaults.
 	MaxBackground, MaxBackgroundPerTenant int
-	Version                               string // airlock's, for MCP clients
+	// DefaultIsolation is the wall of a create that names none
+	// (sandbox.Config; "": container). A daemon whose default is gvisor
+	// does not start without a usable runsc.
+	DefaultIsolation string
+	Version          string // airlock's, for MCP clients
 	// Ready is called once the API listens, with the admin key file and
 	// whether it was just written.
 	Ready func(adminKeyFile string, created bool)
@@ -153,6 +160,13 @@ func New(ctx context.Context, o Options) (_ *System, err error) {
 		return nil, err
 	}
 	s.Walls = []wall.Wall{cw, gw}
+	// Every create naming no wall would fail: say so now, not at the
+	// first create.
+	if o.DefaultIsolation == gw.Name() {
+		if rs := gw.Runsc(); rs.Err != nil {
+			return nil, fmt.Errorf("--default-isolation %s: %w", o.DefaultIsolation, rs.Err)
+		}
+	}
 	switch o.Mode {
 	case Host:
 		s.Lifecycle, err = lifecycle.New(s.lifecycleConfig(), s.Walls...)
@@ -199,6 +213,9 @@ func (o *Options) defaults() {
 func (o *Options) check() error {
 	if (o.TLSCert == "") != (o.TLSKey == "") || (o.TCP != "" && o.TLSCert == "") {
 		return errdefs.Invalid("a TCP listener needs both a TLS certificate and key")
+	}
+	if o.DefaultIsolation != "" && !slices.Contains(spec.Isolations, o.DefaultIsolation) {
+		return errdefs.Invalid(fmt.Sprintf("--default-isolation %q: must be %s", o.DefaultIsolation, strings.Join(spec.Isolations, " or ")))
 	}
 	return nil
 }
@@ -264,7 +281,8 @@ func (s *System) service(ctx context.Context) (err error) {
 		// The embedded service has one caller, root on this host: host
 		// paths are its own. A daemon's tenants name them only under their
 		// roots, which never touch the daemon's directories (Reserved).
-		HostPaths: o.Mode == Embedded,
+		HostPaths:        o.Mode == Embedded,
+		DefaultIsolation: o.DefaultIsolation,
 	}
 	tcfg := tenant.Config{Store: s.Store, Log: o.Log,
 		Reserved: []string{o.StateDir, o.DataDir, o.Files, filepath.Dir(o.Database), filepath.Dir(o.AdminKeyFile), filepath.Dir(o.Socket)},

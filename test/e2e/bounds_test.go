@@ -35,8 +35,12 @@ func (d *daemonProc) cpu(t *testing.T) time.Duration {
 // bounded, and values it cannot mean are refused. Each subtest performs
 // the attack the review found and sees it fail.
 func TestServeInputBounds(t *testing.T) {
+	forEachWall(t, serveInputBounds)
+}
+
+func serveInputBounds(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data, "--max-background-execs", "2", "--max-background-execs-per-tenant", "3")
+	d := w.startDaemon(t, data, "--max-background-execs", "2", "--max-background-execs-per-tenant", "3")
 	ctx := context.Background()
 	c := d.tenant(t, "bounds", api.Quotas{})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})

@@ -72,9 +72,13 @@ type brokerRig struct {
 }
 
 func TestServeCredentialBroker(t *testing.T) {
+	forEachWall(t, serveCredentialBroker)
+}
+
+func serveCredentialBroker(t *testing.T, w wallCase) {
 	fi := &fakeInternet{Internet: fakenet.New(t)}
 	data := newDataDir(t)
-	opts := daemonOpts{bin: airlockBin, fi: fi, env: []string{"SSL_CERT_FILE=" + fi.CAFile}}
+	opts := daemonOpts{bin: airlockBin, fi: fi, env: []string{"SSL_CERT_FILE=" + fi.CAFile}, wall: w}
 	d := startDaemonOpts(t, opts, data, "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24")
 	ctx := context.Background()
 	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "acme", Roots: []string{testRoot(t)}})

@@ -54,7 +54,11 @@ func newTenantKey(t *testing.T, d *daemonProc, name string) string {
 // usage; run, exec and attach relay the command's status and answer 125
 // for their own failures. Run command by command against a real daemon.
 func TestExitCodes(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, exitCodes)
+}
+
+func exitCodes(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	key := newTenantKey(t, d, "codes")
 	cli, admin := cliOf(d, key), cliOf(d, "")
 	r := cli(t, "create", "--ttl", "10m")
@@ -129,7 +133,11 @@ func TestExitCodes(t *testing.T) {
 // Issue 14: --json on every command that prints a result: exec's end,
 // rm (a list, [] of outcomes), diff, extend; errors as JSON.
 func TestCLIJSON(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, cliJSON)
+}
+
+func cliJSON(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	cli := cliOf(d, newTenantKey(t, d, "jsons"))
 	r := cli(t, "create", "--ttl", "10m")
 	if r.code != 0 {
@@ -191,7 +199,11 @@ func TestCLIJSON(t *testing.T) {
 // daemon keeps the newest 1 MiB, and says how much went; another tenant
 // finds no sandbox.
 func TestServeLogs(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveLogs)
+}
+
+func serveLogs(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	akey := newTenantKey(t, d, "logsa")
 	cli := cliOf(d, akey)
 	bob := cliOf(d, newTenantKey(t, d, "logsb"))

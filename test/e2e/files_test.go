@@ -100,7 +100,11 @@ func localTree(t *testing.T, dir string) string {
 // more than one level under /workspace could not be copied out. cp now
 // follows docker cp's table, one row per case, both ways.
 func TestServeCpLikeDockerCp(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveCpLikeDockerCp)
+}
+
+func serveCpLikeDockerCp(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	c, key := filesTenant(t, d, "cpdocker")
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
@@ -251,7 +255,11 @@ func sandboxSHA256(t *testing.T, c *client.Client, id, p string) string {
 // file goes in and out by write, cat and cp, whole; the file.write record
 // has its size and digest, computed as it streamed.
 func TestServeLargeFiles(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveLargeFiles)
+}
+
+func serveLargeFiles(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	c, key := filesTenant(t, d, "bigfiles")
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{DiskBytes: 1 << 30, MemoryBytes: 1 << 30}})
@@ -411,7 +419,11 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // full disk, a client that goes away, a secret the policy blocks) leaves
 // the target exactly as it was, and no stage behind.
 func TestServeFailedUploadChangesNothing(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveFailedUploadChangesNothing)
+}
+
+func serveFailedUploadChangesNothing(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	c, key := filesTenant(t, d, "failedup")
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Limits: api.Limits{DiskBytes: 64 << 20}})

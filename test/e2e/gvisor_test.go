@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -79,7 +76,8 @@ func noGVisorResidue(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("left behind: %v", err)
+			t.Errorf("left behind: %v", err)
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -181,80 +179,6 @@ func TestGVisorWithoutRunscRefusesAndNeverFallsBack(t *testing.T) {
 	}
 	if r := airlock(t, "", "--runsc", fake, "doctor"); !strings.Contains(r.stdout, "gvisor") || !strings.Contains(r.stdout, "not-the-pin") {
 		t.Errorf("doctor: %s", r)
-	}
-}
-
-// Through the daemon: a long-lived gVisor sandbox does what a container
-// sandbox does (exec with exit codes, streams, stdin, a terminal and
-// background processes; the files API; watch; diff; pause and resume;
-// snapshot) inside gVisor's kernel, and rm leaves nothing (runsc's state,
-// the bundle, the cgroup, mounts, processes, the agent's socket).
-func TestGVisorServeSandboxLifecycle(t *testing.T) {
-	needRunsc(t)
-	defer noGVisorResidue(t)
-	d := startDaemon(t, newDataDir(t))
-	ctx := context.Background()
-	alice := d.tenant(t, "alice", api.Quotas{})
-	ws := workspace(t)
-	if err := os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello\nworld\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Workspace: ws, TTL: "10m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := sb.ID
-	defer func() { _ = alice.Destroy(ctx, id) }()
-	if got, err := alice.Sandbox(ctx, id); err != nil || sb.Isolation != "gvisor" || got.Isolation != "gvisor" {
-		t.Errorf("isolation: created %q, got %+v (%v)", sb.Isolation, got, err)
-	}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		t.Fatal(err)
-	}
-	if out, _, _ := run(t, alice, id, sh("uname -r; cat /proc/version")); out == "" || strings.Contains(out, unix.ByteSliceToString(u.Release[:])) {
-		t.Errorf("the sandbox sees the host's kernel: %q", out)
-	}
-
-	t.Run("exec", func(t *testing.T) { lifecycleExec(t, alice, id) })
-	t.Run("background", func(t *testing.T) { lifecycleBackground(t, ctx, alice, id) })
-	t.Run("files", func(t *testing.T) { lifecycleFiles(t, ctx, alice, id) })
-	t.Run("bigfile", func(t *testing.T) {
-		big := bytes.Repeat([]byte("0123456789abcdef"), 5<<20/16)
-		if err := alice.WriteFile(ctx, id, "/workspace/big.bin", big, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(big)
-		if out, _, _ := run(t, alice, id, sh("sha256sum /workspace/big.bin")); !strings.HasPrefix(out, hex.EncodeToString(sum[:])) {
-			t.Errorf("sha256 inside: %q", out)
-		}
-		if b, err := alice.ReadFile(ctx, id, "/workspace/big.bin"); err != nil || !bytes.Equal(b, big) {
-			t.Errorf("read back %d bytes: %v", len(b), err)
-		}
-	})
-	t.Run("watch", func(t *testing.T) { lifecycleWatch(t, ctx, alice, id) })
-	t.Run("diff", func(t *testing.T) { lifecycleDiff(t, ctx, alice, ws, id) })
-	t.Run("pause", func(t *testing.T) { lifecyclePause(t, ctx, alice, id) })
-	t.Run("snapshot", func(t *testing.T) {
-		snap, err := alice.Snapshot(ctx, id, "gv")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = alice.DeleteSnapshot(ctx, snap.ID) }()
-		from, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", Image: "snapshot:" + snap.ID, TTL: "5m"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = alice.Destroy(ctx, from.ID) }()
-		if out, _, _ := run(t, alice, from.ID, sh("tail -1 /workspace/hello.txt; cat /workspace/new/dir/f.txt")); out != "changed\none 2 three\n" {
-			t.Errorf("from the snapshot: %q", out)
-		}
-	})
-	if err := alice.Destroy(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(stateDir, "agents", id+".sock")); err == nil {
-		t.Error("the agent's socket is left")
 	}
 }
 
@@ -481,28 +405,4 @@ func TestGVisorTenantHoldRefusesLess(t *testing.T) {
 		t.Fatalf("after the lift: %v", err)
 	}
 	_ = alice.Destroy(ctx, sb.ID)
-}
-
-// airlock mcp --isolation gvisor: the agent's loop (run_command,
-// write_file, edit, diff) in a gVisor sandbox, gone with the session.
-func TestGVisorMCPStdio(t *testing.T) {
-	needRunsc(t)
-	defer noGVisorResidue(t)
-	proj := buggyProject(t)
-	cs, cmd, stderr := mcpStdio(t, "--isolation", "gvisor", "--workspace", proj)
-	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "dmesg | head -1"}); isErr || !strings.Contains(out, "gVisor") {
-		t.Errorf("not gVisor's kernel: %s", out)
-	}
-	if out, isErr := call(t, cs, "write_file", map[string]any{"path": "notes.txt", "content": "written\n"}); isErr {
-		t.Fatalf("write_file: %s", out)
-	}
-	fixTheTest(t, cs)
-	if out, _ := call(t, cs, "diff", map[string]any{}); !strings.Contains(out, "+written") {
-		t.Errorf("diff lacks the written file: %s", out)
-	}
-	_ = cs.Close()
-	waitMCPExit(t, cmd)
-	if !strings.Contains(stderr.String(), "+    return a + b") {
-		t.Errorf("no diff on stderr:\n%s", stderr)
-	}
 }

@@ -36,8 +36,12 @@ func hostRepo(t *testing.T, dir string) {
 // its root, even one swapped in while the daemon looks. Refusals say
 // nothing of the files. Inside its root, it works.
 func TestServeTenantHostPaths(t *testing.T) {
+	forEachWall(t, serveTenantHostPaths)
+}
+
+func serveTenantHostPaths(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	root := testRoot(t)
 	ws := filepath.Join(t.TempDir(), "ws") // under root

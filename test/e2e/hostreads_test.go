@@ -114,8 +114,12 @@ func (c *countReader) Read(p []byte) (int, error) {
 // patch at its cap, the daemon's memory about flat, and destroy and the
 // kill switch end within a generous limit.
 func TestServeHardLinksCostOnce(t *testing.T) {
+	forEachWall(t, serveHardLinksCostOnce)
+}
+
+func serveHardLinksCostOnce(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "links", api.Quotas{})
 	pid := d.cmd.Process.Pid
@@ -211,8 +215,12 @@ func TestServeHardLinksCostOnce(t *testing.T) {
 // reached the reviewer; now each shows it and names the deep subtrees, and
 // so does a snapshot.
 func TestServeDeepTreeHidesNothing(t *testing.T) {
+	forEachWall(t, serveDeepTreeHidesNothing)
+}
+
+func serveDeepTreeHidesNothing(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "deep", api.Quotas{})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
@@ -302,8 +310,12 @@ func TestRunReadsHostileTrees(t *testing.T) {
 // streams, stops diffing at its budget, names the rest and says so; the
 // daemon does not hold it in memory.
 func TestServeDiffSaysWhatItLeftOut(t *testing.T) {
+	forEachWall(t, serveDiffSaysWhatItLeftOut)
+}
+
+func serveDiffSaysWhatItLeftOut(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "budget", api.Quotas{})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
@@ -340,21 +352,32 @@ for i in $(seq 80); do sed "s/^/$i /" base > f$i; done; rm base`
 // across a restart. Before, the destroy record was about 24 MiB and the
 // download's 20, and a restart cut the log at the first line past 16 MiB.
 func TestServeHugeNamesKeepTheAuditLog(t *testing.T) {
+	forEachWall(t, serveHugeNamesKeepTheAuditLog)
+}
+
+func serveHugeNamesKeepTheAuditLog(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "huge", api.Quotas{})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := `n=$(printf '\001%.0s' $(seq 240)); d=.; for i in $(seq 15); do d="$d/$n"; done; mkdir -p "$d" && cd "$d" && for i in $(seq 1100); do mkfifo "$n$i"; done`
+	// Per wall, how many named pipes go under the huge names, and whether
+	// the download skips them. On the container wall they are in the
+	// host's layer and skipped, each named in the record (1,100 make it
+	// huge). On the gVisor wall a named pipe is the Sentry's, in its
+	// memory: it never reaches the host's layer (as in TestServeSnapshots),
+	// so there is nothing to skip; a few show it.
+	fifos := map[string]int{"container": 1100, "gvisor": 10}[w.name]
+	script := `n=$(printf '\001%.0s' $(seq 240)); d=.; for i in $(seq 15); do d="$d/$n"; done; mkdir -p "$d" && cd "$d" && for i in $(seq ` + strconv.Itoa(fifos) + `); do mkfifo "$n$i"; done`
 	if out, stderr, end := run(t, c, sb.ID, sh(script)); end.ExitCode != 0 {
 		t.Fatalf("making the names: %s %s", out, stderr)
 	}
 	_, _, skipped := downloadAll(t, c, sb.ID, "/workspace")
-	if len(skipped) == 0 {
-		t.Fatal("the download skipped nothing")
+	if (len(skipped) > 0) != (w.name == "container") {
+		t.Fatalf("the download skipped %d entries", len(skipped))
 	}
 	if err := c.Destroy(ctx, sb.ID); err != nil {
 		t.Fatal(err)

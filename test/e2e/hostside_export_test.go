@@ -117,8 +117,12 @@ func TestRunDiffQuotesHostileNames(t *testing.T) {
 // Through the daemon: ls, diff, cp and the audit report quote the names,
 // and cp out of the sandbox writes none of the chain's links.
 func TestServeHostileNamesAndLinks(t *testing.T) {
+	forEachWall(t, serveHostileNamesAndLinks)
+}
+
+func serveHostileNamesAndLinks(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	tn, err := d.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: "names"})
 	if err != nil {
 		t.Fatal(err)
@@ -209,8 +213,12 @@ func TestServeHostileNamesAndLinks(t *testing.T) {
 // directory; the snapshot's files on the host (owned by root: the
 // snapshot maps the workspace to its owner) carry no set-id bit.
 func TestServeSnapshotStripsSetID(t *testing.T) {
+	forEachWall(t, serveSnapshotStripsSetID)
+}
+
+func serveSnapshotStripsSetID(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "setid", api.Quotas{})
 	sb, err := c.CreateSandbox(ctx, &api.CreateSandbox{})
@@ -253,7 +261,11 @@ func TestServeSnapshotStripsSetID(t *testing.T) {
 // The MCP tools' text (list_files, search_files, diff) and the diff
 // `airlock mcp` prints when the session ends show the names quoted.
 func TestMCPQuotesHostileNames(t *testing.T) {
-	cs, cmd, stderr := mcpStdio(t)
+	forEachWall(t, mcpQuotesHostileNames)
+}
+
+func mcpQuotesHostileNames(t *testing.T, w wallCase) {
+	cs, cmd, stderr := w.mcpStdio(t)
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": hostileNames + "; printf 'a\\nhi\\n' > one.txt"}); isErr || !strings.Contains(out, "exit code: 0") {
 		t.Fatalf("run_command: %s", out)
 	}

@@ -137,62 +137,7 @@ func TestAttacksFail(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("do not read"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cases := []struct {
-		args []string
-		// gvisor: the findings ("VULNERABLE: " lines) the gVisor wall may
-		// print: what the Sentry, not the host, serves.
-		gvisor []string
-	}{
-		{args: []string{"read-host", secret, "/etc/shadow", "/root/.bashrc", stateDir, dataDir, "/proc/1/root/etc/shadow"}},
-		{args: []string{"write-outside"}, gvisor: []string{
-			// Root inside may make a file in /dev: a tmpfs in the
-			// Sentry's memory (charged to the sandbox's cgroup), not
-			// the host's /dev; no device node can be made there (mknod).
-			"write /dev/airlock-pwned succeeded",
-		}},
-		{args: []string{"host-procs", strconv.Itoa(os.Getpid()), strconv.Itoa(os.Getppid())}},
-		{args: []string{"ptrace"}, gvisor: []string{
-			// There is no init of ours in a gVisor sandbox: PID 1 is
-			// the helper itself, so /proc/1 is its own environment,
-			// binary and stdio (any other descriptor of PID 1 still
-			// fails the test); ptrace is the Sentry's, over the
-			// sandbox's own tasks only.
-			"ptrace traceme succeeded",
-			"read /proc/1/environ succeeded",
-			"readlink /proc/1/exe succeeded",
-			"opened /proc/1/fd/0", "opened /proc/1/fd/1", "opened /proc/1/fd/2",
-		}},
-		{args: []string{"exe"}, gvisor: []string{
-			// PID 1 and self are the helper, a file of the sandbox's
-			// copy-on-write /workspace (the Sentry has no ETXTBSY);
-			// neither runsc nor airlock is in the sandbox's view, and
-			// attackOn checks the host's copy is untouched.
-			"open /proc/1/exe for writing succeeded",
-			"open /proc/self/exe for writing succeeded",
-		}},
-		{args: []string{"fds"}},
-		{args: []string{"mount"}},
-		{args: []string{"mknod"}},
-		{args: []string{"raw-socket"}},
-		{args: []string{"network"}},
-		{args: []string{"userns"}, gvisor: []string{
-			// User namespaces are the Sentry's own: their capabilities
-			// cover the Sentry's objects, never the host's.
-			"clone(CLONE_NEWUSER) succeeded",
-			// The container wall answers clone3 ENOSYS so that callers
-			// fall back to clone, whose flags its seccomp filter can
-			// read; the Sentry reads clone3's arguments itself (a null
-			// one is EINVAL) and no host filter is involved.
-			"clone3 answered invalid argument, want ENOSYS",
-		}},
-		{args: []string{"keyctl"}, gvisor: []string{
-			// The session keyring is the Sentry's; the host's keyrings
-			// are never reached (add_key, bpf, perf_event_open,
-			// userfaultfd, io_uring_setup, finit_module stay refused,
-			// see also TestHostKernelPrimitivesNeverReachTheHost).
-			"keyctl succeeded",
-		}},
-	}
+	cases := attackCases(secret)
 	forEachWall(t, func(t *testing.T, w wallCase) {
 		for _, user := range []string{"user", "root"} {
 			for _, c := range cases {
@@ -388,4 +333,82 @@ func TestRenameAcrossDirectories(t *testing.T) {
 	if r.code != 0 || r.stdout != "ok\n" {
 		t.Fatalf("rename in the writable root: %s", r)
 	}
+}
+
+// attackCase is one isolation case of the attack helper (its arguments),
+// with the findings ("VULNERABLE: " lines) the gVisor wall may print:
+// what the Sentry, not the host, serves.
+type attackCase struct {
+	args   []string
+	gvisor []string
+}
+
+// attackCases are the attack helper's isolation cases, secret a host file
+// no sandbox may read; a sandbox of either wall, one-shot (TestAttacksFail)
+// or long-lived (TestServeSandboxLifecycle/isolation), answers them alike.
+func attackCases(secret string) []attackCase {
+	return []attackCase{
+		{args: []string{"read-host", secret, "/etc/shadow", "/root/.bashrc", stateDir, dataDir, "/proc/1/root/etc/shadow"}},
+		{args: []string{"write-outside"}, gvisor: []string{
+			// Root inside may make a file in /dev: a tmpfs in the
+			// Sentry's memory (charged to the sandbox's cgroup), not
+			// the host's /dev; no device node can be made there (mknod).
+			"write /dev/airlock-pwned succeeded",
+		}},
+		{args: []string{"host-procs", strconv.Itoa(os.Getpid()), strconv.Itoa(os.Getppid())}},
+		{args: []string{"ptrace"}, gvisor: []string{
+			// There is no init of ours in a gVisor sandbox: PID 1 is
+			// the helper itself, so /proc/1 is its own environment,
+			// binary and stdio (any other descriptor of PID 1 still
+			// fails the test); ptrace is the Sentry's, over the
+			// sandbox's own tasks only.
+			"ptrace traceme succeeded",
+			"read /proc/1/environ succeeded",
+			"readlink /proc/1/exe succeeded",
+			"opened /proc/1/fd/0", "opened /proc/1/fd/1", "opened /proc/1/fd/2",
+		}},
+		{args: []string{"exe"}, gvisor: []string{
+			// PID 1 and self are the helper, a file of the sandbox's
+			// copy-on-write /workspace (the Sentry has no ETXTBSY);
+			// neither runsc nor airlock is in the sandbox's view, and
+			// attackOn checks the host's copy is untouched.
+			"open /proc/1/exe for writing succeeded",
+			"open /proc/self/exe for writing succeeded",
+		}},
+		{args: []string{"fds"}},
+		{args: []string{"mount"}},
+		{args: []string{"mknod"}},
+		{args: []string{"raw-socket"}},
+		{args: []string{"network"}},
+		{args: []string{"userns"}, gvisor: []string{
+			// User namespaces are the Sentry's own: their capabilities
+			// cover the Sentry's objects, never the host's.
+			"clone(CLONE_NEWUSER) succeeded",
+			// The container wall answers clone3 ENOSYS so that callers
+			// fall back to clone, whose flags its seccomp filter can
+			// read; the Sentry reads clone3's arguments itself (a null
+			// one is EINVAL) and no host filter is involved.
+			"clone3 answered invalid argument, want ENOSYS",
+		}},
+		{args: []string{"keyctl"}, gvisor: []string{
+			// The session keyring is the Sentry's; the host's keyrings
+			// are never reached (add_key, bpf, perf_event_open,
+			// userfaultfd, io_uring_setup, finit_module stay refused,
+			// see also TestHostKernelPrimitivesNeverReachTheHost).
+			"keyctl succeeded",
+		}},
+	}
+}
+
+// allowedOn is what case name may print on w (attackCases).
+func allowedOn(w wallCase, name string) []string {
+	if w.name != "gvisor" {
+		return nil
+	}
+	for _, c := range attackCases("") {
+		if c.args[0] == name {
+			return c.gvisor
+		}
+	}
+	return nil
 }

@@ -99,13 +99,17 @@ func suiteProcess(pid string) bool {
 	return bytes.Contains(cmdline, []byte("\x00"+stateDir+"\x00"))
 }
 
-// noResidue fails the test when anything is left (other tests may run in
-// parallel only if they are not started: tests here run one at a time).
+// noResidue fails the test when anything is left, by a sandbox of either
+// wall (other tests may run in parallel only if they are not started:
+// tests here run one at a time).
 func noResidue(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		err := residue()
+		if err == nil {
+			err = gvisorResidue()
+		}
 		if err == nil {
 			return
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
 )
@@ -166,8 +167,21 @@ func toolErrors(t *testing.T, cs *sdk.ClientSession) {
 }
 
 func TestMCPStdio(t *testing.T) {
+	forEachWall(t, mcpStdioSessions)
+}
+
+func mcpStdioSessions(t *testing.T, w wallCase) {
 	proj := buggyProject(t)
-	cs, cmd, stderr := mcpStdio(t, "--workspace", proj, "--allow", "allowed.test")
+	cs, cmd, stderr := w.mcpStdio(t, "--workspace", proj, "--allow", "allowed.test")
+	// The session's sandbox is on w: its kernel is the host's on the
+	// container wall only (TestKernelIsTheWalls).
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "uname -r"}); isErr || strings.Contains(out, unix.ByteSliceToString(u.Release[:])) != (w.name == "container") {
+		t.Errorf("uname -r on the %s wall: %s", w.name, out)
+	}
 	fixTheTest(t, cs)
 	toolErrors(t, cs)
 
@@ -188,7 +202,7 @@ func TestMCPStdio(t *testing.T) {
 	}
 
 	// Another session has a sandbox of its own.
-	other, otherCmd, _ := mcpStdio(t, "--workspace", proj)
+	other, otherCmd, _ := w.mcpStdio(t, "--workspace", proj)
 	if _, isErr := call(t, other, "write_file", map[string]any{"path": "/tmp/mine", "content": "other"}); isErr {
 		t.Fatal("write in the other session")
 	}
@@ -274,7 +288,11 @@ func unixHTTP(sock, key string) *http.Client {
 }
 
 func TestServeMCP(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, serveMCP)
+}
+
+func serveMCP(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "mcp", Roots: []string{testRoot(t)}})
 	if err != nil {
@@ -412,7 +430,11 @@ func mustSandboxes(t *testing.T, c interface {
 // SIGKILL, a SIGPIPE on a closed stdout) left its sandbox running with
 // nobody to end it, and gc left the agent's socket behind.
 func TestMCPKilledLeavesNothing(t *testing.T) {
-	cs, cmd, stderr := mcpStdio(t, "--workspace", buggyProject(t))
+	forEachWall(t, mcpKilledLeavesNothing)
+}
+
+func mcpKilledLeavesNothing(t *testing.T, w wallCase) {
+	cs, cmd, stderr := w.mcpStdio(t, "--workspace", buggyProject(t))
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "sleep 300 & echo started"}); isErr || !strings.Contains(out, "started") {
 		t.Fatalf("run_command: %s", out)
 	}
@@ -447,8 +469,12 @@ func TestMCPKilledLeavesNothing(t *testing.T) {
 // The embedded sandbox takes grants with --secret, as run does: the
 // session sees the placeholder, never the value.
 func TestMCPGrant(t *testing.T) {
+	forEachWall(t, mcpGrant)
+}
+
+func mcpGrant(t *testing.T, w wallCase) {
 	const secret = "mcp-secret-value-0001"
-	cs, _, stderr := mcpStdioEnv(t, []string{"AIRLOCK_TEST_MCP_SECRET=" + secret}, "--workspace", buggyProject(t),
+	cs, _, stderr := w.mcpStdioEnv(t, []string{"AIRLOCK_TEST_MCP_SECRET=" + secret}, "--workspace", buggyProject(t),
 		"--grant", "k@api.test GET:/repos/** env=TOK", "--secret", "k=env:AIRLOCK_TEST_MCP_SECRET")
 	out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo \"tok=$TOK\"; env; cat /etc/airlock/ca.pem | head -1"})
 	if isErr || !strings.Contains(out, "tok=alk_") || !strings.Contains(out, "BEGIN CERTIFICATE") || strings.Contains(out, secret) {
@@ -464,7 +490,11 @@ func TestMCPGrant(t *testing.T) {
 // while a tool call ran; it was still running 20 s later. The call is
 // ended, the sandbox destroyed and its diff said, and the process exits.
 func TestMCPStopsOnASignalDuringACall(t *testing.T) {
-	cs, cmd, stderr := mcpStdio(t, "--workspace", buggyProject(t))
+	forEachWall(t, mcpStopsOnASignalDuringACall)
+}
+
+func mcpStopsOnASignalDuringACall(t *testing.T, w wallCase) {
+	cs, cmd, stderr := w.mcpStdio(t, "--workspace", buggyProject(t))
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo warm > /workspace/made.txt"}); isErr {
 		t.Fatalf("run_command: %s", out)
 	}
@@ -504,13 +534,33 @@ func TestMCPStopsOnASignalDuringACall(t *testing.T) {
 // session's edits were gone. The tool call says the limit stopped the
 // command, and the next call works on the same files.
 func TestMCPMemoryBombKeepsTheSession(t *testing.T) {
-	cs, _, _ := mcpStdio(t, "--workspace", buggyProject(t), "--memory", "64M")
+	forEachWall(t, mcpMemoryBombKeepsTheSession)
+}
+
+// mcpMemoryBombs is what the memory bomb's tool call says on each wall. On
+// the gVisor wall the commands have no cgroup of their own (the host's
+// sees the Sentry: TestServeLimitsStopTheCommandNotTheSandbox): the bomb
+// ends the session's sandbox, and the call says so, with why; the
+// session's later calls are errors.
+var mcpMemoryBombs = map[string]string{
+	"container": "LIMIT (memory): memory limit (48MiB for the commands) exceeded",
+	"gvisor":    "THE SANDBOX ENDED while the command ran: the sandbox's init exited (its agent stopped); its memory limit (64MiB) had been reached",
+}
+
+func mcpMemoryBombKeepsTheSession(t *testing.T, w wallCase) {
+	cs, _, _ := w.mcpStdio(t, "--workspace", buggyProject(t), "--memory", "64M")
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "echo kept > /workspace/kept.txt"}); isErr || !strings.Contains(out, "exit code: 0") {
 		t.Fatalf("run_command: %s", out)
 	}
 	out, isErr := call(t, cs, "run_command", map[string]any{"command": "python3 -c 'x = bytearray(1 << 30)'"})
-	if isErr || !strings.Contains(out, "exit code: 137") || !strings.Contains(out, "LIMIT (memory): memory limit (48MiB for the commands) exceeded") {
+	if isErr || !strings.Contains(out, "exit code: 137") || !strings.Contains(out, mcpMemoryBombs[w.name]) {
 		t.Fatalf("the memory bomb's answer: %s", out)
+	}
+	if w.name == "gvisor" {
+		if out, isErr := call(t, cs, "run_command", map[string]any{"command": "true"}); !isErr || !strings.Contains(out, "no sandbox") {
+			t.Errorf("a call after the sandbox ended: %v %s", isErr, out)
+		}
+		return
 	}
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": "cat /workspace/kept.txt"}); isErr || !strings.Contains(out, "exit code: 0") || !strings.Contains(out, "kept") {
 		t.Fatalf("after the memory bomb: %s", out)

@@ -165,8 +165,12 @@ func TestRunWorkspaceCopyGoneAfterCrashAndGC(t *testing.T) {
 }
 
 func TestServeWorkspaceIsPointInTime(t *testing.T) {
+	forEachWall(t, serveWorkspaceIsPointInTime)
+}
+
+func serveWorkspaceIsPointInTime(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	alice := d.tenant(t, "alice", api.Quotas{})
 	ws := t.TempDir()

@@ -104,7 +104,11 @@ func TestImagePullSaysWhatWhereAndHowFar(t *testing.T) {
 // (?progress=true), then prints the id alone on stdout; a create refused
 // before any progress is a plain error reply, in its own class.
 func TestCreateStreamsTheImagesProgress(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
+	forEachWall(t, createStreamsTheImagesProgress)
+}
+
+func createStreamsTheImagesProgress(t *testing.T, w wallCase) {
+	d := w.startDaemon(t, newDataDir(t))
 	tn, err := d.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: "progress", Roots: []string{testRoot(t)}})
 	if err != nil {
 		t.Fatal(err)

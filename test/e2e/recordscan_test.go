@@ -33,9 +33,13 @@ func recordingSandbox(t *testing.T, d *daemonProc, name string) (*client.Client,
 // of a request the policy denied (its path, unscanned). The audit log
 // holds no credential the scanner finds; each is a finding by fingerprint.
 func TestServeRecordPolicyLogsNoCredential(t *testing.T) {
+	forEachWall(t, serveRecordPolicyLogsNoCredential)
+}
+
+func serveRecordPolicyLogsNoCredential(t *testing.T, w wallCase) {
 	const key = "AKIAQ4ZT6WX2LR7NPJ3V"
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c, sb := recordingSandbox(t, d, "rec")
 	out, _, _ := run(t, c, sb.ID, sh("echo ran "+key))

@@ -33,10 +33,14 @@ var shapeKinds = []string{"sandbox.created", "exec.start", "exec.end", "egress",
 // keys, nested objects too) for the same action, read back through the
 // same types.
 func TestRecordsHaveOneShapeWhicheverDoor(t *testing.T) {
+	forEachWall(t, recordsHaveOneShapeWhicheverDoor)
+}
+
+func recordsHaveOneShapeWhicheverDoor(t *testing.T, w wallCase) {
 	doors := map[string][]*audit.Record{
-		"run":   runShapes(t),
-		"serve": serveShapes(t),
-		"mcp":   mcpShapes(t),
+		"run":   runShapes(t, w),
+		"serve": serveShapes(t, w),
+		"mcp":   mcpShapes(t, w),
 	}
 	shapes := map[string]map[string]any{} // door → kind → its data
 	for door, recs := range doors {
@@ -156,9 +160,9 @@ func readLog(t *testing.T, path string) []*audit.Record {
 	return recs
 }
 
-func runShapes(t *testing.T) []*audit.Record {
+func runShapes(t *testing.T, w wallCase) []*audit.Record {
 	logFile := filepath.Join(t.TempDir(), "run.audit")
-	r := airlock(t, "", "run", "--audit", logFile, "--scan", "record", "--workspace", workspace(t), "--allow", "allowed.test", "--", "sh", "-c", shapeCommand)
+	r := w.run(t, "--audit", logFile, "--scan", "record", "--workspace", workspace(t), "--allow", "allowed.test", "--", "sh", "-c", shapeCommand)
 	if r.code != 0 {
 		t.Fatalf("run: %s", r)
 	}
@@ -171,8 +175,8 @@ func runShapes(t *testing.T) []*audit.Record {
 	return readLog(t, logFile)
 }
 
-func serveShapes(t *testing.T) []*audit.Record {
-	d := startDaemon(t, newDataDir(t))
+func serveShapes(t *testing.T, w wallCase) []*audit.Record {
+	d := w.startDaemon(t, newDataDir(t))
 	ctx := context.Background()
 	c, sb := recordingSandbox(t, d, "shapes")
 	if _, stderr, end := run(t, c, sb.ID, sh(shapeCommand)); end.ExitCode != 0 {
@@ -192,9 +196,9 @@ func serveShapes(t *testing.T) []*audit.Record {
 	return out
 }
 
-func mcpShapes(t *testing.T) []*audit.Record {
+func mcpShapes(t *testing.T, w wallCase) []*audit.Record {
 	state := t.TempDir() // the session's files go under XDG_STATE_HOME
-	cs, _, stderr := mcpStdioEnv(t, []string{"XDG_STATE_HOME=" + state}, "--workspace", workspace(t), "--allow", "allowed.test", "--scan", "record")
+	cs, _, stderr := w.mcpStdioEnv(t, []string{"XDG_STATE_HOME=" + state}, "--workspace", workspace(t), "--allow", "allowed.test", "--scan", "record")
 	if out, isErr := call(t, cs, "run_command", map[string]any{"command": shapeCommand}); isErr || !strings.Contains(out, "exit code: 0") {
 		t.Fatalf("run_command: %s", out)
 	}

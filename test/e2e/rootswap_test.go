@@ -17,8 +17,12 @@ import (
 // refused, and the data directory never shows up in /workspace. A sandbox
 // from a snapshot (its files are the daemon's, behind no link) still works.
 func TestServeTenantRootSwappedForALink(t *testing.T) {
+	forEachWall(t, serveTenantRootSwappedForALink)
+}
+
+func serveTenantRootSwappedForALink(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	home := t.TempDir()
 	root := filepath.Join(home, "work")

@@ -25,9 +25,9 @@ type snapshotRig struct {
 	id  string
 }
 
-func newSnapshotRig(t *testing.T, tenant, fill string) *snapshotRig {
+func newSnapshotRig(t *testing.T, w wallCase, tenant, fill string) *snapshotRig {
 	t.Helper()
-	d := startDaemon(t, newDataDir(t))
+	d := w.startDaemon(t, newDataDir(t))
 	tn, err := d.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: tenant, Roots: []string{testRoot(t)}})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,11 @@ func (r *snapshotRig) run(t *testing.T, args ...string) (stdout, stderr string) 
 // without --progress, off a terminal, stderr stays empty; --json prints
 // the snapshot as before, and no progress even with --progress.
 func TestSnapshotCreateDrawsItsProgress(t *testing.T) {
-	r := newSnapshotRig(t, "snapprogress", "head -c "+strconv.Itoa(20<<20)+" /dev/zero > /workspace/big")
+	forEachWall(t, snapshotCreateDrawsItsProgress)
+}
+
+func snapshotCreateDrawsItsProgress(t *testing.T, w wallCase) {
+	r := newSnapshotRig(t, w, "snapprogress", "head -c "+strconv.Itoa(20<<20)+" /dev/zero > /workspace/big")
 	out, errs := r.run(t, "--progress", "snapshot", "create", "--name", "p", r.id)
 	id := strings.TrimSpace(out)
 	if sns, err := r.c.Snapshots(context.Background()); err != nil || len(sns) != 1 || sns[0].ID != id || out != id+"\n" {
@@ -106,7 +110,11 @@ func TestSnapshotCreateDrawsItsProgress(t *testing.T) {
 // sandbox. The workspace holds a sparse 4 GiB file, which the copy reads
 // whole: it takes seconds, where the caller's end is seen at once.
 func TestSnapshotCancelledLeavesNothing(t *testing.T) {
-	r := newSnapshotRig(t, "snapcancel", "truncate -s 4G /workspace/sparse")
+	forEachWall(t, snapshotCancelledLeavesNothing)
+}
+
+func snapshotCancelledLeavesNothing(t *testing.T, w wallCase) {
+	r := newSnapshotRig(t, w, "snapcancel", "truncate -s 4G /workspace/sparse")
 	cmd := r.cli("--progress", "snapshot", "create", r.id)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -86,8 +86,12 @@ type createAnswer struct {
 // its sandbox, is recorded, and the kill switch answers only once it is
 // gone; another tenant's sandbox is untouched.
 func TestServeKillSwitchEndsCreatesInFlight(t *testing.T) {
+	forEachWall(t, serveKillSwitchEndsCreatesInFlight)
+}
+
+func serveKillSwitchEndsCreatesInFlight(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	racer := d.tenant(t, "racer", api.Quotas{})
 	other := d.tenant(t, "other", api.Quotas{})
@@ -183,8 +187,12 @@ func wideRepo(t *testing.T, dir string, dirs, files int) string {
 // host. The kill switch now ends a create held in its checkout at once,
 // and the files it wrote are removed.
 func TestServeKillSwitchEndsACheckoutInFlight(t *testing.T) {
+	forEachWall(t, serveKillSwitchEndsACheckoutInFlight)
+}
+
+func serveKillSwitchEndsACheckoutInFlight(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	racer := d.tenant(t, "racer", api.Quotas{})
 	repo := filepath.Join(t.TempDir(), "repo")
@@ -230,8 +238,12 @@ func TestServeKillSwitchEndsACheckoutInFlight(t *testing.T) {
 // snapshots and its audit records (bound by name). Now the create ends
 // destroyed, and the new tenant (a new id) sees nothing of the old.
 func TestServeDeletedTenantPassesNothingToItsName(t *testing.T) {
+	forEachWall(t, serveDeletedTenantPassesNothingToItsName)
+}
+
+func serveDeletedTenantPassesNothingToItsName(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	old := d.tenant(t, "acme", api.Quotas{})
 	ts, err := old.Tenants(ctx)
@@ -325,8 +337,12 @@ func TestServeDeletedTenantPassesNothingToItsName(t *testing.T) {
 // tenant has its own ids, and another's is not found with nothing of
 // theirs in the answer.
 func TestServeSnapshotIDsAreNoOracle(t *testing.T) {
+	forEachWall(t, serveSnapshotIDsAreNoOracle)
+}
+
+func serveSnapshotIDsAreNoOracle(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	alice := d.tenant(t, "alice", api.Quotas{})
 	bob := d.tenant(t, "bob", api.Quotas{})

@@ -18,11 +18,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// wallCase is a wall the isolation tests run on, and the flags by which
-// `airlock run` picks it.
+// wallCase is a wall the tests run on, the flags by which `airlock run`,
+// `create` and `mcp` pick it, and those by which `airlock serve` makes it
+// the wall of every create that names none.
 type wallCase struct {
 	name  string
 	flags []string
+	serve []string
 }
 
 // walls are every wall a one-shot run can have. Each isolation test runs
@@ -30,17 +32,18 @@ type wallCase struct {
 // says so and why the difference is still safe.
 var walls = []wallCase{
 	{name: "container"},
-	{name: "gvisor", flags: []string{"--isolation", "gvisor"}},
+	{name: "gvisor", flags: []string{"--isolation", "gvisor"}, serve: []string{"--default-isolation", "gvisor"}},
 }
 
 // forEachWall runs f as a subtest per wall. A gVisor subtest needs runsc
-// (see needRunsc) and must leave nothing behind.
+// (see needRunsc) and must leave nothing behind once everything it made
+// is gone (its daemons too: the check is its first cleanup, so its last).
 func forEachWall(t *testing.T, f func(t *testing.T, w wallCase)) {
 	for _, w := range walls {
 		t.Run(w.name, func(t *testing.T) {
 			if w.name == "gvisor" {
 				needRunsc(t)
-				defer noGVisorResidue(t)
+				t.Cleanup(func() { noGVisorResidue(t) })
 			}
 			f(t, w)
 		})
@@ -61,16 +64,7 @@ func attackOn(t *testing.T, w wallCase, extra, allowed []string, args ...string)
 	ws := workspace(t)
 	full := append(append([]string{"run", "--workspace", ws}, w.flags...), extra...)
 	r := airlock(t, "", append(append(full, "--", "/workspace/attack"), args...)...)
-	var found []string
-	for _, l := range strings.Split(r.stdout, "\n") {
-		if f, ok := strings.CutPrefix(l, "VULNERABLE: "); ok && !slices.Contains(allowed, f) {
-			found = append(found, f)
-		}
-	}
-	wantCode := 0
-	if strings.Contains(r.stdout, "VULNERABLE") {
-		wantCode = 1
-	}
+	found, wantCode := findings(r.stdout, allowed)
 	if len(found) > 0 || r.code != wantCode {
 		t.Errorf("attack %v on the %s wall (%v): %q\n%s", args, w.name, extra, found, r)
 	}
@@ -81,6 +75,21 @@ func attackOn(t *testing.T, w wallCase, extra, allowed []string, args ...string)
 		t.Errorf("attack %v on the %s wall changed the host's copy of the helper (%v)", args, w.name, err)
 	}
 	return r
+}
+
+// findings are the helper's findings in out ("VULNERABLE: " lines) but
+// those allowed, and the exit code the helper gives with out: 1 when it
+// found anything, allowed or not.
+func findings(out string, allowed []string) (found []string, code int) {
+	for _, l := range strings.Split(out, "\n") {
+		if f, ok := strings.CutPrefix(l, "VULNERABLE: "); ok && !slices.Contains(allowed, f) {
+			found = append(found, f)
+		}
+	}
+	if strings.Contains(out, "VULNERABLE") {
+		code = 1
+	}
+	return found, code
 }
 
 // The sandbox's kernel is the wall's: the host's on the container wall;

@@ -15,7 +15,7 @@ type SandboxFlags struct {
 }
 
 // IsolationHelp is --isolation's help, for run, create and mcp.
-const IsolationHelp = `the wall: "container" (default: namespaces, seccomp, Landlock on the host's kernel) or "gvisor" (runsc: gVisor's own kernel answers the sandbox's system calls; no network access yet)`
+const IsolationHelp = `the wall: "container" (default: namespaces, seccomp, Landlock on the host's kernel) or "gvisor" (runsc: gVisor's own kernel answers the sandbox's system calls, its Sentry running as the sandbox's own host ids; the same egress policy; its memory can be saved and forked)`
 
 // Bind adds the flags to f.
 func (s *SandboxFlags) Bind(f *pflag.FlagSet) {

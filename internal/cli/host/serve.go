@@ -40,6 +40,7 @@ type serveFile struct {
 	MaxBackgroundExecs          int      `yaml:"max_background_execs"`
 	MaxBackgroundExecsPerTenant int      `yaml:"max_background_execs_per_tenant"`
 	Registries                  []string `yaml:"registries"`
+	DefaultIsolation            string   `yaml:"default_isolation"`
 }
 
 func loadServeFile(path string) (*serveFile, error) {
@@ -59,6 +60,7 @@ func loadServeFile(path string) (*serveFile, error) {
 func serveCmd(g *cmdutil.Globals, version string) *cobra.Command {
 	var (
 		config, socket, socketGroup, tcp, cert, key, adminKey, logLevel, pool, otlp string
+		defaultIsolation                                                            string
 		noAudit                                                                     bool
 		allowNets                                                                   []string
 		mcpIdle                                                                     time.Duration
@@ -109,6 +111,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			socketGroup = pick("socket-group", fc.SocketGroup)
 			adminKey, logLevel, pool = pick("admin-key-file", fc.AdminKeyFile), pick("log-level", fc.LogLevel), pick("subnet-pool", fc.SubnetPool)
 			otlp = pick("otlp-endpoint", fc.OTLPEndpoint)
+			defaultIsolation = pick("default-isolation", fc.DefaultIsolation)
 			if !cmd.Flags().Changed("egress-allow-net") {
 				allowNets = fc.EgressAllowNet
 			}
@@ -153,7 +156,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			}
 			o.Warn = func(m string) { log.Warn(m) }
 			o.Socket, o.TCP, o.TLSCert, o.TLSKey, o.AdminKeyFile, o.NoAudit, o.OTLPEndpoint, o.Version = socket, tcp, cert, key, adminKey, noAudit, otlp, version
-			o.SocketGroup = socketGroup
+			o.SocketGroup, o.DefaultIsolation = socketGroup, defaultIsolation
 			o.MCPSessionTimeout, o.MaxBackground, o.MaxBackgroundPerTenant, o.Registries = mcpIdle, maxBackground, maxBackgroundTenant, registries
 			o.Ready = func(file string, created bool) {
 				if created {
@@ -172,7 +175,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, socket_group, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, socket_group, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries, default_isolation")
 	f.StringArrayVar(&registries, "registry", nil, "a registry (HOST[:PORT]) tenants' images may be pulled from, through the egress address guard (repeatable; none by default)")
 	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only, unless --socket-group)")
 	f.StringVar(&socketGroup, "socket-group", "", "a group (name or gid) whose members may open the socket (mode 0660), so that clients need no root: an API key is still needed for every call")
@@ -183,6 +186,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	f.StringVar(&pool, "subnet-pool", sandboxnet.DefaultSubnetPool.String(), "IPv4 range proxy-mode sandboxes take their /30s from")
 	f.StringArrayVar(&allowNets, "egress-allow-net", nil, egressAllowNetHelp)
+	f.StringVar(&defaultIsolation, "default-isolation", "container", "the wall of a create that names none (container or gvisor); a default only: a create may name another wall, unless its tenant is held to one (airlock tenant update --isolation). With gvisor the daemon does not start without a usable runsc")
 	f.StringVar(&g.DNSUpstream, "dns-upstream", "", "resolver the egress proxy asks (host:port; default: the host's)")
 	_ = f.MarkHidden("dns-upstream")
 	f.StringVar(&otlp, "otlp-endpoint", "", "also export audit records to this OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://collector:4318)")

@@ -12,10 +12,10 @@ import (
 func TestServeConfigFileIsStrict(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
-	_ = os.WriteFile(good, []byte("socket: /run/x.sock\nlog_level: debug\nimage_cache_size: 5G\negress_allow_net: [10.20.0.0/16]\nmax_background_execs: 8\nmax_background_execs_per_tenant: 32\nregistries: [ghcr.io, \"registry.internal:5000\"]\n"), 0o600)
+	_ = os.WriteFile(good, []byte("socket: /run/x.sock\nlog_level: debug\nimage_cache_size: 5G\negress_allow_net: [10.20.0.0/16]\nmax_background_execs: 8\nmax_background_execs_per_tenant: 32\nregistries: [ghcr.io, \"registry.internal:5000\"]\ndefault_isolation: gvisor\n"), 0o600)
 	f, err := loadServeFile(good)
 	if err != nil || f.Socket != "/run/x.sock" || f.LogLevel != "debug" || f.ImageCacheSize != "5G" || len(f.EgressAllowNet) != 1 ||
-		f.MaxBackgroundExecs != 8 || f.MaxBackgroundExecsPerTenant != 32 || len(f.Registries) != 2 || f.Registries[1] != "registry.internal:5000" {
+		f.MaxBackgroundExecs != 8 || f.MaxBackgroundExecsPerTenant != 32 || len(f.Registries) != 2 || f.Registries[1] != "registry.internal:5000" || f.DefaultIsolation != "gvisor" {
 		t.Fatalf("good config: %+v %v", f, err)
 	}
 	for name, body := range map[string]string{

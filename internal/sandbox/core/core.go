@@ -131,6 +131,10 @@ type Config struct {
 	// serves tenants leaves it unset: they name paths only under their
 	// roots (hostpaths.go).
 	HostPaths bool
+	// DefaultIsolation is the wall of a create that names none
+	// (spec.Isolations; "": container). Unlike a tenant's hold it is a
+	// default only: a create may name another wall.
+	DefaultIsolation string
 }
 
 // Core holds every live sandbox of every tenant. Tenants are keyed by

@@ -519,10 +519,19 @@ func (s *Commands) sandboxEnd(b *core.Box) *api.ExecEnd {
 	return &api.ExecEnd{ExitCode: killedExit, Status: "sandbox ended", SandboxEnded: true, EndReason: reason}
 }
 
+// endGrace is how long a command whose stream broke waits for its
+// sandbox's end to be known before it is answered the stream's error. A
+// wall's teardown takes its time: on the gVisor wall the host learns of
+// the end when runsc run has ended, after its Sentry's and gofer's
+// processes are gone, seconds after the agent's stream broke on a busy
+// host (more than 2 s seen). A stream that breaks while its sandbox lives
+// on is rare (the agent is the sandbox's init or its first process).
+const endGrace = 10 * time.Second
+
 // reportSandboxEnd ends a command's stream that broke: with the sandbox's
 // end when it died under the command.
 func (s *Commands) reportSandboxEnd(b *core.Box, streamErr error, emit func(*api.ExecEvent) error) error {
-	if !s.ending(b, 2*time.Second) {
+	if !s.ending(b, endGrace) {
 		return s.streamEnded(b, streamErr)
 	}
 	return emit(&api.ExecEvent{End: s.sandboxEnd(b)})
