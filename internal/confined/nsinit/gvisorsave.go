@@ -18,8 +18,9 @@ import (
 // of it is backed by a host socket: the agent's listening socket (bound on
 // the host by the gofer) and the host's connections to it must be gone
 // first, and come back after. gvisor-init serves a control socket for
-// that, in the Sentry's abstract namespace (no host file), answering root
-// only; `airlock gvisor-hook close|listen NAME` (this binary, which the
+// that, in a directory of the Sentry's own /dev that only root may enter
+// (no host file; an abstract socket would let any command connect),
+// answering root only; `airlock gvisor-hook close|listen NAME` (this binary, which the
 // host starts with `runsc exec` as root) asks it:
 //
 //	close        stop listening, close every connection of the host's,
@@ -30,8 +31,12 @@ import (
 // A sandbox restored from a checkpoint (runsc restore) comes back with the
 // agent closed; the host asks it to listen, under a name of its own.
 
-// gvisorControl is the abstract socket gvisor-init's control listens on.
-const gvisorControl = "@airlock-gvisor-init"
+// gvisorControl is the socket gvisor-init's control listens on, in a
+// directory of root's (0700) in the Sentry's own /dev.
+const (
+	gvisorControlDir = "/dev/.airlock"
+	gvisorControl    = gvisorControlDir + "/init.sock"
+)
 
 // relistener is the agent's listener, whose host socket can be closed and
 // bound again while the agent serves on.
@@ -142,6 +147,17 @@ func (t *tracked) Close() error {
 
 // serveControl answers the host's hook on the control socket.
 func serveControl(r *relistener) error {
+	if err := os.Mkdir(gvisorControlDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("the control socket's directory: %w", err)
+	}
+	// Whatever was there (a restored sandbox's own), root's alone.
+	if err := os.Chown(gvisorControlDir, 0, 0); err != nil {
+		return err
+	}
+	if err := os.Chmod(gvisorControlDir, 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(gvisorControl)
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
