@@ -708,6 +708,22 @@ func (c *Cgroup) Procs() []int {
 	return out
 }
 
+// KillUntil kills every process of the cgroup, again and again, until
+// none is left and gone reports true (the holder of what the cgroup was
+// made for has let go), for five seconds at most.
+func (c *Cgroup) KillUntil(gone func() bool) {
+	for i := 0; i < 250; i++ {
+		procs := c.Procs()
+		for _, p := range procs {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		if len(procs) == 0 && gone() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Remove deletes the cgroup directories, waiting briefly for dying tasks,
 // and airlock's parent directory when no sandbox is left in it.
 func (c *Cgroup) Remove() error {

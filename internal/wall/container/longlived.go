@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -183,17 +182,7 @@ func (sb *Sandbox) UIDBase() (uint32, error) {
 // every process in its cgroup is killed, and once its lock is free its
 // cgroup and lock files are removed. It waits a few seconds at most.
 func (rt *Wall) Discard(id string) error {
-	cg := rt.cgroups.Open(id)
-	for i := 0; i < 250; i++ {
-		procs := cg.Procs()
-		for _, p := range procs {
-			_ = unix.Kill(p, unix.SIGKILL)
-		}
-		if len(procs) == 0 && !rt.Live(id) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	rt.cgroups.Open(id).KillUntil(func() bool { return !rt.Live(id) })
 	_, err := rt.GC()
 	return err
 }

@@ -241,17 +241,7 @@ func reopenLayers(pid int, scratch string) (l wall.Layers, err error) {
 // them) is killed, and once its lock is free, gc removes the rest. It
 // waits a few seconds at most.
 func (w *Wall) Discard(id string) error {
-	cg := w.cgroups.Open(id)
-	for i := 0; i < 250; i++ {
-		procs := cg.Procs()
-		for _, p := range procs {
-			_ = unix.Kill(p, unix.SIGKILL)
-		}
-		if len(procs) == 0 && !w.Live(id) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	w.cgroups.Open(id).KillUntil(func() bool { return !w.Live(id) })
 	_, err := w.GC()
 	return err
 }
