@@ -92,7 +92,9 @@ func writeFile(p string, r io.Reader, mode os.FileMode, u User, parents bool) (i
 		}
 	}
 	uid, gid := int(u.UID), int(u.GID)
-	if fi, err := os.Stat(p); err == nil {
+	// A link at p is replaced, never followed: what it points to lends
+	// the new file neither its owner nor its mode.
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
 		if !fi.Mode().IsRegular() {
 			return 0, &fs.PathError{Op: "write", Path: p, Err: syscall.EISDIR}
 		}

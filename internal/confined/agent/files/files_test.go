@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -350,5 +351,34 @@ func TestFsErrorsKeepTheirClass(t *testing.T) {
 		if got := connect.CodeOf(ConnectError(err)); got != want {
 			t.Errorf("%v: %v, want %v", err, got, want)
 		}
+	}
+}
+
+// A write to a path that is a link (one the sandbox user planted) replaces
+// the link: the file it points to is untouched and lends the new file
+// neither its owner nor its mode.
+func TestWriteReplacesALinkNotItsTarget(t *testing.T) {
+	us, home := testUsers(t)
+	cl, _ := callsServer(t, NewCalls(us))
+	target := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(target, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(home, "x")
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeChunks(context.Background(), cl, &agentpb.WriteFileRequest{Path: p, Data: []byte("new")}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Errorf("the link's target holds %q", b)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() == 0o600 {
+		t.Fatalf("the path is %v %v, want a new regular file of the default mode", fi.Mode(), err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != us.UID {
+		t.Errorf("the new file is uid %d's, want the writer's %d", st.Uid, us.UID)
 	}
 }
