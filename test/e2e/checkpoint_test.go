@@ -70,18 +70,7 @@ func TestGVisorCheckpointRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = alice.Destroy(ctx, src.ID) }()
-	s, err := alice.ExecStream(ctx, src.ID, &api.Exec{Cmd: []string{"python3", "-c", counter}, Background: true, Tag: "counter"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev, err := s.Next(); err != nil || ev.PID == 0 {
-		t.Fatalf("start the counter: %+v %v", ev, err)
-	}
-	s.Close()
-	if _, _, end := run(t, alice, src.ID, sh("echo kept > /workspace/w.txt && echo scratch > /tmp/t.txt")); end.ExitCode != 0 {
-		t.Fatalf("write files: %+v", end)
-	}
-	before := countPast(t, alice, src.ID, 20)
+	before := startCounting(t, alice, src.ID)
 
 	snap, err := alice.SnapshotWith(ctx, src.ID, &api.CreateSnapshot{Name: "mem", Memory: true})
 	if err != nil {
@@ -153,4 +142,23 @@ func TestCheckpointRefusedOnContainerWall(t *testing.T) {
 	if sns, err := alice.Snapshots(ctx); err != nil || len(sns) != 0 {
 		t.Errorf("snapshots after the refusal: %+v %v", sns, err)
 	}
+}
+
+// startCounting starts the counter in sandbox id (in the background), writes
+// a file in its /workspace (w.txt: "kept") and its /tmp (t.txt: "scratch"),
+// and returns a count the counter has gone past.
+func startCounting(t *testing.T, c *client.Client, id string) int {
+	t.Helper()
+	s, err := c.ExecStream(context.Background(), id, &api.Exec{Cmd: []string{"python3", "-c", counter}, Background: true, Tag: "counter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Next(); err != nil || ev.PID == 0 {
+		t.Fatalf("start the counter: %+v %v", ev, err)
+	}
+	s.Close()
+	if _, _, end := run(t, c, id, sh("echo kept > /workspace/w.txt && echo scratch > /tmp/t.txt")); end.ExitCode != 0 {
+		t.Fatalf("write files: %+v", end)
+	}
+	return countPast(t, c, id, 20)
 }

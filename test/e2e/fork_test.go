@@ -71,18 +71,7 @@ func TestGVisorFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = alice.Destroy(ctx, src.ID) }()
-	s, err := alice.ExecStream(ctx, src.ID, &api.Exec{Cmd: []string{"python3", "-c", counter}, Background: true, Tag: "counter"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev, err := s.Next(); err != nil || ev.PID == 0 {
-		t.Fatalf("start the counter: %+v %v", ev, err)
-	}
-	s.Close()
-	if _, _, end := run(t, alice, src.ID, sh("echo kept > /workspace/w.txt && echo scratch > /tmp/t.txt")); end.ExitCode != 0 {
-		t.Fatalf("write files: %+v", end)
-	}
-	before := countPast(t, alice, src.ID, 20)
+	before := startCounting(t, alice, src.ID)
 
 	// Past max_sandboxes (1 + 3 > 3): refused, nothing made or saved.
 	_, err = alice.Fork(ctx, src.ID, 3)
