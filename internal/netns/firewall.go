@@ -3,6 +3,7 @@ package netns
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -161,11 +162,21 @@ func addRules(nsfd int, hostIP netip.Addr, ports Ports) (*firewall, error) {
 // those whose veth is gone, their owner killed).
 //
 //	nat prerouting (priority dstnat):     from the veth, TCP 80 -> hostIP:transparent-http,
-//	                                      TCP 443 -> hostIP:transparent-tls
+//	                                      TCP 443 -> hostIP:transparent-tls,
+//	                                      TCP explicit, TCP/UDP 53 to any
+//	                                      address of the pool -> hostIP's
+//	                                      explicit proxy and DNS
 //	filter prerouting (priority filter):  from the veth, to hostIP, the proxy
 //	                                      ports and DNS accepted; anything else
 //	                                      from it (IPv6 included) counted and
 //	                                      dropped, before the host routes it
+//
+// The third rule is for a sandbox restored from a checkpoint: its
+// processes kept the proxy's and the resolver's address they were started
+// with, which was the source sandbox's host end, another address of the
+// pool. Whichever host end of the pool they name, the sandbox reaches its
+// own proxy and resolver on those ports, and never another sandbox's (the
+// source's host end is a local address of this host too).
 const hostTablePrefix = "airlock-"
 
 func hostTable(hostIf string) *nftables.Table {
@@ -179,9 +190,20 @@ func hostChains(t *nftables.Table) (nat, filter *nftables.Chain) {
 	return
 }
 
+// inPrefix matches IPv4 packets to an address of p.
+func inPrefix(p netip.Prefix) []expr.Any {
+	mask := net.CIDRMask(p.Bits(), 32)
+	base := p.Masked().Addr().As4()
+	return append(ipv4(),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: base[:]},
+	)
+}
+
 // addHostRules installs the host side's rules of the sandbox whose veth's
-// host end is hostIf.
-func addHostRules(hostIf string, hostIP netip.Addr, ports Ports) error {
+// host end is hostIf, hostIP leased from pool.
+func addHostRules(hostIf string, hostIP netip.Addr, pool netip.Prefix, ports Ports) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
@@ -197,6 +219,9 @@ func addHostRules(hostIf string, hostIP netip.Addr, ports Ports) error {
 	from := fromIf(hostIf)
 	add(nat, cat(from, ipv4(), proto(unix.IPPROTO_TCP, 80), dnat(hostIP, ports.TransparentHTTP)))
 	add(nat, cat(from, ipv4(), proto(unix.IPPROTO_TCP, 443), dnat(hostIP, ports.TransparentTLS)))
+	add(nat, cat(from, inPrefix(pool), proto(unix.IPPROTO_TCP, ports.Explicit), dnat(hostIP, ports.Explicit)))
+	add(nat, cat(from, inPrefix(pool), proto(unix.IPPROTO_TCP, 53), dnat(hostIP, ports.DNS)))
+	add(nat, cat(from, inPrefix(pool), proto(unix.IPPROTO_UDP, 53), dnat(hostIP, ports.DNS)))
 	for _, m := range toProxy(hostIP, ports) {
 		add(filter, cat(from, m, accept))
 	}

@@ -132,7 +132,7 @@ func Create(id string, pool netip.Prefix, leaseDir string, ports Ports, hostSide
 		return nil, err
 	}
 	if hostSide {
-		if err := addHostRules(n.HostIf, n.HostIP, ports); err != nil {
+		if err := addHostRules(n.HostIf, n.HostIP, pool, ports); err != nil {
 			return nil, err
 		}
 		n.fw.hostIf = n.HostIf

@@ -119,7 +119,7 @@ func TestHostSideRulesAreJudgedOnTheVethsHostEndAndGoWithTheNet(t *testing.T) {
 		}
 		tb := hostTable(n.HostIf)
 		nat, filter := hostChains(tb)
-		for ch, want := range map[*nftables.Chain]int{nat: 2, filter: 6} {
+		for ch, want := range map[*nftables.Chain]int{nat: 5, filter: 6} {
 			if rs, _ := host.GetRules(tb, ch); len(rs) != want {
 				t.Errorf("%d rules in the host side's %s, want %d", len(rs), ch.Name, want)
 			}
@@ -137,7 +137,7 @@ func TestHostSideRulesAreJudgedOnTheVethsHostEndAndGoWithTheNet(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		if err := addHostRules(hostIfName("deadbeef0000"), m.HostIP, ports); err != nil {
+		if err := addHostRules(hostIfName("deadbeef0000"), m.HostIP, netip.MustParsePrefix("10.250.0.0/24"), ports); err != nil {
 			t.Fatal(err)
 		}
 		if err := Reap(t.TempDir()); err != nil {

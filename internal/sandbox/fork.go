@@ -39,10 +39,6 @@ import (
 // The save is the fork's own: no snapshot is listed or counted against
 // the tenant's snapshot bytes (it is bounded by MaxSnapshotBytes), and one
 // sandbox.forked record on the source names the copies.
-//
-// A gVisor sandbox in proxy mode is not forked: its netstack is saved
-// with the source's address and routes, which a copy in a network
-// namespace of its own would not have.
 
 // forkCount checks a fork's count.
 func forkCount(n int) error {
@@ -68,9 +64,6 @@ func (s *Service) Fork(ctx context.Context, t *tenant.Principal, id string, req 
 	src, expires, idle, meta, trig := b.Spec, b.Rec.Expires, b.Rec.IdleTimeout, b.Rec.Metadata, b.Rec.Trigger
 	b.Mu.Unlock()
 	memory := src.Wall() == "gvisor"
-	if memory && src.NetMode() == "proxy" {
-		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s is a gvisor sandbox in proxy mode: it cannot be forked (its network stack is saved with its own address and routes, which a copy in a network namespace of its own would not have); fork a sandbox with --net none", id))
-	}
 	// The tenant may have been held to a stronger wall since.
 	if err := spec.HeldTo(src.Wall(), t.Isolation); err != nil {
 		return nil, err

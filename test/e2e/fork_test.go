@@ -6,11 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/test/fakenet"
 )
 
 // forkTenant is a tenant with quotas q, its client and key.
@@ -155,97 +158,151 @@ func TestGVisorFork(t *testing.T) {
 	}
 }
 
-// A gVisor sandbox in proxy mode is not forked, nor its memory saved: it
-// says why, and makes nothing; a memory snapshot is not restored into a
-// proxy-mode sandbox.
-func TestGVisorForkRefusedInProxyMode(t *testing.T) {
+// fetcher is a process that keeps fetching http://allowed.test/ through
+// the proxy its environment names (HTTP_PROXY, read once at its start),
+// counting in memory the answers it gets, in /tmp/fetched.
+const fetcher = `import os, time, urllib.request
+n = 0
+while True:
+    try:
+        urllib.request.urlopen("http://allowed.test/", timeout=5).read()
+        n += 1
+        with open("/tmp/fetched.new", "w") as f:
+            f.write(str(n))
+        os.rename("/tmp/fetched.new", "/tmp/fetched")
+    except Exception as e:
+        with open("/tmp/fetch-error", "w") as f:
+            f.write(repr(e))
+    time.sleep(0.2)
+`
+
+// fetched reads the fetcher's count in sandbox id (-1: none yet).
+func fetched(t *testing.T, c *client.Client, id string) int {
+	t.Helper()
+	out, _, _ := run(t, c, id, sh("cat /tmp/fetched 2>/dev/null || echo -1"))
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("fetched in %s: %q", id, out)
+	}
+	return n
+}
+
+// egressTo counts sandbox id's egress records that name host.
+func egressTo(t *testing.T, c *client.Client, id, host string) int {
+	t.Helper()
+	recs, err := c.Audit(context.Background(), id, "egress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range recs {
+		if strings.Contains(string(r.Data), host) {
+			n++
+		}
+	}
+	return n
+}
+
+// A gVisor sandbox in proxy mode is forked and restored with its memory,
+// each copy on a network of its own: the checkpoint holds no network
+// stack, and a restore builds one on the copy's own namespace. A process
+// that kept running across the fork, still naming the source's proxy
+// address, reaches the copy's own proxy (every copy's requests are its
+// own egress records), a new command resolves and fetches through it, and
+// the policy still holds (a denied host is denied). A memory snapshot of
+// a sandbox without a network is restored into proxy mode too.
+func TestGVisorForkInProxyMode(t *testing.T) {
 	needRunsc(t)
 	defer noGVisorResidue(t)
-	d := startDaemon(t, newDataDir(t))
+	fi := &fakeInternet{Internet: fakenet.New(t)}
+	d := startDaemonOpts(t, daemonOpts{bin: airlockBin, fi: fi}, newDataDir(t), "--dns-upstream", "192.0.2.53:53", "--egress-allow-net", "192.0.2.0/24")
 	ctx := context.Background()
 	alice, _ := forkTenant(t, d, "alice", api.Quotas{})
-	src, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m", Network: api.Network{Mode: "proxy"}})
+	net := api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}
+	src, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "10m", Network: net})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = alice.Destroy(ctx, src.ID) }()
-	_, err = alice.Fork(ctx, src.ID, 1)
-	wantCode(t, "a fork of a proxy-mode gvisor sandbox", err, api.CodeFailedPrecondition)
-	if err == nil || !strings.Contains(err.Error(), "proxy mode") {
-		t.Errorf("the refusal does not say why: %v", err)
+	before := startCounting(t, alice, src.ID)
+	st, err := alice.ExecStream(ctx, src.ID, &api.Exec{Cmd: []string{"python3", "-c", fetcher}, Background: true, Tag: "fetcher"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Nor is its memory saved for a restore elsewhere.
-	_, err = alice.SnapshotWith(ctx, src.ID, &api.CreateSnapshot{Memory: true})
-	wantCode(t, "a memory snapshot of a proxy-mode gvisor sandbox", err, api.CodeFailedPrecondition)
-	if sbs, err := alice.Sandboxes(ctx); err != nil || len(sbs) != 1 {
-		t.Errorf("sandboxes after the refusal: %+v %v", sbs, err)
+	if ev, err := st.Next(); err != nil || ev.PID == 0 {
+		t.Fatalf("start the fetcher: %+v %v", ev, err)
 	}
-	if dirs := snapshotDirs(t, d); len(dirs) != 0 {
-		t.Errorf("the refusals left %v", dirs)
+	st.Close()
+	waitFetched := func(id string, past int) int {
+		t.Helper()
+		for range 300 {
+			if n := fetched(t, alice, id); n > past {
+				return n
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		out, _, _ := run(t, alice, id, sh("cat /tmp/fetch-error 2>/dev/null"))
+		t.Fatalf("the fetcher in %s fetched nothing past %d (last error: %s)", id, past, out)
+		return 0
 	}
-	// And a sandbox restored from memory gets no network.
+	waitFetched(src.ID, 0)
+
+	fk, err := alice.Fork(ctx, src.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range fk.Sandboxes {
+		ids = append(ids, c.ID)
+		defer func() { _ = alice.Destroy(ctx, c.ID) }()
+	}
+	if !fk.Memory || len(ids) != 2 {
+		t.Fatalf("fork: %+v", fk)
+	}
+	for _, id := range ids {
+		got, err := alice.Sandbox(ctx, id)
+		if err != nil || got.Network.Mode != "proxy" || got.Isolation != "gvisor" {
+			t.Errorf("copy %s: %+v %v", id, got, err)
+		}
+		if n := count(t, alice, id); n < before {
+			t.Errorf("copy %s's counter is at %d, below the %d it had before the fork", id, n, before)
+		}
+		// The fetcher started in the source goes on, through this copy's
+		// proxy: its requests are this copy's.
+		waitFetched(id, fetched(t, alice, id))
+		if n := egressTo(t, alice, id, "allowed.test"); n == 0 {
+			t.Errorf("copy %s has no egress record of its fetcher's requests", id)
+		}
+		// A new command resolves and fetches through the copy's own
+		// resolver and proxy; the policy is the source's.
+		if out, _, end := run(t, alice, id, sh("getent hosts allowed.test >/dev/null && curl -s -o /dev/null -w '%{http_code}' http://allowed.test/ && curl -s -o /dev/null -w ' %{http_code}' http://evil.test/")); end.ExitCode != 0 || out != "200 403" {
+			t.Errorf("copy %s: resolve and fetch allowed.test, then evil.test: %q %+v", id, out, end)
+		}
+	}
+	// The source runs on, its own fetcher too.
+	countPast(t, alice, src.ID, before)
+	waitFetched(src.ID, fetched(t, alice, src.ID))
+
+	// A memory snapshot of a sandbox with no network, restored into proxy
+	// mode: the restored processes run on, and the network is there.
 	plain, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Isolation: "gvisor", TTL: "5m"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = alice.Destroy(ctx, plain.ID) }()
+	n := startCounting(t, alice, plain.ID)
 	snap, err := alice.SnapshotWith(ctx, plain.ID, &api.CreateSnapshot{Memory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = alice.DeleteSnapshot(ctx, snap.ID) }()
-	_, err = alice.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + snap.ID, TTL: "5m", Network: api.Network{Mode: "proxy"}})
-	wantCode(t, "a proxy-mode restore", err, api.CodeFailedPrecondition)
-}
-
-// On the container wall a fork copies files only, and says so: the copies
-// have the source's /workspace and root changes as at the fork (not what
-// the source writes after), none of its processes; memory false in the
-// answer and a line on stderr.
-func TestContainerForkCopiesFiles(t *testing.T) {
-	d := startDaemon(t, newDataDir(t))
-	ctx := context.Background()
-	alice, key := forkTenant(t, d, "alice", api.Quotas{})
-	src, err := alice.CreateSandbox(ctx, &api.CreateSandbox{TTL: "5m"})
+	from, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + snap.ID, TTL: "5m", Network: net})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = alice.Destroy(ctx, src.ID) }()
-	if _, _, end := run(t, alice, src.ID, sh("echo kept > /workspace/w.txt")); end.ExitCode != 0 {
-		t.Fatalf("write: %+v", end)
-	}
-	r := cliAs(t, d, key, nil, nil, "fork", src.ID, "--count", "2", "--json")
-	if r.code != 0 || !strings.Contains(r.stderr, "files only, not its memory") {
-		t.Fatalf("airlock fork: %s", r)
-	}
-	var f api.Fork
-	if err := json.Unmarshal([]byte(r.stdout), &f); err != nil {
-		t.Fatalf("fork --json: %v: %q", err, r.stdout)
-	}
-	for _, sb := range f.Sandboxes {
-		defer func() { _ = alice.Destroy(ctx, sb.ID) }()
-	}
-	if f.Memory || f.Source != src.ID || len(f.Sandboxes) != 2 || f.Sandboxes[0].ID == f.Sandboxes[1].ID {
-		t.Fatalf("fork: %+v", f)
-	}
-	if _, _, end := run(t, alice, src.ID, sh("echo later > /workspace/w.txt")); end.ExitCode != 0 {
-		t.Fatalf("write: %+v", end)
-	}
-	for _, sb := range f.Sandboxes {
-		if out, _, _ := run(t, alice, sb.ID, sh("cat /workspace/w.txt")); out != "kept\n" {
-			t.Errorf("copy %s's file: %q", sb.ID, out)
-		}
-	}
-	recs, err := alice.Audit(ctx, src.ID, "sandbox.forked")
-	if err != nil || len(recs) != 1 || !strings.Contains(string(recs[0].Data), `"memory":false`) {
-		t.Errorf("sandbox.forked: %+v %v", recs, err)
-	}
-	for _, sb := range f.Sandboxes {
-		if err := alice.Destroy(ctx, sb.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if dirs := snapshotDirs(t, d); len(dirs) != 0 {
-		t.Errorf("the fork's files are left after its copies ended: %v", dirs)
+	defer func() { _ = alice.Destroy(ctx, from.ID) }()
+	countPast(t, alice, from.ID, n)
+	if out, _, end := run(t, alice, from.ID, sh("curl -s -o /dev/null -w '%{http_code}' http://allowed.test/")); end.ExitCode != 0 || out != "200" {
+		t.Errorf("the restored sandbox fetches allowed.test: %q %+v", out, end)
 	}
 }

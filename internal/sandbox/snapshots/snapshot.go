@@ -63,9 +63,6 @@ func (s *Keeper) Snapshot(ctx context.Context, t *tenant.Principal, id string, r
 	if req.Memory && b.Spec.Wall() != "gvisor" {
 		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("a snapshot with memory needs --isolation gvisor: sandbox %s is on the %s wall (snapshot its files without memory)", id, b.Spec.Wall()))
 	}
-	if req.Memory && b.Spec.NetMode() == "proxy" {
-		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s is a gvisor sandbox in proxy mode: its memory cannot be saved (its network stack is saved with its own address and routes, which a sandbox restored in a network namespace of its own would not have); snapshot its files without memory", id))
-	}
 	files, err := b.Inst.Snapshot(ctx, limit, req.Memory)
 	if errors.Is(err, errdefs.ErrTooLarge) && t.Quotas.MaxSnapshotBytes > 0 {
 		err = errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: this snapshot would take tenant %s's snapshots past %s", t.Tenant, spec.FormatSize(t.Quotas.MaxSnapshotBytes)))
@@ -217,11 +214,8 @@ func (s *Keeper) FromSnapshot(ctx context.Context, t *tenant.Principal, sp *spec
 	if s.Cfg.Backend.SnapshotHasMemory(r.Content) {
 		// Restored running: only gVisor can, from its own checkpoint (a
 		// stronger wall than any the request may name: never a downgrade),
-		// and with no network: the saved network stack has none to take
-		// a new namespace's veth over.
-		if sp.NetMode() == "proxy" {
-			return errdefs.New(errdefs.ErrFailedPrecondition, "snapshot "+core.QuoteID(sid)+" holds a sandbox's memory: it is restored without a network (drop the network settings)")
-		}
+		// with the network the request asks for (the checkpoint holds no
+		// network stack: the restore builds one on its own namespace).
 		sp.Isolation, sp.Restore = "gvisor", r.Content
 	}
 	if root != "" {

@@ -175,8 +175,8 @@ func TestBundleJoinsTheHostMadeNetworkNamespaceWithIPv6Off(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := networkNS(s); n.Type != "network" || n.Path != "" || networkFlag(o) != "--network=none" {
-		t.Errorf("no network: %+v %s, want a new, empty namespace and --network=none", n, networkFlag(o))
+	if n := networkNS(s); n.Type != "network" || n.Path != "" || networkFlags(o)[0] != "--network=none" {
+		t.Errorf("no network: %+v %s, want a new, empty namespace and --network=none", n, networkFlags(o))
 	}
 	ns, err := os.Open("/dev/null")
 	if err != nil {
@@ -192,8 +192,8 @@ func TestBundleJoinsTheHostMadeNetworkNamespaceWithIPv6Off(t *testing.T) {
 	if s, err = bundleSpec(o, l); err != nil {
 		t.Fatal(err)
 	}
-	if n := networkNS(s); n.Path != l.NetNS || !strings.HasSuffix(n.Path, "/fd/"+strconv.Itoa(int(ns.Fd()))) || networkFlag(o) != "--network=sandbox" {
-		t.Errorf("proxy mode: %+v %s, want the host's namespace and --network=sandbox", n, networkFlag(o))
+	if n := networkNS(s); n.Path != l.NetNS || !strings.HasSuffix(n.Path, "/fd/"+strconv.Itoa(int(ns.Fd()))) || networkFlags(o)[0] != "--network=sandbox" {
+		t.Errorf("proxy mode: %+v %s, want the host's namespace and --network=sandbox", n, networkFlags(o))
 	}
 	if s.Linux.Sysctl["net.ipv6.conf.all.disable_ipv6"] != "1" {
 		t.Errorf("IPv6 left on: %v", s.Linux.Sysctl)

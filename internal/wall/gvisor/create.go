@@ -28,13 +28,18 @@ import (
 // long as nothing freezes the Sentry's stubs under it (see Freeze).
 var runscFlags = []string{"--ignore-cgroups", "--overlay2=none", "--platform=systrap"}
 
-// networkFlag is runsc's network for sandbox o: none at all, or gVisor's
+// networkFlags are runsc's network for sandbox o: none at all, or gVisor's
 // own netstack on the veth of the namespace the host made (proxy mode).
-func networkFlag(o *wall.Options) string {
+// Either way the netstack is left out of a checkpoint: a restore builds a
+// fresh one from the namespace it is given (the restored sandbox's own
+// veth, address and routes; sockets open at the save are reset), so a
+// sandbox is saved and restored alike whatever its network, and no copy
+// ever holds its source's address.
+func networkFlags(o *wall.Options) []string {
 	if o.NetNS != nil {
-		return "--network=sandbox"
+		return []string{"--network=sandbox", "--save-restore-netstack=false"}
 	}
-	return "--network=none"
+	return []string{"--network=none", "--save-restore-netstack=false"}
 }
 
 // netnsPath is where runsc opens the network namespace o.NetNS: this
@@ -109,7 +114,7 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	var said io.ReadCloser // runsc's own diagnostics
 	var saidW, readyW *os.File
 	var readyR *os.File
-	args := append(append([]string{"--root", filepath.Join(w.dir, runscRoot)}, runscFlags...), networkFlag(o))
+	args := append(append([]string{"--root", filepath.Join(w.dir, runscRoot)}, runscFlags...), networkFlags(o)...)
 	if long {
 		// The agent binds its socket in the one host directory mounted
 		// for it (agentDir); nothing else it may create or reach is a
