@@ -46,8 +46,9 @@ var layers = []layer{
 	{"leases", []string{"internal/wall/uidlease"}, []string{"kernel"}},
 	{"backend", []string{"internal/wall/container", "internal/wall/container/sealedexe"}, []string{"base", "value", "kernel", "wall", "leases", "init", "backend"}},
 	// gVisor's wall runs runsc; of the confined side it knows only
-	// gvisor-init's wire type.
-	{"backend", []string{"internal/wall/gvisor"}, []string{"base", "kernel", "wall", "leases", "init"}},
+	// gvisor-init's wire type; it copies what a sandbox wrote (a
+	// checkpoint's /tmp and home) as the workspace copies do.
+	{"backend", []string{"internal/wall/gvisor"}, []string{"base", "kernel", "wall", "leases", "init", "workspace"}},
 
 	// What the lifecycle builds a sandbox from, below it.
 	{"image", []string{"internal/image/..."}, []string{"base", "image"}},
@@ -73,7 +74,7 @@ var layers = []layer{
 
 	// The composition root, the only host code that knows a wall by name.
 	{"root", []string{"internal/system"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front"}},
-	{"root", []string{"internal/doctor"}, []string{"base", "value", "kernel", "wall", "backend", "leases", "init"}},
+	{"root", []string{"internal/doctor"}, []string{"base", "value", "kernel", "wall", "backend", "leases", "init", "workspace"}},
 
 	// The command line: the remote commands reach no further than the SDK.
 	{"cmdutil", []string{"internal/cli/cmdutil"}, []string{"base", "value", "wire", "client"}},

@@ -71,6 +71,11 @@ func TestGVisorCheckpointRestore(t *testing.T) {
 	}
 	defer func() { _ = alice.Destroy(ctx, src.ID) }()
 	before := startCounting(t, alice, src.ID)
+	// What the sandbox left in /tmp is copied as hostile: a link stays a
+	// link, a set-id bit is dropped.
+	if _, _, end := run(t, alice, src.ID, sh("ln -s /etc/passwd /tmp/link && echo x > /tmp/suid && chmod 4755 /tmp/suid")); end.ExitCode != 0 {
+		t.Fatalf("plant /tmp: %+v", end)
+	}
 
 	snap, err := alice.SnapshotWith(ctx, src.ID, &api.CreateSnapshot{Name: "mem", Memory: true})
 	if err != nil {
@@ -98,6 +103,9 @@ func TestGVisorCheckpointRestore(t *testing.T) {
 	countPast(t, alice, from.ID, restored)
 	if out, _, _ := run(t, alice, from.ID, sh("cat /workspace/w.txt /tmp/t.txt")); out != "kept\nscratch\n" {
 		t.Errorf("files after restore: %q", out)
+	}
+	if out, _, _ := run(t, alice, from.ID, sh("readlink /tmp/link; stat -c %a /tmp/suid")); out != "/etc/passwd\n755\n" {
+		t.Errorf("/tmp's link and set-id file after restore: %q", out)
 	}
 	if ps, err := alice.Processes(ctx, from.ID); err != nil || len(ps) != 1 || ps[0].Tag != "counter" {
 		t.Errorf("processes after restore: %+v %v", ps, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/workspace/hostcopy"
 	"golang.org/x/sys/unix"
 )
 
@@ -117,7 +118,7 @@ func (sb *Sandbox) Checkpoint(dir, agentSocket string, files func() error) (err 
 		return err
 	}
 	for _, d := range []string{"tmp", "home"} {
-		if err := copyDir(filepath.Join(sb.scratchView(), d), filepath.Join(scratch, d)); err != nil {
+		if err := sb.w.copyTree(filepath.Join(sb.scratchView(), d), filepath.Join(scratch, d)); err != nil {
 			return fmt.Errorf("checkpoint: /%s: %w", d, err)
 		}
 	}
@@ -152,11 +153,23 @@ func (sb *Sandbox) scratchView() string {
 	return fmt.Sprintf("/proc/%d/root%s", sb.pid, filepath.Join(sb.w.bundle(sb.id), "scratch"))
 }
 
-// copyDir copies src to dst (new) as it is: owners, modes, links as links.
-func copyDir(src, dst string) error {
-	out, err := exec.Command("cp", "-a", "--no-dereference", "--", src, dst).CombinedOutput()
+// copyTree copies the directory src, which the sandbox wrote, to dst
+// (new) through internal/workspace/hostcopy: read as hostile (no link
+// followed, no mount crossed, within its depth, entry and byte caps),
+// owners, modes without set-id bits, times and hard links kept, special
+// files (fifos, sockets) left out and logged.
+func (w *Wall) copyTree(src, dst string) error {
+	f, err := os.OpenFile(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("cp: %v: %s", err, strings.TrimSpace(string(out)))
+		return err
+	}
+	defer f.Close()
+	res, err := hostcopy.Copy(context.Background(), f, dst, hostcopy.Options{})
+	if err != nil {
+		return err
+	}
+	if len(res.Skipped) > 0 {
+		w.log.Info("special files left out of a checkpoint's copy", "dir", filepath.Base(dst), "skipped", res.Skipped)
 	}
 	return nil
 }

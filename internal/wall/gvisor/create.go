@@ -260,7 +260,7 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		fail(err)
 		return
 	}
-	l, err := prepare(o, filepath.Join(bundle, "scratch"), sb.ids, trees, wsTree, exeTree, &layers)
+	l, err := sb.w.prepare(o, filepath.Join(bundle, "scratch"), sb.ids, trees, wsTree, exeTree, &layers)
 	if err != nil {
 		fail(err)
 		return
@@ -322,7 +322,7 @@ func (sb *Sandbox) start() error {
 // where the bundle's mounts come from. trees are o.Trees' idmapped
 // clones, one each. What the sandbox sees is owned in its host id range
 // ids: its root's is ids.Base, as the Sentry and the gofer are.
-func prepare(o *wall.Options, scratch string, ids idRange, trees []int, wsTree, exeTree int, layers *wall.Layers) (layout, error) {
+func (w *Wall) prepare(o *wall.Options, scratch string, ids idRange, trees []int, wsTree, exeTree int, layers *wall.Layers) (layout, error) {
 	var l layout
 	p := func(parts ...string) string { return filepath.Join(append([]string{scratch}, parts...)...) }
 	if len(trees) != len(o.Trees) {
@@ -359,7 +359,7 @@ func prepare(o *wall.Options, scratch string, ids idRange, trees []int, wsTree, 
 			if err := os.Remove(p(d)); err != nil {
 				return l, err
 			}
-			if err := copyDir(filepath.Join(o.Restore.Dir, checkpointScratch, d), p(d)); err != nil {
+			if err := w.copyTree(filepath.Join(o.Restore.Dir, checkpointScratch, d), p(d)); err != nil {
 				return l, fmt.Errorf("restore /%s: %w", d, err)
 			}
 			if err := shiftIDs(p(d), ids); err != nil {

@@ -23,8 +23,9 @@
 // leases from (internal/wall/uidlease), and the image's trees, the
 // generated layer and the workspace are shown owned in that range. It
 // imports internal/wall, internal/wall/uidlease, internal/linux/*,
-// internal/errdefs, internal/cleanup and nsinit (for gvisor-init's wire
-// type), nothing above.
+// internal/errdefs, internal/cleanup, nsinit (for gvisor-init's wire
+// type) and internal/workspace/hostcopy (to copy a checkpoint's /tmp and
+// home, which the sandbox wrote), nothing above.
 //
 // Not built yet, and refused by name: a one-shot terminal (-t).
 package gvisor
