@@ -88,6 +88,15 @@ func TestGVisorCheckpointRestore(t *testing.T) {
 	// The source runs on, its agent answering.
 	afterSrc := countPast(t, alice, src.ID, before)
 
+	// A restore whose sandbox would differ from the checkpointed one in
+	// more than what is its own (here a writable root) is refused, and
+	// nothing is left of it.
+	_, err = alice.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + snap.ID, TTL: "5m", WritableRootfs: true})
+	wantCode(t, "a restore with a writable root", err, api.CodeFailedPrecondition)
+	if sbs, err := alice.Sandboxes(ctx); err != nil || len(sbs) != 1 {
+		t.Errorf("sandboxes after the refused restore: %+v %v", sbs, err)
+	}
+
 	from, err := alice.CreateSandbox(ctx, &api.CreateSandbox{Image: "snapshot:" + snap.ID, TTL: "5m"})
 	if err != nil {
 		t.Fatal(err)

@@ -187,20 +187,27 @@ func fetched(t *testing.T, c *client.Client, id string) int {
 	return n
 }
 
-// egressTo counts sandbox id's egress records that name host.
+// egressTo counts sandbox id's egress records that name host, once there
+// is one (the proxy writes them as the requests end) or after 30 s.
 func egressTo(t *testing.T, c *client.Client, id, host string) int {
 	t.Helper()
-	recs, err := c.Audit(context.Background(), id, "egress")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, r := range recs {
-		if strings.Contains(string(r.Data), host) {
-			n++
+	for range 300 {
+		recs, err := c.Audit(context.Background(), id, "egress")
+		if err != nil {
+			t.Fatal(err)
 		}
+		n := 0
+		for _, r := range recs {
+			if strings.Contains(string(r.Data), host) {
+				n++
+			}
+		}
+		if n > 0 {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return n
+	return 0
 }
 
 // A gVisor sandbox in proxy mode is forked and restored with its memory,

@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +25,9 @@ import (
 // Checkpoint and restore (wall.Checkpointer). A checkpoint directory
 // holds:
 //
-//	image/    runsc checkpoint's image of the sandbox's memory and kernel
-//	scratch/  tmp/ and home/: the sandbox's /tmp and home as they were
+//	image/     runsc checkpoint's image of the sandbox's memory and kernel
+//	scratch/   tmp/ and home/: the sandbox's /tmp and home as they were
+//	spec.json  the bundle's spec (restoreMismatch compares a restore's)
 //
 // The sandbox's root and /workspace layers are the caller's to save (in
 // files, called while the sandbox is paused, after gVisor has written back
@@ -111,6 +116,13 @@ func (sb *Sandbox) Checkpoint(dir, agentSocket string, files func() error) (err 
 	// only what the checkpoint paused), and it has written its cached file
 	// data back to the layers.
 	if err := sb.runscCmd(ctx, "checkpoint", "--image-path", filepath.Join(dir, checkpointImage), "--leave-running", sb.id); err != nil {
+		return err
+	}
+	spec, err := os.ReadFile(filepath.Join(sb.w.bundle(sb.id), "config.json"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, checkpointSpec), spec, 0o600); err != nil {
 		return err
 	}
 	scratch := filepath.Join(dir, checkpointScratch)
@@ -211,4 +223,86 @@ func shiftIDs(dir string, ids idRange) error {
 		}
 		return unix.Lchown(p, shift(st.Uid), shift(st.Gid))
 	})
+}
+
+// checkpointSpec is the bundle's spec as it was checkpointed, in the
+// checkpoint directory beside the image.
+const checkpointSpec = "spec.json"
+
+// restoreMismatch says how spec now, made for a restore, differs from
+// saved, the checkpointed sandbox's, in what a restore must keep. runsc
+// itself is told only to warn (--restore-spec-validation=warning), because
+// a restored sandbox has host ids of its own; this check is the one that
+// refuses, and it lets only what is per sandbox differ: the host side of
+// the id maps (not the ids inside, nor the ranges' sizes), the host paths
+// (the root's, the mounts' sources, the network namespace's), the
+// environment and hostname (runsc allows both too), gvisor-init's
+// configuration after its name (read at its start only: the restored
+// init runs on from memory), and tmpfs sizes (a restored tmpfs is in the
+// saved memory, at the size it had). Everything else — the mounts and
+// their options, the root's read-only flag, the user, working directory,
+// capabilities, rlimits, no_new_privs, the namespaces and sysctls — must
+// be as checkpointed.
+func restoreMismatch(saved, now *ociSpec) error {
+	norm := func(s ociSpec) ociSpec {
+		s.Root.Path, s.Hostname, s.Process.Env = "", "", nil
+		if len(s.Process.Args) > 2 {
+			s.Process.Args = s.Process.Args[:2]
+		}
+		ms := make([]ociMount, len(s.Mounts))
+		for i, m := range s.Mounts {
+			m.Source = ""
+			if m.Type == "tmpfs" {
+				m.Options = slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return strings.HasPrefix(o, "size=") })
+			}
+			ms[i] = m
+		}
+		s.Mounts = ms
+		ns := make([]ociNamespace, len(s.Linux.Namespaces))
+		for i, n := range s.Linux.Namespaces {
+			ns[i] = ociNamespace{Type: n.Type}
+		}
+		s.Linux.Namespaces = ns
+		idm := func(in []ociIDMap) []ociIDMap {
+			out := make([]ociIDMap, len(in))
+			for i, m := range in {
+				out[i] = ociIDMap{ContainerID: m.ContainerID, Size: m.Size}
+			}
+			return out
+		}
+		s.Linux.UIDMappings, s.Linux.GIDMappings = idm(s.Linux.UIDMappings), idm(s.Linux.GIDMappings)
+		return s
+	}
+	a, b := norm(*saved), norm(*now)
+	for _, f := range []struct {
+		what     string
+		old, new any
+	}{
+		{"the OCI version", a.Version, b.Version},
+		{"the root", a.Root, b.Root},
+		{"the mounts", a.Mounts, b.Mounts},
+		{"the process", a.Process, b.Process},
+		{"the namespaces, id maps or sysctls", a.Linux, b.Linux},
+	} {
+		if !reflect.DeepEqual(f.old, f.new) {
+			return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("the checkpoint cannot be restored here: %s differ from the checkpointed sandbox's (restore it with the settings it was saved with: the same wall, --writable-rootfs, trees, workspace, user and capabilities)", f.what))
+		}
+	}
+	return nil
+}
+
+// savedSpec reads the spec a checkpoint in dir was saved with.
+func savedSpec(dir string) (*ociSpec, error) {
+	b, err := os.ReadFile(filepath.Join(dir, checkpointSpec))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, "the checkpoint has no record of the sandbox it was saved from (an older airlock saved it): take a new one")
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s ociSpec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("checkpoint spec: %w", err)
+	}
+	return &s, nil
 }

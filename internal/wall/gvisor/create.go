@@ -124,7 +124,8 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 			// The restored sandbox has host ids of its own (a range
 			// leased for it, not the checkpointed one's, which a fork's
 			// source still holds): runsc would refuse a spec whose uid
-			// maps differ from the checkpoint's, so it only says so.
+			// maps differ from the checkpoint's, so it only says so, and
+			// restoreMismatch refuses every other difference first.
 			args = append(args, "--restore-spec-validation=warning", "restore", "--image-path", filepath.Join(o.Restore.Dir, checkpointImage), "--bundle", bundle, r.id)
 		} else {
 			args = append(args, "run", "--bundle", bundle, r.id)
@@ -269,6 +270,12 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 	l.IDs = sb.ids
 	l.Agent = filepath.Join(bundle, "agent")
 	spec, err := bundleSpec(o, l)
+	if err == nil && o.Restore != nil {
+		var saved *ociSpec
+		if saved, err = savedSpec(o.Restore.Dir); err == nil {
+			err = restoreMismatch(saved, spec)
+		}
+	}
 	if err == nil {
 		var b []byte
 		b, _ = json.Marshal(spec)
