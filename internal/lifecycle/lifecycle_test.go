@@ -59,21 +59,22 @@ type fakeSandbox struct {
 	destroyed bool
 }
 
-func (s *fakeSandbox) ID() string               { return s.id }
-func (s *fakeSandbox) InitPid() int             { return 1 }
-func (s *fakeSandbox) Wait() wall.Exit          { return wall.Exit{} }
-func (s *fakeSandbox) Signal(unix.Signal) error { return nil }
-func (s *fakeSandbox) Kill()                    {}
-func (s *fakeSandbox) Done() <-chan struct{}    { return s.done }
-func (s *fakeSandbox) Freeze() error            { return nil }
-func (s *fakeSandbox) Thaw() error              { return nil }
-func (s *fakeSandbox) Frozen() bool             { return false }
-func (s *fakeSandbox) Stats() wall.Stats        { return wall.Stats{} }
-func (s *fakeSandbox) MemoryCurrent() int64     { return 0 }
-func (s *fakeSandbox) Layers() wall.Layers      { return wall.Layers{} }
-func (s *fakeSandbox) UIDBase() (uint32, error) { return 0, nil }
-func (s *fakeSandbox) Destroy() error           { s.destroyed = true; close(s.done); return nil }
-func (s *fakeSandbox) CloseFiles()              {}
+func (s *fakeSandbox) ID() string                  { return s.id }
+func (s *fakeSandbox) InitPid() int                { return 1 }
+func (s *fakeSandbox) Wait() wall.Exit             { return wall.Exit{} }
+func (s *fakeSandbox) Signal(unix.Signal) error    { return nil }
+func (s *fakeSandbox) Kill()                       {}
+func (s *fakeSandbox) Done() <-chan struct{}       { return s.done }
+func (s *fakeSandbox) Freeze() error               { return nil }
+func (s *fakeSandbox) Thaw() error                 { return nil }
+func (s *fakeSandbox) Frozen() bool                { return false }
+func (s *fakeSandbox) Stats() wall.Stats           { return wall.Stats{} }
+func (s *fakeSandbox) LimitEvents() (int64, int64) { return 0, 0 }
+func (s *fakeSandbox) MemoryCurrent() int64        { return 0 }
+func (s *fakeSandbox) Layers() wall.Layers         { return wall.Layers{} }
+func (s *fakeSandbox) UIDBase() (uint32, error)    { return 0, nil }
+func (s *fakeSandbox) Destroy() error              { s.destroyed = true; close(s.done); return nil }
+func (s *fakeSandbox) CloseFiles()                 {}
 
 func newTestLifecycle(t *testing.T, w *fakeWall) *Lifecycle {
 	t.Helper()

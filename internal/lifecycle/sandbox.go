@@ -87,6 +87,10 @@ func (sb *Sandbox) Usage() Usage {
 	return Usage{CPU: st.CPUTime, MemoryPeak: st.MemoryPeak, Memory: sb.w.MemoryCurrent(), OOMKills: st.OOMKills, PidsLimited: st.PidsLimited}
 }
 
+// LimitEvents are the sandbox's OOM kills and refused forks so far (Usage's
+// OOMKills and PidsLimited, read alone).
+func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.w.LimitEvents() }
+
 // ImageDigest is the content digest of the sandbox's image ("" for the
 // host's).
 func (sb *Sandbox) ImageDigest() string { return sb.layout.Digest }

@@ -64,6 +64,11 @@ func (i *oomInstance) Usage() lifecycle.Usage {
 	return i.usage
 }
 
+func (i *oomInstance) LimitEvents() (int64, int64) {
+	u := i.Usage()
+	return u.OOMKills, u.PidsLimited
+}
+
 // oomAgent starts a command that ends at once with exit.
 type oomAgent struct {
 	processconnect.UnimplementedProcessHandler

@@ -289,6 +289,11 @@ func (i *fakeHost) Usage() lifecycle.Usage {
 	return i.usage
 }
 
+func (i *fakeHost) LimitEvents() (int64, int64) {
+	u := i.Usage()
+	return u.OOMKills, u.PidsLimited
+}
+
 func (i *fakeHost) setUsage(u lifecycle.Usage) {
 	i.mu.Lock()
 	defer i.mu.Unlock()

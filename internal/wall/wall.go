@@ -173,6 +173,9 @@ type Sandbox interface {
 	Thaw() error
 	Frozen() bool
 	Stats() Stats
+	// LimitEvents are Stats' OOMKills and PidsLimited alone, at a
+	// fraction of its cost (an exec reads them twice).
+	LimitEvents() (oomKills, pidsLimited int64)
 	MemoryCurrent() int64
 	// Layers are descriptors on what the sandbox wrote, for the host to
 	// read (diffs, archives, snapshots); they outlive the sandbox until

@@ -521,28 +521,40 @@ func (c *Cgroup) Stats() Stats {
 		kv := readKV(filepath.Join(d, "cpu.stat"))
 		s.CPUTime = time.Duration(kv["usage_usec"]) * time.Microsecond
 		s.MemoryPeak = readInt(filepath.Join(d, "memory.peak"))
+	} else {
+		s.CPUTime = time.Duration(readInt(filepath.Join(c.dirs["cpuacct"], "cpuacct.usage")))
+		s.MemoryPeak = readInt(filepath.Join(c.dirs["memory"], "memory.max_usage_in_bytes"))
+	}
+	s.OOMKills, s.PidsLimited = c.LimitEvents()
+	return s
+}
+
+// LimitEvents are the sandbox's OOM kills and refused forks so far: those
+// two counters alone, of the cgroup and its children (InitDir on v2,
+// CommandsDir), read into a buffer on the stack. An exec reads them
+// before and after its command, to tell which limit it met: Stats reads
+// every counter, and costs many times more.
+func (c *Cgroup) LimitEvents() (oomKills, pidsLimited int64) {
+	if c.host.Version == V2 {
 		// The events are counted up the tree (where the limit was met, or
 		// where the process was, on older kernels and with the *_local
 		// mount options): the larger of the sandbox's and its children's.
-		oom, pids := readKV(filepath.Join(d, "memory.events"))["oom_kill"], readKV(filepath.Join(d, "pids.events"))["max"]
+		d := c.dirs[""]
+		oom, pids := readKey(filepath.Join(d, "memory.events"), "oom_kill"), readKey(filepath.Join(d, "pids.events"), "max")
 		var childOOM, childPids int64
-		for _, sub := range children(d) {
-			childOOM += readKV(filepath.Join(sub, "memory.events"))["oom_kill"]
-			childPids += readKV(filepath.Join(sub, "pids.events"))["max"]
+		for _, sub := range []string{InitDir, CommandsDir} {
+			childOOM += readKey(filepath.Join(d, sub, "memory.events"), "oom_kill")
+			childPids += readKey(filepath.Join(d, sub, "pids.events"), "max")
 		}
-		s.OOMKills, s.PidsLimited = max(oom, childOOM), max(pids, childPids)
-		return s
+		return max(oom, childOOM), max(pids, childPids)
 	}
-	s.CPUTime = time.Duration(readInt(filepath.Join(c.dirs["cpuacct"], "cpuacct.usage")))
-	s.MemoryPeak = readInt(filepath.Join(c.dirs["memory"], "memory.max_usage_in_bytes"))
-	// v1 counts each event in one cgroup only: add the children's.
-	for _, d := range append([]string{c.dirs["memory"]}, children(c.dirs["memory"])...) {
-		s.OOMKills += readKV(filepath.Join(d, "memory.oom_control"))["oom_kill"]
+	// v1 counts each event in one cgroup only: add the commands' (init
+	// stays in the sandbox's own).
+	for _, sub := range []string{"", CommandsDir} {
+		oomKills += readKey(filepath.Join(c.dirs["memory"], sub, "memory.oom_control"), "oom_kill")
+		pidsLimited += readKey(filepath.Join(c.dirs["pids"], sub, "pids.events"), "max")
 	}
-	for _, d := range append([]string{c.dirs["pids"]}, children(c.dirs["pids"])...) {
-		s.PidsLimited += readKV(filepath.Join(d, "pids.events"))["max"]
-	}
-	return s
+	return oomKills, pidsLimited
 }
 
 // children lists the child cgroups of directory dir.
@@ -783,6 +795,38 @@ func readInt(p string) int64 {
 	}
 	n, _ := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 	return n
+}
+
+// readKey is the value of key in the flat-keyed file p ("key value"
+// lines, at most 512 bytes read: the events and oom_control files are a
+// few lines), 0 when it has none.
+func readKey(p, key string) int64 {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	var buf [512]byte
+	n, _ := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	return parseKey(buf[:max(n, 0)], key)
+}
+
+// parseKey finds key's value in the "key value" lines of b.
+func parseKey(b []byte, key string) int64 {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte{' '})
+		if ok && string(k) == key {
+			n, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func readKV(p string) map[string]int64 {

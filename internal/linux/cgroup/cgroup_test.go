@@ -112,3 +112,33 @@ func parentGone(h *Host) bool {
 	}
 	return true
 }
+
+// parseKey reads one key of the kernel's flat-keyed files (memory.events,
+// pids.events, memory.oom_control), whatever the other lines say.
+func TestParseKey(t *testing.T) {
+	for _, c := range []struct {
+		in, key string
+		want    int64
+	}{
+		{"low 0\nhigh 0\nmax 3\noom 2\noom_kill 7\noom_group_kill 0\n", "oom_kill", 7},
+		{"oom_kill_disable 0\nunder_oom 0\noom_kill 12\n", "oom_kill", 12},
+		{"max 5\n", "max", 5},
+		{"max 5", "max", 5},
+		{"maxx 5\nmax 6\n", "max", 6},
+		{"", "max", 0},
+		{"max\n", "max", 0},
+		{"oom_kill x\n", "oom_kill", 0},
+	} {
+		if got := parseKey([]byte(c.in), c.key); got != c.want {
+			t.Errorf("parseKey(%q, %q) = %d, want %d", c.in, c.key, got, c.want)
+		}
+	}
+}
+
+func FuzzParseKey(f *testing.F) {
+	f.Add([]byte("oom_kill_disable 0\nunder_oom 0\noom_kill 12\n"), "oom_kill")
+	f.Fuzz(func(t *testing.T, b []byte, key string) {
+		parseKey(b, key)
+	})
+}
+

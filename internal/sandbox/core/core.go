@@ -41,6 +41,9 @@ type Host interface {
 	Pause() error
 	Resume() error
 	Usage() lifecycle.Usage
+	// LimitEvents are Usage's OOMKills and PidsLimited alone, read at a
+	// fraction of its cost.
+	LimitEvents() (oomKills, pidsLimited int64)
 	// Diff streams the diff of /workspace to w; the walk stops where ctx
 	// ends.
 	Diff(ctx context.Context, w io.Writer) error

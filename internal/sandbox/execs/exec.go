@@ -502,8 +502,8 @@ func (s *Commands) tellEnd(b *core.Box, before counts, end *api.ExecEnd) *api.Ex
 type counts struct{ oomKills, pidsLimited int64 }
 
 func countsOf(b *core.Box) counts {
-	u := b.Inst.Usage()
-	return counts{u.OOMKills, u.PidsLimited}
+	oom, pids := b.Inst.LimitEvents()
+	return counts{oom, pids}
 }
 
 // sandboxEnd waits (bounded) for b's end to be recorded and tells it as

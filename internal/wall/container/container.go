@@ -566,6 +566,9 @@ func (sb *Sandbox) Stats() wall.Stats {
 	return wall.Stats{CPUTime: st.CPUTime, MemoryPeak: st.MemoryPeak, OOMKills: st.OOMKills, PidsLimited: st.PidsLimited}
 }
 
+// LimitEvents are the sandbox's OOM kills and refused forks so far.
+func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.cg.LimitEvents() }
+
 // ID is the sandbox's id.
 func (sb *Sandbox) ID() string { return sb.id }
 

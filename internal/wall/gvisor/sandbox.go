@@ -130,6 +130,9 @@ func (sb *Sandbox) Stats() wall.Stats {
 	return wall.Stats{CPUTime: st.CPUTime, MemoryPeak: st.MemoryPeak, OOMKills: st.OOMKills, PidsLimited: st.PidsLimited}
 }
 
+// LimitEvents are the cgroup's OOM kills and refused forks so far.
+func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.cg.LimitEvents() }
+
 // MemoryCurrent is what the cgroup uses now.
 func (sb *Sandbox) MemoryCurrent() int64 { return sb.cg.MemoryCurrent() }
 
