@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/cleanup"
+	"github.com/airlock-sandbox/airlock/internal/confined/nsinit/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
@@ -604,35 +605,13 @@ func generate(gen string, o *wall.Options, ids idRange) error {
 		if !filepath.IsLocal(f.Path) {
 			return fmt.Errorf("gvisor wall: file %q", f.Path)
 		}
-		p := filepath.Join(gen, f.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		_ = os.Remove(p)
-		var err error
-		switch {
-		case f.Mode.IsDir():
-			err = os.MkdirAll(p, f.Mode.Perm())
-		case f.Link != "":
-			err = os.Symlink(f.Link, p)
-		default:
-			err = os.WriteFile(p, []byte(f.Data), f.Mode.Perm())
-		}
-		if err != nil {
-			return err
-		}
-		if f.Link == "" {
-			if err := unix.Chmod(p, uint32(f.Mode.Perm())); err != nil {
-				return err
-			}
-		}
 		uid, uok := ids.host(f.UID)
 		gid, gok := ids.host(f.GID)
 		if !uok || !gok {
 			return fmt.Errorf("gvisor wall: file %q owned by %d:%d, outside the sandbox's ids", f.Path, f.UID, f.GID)
 		}
-		if err := unix.Lchown(p, int(uid), int(gid)); err != nil {
-			return fmt.Errorf("lchown %s: %w", p, err)
+		if err := rootfs.Write(gen, rootfs.File(f), uid, gid); err != nil {
+			return err
 		}
 	}
 	// The directories made above (mount points, files' parents).

@@ -24,8 +24,9 @@
 // generated layer and the workspace are shown owned in that range. It
 // imports internal/wall, internal/wall/uidlease, internal/linux/*,
 // internal/errdefs, internal/cleanup, nsinit (for gvisor-init's wire
-// type) and internal/workspace/hostcopy (to copy a checkpoint's /tmp and
-// home, which the sandbox wrote), nothing above.
+// type) and its rootfs (whose Write makes the generated layer's files, as
+// on the container wall), and internal/workspace/hostcopy (to copy a
+// checkpoint's /tmp and home, which the sandbox wrote), nothing above.
 //
 // Not built yet, and refused by name: a one-shot terminal (-t).
 package gvisor

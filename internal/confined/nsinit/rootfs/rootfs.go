@@ -283,31 +283,42 @@ func (r *Root) generate() error {
 		}
 	}
 	for _, f := range r.cfg.Files {
-		p := filepath.Join(gen, f.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := Write(gen, f, f.UID, f.GID); err != nil {
 			return err
 		}
-		_ = os.Remove(p)
-		var err error
-		switch {
-		case f.Mode.IsDir():
-			err = os.MkdirAll(p, f.Mode.Perm())
-		case f.Link != "":
-			err = os.Symlink(f.Link, p)
-		default:
-			err = os.WriteFile(p, []byte(f.Data), f.Mode.Perm())
-		}
-		if err != nil {
+	}
+	return nil
+}
+
+// Write makes f below the directory gen (a file, a directory or a
+// symlink, replacing what is there, its parents made), its permissions
+// exactly f's and owned by uid:gid (a symlink itself, never its target).
+// Both walls write their generated layer with it.
+func Write(gen string, f File, uid, gid uint32) error {
+	p := filepath.Join(gen, f.Path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(p)
+	var err error
+	switch {
+	case f.Mode.IsDir():
+		err = os.MkdirAll(p, f.Mode.Perm())
+	case f.Link != "":
+		err = os.Symlink(f.Link, p)
+	default:
+		err = os.WriteFile(p, []byte(f.Data), f.Mode.Perm())
+	}
+	if err != nil {
+		return err
+	}
+	if f.Link == "" {
+		if err := unix.Chmod(p, uint32(f.Mode.Perm())); err != nil {
 			return err
 		}
-		if f.Link == "" {
-			if err := unix.Chmod(p, uint32(f.Mode.Perm())); err != nil {
-				return err
-			}
-		}
-		if err := unix.Lchown(p, int(f.UID), int(f.GID)); err != nil {
-			return fmt.Errorf("lchown %s: %w", p, err)
-		}
+	}
+	if err := unix.Lchown(p, int(uid), int(gid)); err != nil {
+		return fmt.Errorf("lchown %s: %w", p, err)
 	}
 	return nil
 }
