@@ -28,10 +28,16 @@ while True:
 // count reads the counter's last value in sandbox id (-1: none yet).
 func count(t *testing.T, c *client.Client, id string) int {
 	t.Helper()
-	out, _, _ := run(t, c, id, sh("cat /tmp/count 2>/dev/null || echo -1"))
+	return numberIn(t, c, id, "/tmp/count")
+}
+
+// numberIn reads the number in file (-1: no file yet) in sandbox id.
+func numberIn(t *testing.T, c *client.Client, id, file string) int {
+	t.Helper()
+	out, _, _ := run(t, c, id, sh("cat "+file+" 2>/dev/null || echo -1"))
 	n, err := strconv.Atoi(strings.TrimSpace(out))
 	if err != nil {
-		t.Fatalf("count in %s: %q", id, out)
+		t.Fatalf("%s in %s: %q", file, id, out)
 	}
 	return n
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,12 +178,7 @@ while True:
 // fetched reads the fetcher's count in sandbox id (-1: none yet).
 func fetched(t *testing.T, c *client.Client, id string) int {
 	t.Helper()
-	out, _, _ := run(t, c, id, sh("cat /tmp/fetched 2>/dev/null || echo -1"))
-	n, err := strconv.Atoi(strings.TrimSpace(out))
-	if err != nil {
-		t.Fatalf("fetched in %s: %q", id, out)
-	}
-	return n
+	return numberIn(t, c, id, "/tmp/fetched")
 }
 
 // egressTo counts sandbox id's egress records that name host, once there
