@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
@@ -107,20 +108,44 @@ func (sb *Sandbox) Signal(sig unix.Signal) error {
 	return nil
 }
 
+// runscGrace is how long Kill lets runsc run end by itself once its
+// sandbox is killed, before it kills runsc run too.
+const runscGrace = 3 * time.Second
+
 // Kill ends every process of the sandbox at once: runsc, the Sentry and
-// the gofer all live in its cgroup.
+// the gofer all live in its cgroup. runsc run is killed last: its
+// children (the Sentry, the gofer) are killed first, so that runsc run,
+// their parent, reaps them and removes its record of the sandbox, as when
+// a sandbox ends by itself. Killed first, runsc run would leave them to
+// the host's init, which may reap their zombies seconds later, and the
+// `runsc delete` that Destroy then needs waits until it has. runsc run
+// itself is killed once it has had runscGrace to end.
 func (sb *Sandbox) Kill() {
 	sb.killOnce.Do(func() {
-		if sb.cmd != nil && sb.cmd.Process != nil {
-			_ = sb.cmd.Process.Signal(unix.SIGKILL)
-		}
-		if sb.pidfd > 0 {
-			_ = unix.PidfdSendSignal(sb.pidfd, unix.SIGKILL, nil, 0)
-		}
-		for _, p := range sb.cg.Procs() {
+		sb.killProcs()
+		go func() {
+			select {
+			case <-sb.exited:
+			case <-time.After(runscGrace):
+				sb.killProcs()
+				if sb.cmd != nil && sb.cmd.Process != nil {
+					_ = sb.cmd.Process.Signal(unix.SIGKILL)
+				}
+				if sb.pidfd > 0 {
+					_ = unix.PidfdSendSignal(sb.pidfd, unix.SIGKILL, nil, 0)
+				}
+			}
+		}()
+	})
+}
+
+// killProcs kills every process of the cgroup but runsc run.
+func (sb *Sandbox) killProcs() {
+	for _, p := range sb.cg.Procs() {
+		if p != sb.pid {
 			_ = unix.Kill(p, unix.SIGKILL)
 		}
-	})
+	}
 }
 
 // Stats is the cgroup's accounting: the Sentry's, the gofer's and runsc's
