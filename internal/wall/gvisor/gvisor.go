@@ -26,7 +26,9 @@
 // internal/errdefs, internal/cleanup and nsinit (for gvisor-init's wire
 // type), nothing above.
 //
-// Not built yet, and refused by name: a one-shot terminal (-t).
+// A one-shot sandbox's terminal (-t) is runsc's console: its master comes
+// over a root-only socket (console.go), and gvisor-init inside starts the
+// command on a terminal of the Sentry's (nsinit's gvisortty.go).
 package gvisor
 
 import (
