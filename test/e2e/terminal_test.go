@@ -120,13 +120,16 @@ func (r *terminalRun) exit(t *testing.T) int {
 // `airlock run -t` gives the command a terminal of the sandbox's
 // (/dev/pts/N, as `tty` names it) of the user's terminal's size, which
 // follows the user's terminal when it is resized, and relays the
-// command's exit code.
+// command's exit code. The resize reaches the terminal's foreground
+// process group: here a job-control shell's job, not the command's own
+// group.
 func TestRunTerminalFollowsTheUsersTerminal(t *testing.T) {
+	job := `trap 'echo "now $(stty size)"; exit 7' WINCH; [ "$(ps -o pgid= $$)" != "$(ps -o pgid= $PPID)" ] || echo "not a job"; tty; stty size; echo ready; sleep 1000 & wait`
 	forEachWall(t, func(t *testing.T, w wallCase) {
-		r := startTerminalRun(t, w, 33, 101, "sh", "-c", `trap 'echo "now $(stty size)"; exit 7' WINCH; tty; stty size; echo ready; sleep 1000 & wait`)
+		r := startTerminalRun(t, w, 33, 101, "bash", "-mc", `sh -c "$1"; exit $?`, "bash", job)
 		r.waitFor(t, "ready")
-		if out := r.output(); !regexp.MustCompile(`(?m)^\s*/dev/pts/[0-9]+\r?$`).MatchString(out) || !strings.Contains(out, "33 101") {
-			t.Fatalf("want the sandbox's /dev/pts/N of 33 rows and 101 columns:\n%q", out)
+		if out := r.output(); !regexp.MustCompile(`(?m)^\s*/dev/pts/[0-9]+\r?$`).MatchString(out) || !strings.Contains(out, "33 101") || strings.Contains(out, "not a job") {
+			t.Fatalf("want the sandbox's /dev/pts/N of 33 rows and 101 columns, the command a job of its own:\n%q", out)
 		}
 		if err := unix.IoctlSetWinsize(int(r.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 120}); err != nil {
 			t.Fatal(err)
