@@ -166,11 +166,14 @@ func (l *Launcher) Start(argv []string, attr *syscall.ProcAttr) (int, error) {
 	return r.pid, r.err
 }
 
+// ttyGID is the group of a command's terminal: tty's, as devpts makes it.
+const ttyGID = 5
+
 // OpenPTY opens a terminal pair on the sandbox's devpts for a command
 // running as uid.
 func (l *Launcher) OpenPTY(uid uint32, rows, cols uint16) (master, slave *os.File, err error) {
 	if l.ptyByName {
-		return openPTYByName(uid, rows, cols)
+		return openPTYByName(uid, ttyGID, rows, cols)
 	}
 	return OpenPTY("/dev/pts/ptmx", uid, rows, cols)
 }

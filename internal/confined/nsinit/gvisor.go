@@ -36,14 +36,18 @@ import (
 // GVisorReady is the line gvisor-init writes on its stdout once it listens.
 const GVisorReady = "ready\n"
 
-// GVisorConfig is what the host tells gvisor-init (its argv[2]).
+// GVisorConfig is what the host tells gvisor-init (its argv[2]): a
+// long-lived sandbox's agent (Socket ... Cwd), or a one-shot command on a
+// terminal (Command, gvisortty.go).
 type GVisorConfig struct {
-	Socket   string `json:"socket"` // where to listen, inside the sandbox
-	UID      uint32 `json:"uid"`    // the commands' default user
-	GID      uint32 `json:"gid"`
-	Home     string `json:"home"`
-	Cwd      string `json:"cwd"`
-	Protocol int    `json:"protocol"`
+	Command  []string `json:"command,omitempty"`
+	Leader   bool     `json:"leader,omitempty"` // the terminal's leader (gvisortty.go)
+	Socket   string   `json:"socket"`           // where to listen, inside the sandbox
+	UID      uint32   `json:"uid"`              // the commands' default user
+	GID      uint32   `json:"gid"`
+	Home     string   `json:"home"`
+	Cwd      string   `json:"cwd"`
+	Protocol int      `json:"protocol"`
 }
 
 // GVisorMain runs `airlock gvisor-init CONFIG`. It never returns.
@@ -68,6 +72,9 @@ func gvisorInit(serve func(Agent) error) error {
 	}
 	if cfg.Protocol != ProtocolVersion {
 		return fmt.Errorf("host speaks protocol %d, init speaks %d", cfg.Protocol, ProtocolVersion)
+	}
+	if len(cfg.Command) > 0 {
+		return gvisorTerminal(cfg)
 	}
 	if !path.IsAbs(cfg.Socket) || len(cfg.Socket) >= 108 {
 		return fmt.Errorf("socket path %q", cfg.Socket)
@@ -135,8 +142,8 @@ func listenAt(p string) (int, error) {
 // openPTYByName opens a terminal pair on gVisor's devpts, whose ptmx has
 // no TIOCGPTPEER: the peer is opened by its name in /dev/pts, which only
 // the Sentry's devpts serves (nothing in the sandbox can put another file
-// there).
-func openPTYByName(uid uint32, rows, cols uint16) (master, slave *os.File, err error) {
+// there). The peer is owned by uid and gid.
+func openPTYByName(uid, gid uint32, rows, cols uint16) (master, slave *os.File, err error) {
 	mfd, err := unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open ptmx: %w", err)
@@ -153,7 +160,7 @@ func openPTYByName(uid uint32, rows, cols uint16) (master, slave *os.File, err e
 	if err != nil {
 		return fail(fmt.Errorf("open pts %d: %w", n, err))
 	}
-	if err := unix.Fchown(sfd, int(uid), 5); err != nil {
+	if err := unix.Fchown(sfd, int(uid), int(gid)); err != nil {
 		unix.Close(sfd)
 		return fail(fmt.Errorf("fchown pty: %w", err))
 	}

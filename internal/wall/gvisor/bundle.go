@@ -95,9 +95,9 @@ type layout struct {
 	// The sandbox's leased host ids: the user namespace runsc starts the
 	// Sentry and the gofer in maps 0..IDs.Size-1 to them.
 	IDs idRange
-	// A long-lived sandbox's: the directory holding the binary
-	// gvisor-init runs from (read-only), and the host directory the agent
-	// binds its socket in.
+	// The directory holding the binary gvisor-init runs from
+	// (read-only), when it runs (runsInit); and a long-lived sandbox's
+	// host directory the agent binds its socket in.
 	Bin, Agent string
 }
 
@@ -112,7 +112,8 @@ func (r idRange) host(id uint32) (uint32, bool) {
 	return r.Base + id, true
 }
 
-// Where a long-lived sandbox's init and agent socket are, inside.
+// Where gvisor-init (a long-lived sandbox's, or a one-shot terminal's)
+// and the agent's socket are, inside.
 const (
 	binDir       = "/.airlock/bin"
 	agentDir     = "/.airlock/agent"
@@ -132,10 +133,11 @@ var capNames = map[int]string{
 }
 
 // bundleSpec is the OCI spec of sandbox o, whose directories are l's: a
-// one-shot sandbox's command, or a long-lived sandbox's gvisor-init as
-// root with the capabilities a root command keeps (it starts each command
-// as its user). It is pure: what it refuses, it refuses before anything is
-// made.
+// one-shot sandbox's command (on a terminal (-t): gvisor-init, as the
+// command's user, starting it on a terminal of the Sentry's), or a
+// long-lived sandbox's gvisor-init as root with the capabilities a root
+// command keeps (it starts each command as its user). It is pure: what it
+// refuses, it refuses before anything is made.
 func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 	if err := supported(o); err != nil {
 		return nil, err
@@ -200,15 +202,19 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 			cs.Bounding, cs.Effective, cs.Permitted = append(cs.Bounding, n), append(cs.Effective, n), append(cs.Permitted, n)
 		}
 	}
+	if runsInit(o) {
+		s.Mounts = append(s.Mounts, ociMount{Destination: binDir, Type: "bind", Source: l.Bin, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
 	if o.AgentSocket != "" {
 		if err := agentProcess(o, s); err != nil {
 			return nil, err
 		}
-		ro := []string{"rbind", "ro", "nosuid", "nodev"}
-		s.Mounts = append(s.Mounts,
-			ociMount{Destination: binDir, Type: "bind", Source: l.Bin, Options: ro},
-			ociMount{Destination: agentDir, Type: "bind", Source: l.Agent, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
-		)
+		s.Mounts = append(s.Mounts, ociMount{Destination: agentDir, Type: "bind", Source: l.Agent, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	if o.TTY {
+		if err := terminalProcess(s); err != nil {
+			return nil, err
+		}
 	}
 	if o.NoFile > 0 {
 		s.Process.Rlimits = append(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NOFILE", Hard: o.NoFile, Soft: o.NoFile})
@@ -260,14 +266,30 @@ func agentProcess(o *wall.Options, s *ociSpec) error {
 	return nil
 }
 
-// supported refuses what this wall does not do yet, by name.
-func supported(o *wall.Options) error {
-	no := func(what string) error {
-		return fmt.Errorf("--isolation gvisor does not support %s yet", what)
+// terminalProcess makes s's process gvisor-init starting s's command on
+// a terminal of the Sentry's devpts (internal/confined/nsinit), as the
+// command's user: runsc gives init the host's terminal (the console, whose
+// master the host relays), which the Sentry shows as a host file, not as
+// /dev/pts/N, so that init relays between the two.
+func terminalProcess(s *ociSpec) error {
+	cfg, err := json.Marshal(nsinit.GVisorConfig{Command: s.Process.Args, Protocol: nsinit.ProtocolVersion})
+	if err != nil {
+		return err
 	}
+	s.Process.Terminal = true
+	s.Process.Args = []string{initExe, initArgv1, string(cfg)}
+	return nil
+}
+
+// runsInit reports whether sandbox o's first process is gvisor-init: a
+// long-lived sandbox's, or a one-shot terminal's.
+func runsInit(o *wall.Options) bool { return o.AgentSocket != "" || o.TTY }
+
+// supported refuses what this wall does not do, by name.
+func supported(o *wall.Options) error {
 	switch {
-	case o.TTY:
-		return no("a terminal (-t)")
+	case o.TTY && o.AgentSocket != "":
+		return fmt.Errorf("gvisor wall: a long-lived sandbox has no terminal of its own")
 	case o.Restore != nil && o.AgentSocket == "":
 		return fmt.Errorf("gvisor wall: only a long-lived sandbox is restored from a checkpoint")
 	case o.AgentSocket != "" && len(o.Argv) > 0:
@@ -289,8 +311,11 @@ func cleanTarget(p string) bool {
 // bundle's mounts (relative to the root).
 func mountPoints(o *wall.Options) []string {
 	out := []string{"proc", "sys", "dev", "tmp", "workspace", "etc", strings.TrimPrefix(o.Home, "/")}
+	if runsInit(o) {
+		out = append(out, strings.TrimPrefix(binDir, "/"))
+	}
 	if o.AgentSocket != "" {
-		out = append(out, strings.TrimPrefix(binDir, "/"), strings.TrimPrefix(agentDir, "/"))
+		out = append(out, strings.TrimPrefix(agentDir, "/"))
 	}
 	for _, t := range o.Trees {
 		if t.Target != "/" {

@@ -104,17 +104,47 @@ func TestBundleWritableRootfsMakesTreesWritable(t *testing.T) {
 	}
 }
 
-func TestBundleRefusesWhatTheWallDoesNotDoYet(t *testing.T) {
-	for what, edit := range map[string]func(*wall.Options){
-		"terminal": func(o *wall.Options) { o.TTY = true },
-	} {
-		o := hostImage()
-		edit(o)
-		_, err := bundleSpec(o, testLayout())
-		if err == nil || !strings.Contains(err.Error(), "--isolation gvisor does not support") {
-			t.Errorf("%s: %v", what, err)
-		}
+// A one-shot terminal's first process is gvisor-init, as the command's
+// user with its capabilities, from the read-only binary directory, told
+// the command and nothing of an agent's (no socket, no directory for one).
+func TestBundleTerminalRunsTheCommandUnderInitOnTheConsole(t *testing.T) {
+	o := hostImage()
+	o.TTY = true
+	l := testLayout()
+	l.Bin = "/s/bin"
+	s, err := bundleSpec(o, l)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if !s.Process.Terminal || len(s.Process.Args) != 3 || s.Process.Args[0] != initExe || s.Process.Args[1] != initArgv1 {
+		t.Fatalf("process %+v: want gvisor-init on the console", s.Process)
+	}
+	var cfg nsinit.GVisorConfig
+	if err := json.Unmarshal([]byte(s.Process.Args[2]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Command, o.Argv) || cfg.Socket != "" || cfg.Protocol != nsinit.ProtocolVersion {
+		t.Errorf("init's config %+v: want the command %v alone", cfg, o.Argv)
+	}
+	if s.Process.User.UID != wall.SandboxUID || len(s.Process.Capabilities.Bounding) != 0 {
+		t.Errorf("init runs as %+v with %+v: want the command's user and capabilities", s.Process.User, s.Process.Capabilities)
+	}
+	if m := mountAt(s, binDir); m == nil || m.Source != "/s/bin" || !slices.Contains(m.Options, "ro") {
+		t.Errorf("%s: %+v, want the binary's directory read-only", binDir, m)
+	}
+	if m := mountAt(s, agentDir); m != nil {
+		t.Errorf("%s: %+v, want no agent's directory", agentDir, m)
+	}
+	if !slices.Contains(mountPoints(o), strings.TrimPrefix(binDir, "/")) || slices.Contains(mountPoints(o), strings.TrimPrefix(agentDir, "/")) {
+		t.Errorf("mount points %v", mountPoints(o))
+	}
+	o.AgentSocket, o.Argv = "/run/airlock/agents/x.sock", nil
+	if _, err := bundleSpec(o, l); err == nil {
+		t.Error("a long-lived sandbox with a terminal was accepted")
+	}
+}
+
+func TestBundleRefusesWhatTheWallDoesNotDo(t *testing.T) {
 	o := hostImage()
 	o.AgentSocket = "/run/airlock/agents/x.sock"
 	if _, err := bundleSpec(o, testLayout()); err == nil {

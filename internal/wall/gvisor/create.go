@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +116,7 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	var said io.ReadCloser // runsc's own diagnostics
 	var saidW, readyW *os.File
 	var readyR *os.File
+	var console *net.UnixListener // a terminal's (o.TTY)
 	args := append(append([]string{"--root", filepath.Join(w.dir, runscRoot)}, runscFlags...), networkFlags(o)...)
 	if long {
 		// The agent binds its socket in the one host directory mounted
@@ -148,7 +150,17 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 			return nil, err
 		}
 	} else {
-		args = append(args, "run", "--bundle", bundle, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)
+		args = append(args, "run", "--bundle", bundle)
+		if o.TTY {
+			var sock string
+			if console, sock, err = listenConsole(bundle); err != nil {
+				return nil, err
+			}
+			defer console.Close()
+			args = append(args, "--console-socket", sock, r.id)
+		} else {
+			args = append(args, "--pass-fd", "3:0", "--pass-fd", "4:1", "--pass-fd", "5:2", r.id)
+		}
 		var errPipe *os.File
 		if errPipe, saidW, err = os.Pipe(); err != nil {
 			return nil, err
@@ -171,7 +183,9 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	} else {
 		// runsc's own diagnostics are kept apart from the command's streams.
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, nil, saidW
-		cmd.ExtraFiles = []*os.File{o.Stdio[0], o.Stdio[1], o.Stdio[2]}
+		if !o.TTY {
+			cmd.ExtraFiles = []*os.File{o.Stdio[0], o.Stdio[1], o.Stdio[2]}
+		}
 	}
 	sb.cmd = cmd
 	ready := make(chan started, 1)
@@ -206,6 +220,12 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 			said.Close()
 			sb.stderr <- string(b)
 		}()
+		if o.TTY {
+			undo.Do(func() { sb.Kill(); <-sb.exited; sb.CloseFiles() })
+			if sb.layers.PTY, err = sb.terminal(console, o.Rows, o.Cols); err != nil {
+				return nil, err
+			}
+		}
 	}
 	r.used = true
 	return sb, nil
@@ -228,8 +248,8 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		}
 		ready <- started{err: err}
 	}
-	// The idmapped trees (the image's and, for a long-lived sandbox, the
-	// binary gvisor-init runs from, shifted into the sandbox's ids; the
+	// The idmapped trees (the image's and, when it runs, the binary
+	// gvisor-init runs from, shifted into the sandbox's ids; the
 	// workspace, whose owner is the sandbox user) are made in the host's
 	// namespace (detached: nothing of them shows there) and attached in
 	// the new one.
@@ -387,7 +407,7 @@ func (w *Wall) prepare(o *wall.Options, scratch string, ids idRange, trees []int
 		}
 	}
 	l.Tmp, l.Home = p("tmp"), p("home")
-	if o.AgentSocket != "" {
+	if runsInit(o) {
 		// gvisor-init is this binary, read-only.
 		if err := os.WriteFile(p("bin", "airlock"), nil, 0o500); err != nil {
 			return l, err
@@ -488,13 +508,13 @@ func overlay(target, lower, upper, work string) error {
 
 // rangeTrees are detached, read-only, idmapped clones in which host id n
 // appears as ids' n (root's files as the sandbox's root's): one per tree
-// of o's image, and, for a long-lived sandbox, one of the binary
-// gvisor-init runs from (this one, as it runs now, whatever later
+// of o's image, and, when gvisor-init runs (runsInit), one of the binary
+// it runs from (this one, as it runs now, whatever later
 // replaces the file it came from; -1 for a one-shot). The Sentry sees its
 // files' owners through its user namespace, which maps ids alone.
 func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) {
 	exe = -1
-	if len(o.Trees) == 0 && o.AgentSocket == "" {
+	if len(o.Trees) == 0 && !runsInit(o) {
 		return nil, exe, nil
 	}
 	ns, done, err := userns([]syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}})
@@ -509,7 +529,7 @@ func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) 
 		}
 		trees = append(trees, fd)
 	}
-	if o.AgentSocket != "" {
+	if runsInit(o) {
 		self, err := os.Open("/proc/self/exe")
 		if err != nil {
 			return trees, exe, err

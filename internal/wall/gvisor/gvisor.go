@@ -28,7 +28,9 @@
 // on the container wall), and internal/workspace/hostcopy (to copy a
 // checkpoint's /tmp and home, which the sandbox wrote), nothing above.
 //
-// Not built yet, and refused by name: a one-shot terminal (-t).
+// A one-shot sandbox's terminal (-t) is runsc's console: its master comes
+// over a root-only socket (console.go), and gvisor-init inside starts the
+// command on a terminal of the Sentry's (nsinit's gvisortty.go).
 package gvisor
 
 import (

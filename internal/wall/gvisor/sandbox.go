@@ -195,9 +195,9 @@ func (sb *Sandbox) Destroy() error {
 	return nil
 }
 
-// CloseFiles closes the layers' descriptors.
+// CloseFiles closes the layers' descriptors and the terminal's.
 func (sb *Sandbox) CloseFiles() {
-	for _, f := range []*os.File{sb.layers.WorkspaceUpper, sb.layers.Workspace, sb.layers.RootUpper} {
+	for _, f := range []*os.File{sb.layers.WorkspaceUpper, sb.layers.Workspace, sb.layers.RootUpper, sb.layers.PTY} {
 		if f != nil {
 			f.Close()
 		}
