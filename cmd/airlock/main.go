@@ -48,6 +48,6 @@ func serveAgent(a nsinit.Agent) error {
 	debug.FreeOSMemory()
 	return agent.Serve(agent.Options{
 		Listener: ln, Launcher: a.Launcher, UID: a.UID, GID: a.GID,
-		Home: a.Home, Env: a.Env, Cwd: a.Cwd, Version: cli.Version,
+		Home: a.Home, Env: a.Env, Cwd: a.Cwd, Version: cli.Version, SignalResize: a.SignalResize,
 	})
 }

@@ -1480,6 +1480,17 @@ func TestServeAgentWire(t *testing.T) {
 	forEachWall(t, serveAgentWire)
 }
 
+// winchScript says "ready" once it handles SIGWINCH, then the size each
+// SIGWINCH finds, and what it read.
+const winchScript = `import os, signal, sys
+def winch(*_):
+    s = os.get_terminal_size(0)
+    print("winch", s.lines, s.columns, flush=True)
+signal.signal(signal.SIGWINCH, winch)
+print("ready", flush=True)
+print("got", sys.stdin.readline().strip(), flush=True)
+`
+
 func serveAgentWire(t *testing.T, w wallCase) {
 	d := w.startDaemon(t, newDataDir(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -1499,11 +1510,13 @@ func serveAgentWire(t *testing.T, w wallCase) {
 	proc := processconnect.NewProcessClient(hc, "http://agent")
 	fsc := filesystemconnect.NewFilesystemClient(hc, "http://agent")
 
-	// A terminal process fed through StreamInput, resized with Update.
+	// A terminal process fed through StreamInput, resized with Update:
+	// it sees the new size, and gets the SIGWINCH a resize sends (on
+	// gVisor the agent sends it: the Sentry's terminals do not).
 	tag := "shell"
 	stdin := true
 	stream, err := proc.Start(ctx, connect.NewRequest(&process.StartRequest{
-		Process: &process.ProcessConfig{Cmd: "sh", Args: []string{"-c", "read a; stty size; echo got $a"}},
+		Process: &process.ProcessConfig{Cmd: "python3", Args: []string{"-c", winchScript}},
 		Pty:     &process.PTY{Size: &process.PTY_Size{Rows: 10, Cols: 20}}, Tag: &tag, Stdin: &stdin,
 	}))
 	if err != nil {
@@ -1512,6 +1525,10 @@ func serveAgentWire(t *testing.T, w wallCase) {
 	defer stream.Close()
 	if !stream.Receive() || stream.Msg().GetEvent().GetStart().GetPid() == 0 {
 		t.Fatalf("no start event: %v", stream.Err())
+	}
+	var out strings.Builder
+	for !strings.Contains(out.String(), "ready") && stream.Receive() {
+		out.Write(stream.Msg().GetEvent().GetData().GetPty())
 	}
 	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}}
 	if _, err := proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel, Pty: &process.PTY{Size: &process.PTY_Size{Rows: 42, Cols: 99}}})); err != nil {
@@ -1523,7 +1540,6 @@ func serveAgentWire(t *testing.T, w wallCase) {
 	if _, err := in.CloseAndReceive(); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
 	var end *process.ProcessEvent_EndEvent
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
@@ -1533,7 +1549,7 @@ func serveAgentWire(t *testing.T, w wallCase) {
 			break
 		}
 	}
-	if end == nil || !end.GetExited() || end.GetExitCode() != 0 || !strings.Contains(out.String(), "42 99") || !strings.Contains(out.String(), "got hi") {
+	if end == nil || !end.GetExited() || end.GetExitCode() != 0 || !strings.Contains(out.String(), "winch 42 99") || !strings.Contains(out.String(), "got hi") {
 		t.Errorf("terminal process: %+v %q %v", end, out.String(), stream.Err())
 	}
 

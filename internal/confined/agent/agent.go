@@ -52,6 +52,12 @@ type Options struct {
 	Env      []string
 	Cwd      string
 	Version  string
+	// SignalResize: the terminals the agent opens do not send SIGWINCH
+	// on a change of size by themselves (gVisor's devpts, which also keeps
+	// a terminal's foreground group from anyone outside its session), so
+	// after a resize the agent sends it to every process group of the
+	// command's session.
+	SignalResize bool
 }
 
 // Serve serves the agent until the listener fails.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,5 +61,31 @@ func TestStartNamesAMissingCwd(t *testing.T) {
 	_, _, err := a.start(u, &process.StartRequest{Process: &process.ProcessConfig{Cmd: "/nonexistent-cmd", Cwd: &home}})
 	if ce := new(connect.Error); !errors.As(err, &ce) || ce.Code() != connect.CodeNotFound {
 		t.Errorf("missing command: %v, want not found", err)
+	}
+}
+
+// sessionGroups reads proc's stat files: the groups of one session, each
+// once, whatever a command's name holds.
+func TestSessionGroups(t *testing.T) {
+	proc := t.TempDir()
+	for pid, stat := range map[string]string{
+		"10":   "10 (bash) S 1 10 10 34816 12 4194560",
+		"11":   "11 (vim) S 10 11 10 34816 11 4194560",
+		"12":   "12 (a) b (c)) S 10 11 10 34816 11 0",
+		"13":   "13 (other) S 1 13 13 0 -1 0",
+		"self": "10 (bash) S 1 99 10 0 0 0",
+		"14":   "garbage",
+	} {
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := sessionGroups(proc, 10)
+	slices.Sort(got)
+	if !slices.Equal(got, []int{10, 11}) {
+		t.Errorf("groups of session 10: %v, want [10 11]", got)
 	}
 }

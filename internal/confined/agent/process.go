@@ -1,12 +1,16 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -514,8 +518,45 @@ func (s *processService) Update(_ context.Context, req *connect.Request[process.
 		if err := unix.IoctlSetWinsize(int(p.pty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(sz.Rows), Col: uint16(sz.Cols)}); err != nil {
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
+		if s.a.o.SignalResize {
+			for _, pg := range sessionGroups("/proc", int(p.pid)) {
+				_ = s.a.o.Launcher.Signal(pg, syscall.SIGWINCH)
+			}
+		}
 	}
 	return connect.NewResponse(&process.UpdateResponse{}), nil
+}
+
+// sessionGroups lists the process groups of session sid (the terminal
+// command's: it leads a session of its own), as proc shows them.
+func sessionGroups(proc string, sid int) []int {
+	ents, _ := os.ReadDir(proc)
+	var out []int
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(proc, e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp session ...: comm may hold spaces
+		// and parentheses, so the fields start after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 4 {
+			continue
+		}
+		pg, err1 := strconv.Atoi(f[2])
+		s, err2 := strconv.Atoi(f[3])
+		if err1 == nil && err2 == nil && s == sid && pg > 0 && !slices.Contains(out, pg) {
+			out = append(out, pg)
+		}
+	}
+	return out
 }
 
 func setEnv(env []string, k, v string) []string {

@@ -36,6 +36,9 @@ type Agent struct {
 	Home     string
 	Env      []string // the sandbox's base environment
 	Cwd      string   // the default working directory
+	// SignalResize: the terminals this init opens send no SIGWINCH on a
+	// change of size (gVisor's devpts): the agent must (agent.Options).
+	SignalResize bool
 }
 
 // Launcher starts, signals and reaps the sandbox's commands. Commands are

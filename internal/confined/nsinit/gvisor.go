@@ -116,6 +116,7 @@ func gvisorInit(serve func(Agent) error) error {
 	return runAgent(Agent{
 		Net: agentLn,
 		UID: cfg.UID, GID: cfg.GID, Home: cfg.Home, Env: os.Environ(), Cwd: cfg.Cwd,
+		SignalResize: true,
 	}, placement{procs: -1}, true, serve)
 }
 
