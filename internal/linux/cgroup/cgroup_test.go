@@ -141,4 +141,3 @@ func FuzzParseKey(f *testing.F) {
 		parseKey(b, key)
 	})
 }
-
