@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -72,7 +73,7 @@ func (sb *Sandbox) Wait() wall.Exit {
 		ex.Code, ex.Signal = 128+int(unix.SIGKILL), int(unix.SIGKILL)
 	}
 	if ex.Code == 128 && said != "" {
-		ex.Code, ex.Error = 127, runscError(said)
+		ex.Code, ex.Error = notStarted(said)
 	}
 	select {
 	case <-sb.oom:
@@ -86,6 +87,27 @@ func (sb *Sandbox) Wait() wall.Exit {
 		ex.Code, ex.Signal, ex.Error = 128+int(unix.SIGKILL), int(unix.SIGKILL), ""
 	}
 	return ex
+}
+
+// notStarted is how a command the Sentry could not start ends, from what
+// runsc said (the pinned runsc's words), as on the container wall: 127
+// and "NAME: command not found" when no such executable is in the PATH,
+// or the path names nothing; 126 when the file is there but cannot be
+// run (not executable, not a program); else 127 with runsc's error.
+func notStarted(said string) (int, string) {
+	msg := runscError(said)
+	switch {
+	case strings.Contains(msg, "error finding executable "):
+		q, err := strconv.QuotedPrefix(msg[strings.Index(msg, "error finding executable ")+len("error finding executable "):])
+		if err != nil {
+			return 127, msg
+		}
+		name, _ := strconv.Unquote(q)
+		return 127, fmt.Sprintf("%q: command not found", name)
+	case strings.Contains(msg, "failed to load ") && !strings.HasSuffix(msg, "no such file or directory"):
+		return 126, msg
+	}
+	return 127, msg
 }
 
 // runscError is the last line runsc wrote (its error), bounded.
