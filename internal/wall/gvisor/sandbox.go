@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
@@ -120,13 +121,33 @@ func runscError(said string) string {
 	return "runsc: " + last
 }
 
-// Signal sends sig to the command (runsc kill).
+// Signal sends sig to the command (runsc kill). A signal that comes while
+// runsc is still making the sandbox (no container yet, or one not yet
+// started) is sent again until the command runs, or until runsc has
+// ended: the run's Ctrl-C in its first fraction of a second was lost.
 func (sb *Sandbox) Signal(sig unix.Signal) error {
-	out, err := exec.Command(sb.w.runsc, "--root", filepath.Join(sb.w.dir, runscRoot), "kill", sb.id, fmt.Sprint(int(sig))).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("runsc kill: %v: %s", err, strings.TrimSpace(string(out)))
+	for {
+		out, err := exec.Command(sb.w.runsc, "--root", filepath.Join(sb.w.dir, runscRoot), "kill", sb.id, fmt.Sprint(int(sig))).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("runsc kill: %v: %s", err, strings.TrimSpace(string(out)))
+		if !notRunningYet(string(out)) {
+			return err
+		}
+		select {
+		case <-sb.exited:
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return nil
+}
+
+// notRunningYet tells whether runsc kill said (in the pinned runsc's
+// words) that the container is not there yet or not yet started.
+func notRunningYet(said string) bool {
+	return strings.Contains(said, "loading container: ") ||
+		strings.Contains(said, " in state creating") || strings.Contains(said, " in state created")
 }
 
 // Kill ends every process of the sandbox at once: runsc, the Sentry and
