@@ -169,6 +169,8 @@ func TestMemoryBomb(t *testing.T) {
 	})
 }
 
+// The fork bombs run on the container wall only: on gVisor a fork the
+// pids cap refuses ends the whole sandbox (security-model.md, Walls).
 func TestForkBomb(t *testing.T) {
 	r := attack(t, []string{"--pids", "64"}, "forkbomb")
 	if !strings.Contains(r.stderr, "pids limit (64) reached") {
