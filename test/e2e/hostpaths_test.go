@@ -262,37 +262,39 @@ func mustList(t *testing.T, c interface {
 // called, whatever the list says, and no registry's answer reaches the
 // tenant.
 func TestServeImageRegistries(t *testing.T) {
-	const body = "LOOPBACK-SERVICE-BODY-5f1e"
-	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusUnauthorized)
-		fmt.Fprint(w, body)
-	}))
-	defer srv.Close()
-	listed := strings.TrimPrefix(srv.URL, "http://")
-	port := listed[strings.LastIndex(listed, ":")+1:]
-	d := startDaemon(t, newDataDir(t), "--registry", listed, "--registry", "localhost:"+port)
-	c := d.tenant(t, "img", api.Quotas{})
-	ctx := context.Background()
-	for _, ref := range []string{
-		listed + "/x:latest",               // listed, but loopback
-		"localhost:" + port + "/x:latest",  // listed by a name that resolves to loopback
-		"127.0.0.1:1/x:latest",             // not listed
-		"169.254.169.254/latest/meta:data", // not listed: metadata
-		"docker.io/library/alpine:3.20",    // not listed
-	} {
-		_, err := c.CreateSandbox(ctx, &api.CreateSandbox{Image: ref})
-		wantCode(t, ref, err, api.CodePermissionDenied)
-		if err != nil && strings.Contains(err.Error(), body) {
-			t.Errorf("%s: the answer holds the service's body: %v", ref, err)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		const body = "LOOPBACK-SERVICE-BODY-5f1e"
+		var calls atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, body)
+		}))
+		defer srv.Close()
+		listed := strings.TrimPrefix(srv.URL, "http://")
+		port := listed[strings.LastIndex(listed, ":")+1:]
+		d := w.startDaemon(t, newDataDir(t), "--registry", listed, "--registry", "localhost:"+port)
+		c := d.tenant(t, "img", api.Quotas{})
+		ctx := context.Background()
+		for _, ref := range []string{
+			listed + "/x:latest",               // listed, but loopback
+			"localhost:" + port + "/x:latest",  // listed by a name that resolves to loopback
+			"127.0.0.1:1/x:latest",             // not listed
+			"169.254.169.254/latest/meta:data", // not listed: metadata
+			"docker.io/library/alpine:3.20",    // not listed
+		} {
+			_, err := c.CreateSandbox(ctx, &api.CreateSandbox{Image: ref})
+			wantCode(t, ref, err, api.CodePermissionDenied)
+			if err != nil && strings.Contains(err.Error(), body) {
+				t.Errorf("%s: the answer holds the service's body: %v", ref, err)
+			}
+			var ae *api.Error
+			if errors.As(err, &ae) && !strings.Contains(ae.Message, "--registry") && !strings.Contains(ae.Message, "never dials") {
+				t.Errorf("%s: the refusal does not say what to do: %s", ref, ae.Message)
+			}
 		}
-		var ae *api.Error
-		if errors.As(err, &ae) && !strings.Contains(ae.Message, "--registry") && !strings.Contains(ae.Message, "never dials") {
-			t.Errorf("%s: the refusal does not say what to do: %s", ref, ae.Message)
+		if n := calls.Load(); n != 0 {
+			t.Errorf("the loopback service was called %d times", n)
 		}
-	}
-	if n := calls.Load(); n != 0 {
-		t.Errorf("the loopback service was called %d times", n)
-	}
+	})
 }

@@ -276,34 +276,36 @@ func serveDeepTreeHidesNothing(t *testing.T, w wallCase) {
 // diff, the deep subtrees are named, the export has README and makes a
 // file's links links again (before: 302 MB for 300 links).
 func TestRunReadsHostileTrees(t *testing.T) {
-	ws := t.TempDir()
-	writeFiles(t, ws, map[string]string{"README": "hello\n"})
-	export := filepath.Join(t.TempDir(), "out")
-	r := airlock(t, "", "run", "--workspace", ws, "--diff", "--export", export, "--", "sh", "-c", deepScript+"\n"+hardLinkScript(8))
-	if r.code != 0 {
-		t.Fatalf("%s", r)
-	}
-	long := strings.Repeat("d", 200)
-	for _, want := range []string{" hello\n+backdoor\n", "+after\n", "airlock: not read: x/" + long, "deeper than 256 levels", "(a hard link to t/big: the same content)"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("run --diff lacks %q", want)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		ws := t.TempDir()
+		writeFiles(t, ws, map[string]string{"README": "hello\n"})
+		export := filepath.Join(t.TempDir(), "out")
+		r := w.run(t, "--workspace", ws, "--diff", "--export", export, "--", "sh", "-c", deepScript+"\n"+hardLinkScript(8))
+		if r.code != 0 {
+			t.Fatalf("%s", r)
 		}
-	}
-	if len(r.stdout) > 4<<20 {
-		t.Errorf("run --diff wrote %d bytes", len(r.stdout))
-	}
-	if b, err := os.ReadFile(filepath.Join(export, "README")); err != nil || string(b) != "hello\nbackdoor\n" {
-		t.Errorf("export README: %q %v", b, err)
-	}
-	a, err1 := os.Stat(filepath.Join(export, "t/big"))
-	b, err2 := os.Stat(filepath.Join(export, "t/c7/c0/big"))
-	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
-		t.Errorf("the export copied a link's content again: %v %v", err1, err2)
-	}
-	if !strings.Contains(r.stderr, "export: skipped x/"+long) {
-		t.Errorf("the export does not name the deep subtree:\n%.2000s", r.stderr)
-	}
-	noResidue(t)
+		long := strings.Repeat("d", 200)
+		for _, want := range []string{" hello\n+backdoor\n", "+after\n", "airlock: not read: x/" + long, "deeper than 256 levels", "(a hard link to t/big: the same content)"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("run --diff lacks %q", want)
+			}
+		}
+		if len(r.stdout) > 4<<20 {
+			t.Errorf("run --diff wrote %d bytes", len(r.stdout))
+		}
+		if b, err := os.ReadFile(filepath.Join(export, "README")); err != nil || string(b) != "hello\nbackdoor\n" {
+			t.Errorf("export README: %q %v", b, err)
+		}
+		a, err1 := os.Stat(filepath.Join(export, "t/big"))
+		b, err2 := os.Stat(filepath.Join(export, "t/c7/c0/big"))
+		if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+			t.Errorf("the export copied a link's content again: %v %v", err1, err2)
+		}
+		if !strings.Contains(r.stderr, "export: skipped x/"+long) {
+			t.Errorf("the export does not name the deep subtree:\n%.2000s", r.stderr)
+		}
+		noResidue(t)
+	})
 }
 
 // The attack: 80 distinct text files of about 1 MB, an 85 MB diff. The diff

@@ -38,36 +38,38 @@ func outside(t *testing.T, dir string) []string {
 }
 
 func TestExportLinkChainStaysInside(t *testing.T) {
-	export := filepath.Join(t.TempDir(), "out")
-	// The sandbox makes its files writable by everyone; the user's umask
-	// (0 here) must not be what keeps them from being so on the host.
-	old := syscall.Umask(0)
-	r := airlock(t, "", "run", "--export", export, "--", "sh", "-c", "echo r > README; "+worldWritable+linkChain)
-	syscall.Umask(old)
-	if r.code != 0 {
-		t.Fatalf("%s", r)
-	}
-	noneWritableByOthers(t, export)
-	if bad := outside(t, export); len(bad) > 0 {
-		t.Fatalf("the export holds links that resolve outside it: %v", bad)
-	}
-	if _, err := os.ReadFile(filepath.Join(export, "e", "etc", "shadow")); err == nil {
-		t.Fatal("the host's /etc/shadow is readable through the export")
-	}
-	for _, p := range []string{"e", "sub/up"} {
-		if _, err := os.Lstat(filepath.Join(export, p)); err == nil {
-			t.Errorf("exported %s", p)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		export := filepath.Join(t.TempDir(), "out")
+		// The sandbox makes its files writable by everyone; the user's umask
+		// (0 here) must not be what keeps them from being so on the host.
+		old := syscall.Umask(0)
+		r := w.run(t, "--export", export, "--", "sh", "-c", "echo r > README; "+worldWritable+linkChain)
+		syscall.Umask(old)
+		if r.code != 0 {
+			t.Fatalf("%s", r)
 		}
-		if !strings.Contains(r.stderr, "skipped "+p+" (symlink to ") {
-			t.Errorf("%s not named:\n%s", p, r.stderr)
+		noneWritableByOthers(t, export)
+		if bad := outside(t, export); len(bad) > 0 {
+			t.Fatalf("the export holds links that resolve outside it: %v", bad)
 		}
-	}
-	for _, p := range []string{"d", "sub/ok"} {
-		if _, err := os.Readlink(filepath.Join(export, p)); err != nil {
-			t.Errorf("%s not exported: %v", p, err)
+		if _, err := os.ReadFile(filepath.Join(export, "e", "etc", "shadow")); err == nil {
+			t.Fatal("the host's /etc/shadow is readable through the export")
 		}
-	}
-	noResidue(t)
+		for _, p := range []string{"e", "sub/up"} {
+			if _, err := os.Lstat(filepath.Join(export, p)); err == nil {
+				t.Errorf("exported %s", p)
+			}
+			if !strings.Contains(r.stderr, "skipped "+p+" (symlink to ") {
+				t.Errorf("%s not named:\n%s", p, r.stderr)
+			}
+		}
+		for _, p := range []string{"d", "sub/ok"} {
+			if _, err := os.Readlink(filepath.Join(export, p)); err != nil {
+				t.Errorf("%s not exported: %v", p, err)
+			}
+		}
+		noResidue(t)
+	})
 }
 
 // worldWritable makes a file and a directory (with a file) writable by
@@ -100,18 +102,20 @@ func rawBytes(t *testing.T, what, text string) {
 }
 
 func TestRunDiffQuotesHostileNames(t *testing.T) {
-	r := airlock(t, "", "run", "--diff", "--", "sh", "-c", hostileNames)
-	if r.code != 0 {
-		t.Fatalf("%s", r)
-	}
-	rawBytes(t, "run --diff stdout", r.stdout)
-	rawBytes(t, "run --diff stderr", r.stderr)
-	for _, want := range []string{`+++ "b/x\n+++ b/forged"`, `+++ "b/erase\033[2K"`, `+++ "b/clip\033]52;c;cm0gLXJmIH4=\a"`, `added symlink "l\033[1A" -> "t\033[2J"`} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("diff lacks %s:\n%s", want, r.stdout)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--diff", "--", "sh", "-c", hostileNames)
+		if r.code != 0 {
+			t.Fatalf("%s", r)
 		}
-	}
-	noResidue(t)
+		rawBytes(t, "run --diff stdout", r.stdout)
+		rawBytes(t, "run --diff stderr", r.stderr)
+		for _, want := range []string{`+++ "b/x\n+++ b/forged"`, `+++ "b/erase\033[2K"`, `+++ "b/clip\033]52;c;cm0gLXJmIH4=\a"`, `added symlink "l\033[1A" -> "t\033[2J"`} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("diff lacks %s:\n%s", want, r.stdout)
+			}
+		}
+		noResidue(t)
+	})
 }
 
 // Through the daemon: ls, diff, cp and the audit report quote the names,

@@ -90,9 +90,9 @@ func testImage(t *testing.T) v1.Image {
 	return img
 }
 
-func checkImageRun(t *testing.T, ref string) {
+func checkImageRun(t *testing.T, w wallCase, ref string) {
 	t.Helper()
-	r := airlock(t, "", "run", "--image", ref, "--", "attack", "stat", "/etc/passwd", "/srv/data", "/srv/deleted", "/bin/attack")
+	r := w.run(t, "--image", ref, "--", "attack", "stat", "/etc/passwd", "/srv/data", "/srv/deleted", "/bin/attack")
 	if r.code != 0 {
 		t.Fatalf("%s: %s", ref, r)
 	}
@@ -101,127 +101,135 @@ func checkImageRun(t *testing.T, ref string) {
 			t.Errorf("%s: missing %q in\n%s", ref, want, r.stdout)
 		}
 	}
-	r = airlock(t, "", "run", "--image", ref, "--", "attack", "whoami")
+	r = w.run(t, "--image", ref, "--", "attack", "whoami")
 	if r.code != 0 || r.stdout != "1000\n" {
 		t.Errorf("%s: whoami: %s", ref, r)
 	}
 }
 
 func TestOCIImages(t *testing.T) {
-	img := testImage(t)
-	dir := t.TempDir()
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		img := testImage(t)
+		dir := t.TempDir()
 
-	oci := filepath.Join(dir, "layout")
-	lp, err := layout.Write(oci, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lp.AppendImage(img); err != nil {
-		t.Fatal(err)
-	}
-	checkImageRun(t, "oci:"+oci)
+		oci := filepath.Join(dir, "layout")
+		lp, err := layout.Write(oci, empty.Index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lp.AppendImage(img); err != nil {
+			t.Fatal(err)
+		}
+		checkImageRun(t, w, "oci:"+oci)
 
-	archive := filepath.Join(dir, "image.tar")
-	tag, _ := name.NewTag("airlock.test/img:v1")
-	if err := tarball.WriteToFile(archive, tag, img); err != nil {
-		t.Fatal(err)
-	}
-	checkImageRun(t, "docker-archive:"+archive)
+		archive := filepath.Join(dir, "image.tar")
+		tag, _ := name.NewTag("airlock.test/img:v1")
+		if err := tarball.WriteToFile(archive, tag, img); err != nil {
+			t.Fatal(err)
+		}
+		checkImageRun(t, w, "docker-archive:"+archive)
 
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	ref := strings.TrimPrefix(srv.URL, "http://") + "/test/img:v1"
-	rref, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(rref, img); err != nil {
-		t.Fatal(err)
-	}
-	checkImageRun(t, ref)
+		srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+		defer srv.Close()
+		ref := strings.TrimPrefix(srv.URL, "http://") + "/test/img:v1"
+		rref, err := name.ParseReference(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(rref, img); err != nil {
+			t.Fatal(err)
+		}
+		checkImageRun(t, w, ref)
 
-	// One image, three sources: unpacked once.
-	r := airlock(t, "", "image", "ls", "--json")
-	if strings.Count(r.stdout, `"id"`) != 1 || !strings.Contains(r.stdout, "docker-archive:") || !strings.Contains(r.stdout, ref) {
-		t.Fatalf("image ls: %s", r)
-	}
-	// Offline, the cached reference still runs.
-	srv.Close()
-	r = airlock(t, "", "run", "--image", ref, "--", "attack", "whoami")
-	if r.code != 0 || !strings.Contains(r.stderr, "using the cached") {
-		t.Fatalf("offline cached run: %s", r)
-	}
-	r = airlock(t, "", "image", "rm", ref)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "removed ") {
-		t.Fatalf("image rm: %s", r)
-	}
-	if r = airlock(t, "", "image", "ls", "--json"); strings.Contains(r.stdout, `"id"`) {
-		t.Fatalf("image still listed: %s", r)
-	}
-	noResidue(t)
+		// One image, three sources: unpacked once.
+		r := airlock(t, "", "image", "ls", "--json")
+		if strings.Count(r.stdout, `"id"`) != 1 || !strings.Contains(r.stdout, "docker-archive:") || !strings.Contains(r.stdout, ref) {
+			t.Fatalf("image ls: %s", r)
+		}
+		// Offline, the cached reference still runs.
+		srv.Close()
+		r = w.run(t, "--image", ref, "--", "attack", "whoami")
+		if r.code != 0 || !strings.Contains(r.stderr, "using the cached") {
+			t.Fatalf("offline cached run: %s", r)
+		}
+		r = airlock(t, "", "image", "rm", ref)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "removed ") {
+			t.Fatalf("image rm: %s", r)
+		}
+		if r = airlock(t, "", "image", "ls", "--json"); strings.Contains(r.stdout, `"id"`) {
+			t.Fatalf("image still listed: %s", r)
+		}
+		noResidue(t)
+	})
 }
 
 func TestHostileImageRefused(t *testing.T) {
-	img, err := mutate.AppendLayers(empty.Image, tarLayer(t, file{name: "../../etc/airlock-pwned", body: "x", mode: 0o644}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	oci := filepath.Join(t.TempDir(), "layout")
-	lp, _ := layout.Write(oci, empty.Index)
-	if err := lp.AppendImage(img); err != nil {
-		t.Fatal(err)
-	}
-	r := airlock(t, "", "run", "--image", "oci:"+oci, "--", "true")
-	if r.code != 125 || !strings.Contains(r.stderr, "path traversal") {
-		t.Fatalf("%s", r)
-	}
-	if _, err := os.Stat("/etc/airlock-pwned"); err == nil {
-		t.Fatal("a hostile layer wrote outside the cache")
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		img, err := mutate.AppendLayers(empty.Image, tarLayer(t, file{name: "../../etc/airlock-pwned", body: "x", mode: 0o644}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		oci := filepath.Join(t.TempDir(), "layout")
+		lp, _ := layout.Write(oci, empty.Index)
+		if err := lp.AppendImage(img); err != nil {
+			t.Fatal(err)
+		}
+		r := w.run(t, "--image", "oci:"+oci, "--", "true")
+		if r.code != 125 || !strings.Contains(r.stderr, "path traversal") {
+			t.Fatalf("%s", r)
+		}
+		if _, err := os.Stat("/etc/airlock-pwned"); err == nil {
+			t.Fatal("a hostile layer wrote outside the cache")
+		}
+	})
 }
 
 func TestRootfsDirectoryImage(t *testing.T) {
-	root := t.TempDir()
-	helper, _ := os.ReadFile(attackBin)
-	for _, d := range []string{"bin", "etc", "srv"} {
-		_ = os.MkdirAll(filepath.Join(root, d), 0o755)
-	}
-	_ = os.WriteFile(filepath.Join(root, "bin/attack"), helper, 0o755)
-	_ = os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
-	_ = os.WriteFile(filepath.Join(root, "srv/owned"), []byte("x"), 0o644)
-	_ = os.Chown(filepath.Join(root, "srv/owned"), 1234, 1234)
-	r := airlock(t, "", "run", "--image", root, "--", "/bin/attack", "stat", "/bin/attack", "/srv/owned", "/etc/passwd")
-	if r.code != 0 || !strings.Contains(r.stdout, "/bin/attack 0:0 755") || !strings.Contains(r.stdout, "/srv/owned 1234:1234") {
-		t.Fatalf("%s", r)
-	}
-	r = airlock(t, "", "run", "--image", root, "--", "/bin/attack", "write-outside")
-	if r.code != 0 || strings.Contains(r.stdout, "VULNERABLE") {
-		t.Fatalf("%s", r)
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		root := t.TempDir()
+		helper, _ := os.ReadFile(attackBin)
+		for _, d := range []string{"bin", "etc", "srv"} {
+			_ = os.MkdirAll(filepath.Join(root, d), 0o755)
+		}
+		_ = os.WriteFile(filepath.Join(root, "bin/attack"), helper, 0o755)
+		_ = os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
+		_ = os.WriteFile(filepath.Join(root, "srv/owned"), []byte("x"), 0o644)
+		_ = os.Chown(filepath.Join(root, "srv/owned"), 1234, 1234)
+		r := w.run(t, "--image", root, "--", "/bin/attack", "stat", "/bin/attack", "/srv/owned", "/etc/passwd")
+		if r.code != 0 || !strings.Contains(r.stdout, "/bin/attack 0:0 755") || !strings.Contains(r.stdout, "/srv/owned 1234:1234") {
+			t.Fatalf("%s", r)
+		}
+		r = w.run(t, "--image", root, "--", "/bin/attack", "write-outside")
+		if r.code != 0 || strings.Contains(r.stdout, "VULNERABLE") {
+			t.Fatalf("%s", r)
+		}
+	})
 }
 
 func TestRootPackageInstall(t *testing.T) {
-	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		t.Skip("dpkg-deb is not installed: cannot build a test package")
-	}
-	ws := t.TempDir()
-	pkg := filepath.Join(t.TempDir(), "pkg")
-	writeFiles(t, pkg, map[string]string{
-		"DEBIAN/control":       "Package: airlock-test\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.com>\nDescription: test\n",
-		"usr/bin/airlock-test": "#!/bin/sh\necho installed\n",
-		"DEBIAN/postinst":      "#!/bin/sh\nset -e\nuseradd --system airlockd\nchown airlockd /usr/bin/airlock-test\n",
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		if _, err := exec.LookPath("dpkg-deb"); err != nil {
+			t.Skip("dpkg-deb is not installed: cannot build a test package")
+		}
+		ws := t.TempDir()
+		pkg := filepath.Join(t.TempDir(), "pkg")
+		writeFiles(t, pkg, map[string]string{
+			"DEBIAN/control":       "Package: airlock-test\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@example.com>\nDescription: test\n",
+			"usr/bin/airlock-test": "#!/bin/sh\necho installed\n",
+			"DEBIAN/postinst":      "#!/bin/sh\nset -e\nuseradd --system airlockd\nchown airlockd /usr/bin/airlock-test\n",
+		})
+		_ = os.Chmod(filepath.Join(pkg, "usr/bin/airlock-test"), 0o755)
+		_ = os.Chmod(filepath.Join(pkg, "DEBIAN/postinst"), 0o755)
+		if out, err := exec.Command("dpkg-deb", "--build", pkg, filepath.Join(ws, "test.deb")).CombinedOutput(); err != nil {
+			t.Fatalf("dpkg-deb: %v\n%s", err, out)
+		}
+		r := w.run(t, "--user", "root", "--writable-rootfs", "--workspace", ws, "--", "sh", "-c",
+			"mkdir -p /var/log && dpkg -i test.deb >/dev/null && airlock-test && stat -c %U /usr/bin/airlock-test && useradd -m bob && su bob -c 'id -un'")
+		if r.code != 0 || r.stdout != "installed\nairlockd\nbob\n" {
+			t.Fatalf("%s", r)
+		}
+		if _, err := os.Stat("/usr/bin/airlock-test"); err == nil {
+			t.Fatal("the package landed on the host")
+		}
 	})
-	_ = os.Chmod(filepath.Join(pkg, "usr/bin/airlock-test"), 0o755)
-	_ = os.Chmod(filepath.Join(pkg, "DEBIAN/postinst"), 0o755)
-	if out, err := exec.Command("dpkg-deb", "--build", pkg, filepath.Join(ws, "test.deb")).CombinedOutput(); err != nil {
-		t.Fatalf("dpkg-deb: %v\n%s", err, out)
-	}
-	r := airlock(t, "", "run", "--user", "root", "--writable-rootfs", "--workspace", ws, "--", "sh", "-c",
-		"mkdir -p /var/log && dpkg -i test.deb >/dev/null && airlock-test && stat -c %U /usr/bin/airlock-test && useradd -m bob && su bob -c 'id -un'")
-	if r.code != 0 || r.stdout != "installed\nairlockd\nbob\n" {
-		t.Fatalf("%s", r)
-	}
-	if _, err := os.Stat("/usr/bin/airlock-test"); err == nil {
-		t.Fatal("the package landed on the host")
-	}
 }

@@ -10,46 +10,52 @@ import (
 )
 
 func TestRunEcho(t *testing.T) {
-	r := airlock(t, "", "run", "--", "echo", "hello")
-	if r.code != 0 || r.stdout != "hello\n" {
-		t.Fatalf("%s", r)
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--", "echo", "hello")
+		if r.code != 0 || r.stdout != "hello\n" {
+			t.Fatalf("%s", r)
+		}
+	})
 }
 
 func TestStdinRelayed(t *testing.T) {
-	r := airlock(t, "from the host\n", "run", "--", "cat")
-	if r.code != 0 || r.stdout != "from the host\n" {
-		t.Fatalf("%s", r)
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := airlock(t, "from the host\n", append(append([]string{"run"}, w.flags...), "--", "cat")...)
+		if r.code != 0 || r.stdout != "from the host\n" {
+			t.Fatalf("%s", r)
+		}
+	})
 }
 
 func TestExitStatus(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		args []string
-		code int
-		err  string
-	}{
-		{"own code", []string{"run", "--", "sh", "-c", "exit 3"}, 3, ""},
-		{"signal", []string{"run", "--", "sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
-		{"not found", []string{"run", "--", "no-such-command"}, 127, "command not found"},
-		{"not executable", []string{"run", "--", "/etc/passwd"}, 126, ""},
-		{"missing image", []string{"run", "--image", "/nonexistent", "--", "true"}, 125, "airlock:"},
-		{"bad flag", []string{"run", "--no-such-flag", "--", "true"}, 125, "unknown flag"},
-		{"bad size", []string{"run", "--memory", "lots", "--", "true"}, 125, "--memory"},
-		{"no command", []string{"run"}, 125, "no command"},
-		{"degrade seccomp", []string{"run", "--allow-degraded", "seccomp", "--", "true"}, 125, "no opt-out"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := airlock(t, "", c.args...)
-			if r.code != c.code || !strings.Contains(r.stderr, c.err) {
-				t.Fatalf("want exit %d with %q; got %s", c.code, c.err, r)
-			}
-			if c.code == 125 && strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-				t.Errorf("refusal should be one line: %q", r.stderr)
-			}
-		})
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		for _, c := range []struct {
+			name string
+			args []string
+			code int
+			err  string
+		}{
+			{"own code", []string{"--", "sh", "-c", "exit 3"}, 3, ""},
+			{"signal", []string{"--", "sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
+			{"not found", []string{"--", "no-such-command"}, 127, "command not found"},
+			{"not executable", []string{"--", "/etc/passwd"}, 126, ""},
+			{"missing image", []string{"--image", "/nonexistent", "--", "true"}, 125, "airlock:"},
+			{"bad flag", []string{"--no-such-flag", "--", "true"}, 125, "unknown flag"},
+			{"bad size", []string{"--memory", "lots", "--", "true"}, 125, "--memory"},
+			{"no command", nil, 125, "no command"},
+			{"degrade seccomp", []string{"--allow-degraded", "seccomp", "--", "true"}, 125, "no opt-out"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := w.run(t, c.args...)
+				if r.code != c.code || !strings.Contains(r.stderr, c.err) {
+					t.Fatalf("want exit %d with %q; got %s", c.code, c.err, r)
+				}
+				if c.code == 125 && strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+					t.Errorf("refusal should be one line: %q", r.stderr)
+				}
+			})
+		}
+	})
 }
 
 func TestEnvironmentIsMinimal(t *testing.T) {
@@ -276,20 +282,24 @@ func TestReadOnlyRootAndWritablePaths(t *testing.T) {
 }
 
 func TestWritableRootfs(t *testing.T) {
-	r := airlock(t, "", "run", "--writable-rootfs", "--user", "root", "--", "sh", "-c", "echo x > /usr/local/airlock-test && cat /usr/local/airlock-test && echo y > /etc/new && cat /etc/new")
-	if r.code != 0 || r.stdout != "x\ny\n" {
-		t.Fatalf("%s", r)
-	}
-	if _, err := os.Stat("/usr/local/airlock-test"); err == nil {
-		t.Fatal("--writable-rootfs wrote to the host's /usr")
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--writable-rootfs", "--user", "root", "--", "sh", "-c", "echo x > /usr/local/airlock-test && cat /usr/local/airlock-test && echo y > /etc/new && cat /etc/new")
+		if r.code != 0 || r.stdout != "x\ny\n" {
+			t.Fatalf("%s", r)
+		}
+		if _, err := os.Stat("/usr/local/airlock-test"); err == nil {
+			t.Fatal("--writable-rootfs wrote to the host's /usr")
+		}
+	})
 }
 
 func TestImageOwnershipKept(t *testing.T) {
-	r := airlock(t, "", "run", "--", "stat", "-c", "%u:%g", "/usr/bin/env", "/etc/passwd")
-	if r.code != 0 || r.stdout != "0:0\n0:0\n" {
-		t.Fatalf("host image files must stay root-owned inside: %s", r)
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--", "stat", "-c", "%u:%g", "/usr/bin/env", "/etc/passwd")
+		if r.code != 0 || r.stdout != "0:0\n0:0\n" {
+			t.Fatalf("host image files must stay root-owned inside: %s", r)
+		}
+	})
 }
 
 func TestMaskedProc(t *testing.T) {
@@ -313,16 +323,18 @@ func TestMaskedProc(t *testing.T) {
 // hard link across directories failed with EXDEV (dpkg, git and pip broke).
 func TestRenameAcrossDirectories(t *testing.T) {
 	script := `set -e; for d in /workspace /tmp $HOME; do mkdir -p $d/a $d/b; echo x > $d/a/f; python3 -c "import os,sys; os.rename(sys.argv[1]+'/a/f', sys.argv[1]+'/b/f'); os.link(sys.argv[1]+'/b/f', sys.argv[1]+'/a/g')" $d; done; echo renamed`
-	for _, extra := range [][]string{nil, {"--writable-rootfs", "--user", "root"}} {
-		r := airlock(t, "", append(append([]string{"run"}, extra...), "--", "sh", "-c", script)...)
-		if r.code != 0 || r.stdout != "renamed\n" {
-			t.Fatalf("%v: %s", extra, r)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		for _, extra := range [][]string{nil, {"--writable-rootfs", "--user", "root"}} {
+			r := w.run(t, append(extra, "--", "sh", "-c", script)...)
+			if r.code != 0 || r.stdout != "renamed\n" {
+				t.Fatalf("%v: %s", extra, r)
+			}
 		}
-	}
-	r := airlock(t, "", "run", "--writable-rootfs", "--user", "root", "--", "python3", "-c", "import os; os.makedirs('/var/x/a'); os.makedirs('/var/x/b'); open('/var/x/a/f','w').close(); os.rename('/var/x/a/f','/var/x/b/f'); print('ok')")
-	if r.code != 0 || r.stdout != "ok\n" {
-		t.Fatalf("rename in the writable root: %s", r)
-	}
+		r := w.run(t, "--writable-rootfs", "--user", "root", "--", "python3", "-c", "import os; os.makedirs('/var/x/a'); os.makedirs('/var/x/b'); open('/var/x/a/f','w').close(); os.rename('/var/x/a/f','/var/x/b/f'); print('ok')")
+		if r.code != 0 || r.stdout != "ok\n" {
+			t.Fatalf("rename in the writable root: %s", r)
+		}
+	})
 }
 
 // attackCase is one isolation case of the attack helper (its arguments),

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 )
 
 // residue lists what this suite's sandboxes left on the host: cgroups,
@@ -146,23 +148,29 @@ func lastJSON(t *testing.T, out string) runJSON {
 }
 
 func TestJSONResult(t *testing.T) {
-	r := airlock(t, "", "run", "--json", "--", "sh", "-c", "echo out; exit 7")
-	j := lastJSON(t, r.stdout)
-	if r.code != 7 || j.ExitCode != 7 || j.SandboxID == "" || j.WallMS <= 0 || j.PeakMemory <= 0 || !strings.HasPrefix(r.stdout, "out\n") {
-		t.Fatalf("%+v\n%s", j, r)
-	}
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--json", "--", "sh", "-c", "echo out; exit 7")
+		j := lastJSON(t, r.stdout)
+		if r.code != 7 || j.ExitCode != 7 || j.SandboxID == "" || j.WallMS <= 0 || j.PeakMemory <= 0 || !strings.HasPrefix(r.stdout, "out\n") {
+			t.Fatalf("%+v\n%s", j, r)
+		}
+		noResidue(t)
+	})
 }
 
 func TestMemoryBomb(t *testing.T) {
-	r := airlock(t, "", "run", "--memory", "256M", "--json", "--workspace", workspace(t), "--", "/workspace/attack", "membomb")
-	j := lastJSON(t, r.stdout)
-	if r.code != 137 || j.Limit != "memory" || !strings.Contains(r.stderr, "airlock: memory limit (256MiB) exceeded") {
-		t.Fatalf("%s", r)
-	}
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--memory", "256M", "--json", "--workspace", workspace(t), "--", "/workspace/attack", "membomb")
+		j := lastJSON(t, r.stdout)
+		if r.code != 137 || j.Limit != "memory" || !strings.Contains(r.stderr, "airlock: memory limit (256MiB) exceeded") {
+			t.Fatalf("%s", r)
+		}
+		noResidue(t)
+	})
 }
 
+// The fork bombs run on the container wall only: on gVisor a fork the
+// pids cap refuses ends the whole sandbox (security-model.md, Walls).
 func TestForkBomb(t *testing.T) {
 	r := attack(t, []string{"--pids", "64"}, "forkbomb")
 	if !strings.Contains(r.stderr, "pids limit (64) reached") {
@@ -186,44 +194,62 @@ func TestForkBombShell(t *testing.T) {
 }
 
 func TestDiskFill(t *testing.T) {
-	for _, p := range []string{"/tmp/fill", "/workspace/fill", "/home/user/fill", "/dev/shm/fill"} {
-		r := attack(t, []string{"--disk", "32M"}, "fill", p)
-		if !strings.Contains(r.stdout, "ENOSPC") || !strings.Contains(r.stderr, "disk limit (32MiB) reached") {
-			t.Fatalf("%s: %s", p, r)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		for _, p := range []string{"/tmp/fill", "/workspace/fill", "/home/user/fill", "/dev/shm/fill"} {
+			r := attack(t, append(w.flags, "--disk", "32M"), "fill", p)
+			// On gVisor /dev/shm is a tmpfs of the Sentry's, in its memory
+			// (so under the memory limit too), capped at --disk on its own:
+			// the writes stop there, but the host's scratch, which the run
+			// reads to report the disk limit, never fills.
+			reported := w.name != "gvisor" || p != "/dev/shm/fill"
+			if !strings.Contains(r.stdout, "ENOSPC") || strings.Contains(r.stderr, "disk limit (32MiB) reached") != reported {
+				t.Fatalf("%s: want ENOSPC, the disk limit reported: %v; %s", p, reported, r)
+			}
 		}
-	}
-	noResidue(t)
+		noResidue(t)
+	})
 }
 
 func TestTimeout(t *testing.T) {
-	start := time.Now()
-	r := airlock(t, "", "run", "--timeout", "1s", "--", "sh", "-c", "sleep 60 & sleep 60")
-	if r.code != 124 || !strings.Contains(r.stderr, "timeout (1s) reached") {
-		t.Fatalf("%s", r)
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Fatalf("timeout took %s", d)
-	}
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		start := time.Now()
+		r := w.run(t, "--timeout", "1s", "--", "sh", "-c", "sleep 60 & sleep 60")
+		if r.code != 124 || !strings.Contains(r.stderr, "timeout (1s) reached") {
+			t.Fatalf("%s", r)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Fatalf("timeout took %s", d)
+		}
+		noResidue(t)
+	})
 }
 
 func TestBackgroundProcessesDieWithTheRun(t *testing.T) {
-	r := airlock(t, "", "run", "--", "sh", "-c", "sleep 1000 & echo started")
-	if r.code != 0 || r.stdout != "started\n" {
-		t.Fatalf("%s", r)
-	}
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--", "sh", "-c", "sleep 1000 & echo started")
+		if r.code != 0 || r.stdout != "started\n" {
+			t.Fatalf("%s", r)
+		}
+		noResidue(t)
+	})
+}
+
+// runCmd is `airlock run` on w with args, not yet started.
+func (w wallCase) runCmd(args ...string) *exec.Cmd {
+	return exec.Command(airlockBin, append(append([]string{"--state-dir", stateDir, "--data-dir", dataDir, "run"}, w.flags...), args...)...)
 }
 
 func TestInterruptDestroys(t *testing.T) {
-	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--", "sleep", "1000")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitSandbox(t)
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	waitExit(t, cmd, 130, "the command's SIGINT")
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		cmd := w.runCmd("--", "sleep", "1000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.waitSandbox(t)
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		waitExit(t, cmd, 130, "the command's SIGINT")
+		noResidue(t)
+	})
 }
 
 // waitExit waits up to 10 s for cmd to exit with code want (what says why).
@@ -243,26 +269,38 @@ func waitExit(t *testing.T, cmd *exec.Cmd, want int, what string) {
 	}
 }
 
-// waitSandbox waits until a sandbox's cgroup exists.
+// waitSandbox waits until a container sandbox's cgroup holds processes.
 func waitSandbox(t *testing.T) string {
+	t.Helper()
+	return walls[0].waitSandbox(t)
+}
+
+// cgroupDirs are the directories (v1 pids, v2) under which w makes its
+// sandboxes' cgroups.
+func (w wallCase) cgroupDirs() []string {
+	sc := scope
+	if w.name == "gvisor" {
+		sc = gvisor.Scope(stateDir)
+	}
+	return []string{"/sys/fs/cgroup/pids/" + sc, "/sys/fs/cgroup/" + sc}
+}
+
+// waitSandbox waits until a sandbox's cgroup on w, but those of the ids
+// in but, holds two processes (the container wall's init and its command;
+// on gvisor runsc run and what it started, its gofer or its Sentry), and
+// returns its id.
+func (w wallCase) waitSandbox(t *testing.T, but ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		ents, _ := os.ReadDir("/sys/fs/cgroup/pids/" + scope)
-		for _, e := range ents {
-			if e.IsDir() {
-				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/"+scope, e.Name(), "cgroup.procs"))
-				if len(strings.Fields(string(procs))) >= 2 {
-					return e.Name()
-				}
-			}
-		}
-		ents, _ = os.ReadDir("/sys/fs/cgroup/" + scope)
-		for _, e := range ents {
-			if e.IsDir() {
-				procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/"+scope, e.Name(), "cgroup.procs"))
-				if len(strings.Fields(string(procs))) >= 2 {
-					return e.Name()
+		for _, dir := range w.cgroupDirs() {
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if e.IsDir() && !slices.Contains(but, e.Name()) {
+					procs, _ := os.ReadFile(filepath.Join(dir, e.Name(), "cgroup.procs"))
+					if len(strings.Fields(string(procs))) >= 2 {
+						return e.Name()
+					}
 				}
 			}
 		}
@@ -272,58 +310,109 @@ func waitSandbox(t *testing.T) string {
 	return ""
 }
 
-func cgroupProcs(id string) []string {
-	for _, p := range []string{"/sys/fs/cgroup/pids/" + scope + "/" + id, "/sys/fs/cgroup/" + scope + "/" + id} {
-		if b, err := os.ReadFile(p + "/cgroup.procs"); err == nil {
-			return strings.Fields(string(b))
-		}
-	}
-	return nil
-}
-
 func TestSIGKILLThenGC(t *testing.T) {
-	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--", "sh", "-c", "sleep 1000 & sleep 1000")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	id := waitSandbox(t)
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	deadline := time.Now().Add(time.Second)
-	for len(cgroupProcs(id)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox processes %v still alive 1s after airlock was killed", cgroupProcs(id))
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		cmd := w.runCmd("--", "sh", "-c", "sleep 1000 & sleep 1000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r := airlock(t, "", "gc")
-	if r.code != 0 || !strings.Contains(r.stdout, "removed "+id) {
-		t.Fatalf("gc: %s", r)
-	}
-	noResidue(t)
+		id := w.waitSandbox(t)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		deadline := time.Now().Add(time.Second)
+		for len(w.cgroupProcs(id)) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("sandbox processes %v still alive 1s after airlock was killed", w.cgroupProcs(id))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		r := airlock(t, "", "gc")
+		if r.code != 0 || !strings.Contains(r.stdout, "removed "+id) {
+			t.Fatalf("gc: %s", r)
+		}
+		noResidue(t)
+	})
 }
 
 func TestConcurrentSandboxesAreIsolated(t *testing.T) {
-	ch := make(chan result, 1)
-	go func() {
-		ch <- airlock(t, "", "run", "--", "sh", "-c", "echo A > /tmp/mine; echo A > /workspace/mine; cat /proc/self/uid_map; sleep 2")
-	}()
-	waitSandbox(t)
-	b := airlock(t, "", "run", "--", "sh", "-c", "ls /tmp /workspace; ps -e -o comm= | sort | tr '\\n' ' '; echo; cat /proc/self/uid_map")
-	a := <-ch
-	if a.code != 0 || b.code != 0 {
-		t.Fatalf("A: %s\nB: %s", a, b)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		ch := make(chan result, 1)
+		go func() {
+			ch <- w.run(t, "--", "sh", "-c", "echo A > /tmp/mine; echo A > /workspace/mine; cat /proc/self/uid_map; sleep 2")
+		}()
+		idA := w.waitSandbox(t)
+		// B waits for a line on its stdin at its end, so that the host
+		// sees both sandboxes' ids at once.
+		cmdB := w.runCmd("--", "sh", "-c", "ls /tmp /workspace; ps -e -o comm= | sort | tr '\\n' ' '; echo; cat /proc/self/uid_map; read _")
+		in, err := cmdB.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outB, errB bytes.Buffer
+		cmdB.Stdout, cmdB.Stderr = &outB, &errB
+		if err := cmdB.Start(); err != nil {
+			t.Fatal(err)
+		}
+		idB := w.waitSandbox(t, idA)
+		uidsA, uidsB := w.sandboxUIDs(t, idA), w.sandboxUIDs(t, idB)
+		_, _ = in.Write([]byte("go on\n"))
+		in.Close()
+		err = cmdB.Wait()
+		b := result{stdout: outB.String(), stderr: errB.String()}
+		if err != nil {
+			t.Fatalf("B: %v\n%s", err, b)
+		}
+		a := <-ch
+		if a.code != 0 {
+			t.Fatalf("A: %s\nB: %s", a, b)
+		}
+		if strings.Contains(b.stdout, "mine") || strings.Contains(b.stdout, "sleep") {
+			t.Fatalf("B sees A's files or processes:\n%s", b.stdout)
+		}
+		// The host ids of each sandbox's processes (init's and the
+		// command's; on gVisor the Sentry's and the gofer's) are its own.
+		for _, u := range uidsA {
+			if slices.Contains(uidsB, u) {
+				t.Fatalf("host uids must differ: A %v, B %v", uidsA, uidsB)
+			}
+		}
+		mapA := strings.Fields(strings.TrimSpace(a.stdout))
+		lines := strings.Split(strings.TrimSpace(b.stdout), "\n")
+		mapB := strings.Fields(lines[len(lines)-1])
+		want := [2]string{mapA[1], mapB[1]}
+		if w.name == "gvisor" {
+			// Inside, the user namespace is the Sentry's own, whole: the
+			// same map in every sandbox, its host side in the Sentry's ids.
+			want = [2]string{"0", "0"}
+		}
+		if len(mapA) != 3 || len(mapB) != 3 || (w.name == "container" && mapA[1] == mapB[1]) || mapA[1] != want[0] || mapB[1] != want[1] {
+			t.Fatalf("uid maps inside: A %v, B %v", mapA, mapB)
+		}
+		noResidue(t)
+	})
+}
+
+// sandboxUIDs are the host uids of sandbox id's processes on w that are
+// a sandbox's (leased: 2^30 and up), once it has one.
+func (w wallCase) sandboxUIDs(t *testing.T, id string) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var uids []int
+		for _, p := range w.cgroupProcs(id) {
+			var st syscall.Stat_t
+			if syscall.Stat(fmt.Sprintf("/proc/%d", p), &st) == nil && st.Uid >= 1<<30 && !slices.Contains(uids, int(st.Uid)) {
+				uids = append(uids, int(st.Uid))
+			}
+		}
+		if len(uids) > 0 {
+			return uids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s has no process of a leased uid", id)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if strings.Contains(b.stdout, "mine") || strings.Contains(b.stdout, "sleep") {
-		t.Fatalf("B sees A's files or processes:\n%s", b.stdout)
-	}
-	mapA := strings.Fields(strings.TrimSpace(a.stdout))
-	lines := strings.Split(strings.TrimSpace(b.stdout), "\n")
-	mapB := strings.Fields(lines[len(lines)-1])
-	if len(mapA) != 3 || len(mapB) != 3 || mapA[1] == mapB[1] {
-		t.Fatalf("uid ranges must differ: A %v, B %v", mapA, mapB)
-	}
-	noResidue(t)
 }
 
 func TestDoctor(t *testing.T) {
@@ -355,29 +444,33 @@ func TestDoctor(t *testing.T) {
 }
 
 func TestJSONOnCreateFailure(t *testing.T) {
-	r := airlock(t, "", "run", "--json", "--image", "/nonexistent", "--", "true")
-	var j struct {
-		ExitCode int    `json:"exit_code"`
-		Error    string `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || r.code != 125 || j.ExitCode != 125 || !strings.Contains(j.Error, "/nonexistent") {
-		t.Fatalf("%v: %s", err, r)
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--json", "--image", "/nonexistent", "--", "true")
+		var j struct {
+			ExitCode int    `json:"exit_code"`
+			Error    string `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || r.code != 125 || j.ExitCode != 125 || !strings.Contains(j.Error, "/nonexistent") {
+			t.Fatalf("%v: %s", err, r)
+		}
+	})
 }
 
 // Regression: on cgroup v1 the OOM notification comes before the kernel
 // kills its victim; the watcher waited for the kill counter, missed it, and
 // an OOM in a child left the rest of the sandbox running.
 func TestOOMInChildDestroysSandbox(t *testing.T) {
-	start := time.Now()
-	r := airlock(t, "", "run", "--memory", "128M", "--workspace", workspace(t), "--", "sh", "-c", "/workspace/attack membomb; echo survived; sleep 60")
-	if r.code != 137 || strings.Contains(r.stdout, "survived") || !strings.Contains(r.stderr, "memory limit (128MiB) exceeded") {
-		t.Fatalf("%s", r)
-	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Fatalf("the sandbox outlived its OOM by %s", d)
-	}
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		start := time.Now()
+		r := w.run(t, "--memory", "128M", "--workspace", workspace(t), "--", "sh", "-c", "/workspace/attack membomb; echo survived; sleep 60")
+		if r.code != 137 || strings.Contains(r.stdout, "survived") || !strings.Contains(r.stderr, "memory limit (128MiB) exceeded") {
+			t.Fatalf("%s", r)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Fatalf("the sandbox outlived its OOM by %s", d)
+		}
+		noResidue(t)
+	})
 }
 
 // Regression: gc took every cgroup under the shared parent whose lock was
@@ -396,7 +489,7 @@ func TestGCFromAnotherStateDirLeavesSandboxesAlone(t *testing.T) {
 	if r, err := exec.Command(airlockBin, "--state-dir", other, "--data-dir", dataDir, "gc").CombinedOutput(); err != nil || strings.Contains(string(r), id) {
 		t.Fatalf("gc from another state directory: %v %s", err, r)
 	}
-	if len(cgroupProcs(id)) == 0 {
+	if len(walls[0].cgroupProcs(id)) == 0 {
 		t.Fatal("the other state directory's gc killed a live sandbox")
 	}
 	if err := cmd.Wait(); err != nil {
@@ -412,44 +505,48 @@ func TestInterruptDuringImagePull(t *testing.T) {
 	defer srv.Close()
 	defer close(stall)
 	ref := strings.TrimPrefix(srv.URL, "http://") + "/slow/image:v1"
-	cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--image", ref, "--", "true")
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond)
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	waitExit(t, cmd, 130, "SIGINT during a stalled image pull")
-	if !strings.Contains(errb.String(), "interrupted") {
-		t.Fatalf("stderr %q", errb.String())
-	}
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		cmd := w.runCmd("--image", ref, "--", "true")
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		waitExit(t, cmd, 130, "SIGINT during a stalled image pull")
+		if !strings.Contains(errb.String(), "interrupted") {
+			t.Fatalf("stderr %q", errb.String())
+		}
+		noResidue(t)
+	})
 }
 
 // Regression: a SIGINT that arrived while the sandbox was being created was
 // lost or ended init (exit 137); it must reach the command (exit 130), or
 // abort the creation (exit 130 too).
 func TestInterruptWhileCreating(t *testing.T) {
-	for i := 0; i < 5; i++ {
-		cmd := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", dataDir, "run", "--", "sleep", "1000")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if ents, _ := os.ReadDir("/sys/fs/cgroup/pids/" + scope); len(ents) > 0 {
-				break
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		for i := 0; i < 5; i++ {
+			cmd := w.runCmd("--", "sleep", "1000")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
 			}
-			if ents, _ := os.ReadDir("/sys/fs/cgroup/" + scope); len(ents) > 0 {
-				break
+			deadline := time.Now().Add(10 * time.Second)
+		wait:
+			for time.Now().Before(deadline) {
+				for _, dir := range w.cgroupDirs() {
+					if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+						break wait
+					}
+				}
+				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(time.Millisecond)
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			waitExit(t, cmd, 130, fmt.Sprintf("round %d: SIGINT while creating", i))
+			noResidue(t)
 		}
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		waitExit(t, cmd, 130, fmt.Sprintf("round %d: SIGINT while creating", i))
-		noResidue(t)
-	}
+	})
 }
 
 // Regression: a sandbox whose setup failed after its init was cloned (a
@@ -461,9 +558,11 @@ func TestSetupFailureAfterCloneEnds(t *testing.T) {
 	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	r := airlock(t, "", "run", "--workspace", f, "--", "true")
-	if r.code != 125 || !strings.Contains(r.stderr, "not a directory") || time.Since(start) > time.Minute {
-		t.Fatalf("want a prompt exit 125 naming the workspace:\n%s", r)
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		start := time.Now()
+		r := w.run(t, "--workspace", f, "--", "true")
+		if r.code != 125 || !strings.Contains(r.stderr, "not a directory") || time.Since(start) > time.Minute {
+			t.Fatalf("want a prompt exit 125 naming the workspace:\n%s", r)
+		}
+	})
 }

@@ -104,64 +104,68 @@ func startRun(t *testing.T, args []string, script string) (*exec.Cmd, io.WriteCl
 }
 
 func TestRunWorkspaceIsPointInTime(t *testing.T) {
-	ws := t.TempDir()
-	writeFiles(t, ws, pointInTimeFiles)
-	cmd, stdin, out := startRun(t, []string{"--workspace", ws, "--diff"}, "echo v2 > same.txt; echo ready; read go; "+catAll)
-	changeHost(t, ws)
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	rest, err := io.ReadAll(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("airlock run: %v\n%s", err, rest)
-	}
-	got := string(rest)
-	if !strings.HasPrefix(got, seenAtCreate) {
-		t.Fatalf("the sandbox saw the host's later changes:\n%s", got)
-	}
-	checkSinceCreate(t, strings.TrimPrefix(got, seenAtCreate))
-	noResidue(t)
-	if left := tmpEntries(t, dataDir); len(left) != 0 {
-		t.Fatalf("workspace copies left: %v", left)
-	}
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		ws := t.TempDir()
+		writeFiles(t, ws, pointInTimeFiles)
+		cmd, stdin, out := startRun(t, append(w.flags, "--workspace", ws, "--diff"), "echo v2 > same.txt; echo ready; read go; "+catAll)
+		changeHost(t, ws)
+		if _, err := io.WriteString(stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+		rest, err := io.ReadAll(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("airlock run: %v\n%s", err, rest)
+		}
+		got := string(rest)
+		if !strings.HasPrefix(got, seenAtCreate) {
+			t.Fatalf("the sandbox saw the host's later changes:\n%s", got)
+		}
+		checkSinceCreate(t, strings.TrimPrefix(got, seenAtCreate))
+		noResidue(t)
+		if left := tmpEntries(t, dataDir); len(left) != 0 {
+			t.Fatalf("workspace copies left: %v", left)
+		}
+	})
 }
 
 // An `airlock run` killed mid-run leaves its copy; gc removes it once the
 // sandbox is gone.
 func TestRunWorkspaceCopyGoneAfterCrashAndGC(t *testing.T) {
-	ws := t.TempDir()
-	writeFiles(t, ws, pointInTimeFiles)
-	before := tmpEntries(t, dataDir)
-	cmd, _, _ := startRun(t, []string{"--workspace", ws}, "echo ready; read go")
-	var copies []string
-	for _, e := range tmpEntries(t, dataDir) {
-		if !slices.Contains(before, e) {
-			copies = append(copies, e)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		ws := t.TempDir()
+		writeFiles(t, ws, pointInTimeFiles)
+		before := tmpEntries(t, dataDir)
+		cmd, _, _ := startRun(t, append(w.flags, "--workspace", ws), "echo ready; read go")
+		var copies []string
+		for _, e := range tmpEntries(t, dataDir) {
+			if !slices.Contains(before, e) {
+				copies = append(copies, e)
+			}
 		}
-	}
-	if len(copies) != 1 {
-		t.Fatalf("copies made by this run: %v", copies)
-	}
-	if b, err := os.ReadFile(filepath.Join(dataDir, "tmp", copies[0], "change.txt")); err != nil || string(b) != "old\n" {
-		t.Fatalf("the copy's change.txt: %q %v", b, err)
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := airlock(t, "", "gc")
-		if _, err := os.Lstat(filepath.Join(dataDir, "tmp", copies[0])); os.IsNotExist(err) {
-			break
+		if len(copies) != 1 {
+			t.Fatalf("copies made by this run: %v", copies)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gc left the copy of a dead sandbox: %s", r)
+		if b, err := os.ReadFile(filepath.Join(dataDir, "tmp", copies[0], "change.txt")); err != nil || string(b) != "old\n" {
+			t.Fatalf("the copy's change.txt: %q %v", b, err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	noResidue(t)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			r := airlock(t, "", "gc")
+			if _, err := os.Lstat(filepath.Join(dataDir, "tmp", copies[0])); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gc left the copy of a dead sandbox: %s", r)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		noResidue(t)
+	})
 }
 
 func TestServeWorkspaceIsPointInTime(t *testing.T) {

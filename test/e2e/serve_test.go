@@ -1849,42 +1849,44 @@ func serveAuditSurvivesKill9(t *testing.T, w wallCase) {
 // `airlock run` writes the same records to its own signed log, ended by a
 // closing checkpoint: a log cut short fails verification.
 func TestRunAuditLog(t *testing.T) {
-	logFile := filepath.Join(t.TempDir(), "run.audit")
-	// A key pasted in the command runs as given; the log keeps it
-	// redacted, and a finding by fingerprint.
-	const key = "AKIAQ4ZT6WX2LR7NPJ3V"
-	r := airlock(t, "", "run", "--audit", logFile, "-e", "TOKEN=not-in-the-log", "--", "sh", "-c", "echo hi "+key+"; exit 3")
-	if r.code != 3 {
-		t.Fatalf("%s", r)
-	}
-	b, err := os.ReadFile(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"kind":"sandbox.created"`, `"kind":"exec.start"`, `"kind":"exec.end"`, `"exit_code":3`, `"kind":"sandbox.destroyed"`, `"closed":true`, `"TOKEN"`,
-		`echo hi [REDACTED:aws-access-token]; exit 3`, `"kind":"secret.finding"`, `"fingerprint":"hmac:`} {
-		if !bytes.Contains(b, []byte(want)) {
-			t.Errorf("the run's log lacks %s", want)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		logFile := filepath.Join(t.TempDir(), "run.audit")
+		// A key pasted in the command runs as given; the log keeps it
+		// redacted, and a finding by fingerprint.
+		const key = "AKIAQ4ZT6WX2LR7NPJ3V"
+		r := w.run(t, "--audit", logFile, "-e", "TOKEN=not-in-the-log", "--", "sh", "-c", "echo hi "+key+"; exit 3")
+		if r.code != 3 {
+			t.Fatalf("%s", r)
 		}
-	}
-	if bytes.Contains(b, []byte("not-in-the-log")) {
-		t.Error("an environment value was recorded")
-	}
-	if bytes.Contains(b, []byte(key)) || !strings.Contains(r.stdout, "hi "+key) {
-		t.Errorf("the key: in the log %v; the command printed %q", bytes.Contains(b, []byte(key)), r.stdout)
-	}
-	if v := airlock(t, "", "audit", "verify", logFile); v.code != 0 {
-		t.Fatalf("verify: %s", v)
-	}
-	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
-	cut := append(bytes.Join(lines[:len(lines)-1], []byte("\n")), '\n')
-	if err := os.WriteFile(logFile, cut, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if v := airlock(t, "", "audit", "verify", logFile); v.code != 1 || !strings.Contains(v.stdout, "checkpoint") {
-		t.Errorf("a run log without its closing checkpoint: %s", v)
-	}
-	noResidue(t)
+		b, err := os.ReadFile(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"kind":"sandbox.created"`, `"kind":"exec.start"`, `"kind":"exec.end"`, `"exit_code":3`, `"kind":"sandbox.destroyed"`, `"closed":true`, `"TOKEN"`,
+			`echo hi [REDACTED:aws-access-token]; exit 3`, `"kind":"secret.finding"`, `"fingerprint":"hmac:`} {
+			if !bytes.Contains(b, []byte(want)) {
+				t.Errorf("the run's log lacks %s", want)
+			}
+		}
+		if bytes.Contains(b, []byte("not-in-the-log")) {
+			t.Error("an environment value was recorded")
+		}
+		if bytes.Contains(b, []byte(key)) || !strings.Contains(r.stdout, "hi "+key) {
+			t.Errorf("the key: in the log %v; the command printed %q", bytes.Contains(b, []byte(key)), r.stdout)
+		}
+		if v := airlock(t, "", "audit", "verify", logFile); v.code != 0 {
+			t.Fatalf("verify: %s", v)
+		}
+		lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+		cut := append(bytes.Join(lines[:len(lines)-1], []byte("\n")), '\n')
+		if err := os.WriteFile(logFile, cut, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if v := airlock(t, "", "audit", "verify", logFile); v.code != 1 || !strings.Contains(v.stdout, "checkpoint") {
+			t.Errorf("a run log without its closing checkpoint: %s", v)
+		}
+		noResidue(t)
+	})
 }
 
 // With a collector configured, audit records reach it (OTLP logs over

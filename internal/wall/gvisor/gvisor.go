@@ -229,6 +229,14 @@ func (w *Wall) remove(id string, cg *cgroup.Cgroup) error {
 			w.log.Debug("runsc delete", "id", id, "err", err, "out", string(out))
 		}
 	}
+	// What runsc delete did not remove: its lock file when runsc run was
+	// killed before it wrote the container's state file, say.
+	left, _ = filepath.Glob(filepath.Join(w.dir, runscRoot, id+"_sandbox:*"))
+	for _, f := range left {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
 	// The bundle's mounts lived in the sandbox's own mount namespace: on
 	// the host its directory is plain.
 	if err := os.RemoveAll(filepath.Join(w.dir, bundleDir, id)); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,7 +74,7 @@ func (sb *Sandbox) Wait() wall.Exit {
 		ex.Code, ex.Signal = 128+int(unix.SIGKILL), int(unix.SIGKILL)
 	}
 	if ex.Code == 128 && said != "" {
-		ex.Code, ex.Error = 127, runscError(said)
+		ex.Code, ex.Error = notStarted(said)
 	}
 	select {
 	case <-sb.oom:
@@ -89,6 +90,27 @@ func (sb *Sandbox) Wait() wall.Exit {
 	return ex
 }
 
+// notStarted is how a command the Sentry could not start ends, from what
+// runsc said (the pinned runsc's words), as on the container wall: 127
+// and "NAME: command not found" when no such executable is in the PATH,
+// or the path names nothing; 126 when the file is there but cannot be
+// run (not executable, not a program); else 127 with runsc's error.
+func notStarted(said string) (int, string) {
+	msg := runscError(said)
+	switch {
+	case strings.Contains(msg, "error finding executable "):
+		q, err := strconv.QuotedPrefix(msg[strings.Index(msg, "error finding executable ")+len("error finding executable "):])
+		if err != nil {
+			return 127, msg
+		}
+		name, _ := strconv.Unquote(q)
+		return 127, fmt.Sprintf("%q: command not found", name)
+	case strings.Contains(msg, "failed to load ") && !strings.HasSuffix(msg, "no such file or directory"):
+		return 126, msg
+	}
+	return 127, msg
+}
+
 // runscError is the last line runsc wrote (its error), bounded.
 func runscError(said string) string {
 	lines := strings.Split(said, "\n")
@@ -99,13 +121,33 @@ func runscError(said string) string {
 	return "runsc: " + last
 }
 
-// Signal sends sig to the command (runsc kill).
+// Signal sends sig to the command (runsc kill). A signal that comes while
+// runsc is still making the sandbox (no container yet, or one not yet
+// started) is sent again until the command runs, or until runsc has
+// ended: the run's Ctrl-C in its first fraction of a second was lost.
 func (sb *Sandbox) Signal(sig unix.Signal) error {
-	out, err := exec.Command(sb.w.runsc, "--root", filepath.Join(sb.w.dir, runscRoot), "kill", sb.id, fmt.Sprint(int(sig))).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("runsc kill: %v: %s", err, strings.TrimSpace(string(out)))
+	for {
+		out, err := exec.Command(sb.w.runsc, "--root", filepath.Join(sb.w.dir, runscRoot), "kill", sb.id, fmt.Sprint(int(sig))).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("runsc kill: %v: %s", err, strings.TrimSpace(string(out)))
+		if !notRunningYet(string(out)) {
+			return err
+		}
+		select {
+		case <-sb.exited:
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return nil
+}
+
+// notRunningYet tells whether runsc kill said (in the pinned runsc's
+// words) that the container is not there yet or not yet started.
+func notRunningYet(said string) bool {
+	return strings.Contains(said, "loading container: ") ||
+		strings.Contains(said, " in state creating") || strings.Contains(said, " in state created")
 }
 
 // runscGrace is how long Kill lets runsc run end by itself once its
