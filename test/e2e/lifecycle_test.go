@@ -169,28 +169,40 @@ func TestMemoryBomb(t *testing.T) {
 	})
 }
 
-// The fork bombs run on the container wall only: on gVisor a fork the
-// pids cap refuses ends the whole sandbox (security-model.md, Walls).
+// A fork bomb is stopped at --pids and the command goes on (its forks
+// fail with EAGAIN). On the container wall the host's pids cgroup refuses
+// the forks and the run reports it; on gVisor the Sentry refuses them
+// (RLIMIT_NPROC inside), out of the host's sight: stopped as surely, not
+// reported (security-model.md, Walls).
 func TestForkBomb(t *testing.T) {
-	r := attack(t, []string{"--pids", "64"}, "forkbomb")
-	if !strings.Contains(r.stderr, "pids limit (64) reached") {
-		t.Fatalf("the pids limit must be reported: %s", r)
-	}
-	noResidue(t)
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := attackOn(t, w, []string{"--pids", "64"}, nil, "forkbomb")
+		if !strings.Contains(r.stdout, "blocked: pids limit stopped the fork bomb") {
+			t.Fatalf("the bomb must be stopped and the command go on: %s", r)
+		}
+		if w.name == "container" && !strings.Contains(r.stderr, "pids limit (64) reached") {
+			t.Fatalf("the pids limit must be reported: %s", r)
+		}
+		noResidue(t)
+	})
 }
 
 func TestForkBombShell(t *testing.T) {
 	// A bomb that never stops trying: it hits the pids limit, the sandbox
-	// is destroyed at the deadline, and both are reported.
-	r := airlock(t, "", "run", "--pids", "32", "--timeout", "3s", "--", "sh", "-c", "while :; do (sleep 100 &) 2>/dev/null; done")
-	if r.code != 124 || !strings.Contains(r.stderr, "timeout (3s) reached") {
-		t.Fatalf("%s", r)
-	}
-	r = airlock(t, "", "run", "--json", "--pids", "32", "--timeout", "3s", "--", "sh", "-c", "while :; do (sleep 100 &) 2>/dev/null; done")
-	if j := lastJSON(t, r.stdout); !slices.Contains(j.Limits, "pids") || !slices.Contains(j.Limits, "timeout") {
-		t.Fatalf("limits hit %v, want pids and timeout: %s", j.Limits, r)
-	}
-	noResidue(t)
+	// is destroyed at the deadline, and both are reported (the pids limit
+	// on the container wall only, as above).
+	forEachWall(t, func(t *testing.T, w wallCase) {
+		r := w.run(t, "--pids", "32", "--timeout", "3s", "--", "sh", "-c", "while :; do (sleep 100 &) 2>/dev/null; done")
+		if r.code != 124 || !strings.Contains(r.stderr, "timeout (3s) reached") {
+			t.Fatalf("%s", r)
+		}
+		r = w.run(t, "--json", "--pids", "32", "--timeout", "3s", "--", "sh", "-c", "while :; do (sleep 100 &) 2>/dev/null; done")
+		j := lastJSON(t, r.stdout)
+		if !slices.Contains(j.Limits, "timeout") || slices.Contains(j.Limits, "pids") != (w.name == "container") {
+			t.Fatalf("limits hit %v, want timeout, and pids on the container wall: %s", j.Limits, r)
+		}
+		noResidue(t)
+	})
 }
 
 func TestDiskFill(t *testing.T) {

@@ -219,8 +219,8 @@ func bundleSpec(o *wall.Options, l layout) (*ociSpec, error) {
 	if o.NoFile > 0 {
 		s.Process.Rlimits = append(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NOFILE", Hard: o.NoFile, Soft: o.NoFile})
 	}
-	if o.NProc > 0 {
-		s.Process.Rlimits = append(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: o.NProc, Soft: o.NProc})
+	if n := sandboxNProc(o); n > 0 {
+		s.Process.Rlimits = append(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: n, Soft: n})
 	}
 	trees := l.Trees
 	for _, t := range o.Trees {
@@ -284,6 +284,40 @@ func terminalProcess(s *ociSpec) error {
 // runsInit reports whether sandbox o's first process is gvisor-init: a
 // long-lived sandbox's, or a one-shot terminal's.
 func runsInit(o *wall.Options) bool { return o.AgentSocket != "" || o.TTY }
+
+// The pids limit on the gVisor wall. The host's cgroup counts runsc's,
+// the gofer's and the Sentry's host tasks, not the sandbox's processes:
+// about 40 idle and two more per task inside (systrap's stub process and
+// thread), and a host fork refused to the Sentry ends the whole sandbox.
+// So --pids is kept inside, by the Sentry: RLIMIT_NPROC, which gVisor
+// enforces per user (a fork past it gets EAGAIN, as on the container
+// wall), and the host's cap is set far enough above it (hostPids) never
+// to be met first; it still bounds the host tasks a sandbox may take.
+const (
+	hostTasksIdle    = 64 // runsc, the gofer, the Sentry's own threads, with room
+	hostTasksPerTask = 2
+)
+
+// sandboxNProc is the RLIMIT_NPROC inside the Sentry: the wall's
+// (o.NProc, a long-lived sandbox's, which leaves its init room), else the
+// pids limit itself.
+func sandboxNProc(o *wall.Options) uint64 {
+	if o.NProc > 0 {
+		return o.NProc
+	}
+	if o.Pids > 0 {
+		return uint64(o.Pids)
+	}
+	return 0
+}
+
+// hostPids is the host cgroup's pids.max for a pids limit of pids (0: none).
+func hostPids(pids int64) int64 {
+	if pids <= 0 {
+		return 0
+	}
+	return hostTasksIdle + hostTasksPerTask*pids
+}
 
 // supported refuses what this wall does not do, by name.
 func supported(o *wall.Options) error {

@@ -318,3 +318,24 @@ func TestCheckRefusesAMissingOrWrongRunsc(t *testing.T) {
 		t.Errorf("writable by anyone: %+v", r)
 	}
 }
+
+// --pids is kept by the Sentry (RLIMIT_NPROC, a fork past it gets EAGAIN),
+// with the host's cap far enough above it for runsc's and the Sentry's own
+// tasks (two a task inside) never to be met first.
+func TestBundlePidsLimitIsTheSentrys(t *testing.T) {
+	o := hostImage()
+	o.Pids = 100
+	s, err := bundleSpec(o, testLayout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(s.Process.Rlimits, ociRlimit{Type: "RLIMIT_NPROC", Hard: 100, Soft: 100}) {
+		t.Errorf("rlimits %+v, want RLIMIT_NPROC 100", s.Process.Rlimits)
+	}
+	if h := hostPids(o.Pids); h < 40+2*o.Pids {
+		t.Errorf("host pids.max %d for --pids %d: below runsc's own tasks and two a task", h, o.Pids)
+	}
+	if hostPids(0) != 0 {
+		t.Error("no pids limit must stay none on the host")
+	}
+}

@@ -88,7 +88,7 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	}
 	undo.Do(sb.uid.Lock.Release)
 	sb.ids = idRange{Base: sb.uid.Base, Size: sb.uid.Size}
-	if sb.cg, err = w.cgroups.Create(r.id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: o.Pids}); err != nil {
+	if sb.cg, err = w.cgroups.Create(r.id, cgroup.Limits{MemoryBytes: o.MemoryBytes, CPUs: o.CPUs, Pids: hostPids(o.Pids)}); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	undo.Push(sb.cg.Remove)
