@@ -16,15 +16,16 @@
 // whose veth gVisor's netstack takes over; on systrap. It pauses through
 // runsc, never the cgroup freezer (pause.go says why). A long-lived
 // sandbox's first process
-// is airlock's gvisor-init serving the agent (longlived.go), and is adopted
+// is airlock-init's gvisor-init serving the agent (longlived.go; the
+// binary internal/wall/initexe found and checked), and is adopted
 // again after a restart. The Sentry and the gofer never run as host root:
 // runsc starts them in a user namespace (the bundle's) mapped to a host
 // uid range leased for the sandbox from the pool the container wall
 // leases from (internal/wall/uidlease), and the image's trees, the
 // generated layer and the workspace are shown owned in that range. It
-// imports internal/wall, internal/wall/uidlease, internal/linux/*,
-// internal/errdefs, internal/cleanup and nsinit (for gvisor-init's wire
-// type), nothing above.
+// imports internal/wall, internal/wall/uidlease, internal/wall/initexe,
+// internal/linux/*, internal/errdefs, internal/cleanup and nsinit (for
+// gvisor-init's wire type), nothing above.
 //
 // Not built yet, and refused by name: a one-shot terminal (-t).
 package gvisor
@@ -45,6 +46,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
 	"github.com/airlock-sandbox/airlock/internal/wall/uidlease"
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +65,7 @@ type Wall struct {
 	cgroups *cgroup.Host
 	leases  *uidlease.Pool
 	runsc   string
+	init    *initexe.Init
 
 	once  sync.Once
 	check Runsc
@@ -81,14 +84,15 @@ func Scope(stateDir string) string {
 }
 
 // New prepares the wall under stateDir with the runsc at runscPath
-// (DefaultRunsc when ""). A missing or wrong runsc does not fail New: the
-// container wall goes on working, and every gvisor create fails saying
-// why (Runsc).
-func New(stateDir, runscPath string, log *slog.Logger) (*Wall, error) {
+// (DefaultRunsc when "") and airlock-init bin. A missing or wrong runsc or
+// airlock-init does not fail New: the container wall goes on working (or
+// not: it runs bin too), and every gvisor create fails saying why (Runsc,
+// initexe).
+func New(stateDir, runscPath string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	if runscPath == "" {
 		runscPath = DefaultRunsc
 	}
-	w := &Wall{dir: filepath.Join(stateDir, "gvisor"), log: log, runsc: runscPath, leases: uidlease.Of(stateDir)}
+	w := &Wall{dir: filepath.Join(stateDir, "gvisor"), log: log, runsc: runscPath, init: bin, leases: uidlease.Of(stateDir)}
 	cg, err := cgroup.Detect()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
