@@ -1,6 +1,6 @@
 // Package agent is the in-sandbox agent: the process and filesystem
 // services (shaped on the wire like E2B's envd) and airlock's own file
-// calls, served by `airlock init` over a socket only the host can reach.
+// calls, served by `airlock-init init` over a socket only the host can reach.
 // This package holds the server, the process service and the glue to
 // init's Launcher; the filesystem side is internal/confined/agent/files.
 // It runs inside the sandbox, so nothing it says is trusted by the host;
