@@ -53,7 +53,7 @@ func Checks(stateDir, runsc, init string) []Check {
 	}
 	need("root", os.Geteuid() == 0, fmt.Sprintf("euid %d", os.Geteuid()), "airlock needs root (sudo) to create namespaces, cgroups and mounts")
 
-	ini := initexe.New(init)
+	ini := initexe.New(init, "") // asked for real, every time
 	bin, initErr := ini.Open()
 	if initErr != nil {
 		need("airlock-init", false, initErr.Error(), refuse+" (every sandbox runs it: its init and agent)")

@@ -155,7 +155,7 @@ func New(ctx context.Context, o Options) (_ *System, err error) {
 			_ = s.Close()
 		}
 	}()
-	bin := initexe.New(o.Init)
+	bin := initexe.New(o.Init, filepath.Join(o.StateDir, "init"))
 	cw, err := container.New(o.StateDir, bin, o.Log)
 	if err != nil {
 		return nil, err
