@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 	// the benchmark's own, not root's.
 	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
 	attackBin = filepath.Join(dir, "attack")
-	for bin, pkg := range map[string]string{airlockBin: "../cmd/airlock", attackBin: "../test/attack"} {
+	// airlock runs the airlock-init beside it in every sandbox.
+	for bin, pkg := range map[string]string{airlockBin: "../cmd/airlock", filepath.Join(dir, "airlock-init"): "../cmd/airlock-init", attackBin: "../test/attack"} {
 		build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bin, pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {

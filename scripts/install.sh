@@ -1,5 +1,7 @@
 #!/bin/sh
-# Build airlock and install it as /usr/local/bin/airlock, then check this
+# Build airlock and airlock-init (what runs inside every sandbox; airlock
+# runs the one beside it, of its own build) and install them as
+# /usr/local/bin/airlock and /usr/local/bin/airlock-init, then check this
 # host with `airlock doctor`. Run as root on Debian:
 #   sudo ./scripts/install.sh
 set -eu
@@ -9,9 +11,9 @@ if [ "$(id -u)" != 0 ]; then exec sudo "$0" "$@"; fi
 version=$(git describe --always --dirty 2>/dev/null || echo dev)
 echo "airlock: building $version with $(go version | cut -d' ' -f3)" >&2
 CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-	-ldflags "-s -w -X github.com/airlock-sandbox/airlock/internal/cli.Version=$version" \
-	-o /usr/local/bin/airlock ./cmd/airlock
-echo "airlock: installed /usr/local/bin/airlock" >&2
+	-ldflags "-s -w -X github.com/airlock-sandbox/airlock/internal/version.Version=$version" \
+	-o /usr/local/bin/ ./cmd/airlock ./cmd/airlock-init
+echo "airlock: installed /usr/local/bin/airlock and /usr/local/bin/airlock-init" >&2
 # runsc, for --isolation gvisor: built from the pinned gVisor module (once
 # per pin), installed as /usr/local/lib/airlock/runsc.
 ./scripts/runsc.sh

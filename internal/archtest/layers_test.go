@@ -29,7 +29,7 @@ var layers = []layer{
 	{"tests", []string{"internal/testutil/memlog"}, []string{"record"}},
 
 	// Leaves: nothing of airlock above them.
-	{"base", []string{"internal/errdefs", "internal/untrusted", "internal/cleanup", "internal/progress", "internal/editdist"}, nil},
+	{"base", []string{"internal/errdefs", "internal/untrusted", "internal/cleanup", "internal/progress", "internal/editdist", "internal/version"}, nil},
 	{"kernel", []string{"internal/linux/..."}, []string{"base"}},
 	{"value", []string{"internal/spec", "internal/scan", "internal/egress/policy", "internal/egress/sni", "internal/egress/eventlog", "internal/broker/keys"}, []string{"base"}},
 	{"record", []string{"internal/audit"}, nil},
@@ -38,12 +38,18 @@ var layers = []layer{
 	// Confined code: runs inside a sandbox and reaches nothing of the host.
 	{"init", []string{"internal/confined/nsinit/..."}, []string{"kernel", "init"}},
 	{"agent", []string{"internal/confined/agent/..."}, []string{"wire", "agent"}},
+	// The binary every sandbox runs: init, the agent and the version, never
+	// the command line, the daemon or anything else of the host side
+	// (every page of it a sandbox touches is host memory, per sandbox).
+	{"lean", []string{"cmd/airlock-init"}, []string{"base", "kernel", "init", "agent", "wire"}},
 
 	// The wall: an interface that knows no kernel, and its implementations,
 	// which only the composition root (and doctor) know.
 	{"wall", []string{"internal/wall"}, []string{"base", "value"}},
 	// The host uid ranges both walls lease from one pool.
 	{"leases", []string{"internal/wall/uidlease"}, []string{"kernel"}},
+	// The binary both walls run in a sandbox, found and checked.
+	{"leases", []string{"internal/wall/initexe"}, []string{"base"}},
 	{"backend", []string{"internal/wall/container", "internal/wall/container/sealedexe"}, []string{"base", "value", "kernel", "wall", "leases", "init", "backend"}},
 	// gVisor's wall runs runsc; of the confined side it knows only
 	// gvisor-init's wire type; it copies what a sandbox wrote (a
@@ -81,7 +87,7 @@ var layers = []layer{
 	{"commands", []string{"internal/cli/remote", "internal/cli/admin"}, []string{"base", "value", "wire", "client", "cmdutil"}},
 	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil"}},
 	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host"}},
-	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "agent", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
+	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
 }
 
 // knownOnlyTo names packages that exactly these packages import directly:
@@ -94,8 +100,8 @@ var knownOnlyTo = []struct {
 }{
 	{"internal/wall/container", []string{"internal/system", "internal/doctor"}},
 	{"internal/wall/gvisor", []string{"internal/system", "internal/doctor"}},
-	{"internal/confined/nsinit", []string{"internal/wall/container", "internal/wall/gvisor", "cmd/airlock"}},
-	{"internal/confined/agent", []string{"cmd/airlock"}},
+	{"internal/confined/nsinit", []string{"internal/wall/container", "internal/wall/gvisor", "cmd/airlock-init"}},
+	{"internal/confined/agent", []string{"cmd/airlock-init"}},
 	{"internal/cli", []string{"cmd/airlock"}},
 	{"internal/system", []string{"internal/cli", "internal/cli/host"}},
 }
@@ -112,6 +118,9 @@ var bans = []struct {
 	{[]string{"internal/confined/nsinit/..."}, "net/http", false, "init is PID 1 of the sandbox: no server, no client"},
 	{[]string{"internal/confined/nsinit/..."}, "github.com/spf13/cobra", false, "init is dispatched before the command line exists"},
 	{[]string{"internal/wall/container", "internal/wall/gvisor"}, "net/http", false, "the wall makes syscalls, it serves nothing"},
+	{[]string{"cmd/airlock-init"}, "github.com/spf13/cobra", false, "the in-sandbox binary has no command line"},
+	{[]string{"cmd/airlock-init"}, "modernc.org/sqlite", false, "the in-sandbox binary keeps no database"},
+	{[]string{"cmd/airlock-init"}, "github.com/prometheus/client_golang/prometheus", false, "the in-sandbox binary exports no metrics"},
 	{[]string{"internal/spec"}, "os/exec", false, "spec is pure"},
 	{[]string{"internal/spec"}, "net", false, "spec is pure"},
 	{[]string{"internal/spec"}, "golang.org/x/sys/unix", false, "spec is pure"},
@@ -252,4 +261,37 @@ func checkBan(g graph, pkgs []string, ban string, direct bool) []string {
 		}
 	}
 	return problems
+}
+
+// The rules that keep airlock-init lean bite on the real module: the same
+// graph with cmd/airlock-init importing the command line, the daemon's
+// composition root or cobra fails them.
+func TestLeanInitMayNotImportTheHostSide(t *testing.T) {
+	real := moduleGraph(t)
+	if real["cmd/airlock-init"] == nil {
+		t.Fatal("no cmd/airlock-init in the module")
+	}
+	for _, imp := range []string{"internal/cli", "internal/system", "internal/sandbox", "internal/httpapi"} {
+		g := withImport(real, "cmd/airlock-init", imp)
+		wantProblem(t, checkLayers(g, layers), `layer "lean" may not reach `+imp)
+	}
+	for _, b := range bans {
+		if !slices.Contains(b.pkgs, "cmd/airlock-init") {
+			continue
+		}
+		g := withImport(real, "cmd/airlock-init", b.ban)
+		wantProblem(t, checkBan(g, b.pkgs, b.ban, b.direct), "cmd/airlock-init reaches "+b.ban)
+	}
+}
+
+// withImport is g with p importing imp too (g itself is left as it was).
+func withImport(g graph, p, imp string) graph {
+	out := make(graph, len(g))
+	for k, v := range g {
+		out[k] = v
+	}
+	cp := *g[p]
+	cp.Imports = append(slices.Clone(cp.Imports), imp)
+	out[p] = &cp
+	return out
 }

@@ -9,8 +9,8 @@
 // internal/cli/host, internal/cli/remote, internal/cli/admin,
 // internal/cli/cmdutil, api, internal/system, internal/mcp,
 // internal/sandbox, internal/tenant, internal/audit,
-// internal/audit/record, internal/store, internal/spec, internal/errdefs
-// and internal/untrusted.
+// internal/audit/record, internal/store, internal/spec, internal/errdefs,
+// internal/untrusted and internal/version.
 package cli
 
 import (
@@ -26,10 +26,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli/host"
 	"github.com/airlock-sandbox/airlock/internal/cli/remote"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/version"
 )
-
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
 
 // Main runs the command line and returns the process exit code.
 func Main(args []string) int {
@@ -81,17 +79,18 @@ and 125 when airlock could not do its part (124 timeout, 126 not executable,
 127 not found, 137 killed: the memory limit).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		Version:       version.Version,
 	}
 	root.PersistentFlags().StringVar(&g.StateDir, "state-dir", "/run/airlock", "runtime state (leases, locks)")
 	root.PersistentFlags().StringVar(&g.DataDir, "data-dir", "/var/lib/airlock", "persistent data (image cache)")
 	root.PersistentFlags().BoolVar(&g.Debug, "debug", false, "structured debug logs on stderr")
 	root.PersistentFlags().StringVar(&g.ImageCache, "image-cache-size", "20G", "cap on the OCI image cache; least recently used images are evicted past it")
 	root.PersistentFlags().StringVar(&g.Runsc, "runsc", "", "the runsc binary --isolation gvisor runs (default /usr/local/lib/airlock/runsc, as scripts/install.sh puts it); it must be the version airlock pins")
+	root.PersistentFlags().StringVar(&g.Init, "init", "", "the airlock-init binary every sandbox runs (its init and agent; default: airlock-init beside this executable, as scripts/install.sh puts it); it must be root's, writable by root alone, and of this airlock's version")
 	root.PersistentFlags().BoolVar(&g.ForceProgress, "progress", false, "draw the progress of long work (image pulls, snapshots) on stderr even when it is not a terminal (never under --json)")
 	_ = root.PersistentFlags().MarkHidden("state-dir")
 	_ = root.PersistentFlags().MarkHidden("data-dir")
-	root.AddCommand(host.Commands(g, Version)...)
+	root.AddCommand(host.Commands(g, version.Version)...)
 	root.AddCommand(remote.Commands(g)...)
 	root.AddCommand(admin.Commands(g)...)
 	root.AddCommand(mcpCmd(g), auditCmd(ag), manCmd(g))

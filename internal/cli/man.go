@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra/doc"
 
 	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
+	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
 // manCmd writes the manual pages, one per command, generated from the
@@ -36,7 +37,7 @@ func writeMan(root *cobra.Command, dir string) error {
 	}
 	root.DisableAutoGenTag = true
 	asMarkdown(root)
-	return doc.GenManTree(root, &doc.GenManHeader{Title: "AIRLOCK", Section: "1", Source: "airlock " + Version, Manual: "airlock manual"}, dir)
+	return doc.GenManTree(root, &doc.GenManHeader{Title: "AIRLOCK", Section: "1", Source: "airlock " + version.Version, Manual: "airlock manual"}, dir)
 }
 
 // asMarkdown makes the indented lines of c's tree's long help (examples,

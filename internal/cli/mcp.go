@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/system"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
+	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
 func mcpCmd(g *cmdutil.Globals) *cobra.Command {
@@ -116,7 +117,7 @@ Configuration for an MCP client (docs/mcp.md has more):
 		if err != nil {
 			return err
 		}
-		o.Files, o.Version = files, Version
+		o.Files, o.Version = files, version.Version
 		sys, err := system.New(ctx, o)
 		if err != nil {
 			return err
@@ -152,7 +153,7 @@ Configuration for an MCP client (docs/mcp.md has more):
 // serveMCP runs one MCP session over stdio, then ends its sandbox, first
 // saving the workspace's diff.
 func serveMCP(ctx context.Context, g *cmdutil.Globals, backend mcp.Backend, req api.CreateSandbox, export string) error {
-	srv, sess := mcp.NewServer(backend, req, mcp.Options{Version: Version})
+	srv, sess := mcp.NewServer(backend, req, mcp.Options{Version: version.Version})
 	sess.OnCreate = func(sb mcp.Sandbox) { g.Warn("mcp: sandbox " + sb.ID() + " made for the session") }
 	var once sync.Once
 	var diffErr, endErr error

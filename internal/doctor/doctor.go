@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/wall/container"
 	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
+	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
 )
 
 // Check is one host prerequisite as `airlock doctor` reports it.
@@ -33,9 +34,10 @@ type Check struct {
 const refuse = "airlock run refuses to create sandboxes"
 
 // Checks checks every control airlock relies on, on this host, for real
-// where it can (it creates a user namespace and an idmapped mount), and
-// the runsc at runsc (gvisor.DefaultRunsc when "") the gvisor wall runs.
-func Checks(stateDir, runsc string) []Check {
+// where it can (it creates a user namespace and an idmapped mount), the
+// airlock-init at init (initexe.Default when "") both walls run, and the
+// runsc at runsc (gvisor.DefaultRunsc when "") the gvisor wall runs.
+func Checks(stateDir, runsc, init string) []Check {
 	var out []Check
 	// need is a control airlock refuses to run without; note is not.
 	add := func(required bool, name string, ok bool, detail, without string) {
@@ -50,6 +52,14 @@ func Checks(stateDir, runsc string) []Check {
 		need("architecture", false, m, refuse+" (the seccomp filter is built for x86_64)")
 	}
 	need("root", os.Geteuid() == 0, fmt.Sprintf("euid %d", os.Geteuid()), "airlock needs root (sudo) to create namespaces, cgroups and mounts")
+
+	ini := initexe.New(init, "") // asked for real, every time
+	bin, initErr := ini.Open()
+	if initErr != nil {
+		need("airlock-init", false, initErr.Error(), refuse+" (every sandbox runs it: its init and agent)")
+	} else {
+		need("airlock-init", true, fmt.Sprintf("%s at %s", bin.Version, bin.Path), refuse)
+	}
 
 	var missing []string
 	for _, ns := range []string{"user", "pid", "mnt", "uts", "ipc", "net", "cgroup"} {
@@ -66,8 +76,10 @@ func Checks(stateDir, runsc string) []Check {
 	need("namespaces", nsOK, detail, refuse)
 
 	idOK, idDetail := true, "open_tree + mount_setattr(MOUNT_ATTR_IDMAP) on the host's /usr"
-	if os.Geteuid() == 0 {
-		if err := container.ProbeIdmap("/usr"); err != nil {
+	if initErr != nil {
+		idOK, idDetail = false, "not checked: needs airlock-init"
+	} else if os.Geteuid() == 0 {
+		if err := container.ProbeIdmap("/usr", ini); err != nil {
 			idOK, idDetail = false, err.Error()
 		}
 	} else {
@@ -120,7 +132,7 @@ func Checks(stateDir, runsc string) []Check {
 	if err == nil {
 		unix.Close(mfd)
 	}
-	need("memfd", err == nil, "sealed in-memory copy of airlock for the sandbox's init", refuse)
+	need("memfd", err == nil, "sealed in-memory copy of airlock-init for the sandbox's init", refuse)
 	return out
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container"
 	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
+	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -74,6 +75,9 @@ type Options struct {
 	// Runsc is the runsc the gvisor wall runs (gvisor.DefaultRunsc when
 	// ""); a missing or wrong one fails gvisor creates only.
 	Runsc string
+	// Init is the airlock-init both walls run in a sandbox (initexe.Default
+	// when ""); a missing or wrong one fails every create.
+	Init string
 
 	DNSUpstream     string
 	SubnetPool      netip.Prefix
@@ -151,11 +155,12 @@ func New(ctx context.Context, o Options) (_ *System, err error) {
 			_ = s.Close()
 		}
 	}()
-	cw, err := container.New(o.StateDir, o.Log)
+	bin := initexe.New(o.Init, filepath.Join(o.StateDir, "init"))
+	cw, err := container.New(o.StateDir, bin, o.Log)
 	if err != nil {
 		return nil, err
 	}
-	gw, err := gvisor.New(o.StateDir, o.Runsc, o.Log)
+	gw, err := gvisor.New(o.StateDir, o.Runsc, bin, o.Log)
 	if err != nil {
 		return nil, err
 	}

@@ -98,26 +98,26 @@ type docRule struct {
 var docRules = map[string]docRule{
 	"./scripts/install.sh && airlock run -- echo hello": {skip: "installs into /usr/local (TestInstallScript runs it in a private mount namespace)"},
 	"./scripts/test.sh": {skip: "the suite itself"},
-	`sudo airlock run -t -- bash                                   # a shell in a terminal the sandbox owns`:                                      {terminal: true},
-	`sudo airlock run --image docker-archive:/tmp/python.tar -- python3 -V`:                                                                       {skip: "needs a saved python image (no registry here)"},
-	`sudo airlock run --image python:3.12-slim --user root --writable-rootfs --allow pypi -- pip install requests`:                                {skip: "pulls from docker.io and installs from PyPI"},
-	`sudo airlock run --allow npm --net-log net.jsonl -- npm view is-number   # only these hosts, every attempt logged`:                           {skip: "reaches the npm registry from inside a sandbox"},
-	`sudo airlock image rm python:3.12-slim`:                                                                                                      {skip: "removes the image the skipped pull above would have cached"},
-	`sudo -E airlock exec -it "$id" -- bash     # a terminal inside`:                                                                              {terminal: true},
-	`sudo -E airlock stats --watch 1s           # CPU and memory of each, every second (^C ends it)`:                                              {interrupt: 3 * time.Second},
-	`sudo -E airlock exec "$id" -- sh -c 'git fetch "https://x:$GIT_TOKEN@github.com/acme/shop.git" main && make test'`:                           {skip: "reaches github.com"},
-	`sudo airlock kill-all                  # with the daemon running: every tenant's sandboxes end`:                                              {skip: "uninstalling: ends every sandbox of the host's daemon"},
-	`sudo systemctl disable --now airlock; sudo rm -f /etc/systemd/system/airlock.service`:                                                        {skip: "uninstalling"},
-	`sudo airlock gc                        # what dead sandboxes left (cgroups, locks, checkouts, workspace copies)`:                             {skip: "uninstalling"},
-	`sudo chattr -i /run/airlock/exe/*; sudo rm -rf /run/airlock   # the sealed copies of the binary are immutable`:                               {skip: "uninstalling"},
-	`sudo rm -rf /var/lib/airlock           # images, snapshots, the daemon's database, keys and audit log: keep a copy of audit/ if you need it`: {skip: "uninstalling"},
-	`sudo rm -f /usr/local/bin/airlock /usr/local/share/man/man1/airlock*.1; sudo rm -rf /usr/local/share/doc/airlock`:                            {skip: "uninstalling"},
-	`rm -rf ~/.local/state/airlock          # airlock run's and airlock mcp's logs (sudo: root's too)`:                                            {skip: "uninstalling"},
-	"cd bench && sudo go test -bench . -benchtime 100x":                                                                                           {skip: "the benchmarks (minutes of a quiet machine)"},
-	"cd bench && sudo go test -bench Egress -benchtime 1x":                                                                                        {skip: "the benchmarks"},
-	`claude mcp add airlock -- sudo airlock mcp --workspace "$PWD" --allow pypi`:                                                                  {skip: "needs Claude Code (TestMCPStdio drives airlock mcp with the MCP inspector)"},
-	`airlock run -- CMD                                   # --net none: only loopback`:                                                            {skip: "CMD stands for a command"},
-	`airlock run --workspace "$PWD" --allow pypi --allow api.example.com -- pip install -r requirements.txt`:                                      {skip: "installs from PyPI"},
+	`sudo airlock run -t -- bash                                   # a shell in a terminal the sandbox owns`:                                       {terminal: true},
+	`sudo airlock run --image docker-archive:/tmp/python.tar -- python3 -V`:                                                                        {skip: "needs a saved python image (no registry here)"},
+	`sudo airlock run --image python:3.12-slim --user root --writable-rootfs --allow pypi -- pip install requests`:                                 {skip: "pulls from docker.io and installs from PyPI"},
+	`sudo airlock run --allow npm --net-log net.jsonl -- npm view is-number   # only these hosts, every attempt logged`:                            {skip: "reaches the npm registry from inside a sandbox"},
+	`sudo airlock image rm python:3.12-slim`:                                                                                                       {skip: "removes the image the skipped pull above would have cached"},
+	`sudo -E airlock exec -it "$id" -- bash     # a terminal inside`:                                                                               {terminal: true},
+	`sudo -E airlock stats --watch 1s           # CPU and memory of each, every second (^C ends it)`:                                               {interrupt: 3 * time.Second},
+	`sudo -E airlock exec "$id" -- sh -c 'git fetch "https://x:$GIT_TOKEN@github.com/acme/shop.git" main && make test'`:                            {skip: "reaches github.com"},
+	`sudo airlock kill-all                  # with the daemon running: every tenant's sandboxes end`:                                               {skip: "uninstalling: ends every sandbox of the host's daemon"},
+	`sudo systemctl disable --now airlock; sudo rm -f /etc/systemd/system/airlock.service`:                                                         {skip: "uninstalling"},
+	`sudo airlock gc                        # what dead sandboxes left (cgroups, locks, checkouts, workspace copies)`:                              {skip: "uninstalling"},
+	`sudo chattr -i /run/airlock/exe/*; sudo rm -rf /run/airlock   # the sealed copies of airlock-init are immutable`:                              {skip: "uninstalling"},
+	`sudo rm -rf /var/lib/airlock           # images, snapshots, the daemon's database, keys and audit log: keep a copy of audit/ if you need it`:  {skip: "uninstalling"},
+	`sudo rm -f /usr/local/bin/airlock /usr/local/bin/airlock-init /usr/local/share/man/man1/airlock*.1; sudo rm -rf /usr/local/share/doc/airlock`: {skip: "uninstalling"},
+	`rm -rf ~/.local/state/airlock          # airlock run's and airlock mcp's logs (sudo: root's too)`:                                             {skip: "uninstalling"},
+	"cd bench && sudo go test -bench . -benchtime 100x":                                                                                            {skip: "the benchmarks (minutes of a quiet machine)"},
+	"cd bench && sudo go test -bench Egress -benchtime 1x":                                                                                         {skip: "the benchmarks"},
+	`claude mcp add airlock -- sudo airlock mcp --workspace "$PWD" --allow pypi`:                                                                   {skip: "needs Claude Code (TestMCPStdio drives airlock mcp with the MCP inspector)"},
+	`airlock run -- CMD                                   # --net none: only loopback`:                                                             {skip: "CMD stands for a command"},
+	`airlock run --workspace "$PWD" --allow pypi --allow api.example.com -- pip install -r requirements.txt`:                                       {skip: "installs from PyPI"},
 }
 
 // TestDocsExamplesWork runs every shell example of the README and docs/ as
@@ -403,6 +403,7 @@ for d in /usr/local/bin /usr/local/share /etc/systemd/system /run/airlock /var/l
 done
 ` + quickStart + `
 test -x /usr/local/bin/airlock
+test -x /usr/local/bin/airlock-init
 ls /usr/local/share/doc/airlock/
 `
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -414,7 +415,7 @@ ls /usr/local/share/doc/airlock/
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", quickStart, err, out)
 	}
-	for _, want := range []string{"\nhello\n", "airlock: installed /usr/local/bin/airlock", "security-model.md"} {
+	for _, want := range []string{"\nhello\n", "airlock: installed /usr/local/bin/airlock and /usr/local/bin/airlock-init", "security-model.md"} {
 		if !strings.Contains("\n"+string(out), want) {
 			t.Errorf("the quick start's output lacks %q:\n%s", want, out)
 		}

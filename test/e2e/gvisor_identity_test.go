@@ -113,12 +113,12 @@ func TestGVisorSandboxRunsAsItsLeasedIDs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = alice.Destroy(ctx, sb.ID) }()
-			out, _, end := run(t, alice, sb.ID, sh(owners+" /.airlock/bin/airlock"))
+			out, _, end := run(t, alice, sb.ID, sh(owners+" /.airlock/bin/airlock-init"))
 			if end.ExitCode != 0 {
 				t.Errorf("%s: %+v", out, end)
 			}
 			wantOwners(t, out, "/home/user")
-			if !strings.Contains(out, "/.airlock/bin/airlock 0:0\n") {
+			if !strings.Contains(out, "/.airlock/bin/airlock-init 0:0\n") {
 				t.Errorf("gvisor-init's binary is not root's inside:\n%s", out)
 			}
 			base := hostIDs(t, initNS, sb.ID, gvisorPid(t, sb.ID))

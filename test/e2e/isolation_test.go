@@ -99,7 +99,7 @@ func TestIdentityAndPID1(t *testing.T) {
 		lines []string // of /proc/self/status, and NNP=prctl(PR_GET_NO_NEW_PRIVS)
 	}
 	expect := map[string]want{
-		"container": {"airlock init", append(noCaps, "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "NNP=1")},
+		"container": {"airlock-init init", append(noCaps, "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "NNP=1")},
 		// gVisor has no init of ours: PID 1 is the command (sh) itself,
 		// and the Sentry, outside, is what init is on the container
 		// wall. Its /proc/self/status has no NoNewPrivs and no CapAmb

@@ -437,6 +437,9 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor does not report %s:\n%s", c, r.stdout)
 		}
 	}
+	if want := "dev at " + filepath.Join(suiteDir, "airlock-init"); !strings.Contains(r.stdout, want) {
+		t.Errorf("doctor does not report airlock-init (%q):\n%s", want, r.stdout)
+	}
 	// Regression (issue 14): doctor said sandboxes "have no network today"
 	// long after proxy mode existed.
 	if strings.Contains(r.stdout, "no network today") || !strings.Contains(r.stdout, "proxy mode") {

@@ -61,7 +61,8 @@ func TestMain(m *testing.M) {
 	// the suite's own, not root's.
 	os.Setenv("XDG_STATE_HOME", filepath.Join(tmp, "state"))
 	root, _ := filepath.Abs("../..")
-	for bin, pkg := range map[string]string{airlockBin: "./cmd/airlock", attackBin: "./test/attack"} {
+	// airlock runs the airlock-init beside it in every sandbox.
+	for bin, pkg := range map[string]string{airlockBin: "./cmd/airlock", filepath.Join(tmp, "airlock-init"): "./cmd/airlock-init", attackBin: "./test/attack"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

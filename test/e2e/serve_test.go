@@ -863,8 +863,10 @@ func serveRestartAdopts(t *testing.T, w wallCase) {
 
 	// The next daemon is a newer build: the agent protocol, not the
 	// binary, decides whether it can adopt.
-	newer := filepath.Join(t.TempDir(), "airlock-next")
-	build := exec.Command("go", "build", "-ldflags", "-X github.com/airlock-sandbox/airlock/internal/cli.Version=next", "-o", newer, "./cmd/airlock")
+	// It runs the airlock-init of its own build, beside it.
+	next := t.TempDir()
+	newer := filepath.Join(next, "airlock")
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/airlock-sandbox/airlock/internal/version.Version=next", "-o", next, "./cmd/airlock", "./cmd/airlock-init")
 	build.Dir, build.Env = "../..", append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

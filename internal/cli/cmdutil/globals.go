@@ -26,6 +26,9 @@ type Globals struct {
 	ImageCache string
 	// Runsc is the runsc the gvisor wall runs ("": the installed one).
 	Runsc string
+	// Init is the airlock-init every sandbox runs ("": the one beside
+	// this executable).
+	Init string
 	// ForceProgress draws long work's progress on a stderr that is not a
 	// terminal (--progress).
 	ForceProgress bool

@@ -32,7 +32,7 @@ func SystemOptions(g *cmdutil.Globals, mode system.Mode) (system.Options, error)
 	if err != nil {
 		return system.Options{}, errdefs.Invalid("--image-cache-size: " + err.Error())
 	}
-	return system.Options{Mode: mode, StateDir: g.StateDir, DataDir: g.DataDir, Log: g.Log, Warn: g.Warn, Runsc: g.Runsc,
+	return system.Options{Mode: mode, StateDir: g.StateDir, DataDir: g.DataDir, Log: g.Log, Warn: g.Warn, Runsc: g.Runsc, Init: g.Init,
 		DNSUpstream: g.DNSUpstream, SubnetPool: g.Pool, EgressAllowNets: g.AllowNets, ImageCacheBytes: cacheBytes}, nil
 }
 

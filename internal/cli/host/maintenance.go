@@ -27,7 +27,7 @@ airlock's controls rely on, and says what airlock refuses to do without each.
 It exits 1 when a required control is missing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			checks := doctor.Checks(g.StateDir, g.Runsc)
+			checks := doctor.Checks(g.StateDir, g.Runsc, g.Init)
 			failed := false
 			for _, c := range checks {
 				failed = failed || !c.OK && c.Required

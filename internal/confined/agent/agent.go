@@ -1,6 +1,6 @@
 // Package agent is the in-sandbox agent: the process and filesystem
 // services (shaped on the wire like E2B's envd) and airlock's own file
-// calls, served by `airlock init` over a socket only the host can reach.
+// calls, served by `airlock-init init` over a socket only the host can reach.
 // This package holds the server, the process service and the glue to
 // init's Launcher; the filesystem side is internal/confined/agent/files.
 // It runs inside the sandbox, so nothing it says is trusted by the host;
@@ -14,7 +14,8 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
-	"sync/atomic"
+	"runtime/metrics"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,26 +78,59 @@ func Serve(o Options) error {
 	return srv.Serve(o.Listener)
 }
 
-// idle returns the agent's freed memory to the host once it has served
-// nothing for a few seconds: an idle sandbox should cost the host as little
-// as its live heap, not what its last burst of work left for the GC.
+// idle hands the agent's freed memory back to the host once it has served
+// nothing for idleAfter, if it allocated at least releaseMin since it last
+// did: an idle sandbox should cost the host as little as its live heap,
+// not what its last burst of work left for the GC. After a little work
+// (an exec of `true`) it does nothing: a forced collection then costs an
+// idle agent more (its metadata) than it frees. One timer, armed when the
+// last request ends: no wake-up while idle.
 func idle(h http.Handler) http.Handler {
-	var last atomic.Int64
-	var freed atomic.Bool
-	go func() {
-		for range time.Tick(2 * time.Second) {
-			if !freed.Load() && time.Since(time.Unix(0, last.Load())) > 3*time.Second {
-				debug.FreeOSMemory()
-				freed.Store(true)
-			}
+	var mu sync.Mutex
+	active := 0
+	released := allocated()
+	t := time.AfterFunc(time.Hour, func() {
+		mu.Lock()
+		a := allocated()
+		worth := a-released >= releaseMin
+		if worth {
+			released = a
 		}
-	}()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		last.Store(time.Now().UnixNano())
-		freed.Store(false)
-		h.ServeHTTP(w, r)
-		last.Store(time.Now().UnixNano())
+		mu.Unlock()
+		if worth {
+			// Twice: what sync.Pools held survives one collection (as
+			// their victims) and goes with the second.
+			debug.FreeOSMemory()
+			debug.FreeOSMemory()
+		}
 	})
+	t.Stop()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		active++
+		t.Stop()
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			if active--; active == 0 {
+				t.Reset(idleAfter)
+			}
+			mu.Unlock()
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+const (
+	idleAfter  = 3 * time.Second
+	releaseMin = 4 << 20
+)
+
+// allocated is how many bytes the agent has allocated since it started.
+func allocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 type agent struct {

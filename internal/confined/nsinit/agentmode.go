@@ -277,6 +277,6 @@ func runAgent(a Agent, place placement, ptyByName bool, serve func(Agent) error)
 // agentFailed is init's exit code when the agent stops; the host sees the
 // sandbox die and records it.
 func agentFailed(err error) int {
-	fmt.Fprintf(os.Stderr, "airlock init: agent stopped: %v\n", err)
+	fmt.Fprintf(os.Stderr, "airlock-init init: agent stopped: %v\n", err)
 	return 1
 }

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// On the gVisor wall (internal/wall/gvisor) `airlock gvisor-init` is the
+// On the gVisor wall (internal/wall/gvisor) `airlock-init gvisor-init` is the
 // first process of the sandbox, started by runsc inside gVisor's Sentry,
 // and serves the agent. runsc built the root from the bundle, and the
 // Sentry is the sandbox's kernel, so none of init's host-kernel set-up
@@ -50,13 +50,13 @@ type GVisorConfig struct {
 	Protocol int      `json:"protocol"`
 }
 
-// GVisorMain runs `airlock gvisor-init CONFIG`. It never returns.
+// GVisorMain runs `airlock-init gvisor-init CONFIG`. It never returns.
 func GVisorMain(serve func(Agent) error) {
 	goruntime.LockOSThread()
 	signals = make(chan os.Signal, 16)
 	signal.Notify(signals, forwarded...)
 	if err := gvisorInit(serve); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock gvisor-init: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock-init gvisor-init: %v\n", err)
 		os.Exit(1)
 	}
 	os.Exit(0)

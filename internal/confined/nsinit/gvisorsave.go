@@ -20,7 +20,7 @@ import (
 // first, and come back after. gvisor-init serves a control socket for
 // that, in a directory of the Sentry's own /dev that only root may enter
 // (no host file; an abstract socket would let any command connect),
-// answering root only; `airlock gvisor-hook close|listen NAME` (this binary, which the
+// answering root only; `airlock-init gvisor-hook close|listen NAME` (this binary, which the
 // host starts with `runsc exec` as root) asks it:
 //
 //	close        stop listening, close every connection of the host's,
@@ -244,11 +244,11 @@ func noHostSockets() error {
 	return errors.New("the agent's connections did not close")
 }
 
-// HookMain runs `airlock gvisor-hook close|listen NAME` inside a gVisor
+// HookMain runs `airlock-init gvisor-hook close|listen NAME` inside a gVisor
 // sandbox (started by the host with runsc exec). It never returns.
 func HookMain() {
 	if err := hook(strings.Join(os.Args[2:], " ")); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock gvisor-hook: %v\n", err)
+		fmt.Fprintf(os.Stderr, "airlock-init gvisor-hook: %v\n", err)
 		os.Exit(1)
 	}
 	os.Exit(0)

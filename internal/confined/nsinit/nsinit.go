@@ -1,4 +1,4 @@
-// Package nsinit is the child side of a sandbox: `airlock init`, PID 1 of
+// Package nsinit is the child side of a sandbox: `airlock-init init`, PID 1 of
 // the sandbox's namespaces. It assembles the root filesystem (its
 // internal/confined/nsinit/rootfs), pivots into it, drops every privilege
 // it will not hand on, confines itself with no_new_privs, Landlock and
@@ -27,7 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Main runs `airlock init`. It never returns. serve runs the in-sandbox
+// Main runs `airlock-init init`. It never returns. serve runs the in-sandbox
 // agent when the host asks for one (Config.Agent); init itself knows
 // nothing of its protocol.
 //
@@ -379,7 +379,7 @@ func lookPath(file string, env []string) (string, int, error) {
 	return "", 127, fmt.Errorf("%s: command not found", file)
 }
 
-// HoldMain is `airlock userns-hold`: a process that exists only to own a
+// HoldMain is `airlock-init userns-hold`: a process that exists only to own a
 // user namespace while the host builds an idmapped mount with it. It exits
 // when its stdin closes.
 func HoldMain() {

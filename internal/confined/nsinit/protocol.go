@@ -9,11 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The host and `airlock init` talk over one SOCK_SEQPACKET socketpair that
+// The host and `airlock-init init` talk over one SOCK_SEQPACKET socketpair that
 // the child inherits as fd 3. Exactly one typed struct crosses it in each
 // direction per step; descriptors ride along as SCM_RIGHTS.
 //
-//	host (internal/wall/container)          child (airlock init, PID 1)
+//	host (internal/wall/container)          child (airlock-init init, PID 1)
 //	clone(NEWUSER|NEWNS|NEWPID|NEWNET|
 //	      NEWUTS|NEWIPC|NEWCGROUP) ───────► blocks in recvmsg(fd 3)
 //	writes uid/gid maps (before exec)

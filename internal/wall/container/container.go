@@ -1,13 +1,14 @@
 // Package container is airlock's default wall (internal/wall): its own
 // namespace launcher. It leases a uid range, creates the cgroup, clones
-// `airlock init` from a sealed copy of the binary
-// (internal/wall/container/sealedexe) into fresh namespaces, hands it
-// idmapped mount trees and a Config over the sync socket, and tears
-// everything down again. It makes the syscalls; policy (what to run, with
-// which limits) arrives already validated, as wall.Options. It imports
-// internal/wall, internal/wall/container/sealedexe, internal/wall/uidlease,
-// internal/linux/*, internal/errdefs, internal/cleanup and nsinit (for the
-// wire types), nothing above.
+// `airlock-init init` from a sealed copy of airlock-init
+// (internal/wall/container/sealedexe of internal/wall/initexe) into fresh
+// namespaces, hands it idmapped mount trees and a Config over the sync
+// socket, and tears everything down again. It makes the syscalls; policy
+// (what to run, with which limits) arrives already validated, as
+// wall.Options. It imports internal/wall, internal/wall/container/sealedexe,
+// internal/wall/initexe, internal/wall/uidlease, internal/linux/*,
+// internal/errdefs, internal/cleanup and nsinit (for the wire types),
+// nothing above.
 package container
 
 import (
@@ -34,6 +35,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container/sealedexe"
+	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
 	"github.com/airlock-sandbox/airlock/internal/wall/uidlease"
 	"golang.org/x/sys/unix"
 )
@@ -43,7 +45,7 @@ const (
 	scratchDir = "scratch"   // empty; each sandbox mounts its tmpfs here in its own namespace
 	exeDir     = "exe"       // the immutable copy of the binary init runs from
 	sandboxDir = "sandboxes" // one lock file per live sandbox
-	initArgv0  = "airlock"
+	initArgv0  = initexe.Name
 )
 
 // SandboxUID is the unprivileged user a command runs as by default.
@@ -71,17 +73,20 @@ type Wall struct {
 	seccomp  []byte
 }
 
-// New checks the host's controls and prepares the state directory. Missing
-// cgroup controllers or seccomp are errors classed errdefs.ErrUnavailable.
-func New(stateDir string, log *slog.Logger) (*Wall, error) {
+// New checks the host's controls and prepares the state directory; its
+// sandboxes run init from a sealed copy of bin. Missing cgroup
+// controllers or seccomp are errors classed errdefs.ErrUnavailable; a
+// missing or wrong airlock-init fails every create, saying why.
+func New(stateDir string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	rt := &Wall{
 		stateDir: stateDir,
 		log:      log,
 		leases:   uidlease.Of(stateDir),
 	}
-	// Copying the binary into its sealed memfd is the most expensive step
-	// of a cold start; begin it first, alongside the rest of the set-up.
-	rt.exe = sealedexe.New(filepath.Join(stateDir, exeDir))
+	// Checking airlock-init and sealing a copy of it are the most
+	// expensive steps of a cold start; begin them first, alongside the
+	// rest of the set-up.
+	rt.exe = sealedexe.New(filepath.Join(stateDir, exeDir), source(bin))
 	go func() { _, _ = rt.exe.Get() }()
 	cg, err := cgroup.Detect()
 	if err != nil {
@@ -639,7 +644,7 @@ func (rt *Wall) GC() (removed []string, err error) {
 	// uid leases of dead holders: their files stay behind (nobody unlinked
 	// them); a lease nobody holds is free and its file can go.
 	rt.leases.Reap()
-	sealedexe.Reap(filepath.Join(rt.stateDir, exeDir))
+	rt.exe.Reap()
 	for id := range seen {
 		l, lerr := lockfile.TryLock(filepath.Join(rt.stateDir, sandboxDir, id+".lock"))
 		if lerr != nil {
@@ -669,10 +674,21 @@ func cutSuffix(s, suf string) (string, bool) {
 	return "", false
 }
 
+// source is what the sealed copy is made from: bin, opened and checked.
+func source(bin *initexe.Init) func() (*os.File, error) {
+	return func() (*os.File, error) {
+		b, err := bin.Open()
+		if err != nil {
+			return nil, err
+		}
+		return b.File, nil
+	}
+}
+
 // ProbeIdmap checks that an idmapped mount of dir can be made here, with a
-// throwaway user namespace (for `airlock doctor`).
-func ProbeIdmap(dir string) error {
-	rt := &Wall{exe: sealedexe.New("")}
+// throwaway user namespace held by bin (for `airlock doctor`).
+func ProbeIdmap(dir string, bin *initexe.Init) error {
+	rt := &Wall{exe: sealedexe.New("", source(bin))}
 	fd, err := rt.workspaceTree(dir, uidlease.First)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/confined/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,7 +119,7 @@ const (
 	binDir       = "/.airlock/bin"
 	agentDir     = "/.airlock/agent"
 	agentSockIn  = agentDir + "/agent.sock"
-	initExe      = binDir + "/airlock"
+	initExe      = binDir + "/" + initexe.Name
 	initArgv1    = "gvisor-init"
 	agentSockOut = "agent.sock" // its name in the host's agent directory
 )

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
 	"golang.org/x/sys/unix"
 )
 
@@ -253,7 +254,12 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 	// workspace, whose owner is the sandbox user) are made in the host's
 	// namespace (detached: nothing of them shows there) and attached in
 	// the new one.
-	trees, exeTree, err := rangeTrees(o, sb.ids)
+	bin, err := sb.w.init.Open()
+	if err != nil {
+		fail(err)
+		return
+	}
+	trees, exeTree, err := rangeTrees(bin, o, sb.ids)
 	for _, fd := range append(trees, exeTree) {
 		if fd >= 0 {
 			defer unix.Close(fd)
@@ -265,7 +271,7 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 	}
 	wsTree := -1
 	if o.Workspace != "" {
-		fd, err := workspaceTree(o.Workspace, sb.ids)
+		fd, err := workspaceTree(bin, o.Workspace, sb.ids)
 		if err != nil {
 			fail(err)
 			return
@@ -408,11 +414,11 @@ func (w *Wall) prepare(o *wall.Options, scratch string, ids idRange, trees []int
 	}
 	l.Tmp, l.Home = p("tmp"), p("home")
 	if runsInit(o) {
-		// gvisor-init is this binary, read-only.
-		if err := os.WriteFile(p("bin", "airlock"), nil, 0o500); err != nil {
+		// gvisor-init is airlock-init, read-only.
+		if err := os.WriteFile(p("bin", initexe.Name), nil, 0o500); err != nil {
 			return l, err
 		}
-		if err := mount.MoveTo(exeTree, p("bin", "airlock")); err != nil {
+		if err := mount.MoveTo(exeTree, p("bin", initexe.Name)); err != nil {
 			return l, err
 		}
 		l.Bin = p("bin")
@@ -509,15 +515,15 @@ func overlay(target, lower, upper, work string) error {
 // rangeTrees are detached, read-only, idmapped clones in which host id n
 // appears as ids' n (root's files as the sandbox's root's): one per tree
 // of o's image, and, when gvisor-init runs (runsInit), one of the binary
-// it runs from (this one, as it runs now, whatever later
-// replaces the file it came from; -1 for a one-shot). The Sentry sees its
+// it runs from (bin, the file that was checked, whatever later replaces it
+// at its path; -1 for a one-shot command). The Sentry sees its
 // files' owners through its user namespace, which maps ids alone.
-func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) {
+func rangeTrees(bin *initexe.Binary, o *wall.Options, ids idRange) (trees []int, exe int, err error) {
 	exe = -1
 	if len(o.Trees) == 0 && !runsInit(o) {
 		return nil, exe, nil
 	}
-	ns, done, err := userns([]syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}})
+	ns, done, err := userns(bin, []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}})
 	if err != nil {
 		return nil, exe, err
 	}
@@ -530,12 +536,7 @@ func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) 
 		trees = append(trees, fd)
 	}
 	if runsInit(o) {
-		self, err := os.Open("/proc/self/exe")
-		if err != nil {
-			return trees, exe, err
-		}
-		defer self.Close()
-		if exe, err = mount.IdmappedTree(fmt.Sprintf("/proc/self/fd/%d", self.Fd()), int(ns.Fd()), true); err != nil {
+		if exe, err = mount.IdmappedTree(fmt.Sprintf("/proc/self/fd/%d", bin.File.Fd()), int(ns.Fd()), true); err != nil {
 			return trees, -1, fmt.Errorf("%w: the binary gvisor-init runs from: %v", errdefs.ErrUnavailable, err)
 		}
 	}
@@ -546,7 +547,7 @@ func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) 
 // workspace directory in which its owner appears as the sandbox user of
 // ids (so that the sandbox user may write the files it was given); other
 // owners stay unmapped.
-func workspaceTree(dir string, ids idRange) (int, error) {
+func workspaceTree(bin *initexe.Binary, dir string, ids idRange) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return -1, fmt.Errorf("%w: --workspace %s: %v", errdefs.ErrNotFound, dir, err)
@@ -555,7 +556,7 @@ func workspaceTree(dir string, ids idRange) (int, error) {
 		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
 	user, _ := ids.host(wall.SandboxUID)
-	ns, done, err := userns(
+	ns, done, err := userns(bin,
 		[]syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(user), Size: 1}},
 		[]syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(user), Size: 1}})
 	if err != nil {
@@ -569,17 +570,19 @@ func workspaceTree(dir string, ids idRange) (int, error) {
 	return fd, nil
 }
 
-// userns starts a short-lived process (`airlock userns-hold`, this
-// binary) owning a user namespace with the uid map uids and the gid map
-// gids (uids again when none is given), and returns the namespace; done
-// ends the process.
-func userns(uids []syscall.SysProcIDMap, gids ...[]syscall.SysProcIDMap) (*os.File, func(), error) {
+// userns starts a short-lived process (`airlock-init userns-hold`, bin)
+// owning a user namespace with the uid map uids and the gid map gids (uids
+// again when none is given), and returns the namespace; done ends the
+// process.
+func userns(bin *initexe.Binary, uids []syscall.SysProcIDMap, gids ...[]syscall.SysProcIDMap) (*os.File, func(), error) {
 	g := uids
 	if len(gids) > 0 {
 		g = gids[0]
 	}
-	hold := exec.Command("/proc/self/exe", "userns-hold")
-	hold.Args[0] = "airlock"
+	// bin's descriptor is above the child's stdio, the only descriptors
+	// os/exec moves.
+	hold := exec.Command(fmt.Sprintf("/proc/self/fd/%d", bin.File.Fd()), "userns-hold")
+	hold.Args[0] = initexe.Name
 	hold.Env = []string{}
 	hold.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  unix.CLONE_NEWUSER,

@@ -16,17 +16,19 @@
 // whose veth gVisor's netstack takes over; on systrap. It pauses through
 // runsc, never the cgroup freezer (pause.go says why). A long-lived
 // sandbox's first process
-// is airlock's gvisor-init serving the agent (longlived.go), and is adopted
+// is airlock-init's gvisor-init serving the agent (longlived.go; the
+// binary internal/wall/initexe found and checked), and is adopted
 // again after a restart. The Sentry and the gofer never run as host root:
 // runsc starts them in a user namespace (the bundle's) mapped to a host
 // uid range leased for the sandbox from the pool the container wall
 // leases from (internal/wall/uidlease), and the image's trees, the
 // generated layer and the workspace are shown owned in that range. It
-// imports internal/wall, internal/wall/uidlease, internal/linux/*,
-// internal/errdefs, internal/cleanup, nsinit (for gvisor-init's wire
-// type) and its rootfs (whose Write makes the generated layer's files, as
-// on the container wall), and internal/workspace/hostcopy (to copy a
-// checkpoint's /tmp and home, which the sandbox wrote), nothing above.
+// imports internal/wall, internal/wall/uidlease, internal/wall/initexe,
+// internal/linux/*, internal/errdefs, internal/cleanup, nsinit (for
+// gvisor-init's wire type) and its rootfs (whose Write makes the generated
+// layer's files, as on the container wall), and
+// internal/workspace/hostcopy (to copy a checkpoint's /tmp and home, which
+// the sandbox wrote), nothing above.
 //
 // A one-shot sandbox's terminal (-t) is runsc's console: its master comes
 // over a root-only socket (console.go), and gvisor-init inside starts the
@@ -49,6 +51,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/wall"
+	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
 	"github.com/airlock-sandbox/airlock/internal/wall/uidlease"
 	"golang.org/x/sys/unix"
 )
@@ -67,6 +70,7 @@ type Wall struct {
 	cgroups *cgroup.Host
 	leases  *uidlease.Pool
 	runsc   string
+	init    *initexe.Init
 
 	once  sync.Once
 	check Runsc
@@ -85,14 +89,15 @@ func Scope(stateDir string) string {
 }
 
 // New prepares the wall under stateDir with the runsc at runscPath
-// (DefaultRunsc when ""). A missing or wrong runsc does not fail New: the
-// container wall goes on working, and every gvisor create fails saying
-// why (Runsc).
-func New(stateDir, runscPath string, log *slog.Logger) (*Wall, error) {
+// (DefaultRunsc when "") and airlock-init bin. A missing or wrong runsc or
+// airlock-init does not fail New: the container wall goes on working (or
+// not: it runs bin too), and every gvisor create fails saying why (Runsc,
+// initexe).
+func New(stateDir, runscPath string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	if runscPath == "" {
 		runscPath = DefaultRunsc
 	}
-	w := &Wall{dir: filepath.Join(stateDir, "gvisor"), log: log, runsc: runscPath, leases: uidlease.Of(stateDir)}
+	w := &Wall{dir: filepath.Join(stateDir, "gvisor"), log: log, runsc: runscPath, init: bin, leases: uidlease.Of(stateDir)}
 	cg, err := cgroup.Detect()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)

@@ -13,7 +13,7 @@ import (
 // ExtraFiles onto 3, 4, ...; a low N was overwritten and the child exec'd a
 // lease file ("permission denied", now and then).
 func TestSealedExeAboveChildDescriptors(t *testing.T) {
-	f, err := New("").Get() // no directory: a sealed memfd
+	f, err := New("", self).Get() // no directory: a sealed memfd
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,8 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 		t.Skip("root-owned immutable files need root")
 	}
 	dir := filepath.Join(t.TempDir(), "exe")
-	f, err := New(dir).Get()
+	e := New(dir, self)
+	f, err := e.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 	if f.Fd() < MinFD {
 		t.Fatalf("on fd %d", f.Fd())
 	}
-	g, err := New(dir).Get()
+	g, err := New(dir, self).Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,10 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 	_ = os.WriteFile(fresh, []byte("part"), 0o600)
 	old := time.Now().Add(-2 * staleCopy)
 	_ = os.Chtimes(stale, old, old)
-	Reap(dir)
+	e.Reap()
+	if _, err := os.Stat(p); err != nil {
+		t.Error("gc removed the copy in use")
+	}
 	if _, err := os.Stat(other); err == nil {
 		t.Error("gc left another binary's copy")
 	}
@@ -101,6 +105,9 @@ func TestCachedExeImmutableAndReused(t *testing.T) {
 	}
 	_ = os.Remove(fresh)
 }
+
+// self opens the test binary, the copies' source here.
+func self() (*os.File, error) { return os.Open("/proc/self/exe") }
 
 func reapAll(p string) {
 	if f, err := os.Open(p); err == nil {
