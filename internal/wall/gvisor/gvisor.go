@@ -54,6 +54,9 @@ const (
 	lockDir   = "sandboxes" // one lock file per live sandbox
 	bundleDir = "bundles"   // one bundle directory per sandbox
 	runscRoot = "runsc"     // runsc's own state (--root)
+	// The identity of the runsc last found at the pinned version
+	// (CheckCached).
+	runscChecked = "runsc.checked"
 )
 
 // Wall makes gVisor sandboxes (wall.Wall).
@@ -114,9 +117,10 @@ func New(stateDir, runscPath string, log *slog.Logger) (*Wall, error) {
 	return w, nil
 }
 
-// Runsc checks the configured runsc, once per wall.
+// Runsc checks the configured runsc, once per wall; a runsc the state
+// directory remembers as checked (the same file, unchanged) is not run.
 func (w *Wall) Runsc() Runsc {
-	w.once.Do(func() { w.check = Check(w.runsc) })
+	w.once.Do(func() { w.check = CheckCached(w.runsc, filepath.Join(w.dir, runscChecked)) })
 	return w.check
 }
 
