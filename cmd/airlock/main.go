@@ -23,8 +23,6 @@ func main() {
 			nsinit.GVisorMain(serveAgent)
 		case "gvisor-hook":
 			nsinit.HookMain()
-		case "userns-hold":
-			nsinit.HoldMain()
 		}
 	}
 	os.Exit(cli.Main(os.Args[1:]))

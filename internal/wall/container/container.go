@@ -469,8 +469,7 @@ func (rt *Wall) configure(sb *Sandbox, o *wall.Options, commands bool) error {
 
 // workspaceTree returns an idmapped clone of dir in which dir's owner (uid
 // and gid) appears as hostID, the sandbox user; other owners stay unmapped.
-// The mapping needs a user namespace of its own, held by a short-lived
-// helper process.
+// The mapping needs a user namespace of its own (mount.UserNS).
 func (rt *Wall) workspaceTree(dir string, hostID uint32) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
@@ -479,30 +478,9 @@ func (rt *Wall) workspaceTree(dir string, hostID uint32) (int, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
-	exe, err := rt.exe.Get()
-	if err != nil {
-		return -1, err
-	}
-	hold := &exec.Cmd{
-		Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()),
-		Args: []string{initArgv0, "userns-hold"},
-		Env:  []string{},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(hostID), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(hostID), Size: 1}},
-			Pdeathsig:   syscall.SIGKILL,
-		},
-	}
-	stdin, err := hold.StdinPipe()
-	if err != nil {
-		return -1, err
-	}
-	if err := hold.Start(); err != nil {
-		return -1, fmt.Errorf("start userns helper: %w", err)
-	}
-	defer func() { stdin.Close(); _ = hold.Wait() }()
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", hold.Process.Pid))
+	ns, err := mount.UserNS(
+		[]syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(hostID), Size: 1}},
+		[]syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(hostID), Size: 1}})
 	if err != nil {
 		return -1, err
 	}

@@ -484,11 +484,11 @@ func rangeTrees(o *wall.Options, ids idRange) (trees []int, exe int, err error) 
 	if len(o.Trees) == 0 && o.AgentSocket == "" {
 		return nil, exe, nil
 	}
-	ns, done, err := userns([]syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}})
+	ns, err := mount.UserNS([]syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}}, nil)
 	if err != nil {
 		return nil, exe, err
 	}
-	defer done()
+	defer ns.Close()
 	for _, t := range o.Trees {
 		fd, err := mount.IdmappedTree(t.HostPath, int(ns.Fd()), true)
 		if err != nil {
@@ -522,52 +522,18 @@ func workspaceTree(dir string, ids idRange) (int, error) {
 		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
 	user, _ := ids.host(wall.SandboxUID)
-	ns, done, err := userns(
+	ns, err := mount.UserNS(
 		[]syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(user), Size: 1}},
 		[]syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(user), Size: 1}})
 	if err != nil {
 		return -1, err
 	}
-	defer done()
+	defer ns.Close()
 	fd, err := mount.IdmappedTree(dir, int(ns.Fd()), true)
 	if err != nil {
 		return -1, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	return fd, nil
-}
-
-// userns starts a short-lived process (`airlock userns-hold`, this
-// binary) owning a user namespace with the uid map uids and the gid map
-// gids (uids again when none is given), and returns the namespace; done
-// ends the process.
-func userns(uids []syscall.SysProcIDMap, gids ...[]syscall.SysProcIDMap) (*os.File, func(), error) {
-	g := uids
-	if len(gids) > 0 {
-		g = gids[0]
-	}
-	hold := exec.Command("/proc/self/exe", "userns-hold")
-	hold.Args[0] = "airlock"
-	hold.Env = []string{}
-	hold.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  unix.CLONE_NEWUSER,
-		UidMappings: uids,
-		GidMappings: g,
-		Pdeathsig:   syscall.SIGKILL,
-	}
-	stdin, err := hold.StdinPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := hold.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start userns helper: %w", err)
-	}
-	done := func() { stdin.Close(); _ = hold.Wait() }
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", hold.Process.Pid))
-	if err != nil {
-		done()
-		return nil, nil, err
-	}
-	return ns, func() { ns.Close(); done() }, nil
 }
 
 func openPath(p string) (*os.File, error) {
