@@ -207,6 +207,11 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	}
 	sb.lock = r.lock
 	undo.Do(r.Release)
+	if o.BeforeStart != nil {
+		if err := o.BeforeStart(); err != nil {
+			return nil, err
+		}
+	}
 	if sb.uid, err = rt.leases.Acquire(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
 	}

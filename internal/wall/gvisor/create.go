@@ -168,7 +168,15 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	}
 	sb.cmd = cmd
 	ready := make(chan started, 1)
-	go sb.run(o, bundle, ready)
+	proceed := make(chan error, 1)
+	go sb.run(o, bundle, ready, proceed)
+	// What must come before the sandbox (the run's record) is done while
+	// the bundle is built; runsc starts after it, or not at all.
+	var before error
+	if o.BeforeStart != nil {
+		before = o.BeforeStart()
+	}
+	proceed <- before
 	st := <-ready
 	saidW.Close()
 	if readyW != nil {
@@ -206,10 +214,11 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 
 // run builds the bundle on a thread of its own that enters a new mount
 // namespace (never to return to the host's: the thread ends with the
-// goroutine), starts runsc from it in the sandbox's cgroup, reports on
-// ready, and waits for runsc to end. Every mount it makes lives in that
-// namespace and goes when runsc's last process does.
-func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
+// goroutine), starts runsc from it in the sandbox's cgroup once proceed
+// says so (nil), reports on ready, and waits for runsc to end. Every mount
+// it makes lives in that namespace and goes when runsc's last process
+// does.
+func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, proceed <-chan error) {
 	runtime.LockOSThread() // not unlocked: the thread dies with the goroutine
 	defer close(sb.exited)
 	var layers wall.Layers
@@ -270,6 +279,10 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		err = os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
 	}
 	if err != nil {
+		fail(err)
+		return
+	}
+	if err := <-proceed; err != nil {
 		fail(err)
 		return
 	}
