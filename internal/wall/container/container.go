@@ -652,8 +652,7 @@ func cutSuffix(s, suf string) (string, bool) {
 // ProbeIdmap checks that an idmapped mount of dir can be made here, with a
 // throwaway user namespace (for `airlock doctor`).
 func ProbeIdmap(dir string) error {
-	rt := &Wall{exe: sealedexe.New("")}
-	fd, err := rt.workspaceTree(dir, uidlease.First)
+	fd, err := (&Wall{}).workspaceTree(dir, uidlease.First)
 	if err != nil {
 		return err
 	}
