@@ -39,7 +39,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
@@ -66,9 +65,6 @@ type Wall struct {
 	cgroups *cgroup.Host
 	leases  *uidlease.Pool
 	runsc   string
-
-	once  sync.Once
-	check Runsc
 }
 
 // Scope is the cgroup parent of a state directory's gVisor sandboxes:
@@ -117,11 +113,12 @@ func New(stateDir, runscPath string, log *slog.Logger) (*Wall, error) {
 	return w, nil
 }
 
-// Runsc checks the configured runsc, once per wall; a runsc the state
-// directory remembers as checked (the same file, unchanged) is not run.
+// Runsc checks the configured runsc, at every use: a look at the file,
+// which is not run again while the state directory remembers it as
+// checked (the same file, unchanged), so that one replaced while a daemon
+// runs is checked before it is used.
 func (w *Wall) Runsc() Runsc {
-	w.once.Do(func() { w.check = CheckCached(w.runsc, filepath.Join(w.dir, runscChecked)) })
-	return w.check
+	return CheckCached(w.runsc, filepath.Join(w.dir, runscChecked))
 }
 
 // Name is "gvisor".

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,4 +129,26 @@ func statOf(t *testing.T, path string) unix.Stat_t {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// A wall checks its runsc at every use: one replaced by a wrong one while
+// the wall lives (a daemon) fails the next create's check.
+func TestWallChecksARunscReplacedWhileItLives(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runsc must be root's: needs root")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runsc")
+	fakeRunsc(t, path, Pinned)
+	w, err := New(filepath.Join(dir, "state"), path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := w.Runsc(); r.Err != nil || w.Version() != Pinned {
+		t.Fatalf("pinned runsc: %+v", r)
+	}
+	fakeRunsc(t, path, "v0.0.0-not-the-pin")
+	if r := w.Runsc(); r.Err == nil {
+		t.Fatalf("runsc replaced by a wrong one while the wall lives: %+v", r)
+	}
 }
