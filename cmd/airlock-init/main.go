@@ -1,8 +1,7 @@
 // Command airlock-init is what runs inside a sandbox, and nothing else:
 // the container wall's PID 1 (`init`), the gVisor wall's first process
 // (`gvisor-init`) and its checkpoint hook (`gvisor-hook`), both serving the
-// agent of a long-lived sandbox, and the host's short-lived holder of a
-// user namespace (`userns-hold`). It is installed beside airlock, which
+// agent of a long-lived sandbox. It is installed beside airlock, which
 // runs it from a sealed copy (internal/wall/initexe finds and checks it)
 // and never runs itself in a sandbox. It links nsinit, the agent and
 // internal/version only: every page of it a sandbox touches is memory the
@@ -20,7 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/version"
 )
 
-const usage = "usage: airlock-init init|gvisor-init|gvisor-hook|userns-hold|version (airlock runs it; it is no command of its own)"
+const usage = "usage: airlock-init init|gvisor-init|gvisor-hook|version (airlock runs it; it is no command of its own)"
 
 func main() {
 	if len(os.Args) < 2 {
@@ -34,8 +33,6 @@ func main() {
 		nsinit.GVisorMain(serveAgent)
 	case "gvisor-hook":
 		nsinit.HookMain()
-	case "userns-hold":
-		nsinit.HoldMain()
 	case "version":
 		// What airlock checks before it runs this binary: the two must be
 		// one build.

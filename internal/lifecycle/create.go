@@ -31,9 +31,10 @@ type Options struct {
 	OnEgress func(eventlog.Event)
 	// NetLog receives one JSON line per egress decision.
 	NetLog io.Writer
-	// BeforeStart, when set, is called with the prepared sandbox just
-	// before the wall starts it; an error stops the create (a one-shot
-	// command that could not be recorded never runs).
+	// BeforeStart, when set, is called with the prepared sandbox before
+	// the wall starts anything of it (the wall's BeforeStart: it may be
+	// building the sandbox meanwhile); an error stops the create (a
+	// one-shot command that could not be recorded never runs).
 	BeforeStart func(*Sandbox) error
 }
 
@@ -133,9 +134,7 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 		return nil, context.Cause(ctx)
 	}
 	if o.BeforeStart != nil {
-		if err := o.BeforeStart(sb); err != nil {
-			return nil, err
-		}
+		wo.BeforeStart = func() error { return o.BeforeStart(sb) }
 	}
 	if sb.w, err = wl.Create(res, wo); err != nil {
 		return nil, err

@@ -42,6 +42,11 @@ func (w *fakeWall) Reserve(id string) (wall.Reservation, error) {
 	return &fakeReservation{w, id}, nil
 }
 func (w *fakeWall) Create(r wall.Reservation, o *wall.Options) (wall.Sandbox, error) {
+	if o.BeforeStart != nil {
+		if err := o.BeforeStart(); err != nil {
+			return nil, err
+		}
+	}
 	w.created = append(w.created, o)
 	if w.fail != nil {
 		return nil, w.fail
@@ -135,7 +140,8 @@ func TestCreateGivesBackWhatItTookWhenTheWallFails(t *testing.T) {
 }
 
 // A BeforeStart that fails (a one-shot run that cannot be recorded) stops
-// the create before the wall starts anything.
+// the create before the wall starts anything (the wall calls it before it
+// starts anything; this fake, first).
 func TestBeforeStartRefusalStartsNothing(t *testing.T) {
 	w := &fakeWall{}
 	l := newTestLifecycle(t, w)

@@ -2,9 +2,11 @@
 // values, stdin and file contents given through the API, and the request
 // headers and bodies the egress proxy can read. The rules are gitleaks'
 // maintained rule set (rules/gitleaks.toml, refreshed by
-// scripts/update-scan-rules.sh), read and compiled on first use so that no
-// process pays for them at start (the sandbox's own init is this binary
-// too). The engine applies what that file says: keywords as a prefilter,
+// scripts/update-scan-rules.sh), read on first use so that no process pays
+// for them at start (the sandbox's own init is this binary too), and each
+// rule's regexes compiled the first time its keywords are in a text (every
+// rule has keywords: a scan of an ordinary command line compiles none, which
+// would cost an `airlock run` ~20 ms). The engine applies what that file says: keywords as a prefilter,
 // the rule's regex and secret group, its entropy floor, and the global and
 // per-rule allowlists (regexes and stopwords; path allowlists do not apply
 // to text that has no path).
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"sync"
@@ -37,20 +40,25 @@ type Finding struct {
 	Secret      string
 }
 
-// Scanner holds compiled rules. It is safe for concurrent use.
+// Scanner holds the rules. It is safe for concurrent use.
 type Scanner struct {
-	rules    []rule
+	rules    []*rule
 	global   []allowlist
 	keywords []string // every rule's keywords, lower case, unique
 }
 
 type rule struct {
 	id, description string
-	re              *regexp.Regexp
 	secretGroup     int
 	entropy         float64
 	keywords        []string
-	allow           []allowlist
+
+	// What compile makes, once, from the rule file's regex and
+	// allowlists (checked by New).
+	src      fileRule
+	compiled sync.Once
+	re       *regexp.Regexp
+	allow    []allowlist
 }
 
 type allowlist struct {
@@ -95,12 +103,21 @@ var (
 // Default returns the scanner of the embedded rule set, compiling it on
 // the first call.
 func Default() (*Scanner, error) {
-	defaultOnce.Do(func() { defaultScanner, defaultErr = New(gitleaksRules) })
+	// The embedded rules are not parsed here (~10 ms): a test compiles
+	// every one of them (TestRulesCompileWhenTheirKeywordsAppear).
+	defaultOnce.Do(func() { defaultScanner, defaultErr = load(gitleaksRules, false) })
 	return defaultScanner, defaultErr
 }
 
-// New compiles a gitleaks-format rule file.
+// New reads a gitleaks-format rule file, refusing one with an expression
+// that does not compile.
 func New(data []byte) (*Scanner, error) {
+	return load(data, true)
+}
+
+// load reads a rule file; check parses its expressions (what parses
+// compiles: regexp.Compile fails only where syntax.Parse does).
+func load(data []byte, check bool) (*Scanner, error) {
 	var f file
 	if err := toml.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("scan rules: %w", err)
@@ -116,11 +133,10 @@ func New(data []byte) (*Scanner, error) {
 		if fr.Regex == "" {
 			continue // a rule on file paths alone
 		}
-		re, err := regexp.Compile(fr.Regex)
-		if err != nil {
-			return nil, fmt.Errorf("scan rules: %s: %w", fr.ID, err)
+		if err := parses(check, fr.ID, fr.Regex); err != nil {
+			return nil, err
 		}
-		r := rule{id: fr.ID, description: fr.Description, re: re, secretGroup: fr.SecretGroup, entropy: fr.Entropy}
+		r := &rule{id: fr.ID, description: fr.Description, secretGroup: fr.SecretGroup, entropy: fr.Entropy, src: fr}
 		for _, k := range fr.Keywords {
 			k = strings.ToLower(k)
 			r.keywords = append(r.keywords, k)
@@ -130,11 +146,11 @@ func New(data []byte) (*Scanner, error) {
 			}
 		}
 		for _, fa := range fr.Allowlists {
-			a, err := compileAllowlist(fa)
-			if err != nil {
-				return nil, fmt.Errorf("scan rules: %s: %w", fr.ID, err)
+			for _, x := range fa.Regexes {
+				if err := parses(check, fr.ID, x); err != nil {
+					return nil, err
+				}
 			}
-			r.allow = append(r.allow, a)
 		}
 		s.rules = append(s.rules, r)
 	}
@@ -142,6 +158,32 @@ func New(data []byte) (*Scanner, error) {
 		return nil, fmt.Errorf("scan rules: no rules")
 	}
 	return s, nil
+}
+
+func parses(check bool, id, expr string) error {
+	if !check {
+		return nil
+	}
+	if _, err := syntax.Parse(expr, syntax.Perl); err != nil {
+		return fmt.Errorf("scan rules: %s: %w", id, err)
+	}
+	return nil
+}
+
+// compile makes r's regex and allowlists, the first time it is called.
+// load parsed every expression, or they are the embedded ones, which a
+// test compiles: they compile.
+func (r *rule) compile() {
+	r.compiled.Do(func() {
+		r.re = regexp.MustCompile(r.src.Regex)
+		for _, fa := range r.src.Allowlists {
+			a, err := compileAllowlist(fa)
+			if err != nil {
+				panic(fmt.Sprintf("scan rules: %s: %v", r.id, err)) // parsed by load
+			}
+			r.allow = append(r.allow, a)
+		}
+	})
 }
 
 func compileAllowlist(fa fileAllowlist) (allowlist, error) {
@@ -176,11 +218,11 @@ func (s *Scanner) Scan(text string) []Finding {
 		}
 	}
 	var out []Finding
-	for i := range s.rules {
-		r := &s.rules[i]
+	for _, r := range s.rules {
 		if len(r.keywords) > 0 && !slices.ContainsFunc(r.keywords, func(k string) bool { return present[k] }) {
 			continue
 		}
+		r.compile()
 		for _, m := range r.re.FindAllStringSubmatchIndex(text, -1) {
 			if f, ok := s.finding(r, text, m); ok {
 				out = append(out, f)

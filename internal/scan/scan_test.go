@@ -174,3 +174,39 @@ func BenchmarkScan(b *testing.B) {
 		}
 	})
 }
+
+// A rule's regexes are compiled only once a text holds one of its
+// keywords (an ordinary command line compiles none); New still refuses a
+// rule file whose expressions do not parse, and every embedded rule
+// compiles.
+func TestRulesCompileWhenTheirKeywordsAppear(t *testing.T) {
+	s, err := load(gitleaksRules, false) // as Default reads them: unparsed
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled := func() (n int) {
+		for _, r := range s.rules {
+			if r.re != nil {
+				n++
+			}
+		}
+		return n
+	}
+	if fs := s.Scan("sh -c true"); len(fs) != 0 || compiled() != 0 {
+		t.Fatalf("an ordinary command line: findings %+v, %d rules compiled", fs, compiled())
+	}
+	if fs := s.Scan("export AWS_ACCESS_KEY_ID=AKIAQ4ZT6WX2LR7NPJ3V"); len(fs) == 0 || compiled() == 0 || compiled() == len(s.rules) {
+		t.Fatalf("an AWS key: findings %+v, %d of %d rules compiled", fs, compiled(), len(s.rules))
+	}
+	for _, r := range s.rules {
+		r.compile() // panics on one that does not compile
+	}
+	for _, bad := range []string{
+		"[[rules]]\nid = \"x\"\nregex = '''(unclosed'''\nkeywords = [\"x\"]\n",
+		"[[rules]]\nid = \"x\"\nregex = '''x'''\nkeywords = [\"x\"]\n[[rules.allowlists]]\nregexes = ['''[z-a]''']\n",
+	} {
+		if _, err := New([]byte(bad)); err == nil || !strings.Contains(err.Error(), "scan rules: x:") {
+			t.Errorf("%q: %v, want refused", bad, err)
+		}
+	}
+}

@@ -182,6 +182,61 @@ func TestGVisorWithoutRunscRefusesAndNeverFallsBack(t *testing.T) {
 	}
 }
 
+// A runsc remembered as checked (the state directory keeps the identity
+// of the one last found at the pinned version, so that a create need not
+// run it) is checked again once it is replaced or written: a wrong one
+// then fails the run as if never seen.
+func TestGVisorRunscChangedSinceItsCheckIsCheckedAgain(t *testing.T) {
+	needRunsc(t)
+	defer noGVisorResidue(t)
+	dir := t.TempDir()
+	runsc := filepath.Join(dir, "runsc")
+	copyRunsc := func() {
+		b, err := os.ReadFile(gvisor.DefaultRunsc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(runsc+".new", b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(runsc+".new", runsc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran := func() {
+		t.Helper()
+		if r := airlock(t, "", "--runsc", runsc, "run", "--isolation", "gvisor", "--", "sh", "-c", "echo RAN"); r.code != 0 || !strings.Contains(r.stdout, "RAN") {
+			t.Fatalf("pinned runsc: %s", r)
+		}
+	}
+	refused := func(how string) {
+		t.Helper()
+		r := airlock(t, "", "--runsc", runsc, "run", "--isolation", "gvisor", "--", "sh", "-c", "echo RAN")
+		if r.code != 125 || strings.Contains(r.stdout, "RAN") || !strings.Contains(r.stderr, "--isolation gvisor needs runsc") || !strings.Contains(r.stderr, "not-the-pin") {
+			t.Errorf("runsc %s after its check: %s", how, r)
+		}
+	}
+	wrong := []byte("#!/bin/sh\necho 'runsc version v0.0.0-not-the-pin'\n")
+	copyRunsc()
+	ran()
+	ran() // remembered
+	// Replaced: another file renamed over it.
+	if err := os.WriteFile(runsc+".new", wrong, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(runsc+".new", runsc); err != nil {
+		t.Fatal(err)
+	}
+	refused("replaced")
+	// Written in place.
+	copyRunsc()
+	ran()
+	if err := os.WriteFile(runsc, wrong, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	refused("written in place")
+}
+
 // The agent's socket is the only host socket a gVisor sandbox has to do
 // with: a host socket in the sandbox's own workspace is not reachable from
 // inside (runsc's --host-uds=create binds, never connects), and the

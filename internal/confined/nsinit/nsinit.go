@@ -379,18 +379,6 @@ func lookPath(file string, env []string) (string, int, error) {
 	return "", 127, fmt.Errorf("%s: command not found", file)
 }
 
-// HoldMain is `airlock-init userns-hold`: a process that exists only to own a
-// user namespace while the host builds an idmapped mount with it. It exits
-// when its stdin closes.
-func HoldMain() {
-	var b [1]byte
-	for {
-		if _, err := os.Stdin.Read(b[:]); err != nil {
-			os.Exit(0)
-		}
-	}
-}
-
 // layout is what of cfg the root is assembled from.
 func layout(cfg *Config) rootfs.Layout {
 	files := make([]rootfs.File, len(cfg.Files))

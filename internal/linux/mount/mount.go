@@ -1,5 +1,6 @@
 // Package mount wraps the new mount API (open_tree, mount_setattr,
-// move_mount) and the few classic mount(2) calls airlock needs. Kernel
+// move_mount) and the few classic mount(2) calls airlock needs, and makes
+// the user namespaces an idmapped mount takes its mapping from. Kernel
 // errors are prefixed with the syscall. Only x/sys is imported.
 package mount
 

@@ -212,6 +212,11 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	}
 	sb.lock = r.lock
 	undo.Do(r.Release)
+	if o.BeforeStart != nil {
+		if err := o.BeforeStart(); err != nil {
+			return nil, err
+		}
+	}
 	if sb.uid, err = rt.leases.Acquire(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
 	}
@@ -474,8 +479,7 @@ func (rt *Wall) configure(sb *Sandbox, o *wall.Options, commands bool) error {
 
 // workspaceTree returns an idmapped clone of dir in which dir's owner (uid
 // and gid) appears as hostID, the sandbox user; other owners stay unmapped.
-// The mapping needs a user namespace of its own, held by a short-lived
-// helper process.
+// The mapping needs a user namespace of its own (mount.UserNS).
 func (rt *Wall) workspaceTree(dir string, hostID uint32) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
@@ -484,30 +488,9 @@ func (rt *Wall) workspaceTree(dir string, hostID uint32) (int, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
-	exe, err := rt.exe.Get()
-	if err != nil {
-		return -1, err
-	}
-	hold := &exec.Cmd{
-		Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()),
-		Args: []string{initArgv0, "userns-hold"},
-		Env:  []string{},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(hostID), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(hostID), Size: 1}},
-			Pdeathsig:   syscall.SIGKILL,
-		},
-	}
-	stdin, err := hold.StdinPipe()
-	if err != nil {
-		return -1, err
-	}
-	if err := hold.Start(); err != nil {
-		return -1, fmt.Errorf("start userns helper: %w", err)
-	}
-	defer func() { stdin.Close(); _ = hold.Wait() }()
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", hold.Process.Pid))
+	ns, err := mount.UserNS(
+		[]syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(hostID), Size: 1}},
+		[]syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(hostID), Size: 1}})
 	if err != nil {
 		return -1, err
 	}
@@ -686,10 +669,9 @@ func source(bin *initexe.Init) func() (*os.File, error) {
 }
 
 // ProbeIdmap checks that an idmapped mount of dir can be made here, with a
-// throwaway user namespace held by bin (for `airlock doctor`).
-func ProbeIdmap(dir string, bin *initexe.Init) error {
-	rt := &Wall{exe: sealedexe.New("", source(bin))}
-	fd, err := rt.workspaceTree(dir, uidlease.First)
+// throwaway user namespace (for `airlock doctor`).
+func ProbeIdmap(dir string) error {
+	fd, err := (&Wall{}).workspaceTree(dir, uidlease.First)
 	if err != nil {
 		return err
 	}

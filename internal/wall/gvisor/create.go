@@ -190,7 +190,15 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 	}
 	sb.cmd = cmd
 	ready := make(chan started, 1)
-	go sb.run(o, bundle, ready)
+	proceed := make(chan error, 1)
+	go sb.run(o, bundle, ready, proceed)
+	// What must come before the sandbox (the run's record) is done while
+	// the bundle is built; runsc starts after it, or not at all.
+	var before error
+	if o.BeforeStart != nil {
+		before = o.BeforeStart()
+	}
+	proceed <- before
 	st := <-ready
 	saidW.Close()
 	if readyW != nil {
@@ -234,10 +242,11 @@ func (w *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, err
 
 // run builds the bundle on a thread of its own that enters a new mount
 // namespace (never to return to the host's: the thread ends with the
-// goroutine), starts runsc from it in the sandbox's cgroup, reports on
-// ready, and waits for runsc to end. Every mount it makes lives in that
-// namespace and goes when runsc's last process does.
-func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
+// goroutine), starts runsc from it in the sandbox's cgroup once proceed
+// says so (nil), reports on ready, and waits for runsc to end. Every mount
+// it makes lives in that namespace and goes when runsc's last process
+// does.
+func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started, proceed <-chan error) {
 	runtime.LockOSThread() // not unlocked: the thread dies with the goroutine
 	defer close(sb.exited)
 	var layers wall.Layers
@@ -271,7 +280,7 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 	}
 	wsTree := -1
 	if o.Workspace != "" {
-		fd, err := workspaceTree(bin, o.Workspace, sb.ids)
+		fd, err := workspaceTree(o.Workspace, sb.ids)
 		if err != nil {
 			fail(err)
 			return
@@ -309,6 +318,10 @@ func (sb *Sandbox) run(o *wall.Options, bundle string, ready chan<- started) {
 		err = os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
 	}
 	if err != nil {
+		fail(err)
+		return
+	}
+	if err := <-proceed; err != nil {
 		fail(err)
 		return
 	}
@@ -523,11 +536,11 @@ func rangeTrees(bin *initexe.Binary, o *wall.Options, ids idRange) (trees []int,
 	if len(o.Trees) == 0 && !runsInit(o) {
 		return nil, exe, nil
 	}
-	ns, done, err := userns(bin, []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}})
+	ns, err := mount.UserNS([]syscall.SysProcIDMap{{ContainerID: 0, HostID: int(ids.Base), Size: int(ids.Size)}}, nil)
 	if err != nil {
 		return nil, exe, err
 	}
-	defer done()
+	defer ns.Close()
 	for _, t := range o.Trees {
 		fd, err := mount.IdmappedTree(t.HostPath, int(ns.Fd()), true)
 		if err != nil {
@@ -547,7 +560,7 @@ func rangeTrees(bin *initexe.Binary, o *wall.Options, ids idRange) (trees []int,
 // workspace directory in which its owner appears as the sandbox user of
 // ids (so that the sandbox user may write the files it was given); other
 // owners stay unmapped.
-func workspaceTree(bin *initexe.Binary, dir string, ids idRange) (int, error) {
+func workspaceTree(dir string, ids idRange) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return -1, fmt.Errorf("%w: --workspace %s: %v", errdefs.ErrNotFound, dir, err)
@@ -556,54 +569,18 @@ func workspaceTree(bin *initexe.Binary, dir string, ids idRange) (int, error) {
 		return -1, errdefs.Invalid(fmt.Sprintf("--workspace %s: not a directory", dir))
 	}
 	user, _ := ids.host(wall.SandboxUID)
-	ns, done, err := userns(bin,
+	ns, err := mount.UserNS(
 		[]syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: int(user), Size: 1}},
 		[]syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: int(user), Size: 1}})
 	if err != nil {
 		return -1, err
 	}
-	defer done()
+	defer ns.Close()
 	fd, err := mount.IdmappedTree(dir, int(ns.Fd()), true)
 	if err != nil {
 		return -1, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	return fd, nil
-}
-
-// userns starts a short-lived process (`airlock-init userns-hold`, bin)
-// owning a user namespace with the uid map uids and the gid map gids (uids
-// again when none is given), and returns the namespace; done ends the
-// process.
-func userns(bin *initexe.Binary, uids []syscall.SysProcIDMap, gids ...[]syscall.SysProcIDMap) (*os.File, func(), error) {
-	g := uids
-	if len(gids) > 0 {
-		g = gids[0]
-	}
-	// bin's descriptor is above the child's stdio, the only descriptors
-	// os/exec moves.
-	hold := exec.Command(fmt.Sprintf("/proc/self/fd/%d", bin.File.Fd()), "userns-hold")
-	hold.Args[0] = initexe.Name
-	hold.Env = []string{}
-	hold.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  unix.CLONE_NEWUSER,
-		UidMappings: uids,
-		GidMappings: g,
-		Pdeathsig:   syscall.SIGKILL,
-	}
-	stdin, err := hold.StdinPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := hold.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start userns helper: %w", err)
-	}
-	done := func() { stdin.Close(); _ = hold.Wait() }
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", hold.Process.Pid))
-	if err != nil {
-		done()
-		return nil, nil, err
-	}
-	return ns, func() { ns.Close(); done() }, nil
 }
 
 func openPath(p string) (*os.File, error) {

@@ -45,7 +45,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
@@ -61,6 +60,9 @@ const (
 	lockDir   = "sandboxes" // one lock file per live sandbox
 	bundleDir = "bundles"   // one bundle directory per sandbox
 	runscRoot = "runsc"     // runsc's own state (--root)
+	// The identity of the runsc last found at the pinned version
+	// (CheckCached).
+	runscChecked = "runsc.checked"
 )
 
 // Wall makes gVisor sandboxes (wall.Wall).
@@ -71,9 +73,6 @@ type Wall struct {
 	leases  *uidlease.Pool
 	runsc   string
 	init    *initexe.Init
-
-	once  sync.Once
-	check Runsc
 }
 
 // Scope is the cgroup parent of a state directory's gVisor sandboxes:
@@ -123,10 +122,12 @@ func New(stateDir, runscPath string, bin *initexe.Init, log *slog.Logger) (*Wall
 	return w, nil
 }
 
-// Runsc checks the configured runsc, once per wall.
+// Runsc checks the configured runsc, at every use: a look at the file,
+// which is not run again while the state directory remembers it as
+// checked (the same file, unchanged), so that one replaced while a daemon
+// runs is checked before it is used.
 func (w *Wall) Runsc() Runsc {
-	w.once.Do(func() { w.check = Check(w.runsc) })
-	return w.check
+	return CheckCached(w.runsc, filepath.Join(w.dir, runscChecked))
 }
 
 // Name is "gvisor".
