@@ -279,6 +279,15 @@ func (s *Store) TenantByName(ctx context.Context, name string) (Tenant, error) {
 	return t, err
 }
 
+// TenantByID finds the live tenant of id.
+func (s *Store) TenantByID(ctx context.Context, id string) (Tenant, error) {
+	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, ErrNotFound
+	}
+	return t, err
+}
+
 // Tenants lists every tenant by name.
 func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)

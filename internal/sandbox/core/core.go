@@ -135,6 +135,10 @@ type Config struct {
 	// (spec.Isolations; "": container). Unlike a tenant's hold it is a
 	// default only: a create may name another wall.
 	DefaultIsolation string
+	// Principal is tenant id as its key signs it in now (its quotas,
+	// roots, hold): the pools' refills are admitted as it. Nil: pools
+	// cannot be set.
+	Principal func(ctx context.Context, id string) (*tenant.Principal, error)
 }
 
 // Core holds every live sandbox of every tenant. Tenants are keyed by
