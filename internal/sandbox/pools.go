@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -321,6 +322,35 @@ func (s *Service) endAll(bs []*core.Box, reason string) {
 		wg.Go(func() { s.end(b, reason) })
 	}
 	wg.Wait()
+}
+
+// withPoolDefaults is req with what it leaves unset of the pool it names
+// (image, isolation, limits, network) set as the pool's.
+func (s *Service) withPoolDefaults(t *tenant.Principal, req *api.CreateSandbox) (*api.CreateSandbox, error) {
+	if req.Pool == "" {
+		return req, nil
+	}
+	s.Mu.Lock()
+	p := s.pools.by[t.ID][req.Pool]
+	var def api.SetPool
+	if p != nil {
+		def = p.def
+	}
+	s.Mu.Unlock()
+	if p == nil {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no pool "+core.QuoteID(req.Pool))
+	}
+	r := *req
+	r.Image = cmp.Or(r.Image, def.Image)
+	r.Isolation = cmp.Or(r.Isolation, def.Isolation)
+	l := &r.Limits
+	l.MemoryBytes, l.DiskBytes = cmp.Or(l.MemoryBytes, def.Limits.MemoryBytes), cmp.Or(l.DiskBytes, def.Limits.DiskBytes)
+	l.CPUs, l.Pids = cmp.Or(l.CPUs, def.Limits.CPUs), cmp.Or(l.Pids, def.Limits.Pids)
+	if r.Network.Mode == "" && len(r.Network.Allow) == 0 && len(r.Network.Deny) == 0 && r.Network.EgressBytes == 0 && r.Network.MaxConns == 0 {
+		r.Network = def.Network
+		r.Network.Allow, r.Network.Deny = slices.Clone(def.Network.Allow), slices.Clone(def.Network.Deny)
+	}
+	return &r, nil
 }
 
 // takePooled finds the pool a create of tenant t (spec sp, naming pool

@@ -107,6 +107,10 @@ func New(cfg Config) *Service {
 // sandboxes when the request names a pool or matches one (pools.go),
 // and makes one otherwise.
 func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
+	req, err := s.withPoolDefaults(t, req)
+	if err != nil {
+		return nil, err
+	}
 	sp, ttl, idle, err := s.specOf(ctx, t, req)
 	if err != nil {
 		return nil, err
