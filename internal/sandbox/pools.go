@@ -50,7 +50,7 @@ var poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 type pool struct {
 	tenant, name string
 	def          api.SetPool
-	sp           spec.Spec // what each of its sandboxes is made from: no Env
+	sp           spec.Spec // what each of its sandboxes is made from: no Env, Pool set
 	size         int
 	idle         []*core.Box // made and frozen, oldest first
 	filling      int
@@ -196,8 +196,7 @@ func (s *Service) SetPool(ctx context.Context, t *tenant.Principal, name string,
 	if err != nil {
 		return nil, err
 	}
-	sp = matchable(sp)
-	sp.Pool = name
+	sp.Pool = name // and the default TTL, for the wall; a create sets its own
 	q := t.Quotas
 	s.Mu.Lock()
 	if err := t.Err(); err != nil {
@@ -237,7 +236,7 @@ func (s *Service) SetPool(ctx context.Context, t *tenant.Principal, name string,
 	}
 	var ending []*core.Box
 	p := old
-	if old == nil || !equalSpecs(old.sp, sp) {
+	if old == nil || !equalSpecs(matchable(old.sp), matchable(sp)) {
 		if old != nil {
 			old.gone = true
 			ending = old.idle
