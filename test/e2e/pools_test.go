@@ -54,8 +54,12 @@ func pooledIDs(t *testing.T, c *client.Client) []string {
 	return out
 }
 
-// frozen says whether sandbox id's cgroup is frozen (v1 freezer or v2).
-func frozen(id string) bool {
+// frozen says whether sandbox id on w is paused: its cgroup frozen (v1
+// freezer or v2) on the container wall, runsc's state on gvisor.
+func (w wallCase) frozen(t *testing.T, id string) bool {
+	if w.name == "gvisor" {
+		return runscStatus(t, id) == "paused"
+	}
 	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer", scope, id, "freezer.state")); err == nil {
 		return strings.TrimSpace(string(b)) == "FROZEN"
 	}
@@ -86,9 +90,11 @@ func (d *daemonProc) metricsOf(t *testing.T) string {
 // takes one too; a create with a workspace is made afresh and says why;
 // a pool past the tenant's quota is refused; removing a pool destroys its
 // ready sandboxes; the metrics count it all.
-func TestPoolsServe(t *testing.T) {
+func TestPoolsServe(t *testing.T) { forEachWall(t, poolsServe) }
+
+func poolsServe(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	c := d.tenant(t, "pools", api.Quotas{MaxSandboxes: 8})
 	def := &api.SetPool{Size: 3, Limits: api.Limits{MemoryBytes: 256 << 20}}
@@ -101,7 +107,7 @@ func TestPoolsServe(t *testing.T) {
 		t.Fatalf("sandbox.pooled records: %v", ready)
 	}
 	for _, id := range ready {
-		if !frozen(id) {
+		if !w.frozen(t, id) {
 			t.Errorf("pooled sandbox %s is not frozen", id)
 		}
 	}
@@ -120,7 +126,7 @@ func TestPoolsServe(t *testing.T) {
 	if out, _, end := run(t, c, sb.ID, sh(`echo "$TASK"`)); end.ExitCode != 0 || out != "42\n" {
 		t.Errorf("the taken sandbox's command: %q %+v", out, end)
 	}
-	if frozen(sb.ID) {
+	if w.frozen(t, sb.ID) {
 		t.Error("the taken sandbox is still frozen")
 	}
 	recs, err := c.Audit(ctx, sb.ID, "sandbox.created")
@@ -195,7 +201,7 @@ func TestPoolsServe(t *testing.T) {
 		if err != nil || got.State != api.StateEnded || got.EndReason != `pool "warm" was removed` {
 			t.Errorf("pooled %s after its pool's removal: %+v %v", id, got, err)
 		}
-		if procs := cgroupProcsOf(scope, id); len(procs) != 0 {
+		if procs := w.cgroupProcs(id); len(procs) != 0 {
 			t.Errorf("pooled %s runs on: %v", id, procs)
 		}
 	}
@@ -216,9 +222,11 @@ func TestPoolsServe(t *testing.T) {
 // ended; the sandboxes its tenants took are adopted as any other. The
 // kill switch ends a pool's sandboxes and removes it. The CLI sets,
 // lists and removes pools.
-func TestPoolsRestartAndKillSwitch(t *testing.T) {
+func TestPoolsRestartAndKillSwitch(t *testing.T) { forEachWall(t, poolsRestartAndKillSwitch) }
+
+func poolsRestartAndKillSwitch(t *testing.T, w wallCase) {
 	data := newDataDir(t)
-	d := startDaemon(t, data)
+	d := w.startDaemon(t, data)
 	ctx := context.Background()
 	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "restart", Roots: []string{testRoot(t)}})
 	if err != nil {
@@ -264,14 +272,14 @@ func TestPoolsRestartAndKillSwitch(t *testing.T) {
 	}
 
 	d.kill9()
-	d = startDaemon(t, data)
+	d = w.startDaemon(t, data)
 	c = d.client(t, tn.Key)
 	for _, id := range idle {
 		got, err := c.Sandbox(ctx, id)
 		if err != nil || got.State != api.StateEnded || !strings.Contains(got.EndReason, "not kept across a daemon restart") {
 			t.Errorf("pooled %s after a restart: %+v %v", id, got, err)
 		}
-		if procs := cgroupProcsOf(scope, id); len(procs) != 0 {
+		if procs := w.cgroupProcs(id); len(procs) != 0 {
 			t.Errorf("pooled %s runs on after a restart: %v", id, procs)
 		}
 	}
