@@ -304,5 +304,21 @@ func poolsRestartAndKillSwitch(t *testing.T, w wallCase) {
 	if r := cli("pool", "rm", "k"); r.code == 0 {
 		t.Errorf("pool rm of a pool the kill switch removed: %s", r)
 	}
+
+	// The tenant's deletion ends its pooled sandboxes too.
+	if _, err := c.SetPool(ctx, "d", &api.SetPool{Size: 2, Limits: api.Limits{Pids: 66}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, c, "d", 2)
+	last := pooledIDs(t, c)
+	last = last[len(last)-2:]
+	if err := d.admin.DeleteTenant(ctx, "restart"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range last {
+		if procs := w.cgroupProcs(id); len(procs) != 0 {
+			t.Errorf("pooled %s runs on after its tenant's deletion: %v", id, procs)
+		}
+	}
 	noResidue(t)
 }
