@@ -537,7 +537,19 @@ func (s *Service) fillOne(ctx context.Context, p *pool) error {
 	if err != nil {
 		return err
 	}
-	sp := p.sp
+	// The tenant as it is now: a wall it is now held to, or roots it no
+	// longer has, refuse the refill rather than act on the old ones.
+	s.Mu.Lock()
+	def := p.def
+	s.Mu.Unlock()
+	sp, _, _, err := s.specOf(ctx, t, &api.CreateSandbox{Isolation: def.Isolation, Image: def.Image, Limits: def.Limits, Network: def.Network})
+	if err != nil {
+		return err
+	}
+	sp.Pool = p.name
+	if !equalSpecs(matchable(sp), matchable(p.sp)) {
+		return errdefs.New(errdefs.ErrFailedPrecondition, "the tenant's settings (roots, wall, scan policy) changed since the pool was set: set it again")
+	}
 	id := core.NewID()
 	ctx, pcs, err := s.admit(ctx, t, []string{id}, &sp)
 	if err != nil {

@@ -283,3 +283,22 @@ func TestPoolsEndAtRestart(t *testing.T) {
 		}
 	}
 }
+
+// A refill acts as the tenant is now: roots it no longer has stop the
+// pool's refills (and say why) rather than being used.
+func TestPoolsRefillAsTheTenantIsNow(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	p.Roots = []string{"/srv/a"}
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	p.Roots = []string{"/srv/b"}
+	r.fillPools()
+	if pl := r.pool(t, p, "a"); pl.Ready != 0 || !strings.Contains(pl.Error, "changed since the pool was set") {
+		t.Errorf("a pool whose tenant's roots changed: %+v", pl)
+	}
+	if n := r.be.count(); n != 0 {
+		t.Errorf("the host made %d sandboxes for it", n)
+	}
+}
