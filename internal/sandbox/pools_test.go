@@ -117,9 +117,7 @@ func TestPoolsHitGivesTheCreateItsOwn(t *testing.T) {
 		t.Errorf("pooled sandboxes are listed: %v", got)
 	}
 	var pooled []string
-	r.be.mu.Lock()
-	made := maps.Clone(r.be.made)
-	r.be.mu.Unlock()
+	made := r.be.madeHosts()
 	for id, h := range made {
 		if !h.isPaused() {
 			t.Errorf("pooled sandbox %s is not frozen", id)
@@ -302,3 +300,45 @@ func TestPoolsRefillAsTheTenantIsNow(t *testing.T) {
 		t.Errorf("the host made %d sandboxes for it", n)
 	}
 }
+
+// A pool made smaller while its sandboxes are being made keeps no more
+// than its new size: what is made past it is ended.
+func TestPoolsShrinkWhileFilling(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	picked := r.svc.needs(poolFills)
+	if len(picked) != 2 {
+		t.Fatalf("picked %d", len(picked))
+	}
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range picked {
+		r.svc.fill(ctx, pl)
+	}
+	if pl := r.pool(t, p, "a"); pl.Ready != 1 || pl.Filling != 0 {
+		t.Errorf("after the fills: %+v", pl)
+	}
+	ended := 0
+	for _, id := range r.be.madeIDs() {
+		if st := r.stored(t, id); st.State == api.StateEnded && strings.Contains(st.EndReason, "is full") {
+			ended++
+		}
+	}
+	if ended != 1 {
+		t.Errorf("%d sandboxes ended past the new size, want 1", ended)
+	}
+}
+
+// madeHosts are the sandboxes the host made, by id.
+func (f *fakeBackend) madeHosts() map[string]*fakeHost {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.made)
+}
+
+// madeIDs are the ids of the sandboxes the host made.
+func (f *fakeBackend) madeIDs() []string { return slices.Collect(maps.Keys(f.madeHosts())) }

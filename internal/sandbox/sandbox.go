@@ -282,6 +282,8 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 		s.Boxes[id] = b
 	case bo.pool.gone:
 		reason = "its pool " + core.QuoteID(bo.pool.name) + " was removed or redefined"
+	case len(bo.pool.idle) >= bo.pool.size:
+		reason = "its pool " + core.QuoteID(bo.pool.name) + " is full (its size was lowered)"
 	default:
 		bo.pool.idle = append(bo.pool.idle, b)
 	}

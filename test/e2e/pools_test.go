@@ -211,6 +211,35 @@ func poolsServe(t *testing.T, w wallCase) {
 	if out, _, _ := run(t, c, sb.ID, sh("echo alive")); out != "alive\n" {
 		t.Errorf("a taken sandbox after its pool's removal: %q", out)
 	}
+
+	// A proxy-mode pool of an OCI image: the taken sandbox's egress goes
+	// through its proxy, which refuses a host off the allow-list (nothing
+	// leaves the machine); a create with another allow-list is made
+	// afresh.
+	img := ociLayout(t)
+	netDef := &api.SetPool{Size: 1, Image: img, Network: api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}}
+	if _, err := c.SetPool(ctx, "net", netDef); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, c, "net", 1)
+	nb, err := c.CreateSandbox(ctx, &api.CreateSandbox{Image: img, Network: api.Network{Mode: "proxy", Allow: []string{"allowed.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb.Pool != "net" {
+		t.Errorf("a proxy-mode create matching the pool: %+v", nb)
+	}
+	fetch := &api.Exec{Cmd: []string{"attack", "fetch", "http://denied.test/", "-", "proxy"}}
+	if out, _, _ := run(t, c, nb.ID, fetch); !strings.HasPrefix(out, "STATUS 403") {
+		t.Errorf("egress of a taken proxy-mode sandbox: %q", out)
+	}
+	other, err := c.CreateSandbox(ctx, &api.CreateSandbox{Pool: "net", Network: api.Network{Mode: "proxy", Allow: []string{"other.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Pool != "" || !strings.Contains(other.PoolMiss, "egress policy") {
+		t.Errorf("a create with another allow-list: %+v", other)
+	}
 	if _, err := d.admin.KillAll(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
