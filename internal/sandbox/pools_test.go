@@ -342,3 +342,31 @@ func (f *fakeBackend) madeHosts() map[string]*fakeHost {
 
 // madeIDs are the ids of the sandboxes the host made.
 func (f *fakeBackend) madeIDs() []string { return slices.Collect(maps.Keys(f.madeHosts())) }
+
+// A pooled sandbox that cannot be thawed is ended, and the create is made
+// afresh within the same quota (the one it took no longer counts), saying
+// why.
+func TestPoolsFailedTakeFallsBack(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{MaxSandboxes: 1})
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	ids := r.readyIDs()
+	if len(ids) != 1 {
+		t.Fatalf("ready: %v", ids)
+	}
+	h := r.be.sandbox(t, ids[0])
+	h.mu.Lock()
+	h.failResume = errors.New("the fake host cannot thaw it")
+	h.mu.Unlock()
+	sb, err := r.svc.Create(ctx, p, &api.CreateSandbox{Pool: "a"})
+	if err != nil {
+		t.Fatalf("the create after a failed take: %v", err)
+	}
+	if sb.ID == ids[0] || sb.Pool != "" || !strings.Contains(sb.PoolMiss, "cannot thaw it") {
+		t.Errorf("the create after a failed take: %+v", sb)
+	}
+	r.wantEnded(t, ids[0], "its pool's sandbox could not be given to a create: thaw: the fake host cannot thaw it")
+}

@@ -136,8 +136,8 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 		return nil, err
 	}
 	if pb != nil {
-		defer s.settle(pc)
 		out, final, err := s.give(ctx, t, pc, pb, &sp, bo)
+		s.settle(pc) // answered, or ended: no longer counted for the quota
 		if err == nil || final {
 			return out, err
 		}
