@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
@@ -29,9 +30,10 @@ import (
 // from then on is the caller's like any other; it never goes back. One
 // refiller per service makes what the pools lack, at most poolFills at
 // once. Pooled sandboxes count against their tenant's quotas; the kill
-// switch and a tenant's deletion end them and remove the pools. Pools
-// live in the daemon's memory: a restarted daemon ends the pooled
-// sandboxes it finds (Recover) and has no pools until they are set again.
+// switch and a tenant's deletion end them and remove the pools. Pools are
+// recorded in the store: a restarted daemon ends the pooled sandboxes it
+// finds (Recover; they are made afresh rather than adopted) and sets the
+// pools again, as their tenants are now.
 
 // statePooled is the state recorded of a sandbox made ahead and not yet
 // taken. Recover ends every one.
@@ -179,6 +181,13 @@ func equalSpecs(a, b spec.Spec) bool {
 // whose size alone changes keeps them, up to the new size). A pool that
 // would take t past its quotas is refused.
 func (s *Service) SetPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool) (*api.Pool, error) {
+	return s.setPool(ctx, t, name, req, false)
+}
+
+// setPool is SetPool; restored (a pool a restarted daemon read back) skips
+// the quota check (made when it was set; each refill is admitted as any
+// create) and the write of what is already recorded.
+func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool, restored bool) (*api.Pool, error) {
 	if s.Cfg.Principal == nil {
 		return nil, errdefs.Unavailable("this service keeps no pools")
 	}
@@ -230,9 +239,16 @@ func (s *Service) SetPool(ctx context.Context, t *tenant.Principal, name string,
 	case q.MaxCPUs > 0 && cpus+float64(k)*sp.Limits.CPUs > q.MaxCPUs+1e-9:
 		refuse = fmt.Sprintf("tenant %s may use %g CPUs in all and holds %g beside this pool, which asks %g", t.Tenant, q.MaxCPUs, cpus, float64(k)*sp.Limits.CPUs)
 	}
-	if refuse != "" {
+	if refuse != "" && !restored {
 		s.Mu.Unlock()
 		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: a pool of %d sandboxes would exceed it: %s", k, refuse))
+	}
+	if !restored {
+		def, _ := json.Marshal(req)
+		if err := s.Cfg.Store.PutPool(ctx, store.Pool{Tenant: t.ID, Name: name, Def: string(def)}); err != nil {
+			s.Mu.Unlock()
+			return nil, fmt.Errorf("record pool: %w", err)
+		}
 	}
 	var ending []*core.Box
 	p := old
@@ -260,6 +276,36 @@ func (s *Service) SetPool(ctx context.Context, t *tenant.Principal, name string,
 	s.endAll(ending, "pool "+core.QuoteID(name)+" was redefined")
 	s.pools.wake()
 	return out, nil
+}
+
+// restorePools sets again the pools recorded by an earlier daemon, as
+// their tenants are now; one that cannot be (its tenant gone, its spec
+// refused now) is dropped, and the log says why.
+func (s *Service) restorePools(ctx context.Context) error {
+	if s.Cfg.Principal == nil {
+		return nil
+	}
+	ps, err := s.Cfg.Store.Pools(ctx)
+	if err != nil {
+		return err
+	}
+	for _, rp := range ps {
+		var req api.SetPool
+		err := json.Unmarshal([]byte(rp.Def), &req)
+		if err == nil {
+			var t *tenant.Principal
+			if t, err = s.Cfg.Principal(ctx, rp.Tenant); err == nil {
+				_, err = s.setPool(ctx, t, rp.Name, &req, true)
+			}
+		}
+		if err != nil {
+			s.Cfg.Log.Warn("pool dropped at start", "tenant", rp.Tenant, "pool", rp.Name, "err", err)
+			if derr := s.Cfg.Store.DeletePools(ctx, rp.Tenant, rp.Name); derr != nil {
+				return derr
+			}
+		}
+	}
+	return nil
 }
 
 // describe is p as the API shows it (under Core.Mu).
@@ -297,12 +343,16 @@ func (s *Service) Pool(_ context.Context, t *tenant.Principal, name string) (*ap
 // DeletePool removes tenant t's pool name and ends its ready sandboxes;
 // it answers when they are gone. What is being made for it is ended as
 // it comes.
-func (s *Service) DeletePool(_ context.Context, t *tenant.Principal, name string) error {
+func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name string) error {
 	s.Mu.Lock()
 	p := s.pools.by[t.ID][name]
 	if p == nil {
 		s.Mu.Unlock()
 		return errdefs.New(errdefs.ErrNotFound, "no pool "+core.QuoteID(name))
+	}
+	if err := s.Cfg.Store.DeletePools(context.WithoutCancel(ctx), t.ID, name); err != nil {
+		s.Mu.Unlock()
+		return err
 	}
 	delete(s.pools.by[t.ID], name)
 	p.gone = true

@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/store"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
 
@@ -232,6 +233,9 @@ func TestPoolsEndWithRemovalAndKillSwitch(t *testing.T) {
 	if err := r.svc.DeletePool(ctx, p, "a"); err != nil {
 		t.Fatal(err)
 	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 1 || rest[0].Name != "b" {
+		t.Errorf("recorded pools after removing a: %+v %v", rest, err)
+	}
 	left := r.readyIDs()
 	if len(left) != 2 {
 		t.Fatalf("after removing pool a: %v", left)
@@ -253,24 +257,47 @@ func TestPoolsEndWithRemovalAndKillSwitch(t *testing.T) {
 	if got := r.svc.Pools(ctx, p); len(got) != 0 {
 		t.Errorf("pools after the kill switch: %+v", got)
 	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 0 {
+		t.Errorf("recorded pools after the kill switch: %+v %v", rest, err)
+	}
 	if got := r.svc.needs(poolFills); len(got) != 0 {
 		t.Errorf("the refiller would refill after the kill switch: %d", len(got))
 	}
 }
 
-// A restarted daemon ends the pooled sandboxes it finds recorded (their
-// pools were the last daemon's memory) and discards them on the host.
+// A restarted daemon ends the pooled sandboxes it finds recorded and
+// discards them on the host, and sets the recorded pools again, which it
+// fills afresh; a pool whose tenant is gone is dropped.
 func TestPoolsEndAtRestart(t *testing.T) {
 	ctx := context.Background()
 	r, p := poolRig(t, api.Quotas{})
-	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 2}); err != nil {
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 2, Limits: api.Limits{Pids: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.db.PutPool(ctx, store.Pool{Tenant: "id_gone", Name: "g", Def: `{"size": 1}`}); err != nil {
 		t.Fatal(err)
 	}
 	r.fillPools()
 	ids := r.readyIDs()
 	r2 := newLifeRigOn(t, r.db, r.be, r.clock)
+	r2.svc.Cfg.Principal = func(_ context.Context, id string) (*tenant.Principal, error) {
+		if id != p.ID {
+			return nil, errdefs.New(errdefs.ErrUnauthenticated, "no such tenant")
+		}
+		return p, nil
+	}
 	if err := r2.svc.Recover(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if pl, err := r2.svc.Pool(ctx, p, "a"); err != nil || pl.Size != 2 || pl.Limits.Pids != 99 || pl.Ready != 0 {
+		t.Fatalf("the pool after a restart: %+v %v", pl, err)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 1 || rest[0].Name != "a" {
+		t.Errorf("recorded pools after a restart: %+v %v", rest, err)
+	}
+	r2.fillPools()
+	if again := r2.readyIDs(); len(again) != 2 || slices.ContainsFunc(again, func(id string) bool { return slices.Contains(ids, id) }) {
+		t.Errorf("refilled after a restart: %v (before: %v)", again, ids)
 	}
 	for _, id := range ids {
 		if st := r2.stored(t, id); st.State != api.StateEnded || !strings.Contains(st.EndReason, "not kept across a daemon restart") {

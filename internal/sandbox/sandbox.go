@@ -572,6 +572,9 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 		}
 	}
 	// The kill switch removes the pools too: nothing refills them.
+	if err := s.Cfg.Store.DeletePools(context.Background(), tid, ""); err != nil {
+		s.Cfg.Log.Error("kill switch: remove the pools' records", "tenant", tid, "err", err)
+	}
 	for _, p := range s.pools.remove(tid) {
 		bs = append(bs, p.idle...)
 		s.Cfg.Metrics.PoolReady.Sub(float64(len(p.idle)))
@@ -709,7 +712,7 @@ func (s *Service) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Pooled sandboxes are not kept: the pools were this daemon's memory.
+	// Pooled sandboxes are not kept: the pools are made afresh.
 	pooled, err := s.Cfg.Store.Sandboxes(ctx, statePooled)
 	if err != nil {
 		return err
@@ -738,6 +741,9 @@ func (s *Service) Recover(ctx context.Context) error {
 		}
 		s.Cfg.Log.Warn("discarded a sandbox without a record", "id", id, "err", err)
 		s.Cfg.Audit.Note(record.Who{Sandbox: id}, record.SandboxDestroyed{Reason: "found without a record after a daemon restart"})
+	}
+	if err := s.restorePools(ctx); err != nil {
+		return err
 	}
 	if s.Cfg.Broker != nil {
 		s.Mu.Lock()

@@ -248,9 +248,10 @@ func poolsServe(t *testing.T, w wallCase) {
 
 // A restarted daemon leaves no pooled sandbox behind: those the last
 // daemon made ahead (frozen) are destroyed at its start and recorded as
-// ended; the sandboxes its tenants took are adopted as any other. The
-// kill switch ends a pool's sandboxes and removes it. The CLI sets,
-// lists and removes pools.
+// ended, and the pools, read back from its database, are made afresh;
+// the sandboxes its tenants took are adopted as any other. The kill
+// switch and the tenant's deletion end a pool's sandboxes and remove it.
+// The CLI sets, lists and removes pools.
 func TestPoolsRestartAndKillSwitch(t *testing.T) { forEachWall(t, poolsRestartAndKillSwitch) }
 
 func poolsRestartAndKillSwitch(t *testing.T, w wallCase) {
@@ -315,8 +316,15 @@ func poolsRestartAndKillSwitch(t *testing.T, w wallCase) {
 	if out, _, end := run(t, c, taken, sh(`echo "$A"`)); end.ExitCode != 0 || out != "b\n" {
 		t.Errorf("the taken sandbox after a restart: %q %+v", out, end)
 	}
-	if ps, err := c.Pools(ctx); err != nil || len(ps) != 0 {
-		t.Errorf("pools after a restart: %+v %v", ps, err)
+	// The pool is set again, as recorded, and made afresh.
+	if p := waitPool(t, c, "py", 2); p.Limits.MemoryBytes != 128<<20 || p.Limits.Pids != 64 {
+		t.Errorf("the pool after a restart: %+v", p)
+	}
+	fresh := pooledIDs(t, c)
+	for _, id := range fresh[len(fresh)-2:] {
+		if slices.Contains(idle, id) || id == taken {
+			t.Errorf("a pooled sandbox of the last daemon in the pool after a restart: %s", id)
+		}
 	}
 
 	// The kill switch: the pool's sandboxes end and the pool goes.
