@@ -127,6 +127,40 @@ type CreateSandbox struct {
 	// Grants let the sandbox use the tenant's secrets without holding
 	// them (docs/credentials.md). They imply network mode "proxy".
 	Grants []Grant `json:"grants,omitempty"`
+	// Pool takes a sandbox of the caller's pool of that name, made ahead
+	// (docs/api.md, Pools); without it a create whose image, limits,
+	// isolation and network equal a pool's takes one of that pool's.
+	// What a made sandbox cannot be given (a workspace or repo, grants,
+	// another egress policy) makes the create an ordinary one.
+	Pool string `json:"pool,omitempty"`
+}
+
+// SetPool defines (or redefines) one of the caller's pools: Size
+// sandboxes like a create with these fields, made ahead and kept frozen.
+type SetPool struct {
+	Size      int     `json:"size"`
+	Isolation string  `json:"isolation,omitempty"`
+	Image     string  `json:"image,omitempty"`
+	Limits    Limits  `json:"limits,omitzero"`
+	Network   Network `json:"network,omitzero"`
+}
+
+// Pool is one of a tenant's pools: its definition, how many of its
+// sandboxes are ready (made, frozen) and being made, and its hits and
+// misses since it was set. Error is the last refill's failure, if the
+// last one failed.
+type Pool struct {
+	Name      string  `json:"name"`
+	Size      int     `json:"size"`
+	Isolation string  `json:"isolation"`
+	Image     string  `json:"image"`
+	Limits    Limits  `json:"limits"`
+	Network   Network `json:"network"`
+	Ready     int     `json:"ready"`
+	Filling   int     `json:"filling"`
+	Hits      int64   `json:"hits"`
+	Misses    int64   `json:"misses"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // Grant lets a sandbox use one of its tenant's secrets on matching
@@ -246,6 +280,11 @@ type Sandbox struct {
 	Usage       *Usage            `json:"usage,omitempty"`
 	Ended       *time.Time        `json:"ended,omitempty"`
 	EndReason   string            `json:"end_reason,omitempty"`
+	// Pool names the pool the sandbox was taken from ("": made for its
+	// create). PoolMiss, in a create's answer, says why a create that
+	// named or matched a pool got no sandbox of it.
+	Pool     string `json:"pool,omitempty"`
+	PoolMiss string `json:"pool_miss,omitempty"`
 }
 
 // Extend moves a sandbox's expiry to TTL from now.

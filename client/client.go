@@ -189,6 +189,31 @@ func withProgress[E, T any](ctx context.Context, c *Client, path string, body an
 	}
 }
 
+// SetPool defines (or redefines) the caller's pool name: req.Size
+// sandboxes made ahead, which a create naming the pool, or matching its
+// spec, takes.
+func (c *Client) SetPool(ctx context.Context, name string, req *api.SetPool) (*api.Pool, error) {
+	var out api.Pool
+	return &out, c.call(ctx, "PUT", "/v1/pools/"+url.PathEscape(name), nil, req, &out)
+}
+
+// Pools lists the caller's pools.
+func (c *Client) Pools(ctx context.Context) ([]*api.Pool, error) {
+	var out []*api.Pool
+	return out, c.call(ctx, "GET", "/v1/pools", nil, nil, &out)
+}
+
+// Pool describes one of the caller's pools.
+func (c *Client) Pool(ctx context.Context, name string) (*api.Pool, error) {
+	var out api.Pool
+	return &out, c.call(ctx, "GET", "/v1/pools/"+url.PathEscape(name), nil, nil, &out)
+}
+
+// DeletePool removes a pool; it returns when its ready sandboxes are gone.
+func (c *Client) DeletePool(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/v1/pools/"+url.PathEscape(name), nil, nil, nil)
+}
+
 // Sandboxes lists the caller's live sandboxes.
 func (c *Client) Sandboxes(ctx context.Context) ([]*api.Sandbox, error) {
 	var out []*api.Sandbox

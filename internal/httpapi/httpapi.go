@@ -355,7 +355,7 @@ func pid(r *http.Request) (uint32, error) {
 
 // routes is every route of the API, one group per resource.
 func (h *Handler) routes() []route {
-	return slices.Concat(h.daemonRoutes(), h.auditRoutes(), h.tenantRoutes(), h.mcpSpecRoutes(), h.secretRoutes(),
+	return slices.Concat(h.daemonRoutes(), h.auditRoutes(), h.tenantRoutes(), h.mcpSpecRoutes(), h.secretRoutes(), h.poolRoutes(),
 		h.sandboxRoutes(), h.processRoutes(), h.fileRoutes(), h.workspaceRoutes(), h.snapshotRoutes())
 }
 
@@ -513,6 +513,43 @@ func (h *Handler) secretRoutes() []route {
 		}},
 		{"DELETE /v1/secrets/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			if err := h.secrets.Remove(r.Context(), p, r.PathValue("name")); err != nil {
+				return err
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}},
+	}
+}
+
+// poolRoutes are the caller's warm pools.
+func (h *Handler) poolRoutes() []route {
+	return []route{
+		{"PUT /v1/pools/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			var req api.SetPool
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			pl, err := h.svc.SetPool(r.Context(), p, r.PathValue("name"), &req)
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, pl)
+			return nil
+		}},
+		{"GET /v1/pools", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			writeJSON(w, http.StatusOK, h.svc.Pools(r.Context(), p))
+			return nil
+		}},
+		{"GET /v1/pools/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			pl, err := h.svc.Pool(r.Context(), p, r.PathValue("name"))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, pl)
+			return nil
+		}},
+		{"DELETE /v1/pools/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			if err := h.svc.DeletePool(r.Context(), p, r.PathValue("name")); err != nil {
 				return err
 			}
 			w.WriteHeader(http.StatusNoContent)

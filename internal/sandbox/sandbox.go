@@ -77,6 +77,7 @@ type Service struct {
 	pending map[string]*pendingCreate // creates in flight, by sandbox id (under Mu)
 	forking map[string]int            // forks in flight, by the content of their files (under Mu)
 	cpu     map[string]*cpuBudget     // by tenant id (under Mu)
+	pools   poolSet                   // the tenants' pools (under Mu)
 	// auditIndex finds a tenant's records in the log (nil: no log).
 	auditIndex *audit.Index
 }
@@ -95,43 +96,24 @@ type pendingCreate struct {
 // New makes the service. Call Recover before serving, then Run.
 func New(cfg Config) *Service {
 	c := core.New(cfg)
-	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), pending: map[string]*pendingCreate{}, forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
+	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
 	if c.Cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(c.Cfg.AuditDir)
 	}
 	return s
 }
 
-// Create makes a sandbox for tenant t.
+// Create makes a sandbox for tenant t: it takes one of t's pooled
+// sandboxes when the request names a pool or matches one (pools.go),
+// and makes one otherwise.
 func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
-	if t.Admin {
-		return nil, errdefs.New(errdefs.ErrPermissionDenied, "the admin key manages tenants; create sandboxes with a tenant's key")
-	}
-	sp, ttl, idle, err := core.SpecOf(req)
+	req, err := s.withPoolDefaults(t, req)
 	if err != nil {
 		return nil, err
 	}
-	if req.Isolation == "" && s.Cfg.DefaultIsolation != "" {
-		sp.Isolation = s.Cfg.DefaultIsolation
-	}
-	if err := spec.HeldTo(sp.Wall(), t.Isolation); err != nil {
-		if aerr := s.Cfg.Audit.Commit(ctx, record.Who{Tenant: t.ID}, record.SandboxRefused{Isolation: sp.Wall(), Required: t.Isolation, Reason: err.Error()}); aerr != nil {
-			return nil, aerr
-		}
+	sp, ttl, idle, err := s.specOf(ctx, t, req)
+	if err != nil {
 		return nil, err
-	}
-	if len(sp.Grants) > 0 && s.Cfg.Broker == nil {
-		return nil, errdefs.Unavailable("this daemon has no credential broker: grants cannot be kept")
-	}
-	sp.Tenant = t.ID
-	if err := s.Confine(t, &sp); err != nil {
-		return nil, err
-	}
-	if s.Cfg.Broker != nil {
-		sp.Scan = t.ScanPolicy
-		if sp.Scan == "" {
-			sp.Scan = tenant.DefaultScanPolicy
-		}
 	}
 	env := make([]core.Field, 0, len(sp.Env))
 	for i, kv := range sp.Env {
@@ -147,6 +129,20 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 	if err := s.FromSnapshot(ctx, t, &sp); err != nil {
 		return nil, err
 	}
+	now := s.Cfg.Now()
+	bo := birth{expires: now.Add(ttl), idle: idle, metadata: req.Metadata, trigger: req.Trigger}
+	pb, pc, miss, err := s.takePooled(ctx, t, req.Pool, &sp)
+	if err != nil {
+		return nil, err
+	}
+	if pb != nil {
+		out, final, err := s.give(ctx, t, pc, pb, &sp, bo)
+		s.settle(pc) // answered, or ended: no longer counted for the quota
+		if err == nil || final {
+			return out, err
+		}
+		miss = "its pooled sandbox could not be given: " + err.Error()
+	}
 	id := core.NewID()
 	ctx, pcs, err := s.admit(ctx, t, []string{id}, &sp)
 	if err != nil {
@@ -154,21 +150,62 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 		return nil, err
 	}
 	defer s.settle(pcs[0])
-	now := s.Cfg.Now()
-	b, err := s.launch(ctx, t, pcs[0], &sp, birth{expires: now.Add(ttl), idle: idle, metadata: req.Metadata, trigger: req.Trigger})
+	bo.poolMiss = miss
+	b, err := s.launch(ctx, t, pcs[0], &sp, bo)
 	if err != nil {
 		return nil, err
 	}
-	return b.Describe(true), nil
+	out := b.Describe(true)
+	out.PoolMiss = miss
+	return out, nil
+}
+
+// specOf is tenant t's validated spec of request req, held to t's wall
+// and host paths, with t's scan policy; its TTL and idle timeout.
+func (s *Service) specOf(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (spec.Spec, time.Duration, time.Duration, error) {
+	if t.Admin {
+		return spec.Spec{}, 0, 0, errdefs.New(errdefs.ErrPermissionDenied, "the admin key manages tenants; create sandboxes with a tenant's key")
+	}
+	sp, ttl, idle, err := core.SpecOf(req)
+	if err != nil {
+		return sp, 0, 0, err
+	}
+	if req.Isolation == "" && s.Cfg.DefaultIsolation != "" {
+		sp.Isolation = s.Cfg.DefaultIsolation
+	}
+	if err := spec.HeldTo(sp.Wall(), t.Isolation); err != nil {
+		if aerr := s.Cfg.Audit.Commit(ctx, record.Who{Tenant: t.ID}, record.SandboxRefused{Isolation: sp.Wall(), Required: t.Isolation, Reason: err.Error()}); aerr != nil {
+			return sp, 0, 0, aerr
+		}
+		return sp, 0, 0, err
+	}
+	if len(sp.Grants) > 0 && s.Cfg.Broker == nil {
+		return sp, 0, 0, errdefs.Unavailable("this daemon has no credential broker: grants cannot be kept")
+	}
+	sp.Tenant = t.ID
+	if err := s.Confine(t, &sp); err != nil {
+		return sp, 0, 0, err
+	}
+	if s.Cfg.Broker != nil {
+		sp.Scan = t.ScanPolicy
+		if sp.Scan == "" {
+			sp.Scan = tenant.DefaultScanPolicy
+		}
+	}
+	return sp, ttl, idle, nil
 }
 
 // birth is what a new sandbox's record says beside its spec: when it
-// expires, its idle timeout, and its creator's metadata and trigger.
+// expires, its idle timeout, and its creator's metadata and trigger; or,
+// for a sandbox made ahead, its pool. poolMiss says why a create that
+// named or matched a pool was not given one of its sandboxes.
 type birth struct {
 	expires  time.Time
 	idle     time.Duration
 	metadata map[string]string
 	trigger  api.Trigger
+	pool     *pool
+	poolMiss string
 }
 
 // launch makes the sandbox of create pc (admitted) from sp, records and
@@ -189,7 +226,14 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 		return nil, kerr
 	}
 	ag := core.NewAgent(inst.Socket())
-	if err := ag.Hello(ctx); err != nil {
+	err = ag.Hello(ctx)
+	if err == nil && bo.pool != nil {
+		// Made ahead: frozen until a create takes it.
+		if err = inst.Pause(); err != nil {
+			err = fmt.Errorf("freeze: %w", err)
+		}
+	}
+	if err != nil {
 		discard(inst)
 		if kerr := s.killedCreate(pc, nil); kerr != nil {
 			return nil, kerr
@@ -200,18 +244,25 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	specJSON, _ := json.Marshal(sp)
 	meta, _ := json.Marshal(bo.metadata)
 	trig, _ := json.Marshal(bo.trigger)
+	state := api.StateRunning
+	controls := record.ControlsOf(inst.Wall(), inst.WallVersion(), inst.Degraded())
+	var rd record.Data = record.SandboxCreated{
+		Spec: record.Spec(*sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
+		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &bo.expires, IdleTimeout: bo.idle.String(),
+		Controls: controls, InitPID: inst.InitPid(), PoolMiss: bo.poolMiss,
+	}
+	if bo.pool != nil {
+		state = statePooled
+		rd = record.SandboxPooled{Pool: bo.pool.name, Spec: record.Spec(*sp), ImageDigest: inst.ImageDigest(), Controls: controls, InitPID: inst.InitPid()}
+	}
 	b := &core.Box{Spec: *sp, Inst: inst, Agent: ag, Ended: make(chan struct{}), EgressRate: core.NewLimiter(core.MaxEgressRecords), Rec: store.Sandbox{
-		ID: id, Tenant: t.ID, TenantName: t.Tenant, State: api.StateRunning, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
+		ID: id, Tenant: t.ID, TenantName: t.Tenant, State: state, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
 		Created: now, Expires: bo.expires, IdleTimeout: bo.idle, LastActive: now, InitPid: inst.InitPid(),
 	}}
 	// The audit record first, then the daemon's own: a crash in between
 	// leaves a sandbox without a record, which the next daemon ends (and
 	// records); never one that runs unaudited.
-	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxCreated{
-		Spec: record.Spec(*sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
-		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &b.Rec.Expires, IdleTimeout: bo.idle.String(),
-		Controls: record.ControlsOf(inst.Wall(), inst.WallVersion(), inst.Degraded()), InitPID: inst.InitPid(),
-	}); err != nil {
+	if err := s.Cfg.Audit.Commit(ctx, b.Who(), rd); err != nil {
 		discard(inst)
 		return nil, err
 	}
@@ -222,10 +273,19 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	}
 	// Live from here, unless the kill switch came first: then it ends as
 	// any live sandbox would (destroyed, its end recorded).
+	// A pooled one joins its pool, unless the pool went meanwhile.
 	s.Mu.Lock()
 	reason := pc.killed
-	if reason == "" {
+	switch {
+	case reason != "":
+	case bo.pool == nil:
 		s.Boxes[id] = b
+	case bo.pool.gone:
+		reason = "its pool " + core.QuoteID(bo.pool.name) + " was removed or redefined"
+	case len(bo.pool.idle) >= bo.pool.size:
+		reason = "its pool " + core.QuoteID(bo.pool.name) + " is full (its size was lowered)"
+	default:
+		bo.pool.idle = append(bo.pool.idle, b)
 	}
 	s.Mu.Unlock()
 	if reason != "" {
@@ -233,6 +293,12 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 		return nil, killedError(id, reason)
 	}
 	go s.watch(b)
+	if bo.pool != nil {
+		s.Cfg.Metrics.PoolReady.Inc()
+		s.Cfg.Metrics.PoolFillSecs.Observe(time.Since(t0).Seconds())
+		s.Cfg.Log.Debug("pooled sandbox made", "id", id, "tenant", t.ID, "pool", bo.pool.name, "took", time.Since(t0))
+		return b, nil
+	}
 	s.Cfg.Metrics.Creates.Inc()
 	s.Cfg.Metrics.CreateSeconds.Observe(time.Since(t0).Seconds())
 	s.Cfg.Log.Info("sandbox created", "id", id, "tenant", t.ID, "image", sp.Image, "took", time.Since(t0))
@@ -268,6 +334,8 @@ func (s *Service) admit(ctx context.Context, t *tenant.Principal, ids []string, 
 			cpus += pc.cpus
 		}
 	}
+	pn, pmem, pcpus := s.pools.held(t.ID, nil)
+	n, mem, cpus = n+pn, mem+pmem, cpus+pcpus
 	k := len(ids)
 	these := "this one asks"
 	if k > 1 {
@@ -503,6 +571,15 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 			bs = append(bs, b)
 		}
 	}
+	// The kill switch removes the pools too: nothing refills them.
+	if err := s.Cfg.Store.DeletePools(context.Background(), tid, ""); err != nil {
+		s.Cfg.Log.Error("kill switch: remove the pools' records", "tenant", tid, "err", err)
+	}
+	for _, p := range s.pools.remove(tid) {
+		bs = append(bs, p.idle...)
+		s.Cfg.Metrics.PoolReady.Sub(float64(len(p.idle)))
+		p.idle = nil
+	}
 	var pcs []*pendingCreate
 	for _, pc := range s.pending {
 		if (tid == "" || pc.tenant == tid) && pc.killed == "" {
@@ -567,6 +644,9 @@ func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
 	}
 	s.Mu.Lock()
 	delete(s.Boxes, b.Rec.ID)
+	if s.pools.drop(b) {
+		s.Cfg.Metrics.PoolReady.Dec()
+	}
 	s.Mu.Unlock()
 	b.Mu.Lock()
 	b.Rec.State, b.Rec.Ended, b.Rec.EndReason = api.StateEnded, s.Cfg.Now(), reason
@@ -632,19 +712,23 @@ func (s *Service) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Pooled sandboxes are not kept: the pools are made afresh.
+	pooled, err := s.Cfg.Store.Sandboxes(ctx, statePooled)
+	if err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	for _, r := range recs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.adopt(ctx, r)
-		}()
+		wg.Go(func() { s.adopt(ctx, r) })
+	}
+	for _, r := range pooled {
+		wg.Go(func() { s.lost(ctx, r, "a pooled sandbox is not kept across a daemon restart", "pool") })
 	}
 	wg.Wait()
 	// A daemon killed between making a sandbox and recording it left one
 	// nobody knows: end it.
 	known := map[string]bool{}
-	for _, r := range recs {
+	for _, r := range slices.Concat(recs, pooled) {
 		known[r.ID] = true
 	}
 	for _, id := range s.Cfg.Backend.LongLived() {
@@ -658,6 +742,9 @@ func (s *Service) Recover(ctx context.Context) error {
 		s.Cfg.Log.Warn("discarded a sandbox without a record", "id", id, "err", err)
 		s.Cfg.Audit.Note(record.Who{Sandbox: id}, record.SandboxDestroyed{Reason: "found without a record after a daemon restart"})
 	}
+	if err := s.restorePools(ctx); err != nil {
+		return err
+	}
 	if s.Cfg.Broker != nil {
 		s.Mu.Lock()
 		live := slices.Collect(maps.Keys(s.Boxes))
@@ -667,22 +754,26 @@ func (s *Service) Recover(ctx context.Context) error {
 	return s.Cfg.Store.PruneEnded(ctx, s.Cfg.Now().Add(-keepEnded))
 }
 
-func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
-	fail := func(err error) {
-		if derr := s.Cfg.Backend.Discard(r.ID); derr != nil {
-			s.Cfg.Log.Error("discard an unadopted sandbox", "id", r.ID, "err", derr)
-		}
-		if s.Cfg.Broker != nil {
-			s.Cfg.Broker.End(r.ID)
-		}
-		r.State, r.Ended, r.EndReason = api.StateEnded, s.Cfg.Now(), "not adopted after a daemon restart: "+err.Error()
-		if perr := s.Cfg.Store.PutSandbox(ctx, r); perr != nil {
-			s.Cfg.Log.Error("record sandbox end", "id", r.ID, "err", perr)
-		}
-		s.Cfg.Log.Warn("sandbox not adopted", "id", r.ID, "err", err)
-		s.Cfg.Audit.Note(record.Who{Tenant: r.Tenant, Sandbox: r.ID}, record.SandboxDestroyed{Reason: r.EndReason})
-		s.Cfg.Metrics.Ends.WithLabelValues("lost").Inc()
+// lost ends what is left of recorded sandbox r, which a restarted
+// daemon does not adopt, and records why (metric label label).
+func (s *Service) lost(ctx context.Context, r store.Sandbox, reason, label string) {
+	if derr := s.Cfg.Backend.Discard(r.ID); derr != nil {
+		s.Cfg.Log.Error("discard an unadopted sandbox", "id", r.ID, "err", derr)
 	}
+	if s.Cfg.Broker != nil {
+		s.Cfg.Broker.End(r.ID)
+	}
+	r.State, r.Ended, r.EndReason = api.StateEnded, s.Cfg.Now(), reason
+	if perr := s.Cfg.Store.PutSandbox(ctx, r); perr != nil {
+		s.Cfg.Log.Error("record sandbox end", "id", r.ID, "err", perr)
+	}
+	s.Cfg.Log.Warn("sandbox not adopted", "id", r.ID, "reason", reason)
+	s.Cfg.Audit.Note(record.Who{Tenant: r.Tenant, Sandbox: r.ID}, record.SandboxDestroyed{Reason: r.EndReason})
+	s.Cfg.Metrics.Ends.WithLabelValues(label).Inc()
+}
+
+func (s *Service) adopt(ctx context.Context, r store.Sandbox) {
+	fail := func(err error) { s.lost(ctx, r, "not adopted after a daemon restart: "+err.Error(), "lost") }
 	var sp spec.Spec
 	if err := json.Unmarshal([]byte(r.Spec), &sp); err != nil {
 		fail(fmt.Errorf("its record is unreadable: %v", err))
@@ -727,8 +818,12 @@ func helloAdopted(ctx context.Context, state string, inst Host, ag *core.Agent) 
 }
 
 // Run expires sandboxes (TTL, idle), enforces CPU budgets and refills the
-// agents' rate limits, once a second, until ctx ends.
+// agents' rate limits, once a second, and keeps the pools full (refill),
+// until ctx ends.
 func (s *Service) Run(ctx context.Context) {
+	refilled := make(chan struct{})
+	go func() { s.refill(ctx); close(refilled) }()
+	defer func() { <-refilled }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

@@ -129,6 +129,11 @@ type Spec struct {
 	// copy was made from: they are removed once no copy runs from them.
 	// The daemon sets it; no request names it.
 	Fork string `json:"fork,omitempty"`
+	// Pool names the pool the sandbox was made ahead for (airlock serve):
+	// it was made without Env, which the daemon gave it when a create
+	// took it, and passes with each of its commands. The daemon sets it;
+	// no request names it.
+	Pool string `json:"pool,omitempty"`
 }
 
 // ScanPolicies are what may be done with a credential found in a call.

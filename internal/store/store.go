@@ -76,6 +76,12 @@ CREATE TABLE IF NOT EXISTS tenant_ids (
 	name TEXT NOT NULL,
 	created INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS pools (
+	tenant TEXT NOT NULL,
+	name TEXT NOT NULL,
+	def TEXT NOT NULL,
+	PRIMARY KEY (tenant, name)
+);
 CREATE TABLE IF NOT EXISTS secrets (
 	tenant TEXT NOT NULL,
 	name TEXT NOT NULL,
@@ -279,6 +285,58 @@ func (s *Store) TenantByName(ctx context.Context, name string) (Tenant, error) {
 	return t, err
 }
 
+// Pool is a tenant's pool as it was set: its definition (api.SetPool,
+// as JSON), kept so that a restarted daemon refills it.
+type Pool struct{ Tenant, Name, Def string }
+
+// PutPool records pool p (replacing the tenant's pool of that name).
+func (s *Store) PutPool(ctx context.Context, p Pool) error {
+	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO pools (tenant, name, def) VALUES (?, ?, ?)`, p.Tenant, p.Name, p.Def)
+	return err
+}
+
+// DeletePools removes tenant's pool name, or all its pools when name is
+// "", or every tenant's when tenant is "" too.
+func (s *Store) DeletePools(ctx context.Context, tenant, name string) error {
+	var err error
+	switch {
+	case tenant == "":
+		_, err = s.db.ExecContext(ctx, `DELETE FROM pools`)
+	case name == "":
+		_, err = s.db.ExecContext(ctx, `DELETE FROM pools WHERE tenant = ?`, tenant)
+	default:
+		_, err = s.db.ExecContext(ctx, `DELETE FROM pools WHERE tenant = ? AND name = ?`, tenant, name)
+	}
+	return err
+}
+
+// Pools lists every tenant's pools.
+func (s *Store) Pools(ctx context.Context) ([]Pool, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant, name, def FROM pools ORDER BY tenant, name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Pool
+	for rows.Next() {
+		var p Pool
+		if err := rows.Scan(&p.Tenant, &p.Name, &p.Def); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// TenantByID finds the live tenant of id.
+func (s *Store) TenantByID(ctx context.Context, id string) (Tenant, error) {
+	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, ErrNotFound
+	}
+	return t, err
+}
+
 // Tenants lists every tenant by name.
 func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
@@ -310,6 +368,9 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) (freed []string, er
 		return nil, err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ?`, id); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM pools WHERE tenant = ?`, id); err != nil {
 		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT content FROM snapshots WHERE tenant = ?`, id)

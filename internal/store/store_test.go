@@ -120,6 +120,11 @@ func TestDeletedTenantLeavesNothingToItsName(t *testing.T) {
 	if err := s.AddSecret(ctx, Secret{Tenant: old, Name: "k", Version: 1, Sealed: []byte{1}}); err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range []Pool{{Tenant: old, Name: "p", Def: "{}"}, {Tenant: other, Name: "p", Def: "{}"}} {
+		if err := s.PutPool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
 	freed, err := s.DeleteTenant(ctx, old)
 	if err != nil || len(freed) != 1 || freed[0] != "c-own" {
 		t.Errorf("freed %v, %v", freed, err)
@@ -139,6 +144,9 @@ func TestDeletedTenantLeavesNothingToItsName(t *testing.T) {
 	}
 	if sn, err := s.SnapshotOf(ctx, other, "s3"); err != nil || sn.Content != "c-shared" {
 		t.Errorf("the other tenant's snapshot: %+v %v", sn, err)
+	}
+	if ps, err := s.Pools(ctx); err != nil || len(ps) != 1 || ps[0].Tenant != other {
+		t.Errorf("pools after the deletion: %+v %v", ps, err)
 	}
 	// An id is never issued again, whatever the name.
 	var n int

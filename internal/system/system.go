@@ -306,6 +306,7 @@ func (s *System) service(ctx context.Context) (err error) {
 	s.Service = sandbox.New(cfg)
 	tcfg.Sandboxes = s.Service
 	s.Tenants = tenant.New(tcfg)
+	s.Service.Cfg.Principal = s.Tenants.ByID
 	return nil
 }
 

@@ -255,6 +255,26 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 	if err != nil {
 		return nil, err
 	}
+	return s.principal(t), nil
+}
+
+// ByID is tenant id as its key signs it in, with its settings as they
+// are now: for work the daemon does for a tenant between its calls (a
+// pool's refill). A deleted tenant is ErrUnauthenticated.
+func (s *Service) ByID(ctx context.Context, id string) (*Principal, error) {
+	t, err := s.cfg.Store.TenantByID(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errTenantGone()
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := s.principal(t)
+	return p, p.Err()
+}
+
+// principal is the principal of stored tenant t.
+func (s *Service) principal(t store.Tenant) *Principal {
 	p := &Principal{ID: t.ID, Tenant: t.Name, ScanPolicy: t.ScanPolicy, Isolation: t.Isolation}
 	if p.ScanPolicy == "" {
 		p.ScanPolicy = DefaultScanPolicy
@@ -264,7 +284,7 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 	s.mu.Lock()
 	p.deleted = s.mark(t.ID)
 	s.mu.Unlock()
-	return p, nil
+	return p
 }
 
 var tenantName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })

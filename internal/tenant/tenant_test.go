@@ -176,9 +176,16 @@ func TestDeletedTenantIsRefusedEverywhere(t *testing.T) {
 	}
 	// A sign-in while the sandboxes are being ended: the principal cache
 	// was emptied of acme's key, so it is loaded again, and refused.
+	if p, err := s.ByID(ctx, acme.ID); err != nil || p.Tenant != "acme" {
+		t.Errorf("acme by its id: %+v %v", p, err)
+	}
 	fake.whileEnding = func() {
 		if _, err := s.Authenticate(ctx, acme.Key, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
 			t.Errorf("a sign-in during the deletion: %v", err)
+		}
+		// A pool's refill during the deletion is refused too.
+		if _, err := s.ByID(ctx, acme.ID); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Errorf("acme by its id during the deletion: %v", err)
 		}
 	}
 	if err := s.Delete(ctx, admin, "acme"); err != nil {
@@ -204,5 +211,31 @@ func TestDeletedTenantIsRefusedEverywhere(t *testing.T) {
 	}
 	if err := s.Delete(ctx, admin, "acme"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("deleting it again: %v", err)
+	}
+	if _, err := s.ByID(ctx, acme.ID); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("the deleted tenant by its id: %v", err)
+	}
+}
+
+// ByID (a pool's refill) sees a tenant's settings as they are now, not as
+// a principal signed in earlier holds them.
+func TestByIDSeesTheQuotasOfNow(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := New(Config{Store: db, Sandboxes: &fakeSandboxes{live: map[string]int{}}})
+	ctx := context.Background()
+	admin := &Principal{Admin: true}
+	acme, err := s.Create(ctx, admin, &api.CreateTenant{Name: "acme", Quotas: api.Quotas{MaxSandboxes: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, admin, "acme", &api.UpdateTenant{Quotas: &api.Quotas{MaxSandboxes: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.ByID(ctx, acme.ID); err != nil || p.Quotas.MaxSandboxes != 1 || p.ID != acme.ID {
+		t.Errorf("acme by its id after an update: %+v %v", p, err)
 	}
 }

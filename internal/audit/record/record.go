@@ -51,7 +51,10 @@ type Controls struct {
 // name only, grants without tokens), what it runs on and why it exists.
 // Expires is nil for a run (its deadline is in the spec's timeout);
 // Metadata and Trigger are the creator's (null for a run). InitPID is 0
-// in a run's record, which is made before init exists.
+// in a run's record, which is made before init exists. Pool names the
+// pool the sandbox was taken from (made ahead: its sandbox.pooled record
+// came first); PoolMiss says why a create that named or matched a pool
+// was made afresh.
 type SandboxCreated struct {
 	Spec         spec.Spec  `json:"spec"`
 	Image        string     `json:"image"`
@@ -63,6 +66,19 @@ type SandboxCreated struct {
 	IdleTimeout  string     `json:"idle_timeout"`
 	Controls     Controls   `json:"controls"`
 	InitPID      int        `json:"init_pid"`
+	Pool         string     `json:"pool,omitempty"`
+	PoolMiss     string     `json:"pool_miss,omitempty"`
+}
+
+// SandboxPooled is a sandbox made ahead for a tenant's pool, frozen until
+// a create takes it (its sandbox.created record) or it ends: its spec
+// (without the environment, which a create gives it), what it runs on.
+type SandboxPooled struct {
+	Pool        string    `json:"pool"`
+	Spec        spec.Spec `json:"spec"`
+	ImageDigest string    `json:"image_digest"`
+	Controls    Controls  `json:"controls"`
+	InitPID     int       `json:"init_pid"`
 }
 
 // SandboxDestroyed is a sandbox's end: why, what it used, and what it
@@ -400,6 +416,7 @@ func (SecretAdded) Kind() string      { return "secret.added" }
 func (SecretRotated) Kind() string    { return "secret.rotated" }
 func (SecretRemoved) Kind() string    { return "secret.removed" }
 func (MCPSpec) Kind() string          { return "mcp.spec" }
+func (SandboxPooled) Kind() string    { return "sandbox.pooled" }
 
 // kinds makes an empty record of each kind, for Decode.
 var kinds = map[string]func() Data{}
@@ -419,7 +436,7 @@ func init() {
 		func() Data { return &AuthFailed{} }, func() Data { return &TenantCreated{} }, func() Data { return &TenantUpdated{} },
 		func() Data { return &TenantDeleted{} }, func() Data { return &SecretAdded{} }, func() Data { return &SecretRotated{} },
 		func() Data { return &SecretRemoved{} }, func() Data { return &MCPSpec{} }, func() Data { return &SandboxRefused{} },
-		func() Data { return &SandboxForked{} },
+		func() Data { return &SandboxForked{} }, func() Data { return &SandboxPooled{} },
 	} {
 		kinds[f().Kind()] = f
 	}

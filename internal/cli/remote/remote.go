@@ -50,7 +50,7 @@ func onDaemon(g *cmdutil.Globals, c *cobra.Command, jsonFlag bool, run func(ctx 
 func Commands(g *cmdutil.Globals) []*cobra.Command {
 	return []*cobra.Command{
 		createCmd(g), psCmd(g), inspectCmd(g), statsCmd(g), execCmd(g), attachCmd(g), logsCmd(g), signalCmd(g),
-		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g), forkCmd(g),
+		catCmd(g), writeCmd(g), editCmd(g), lsCmd(g), cpCmd(g), diffCmd(g), snapshotCmd(g), forkCmd(g), poolCmd(g),
 		eachCmd(g, "rm SANDBOX...", "Destroy sandboxes (returns when they are gone)", func(ctx context.Context, cl *client.Client, id string) error { return cl.Destroy(ctx, id) }),
 		eachCmd(g, "pause SANDBOX...", "Freeze every process of sandboxes", func(ctx context.Context, cl *client.Client, id string) error {
 			_, err := cl.Pause(ctx, id)
@@ -100,6 +100,7 @@ in the header only on requests the grant's rules cover:
 	f.StringVar(&req.Trigger.PromptDigest, "prompt-digest", "", "trigger record: digest of the prompt")
 	f.StringArrayVar(&inputs, "input", nil, "trigger record: input KEY=VALUE (repeatable)")
 	f.StringArrayVar(&req.AllowDegraded, "allow-degraded", nil, "run without a degradable control (landlock) on a host that lacks it")
+	f.StringVar(&req.Pool, "pool", "", "take a sandbox made ahead in this pool of yours (airlock pool); a create whose spec cannot be given to one is made afresh")
 	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, _ []string) error {
 		var err error
 		if req.Metadata, err = cmdutil.KVMap("--meta", meta); err != nil {

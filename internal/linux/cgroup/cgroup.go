@@ -724,6 +724,10 @@ func (c *Cgroup) Procs() []int {
 // none is left and gone reports true (the holder of what the cgroup was
 // made for has let go), for five seconds at most.
 func (c *Cgroup) KillUntil(gone func() bool) {
+	// Frozen tasks do not die until thawed (a paused or pooled sandbox).
+	if c.Frozen() {
+		_ = c.Thaw()
+	}
 	for i := 0; i < 250; i++ {
 		procs := c.Procs()
 		for _, p := range procs {

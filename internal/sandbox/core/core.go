@@ -138,6 +138,10 @@ type Config struct {
 	// (spec.Isolations; "": container). Unlike a tenant's hold it is a
 	// default only: a create may name another wall.
 	DefaultIsolation string
+	// Principal is tenant id as its key signs it in now (its quotas,
+	// roots, hold): the pools' refills are admitted as it. Nil: pools
+	// cannot be set.
+	Principal func(ctx context.Context, id string) (*tenant.Principal, error)
 }
 
 // Core holds every live sandbox of every tenant. Tenants are keyed by
@@ -227,7 +231,7 @@ func DescribeRecord(r store.Sandbox, u *lifecycle.Usage) *api.Sandbox {
 	_ = json.Unmarshal([]byte(r.Spec), &sp)
 	out := &api.Sandbox{
 		ID: r.ID, Tenant: r.TenantName, TenantID: r.Tenant, State: r.State, Isolation: sp.Wall(), Image: sp.Image, Created: r.Created, Expires: r.Expires,
-		LastActive: r.LastActive, EndReason: r.EndReason,
+		LastActive: r.LastActive, EndReason: r.EndReason, Pool: sp.Pool,
 		Limits:  api.Limits{MemoryBytes: sp.Limits.Memory, DiskBytes: sp.Limits.Disk, CPUs: sp.Limits.CPUs, Pids: sp.Limits.Pids},
 		Network: api.Network{Mode: sp.NetMode(), Allow: sp.Net.Allow, Deny: sp.Net.Deny, EgressBytes: sp.Net.EgressBytes, MaxConns: sp.Net.MaxConns},
 	}

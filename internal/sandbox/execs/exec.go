@@ -211,9 +211,10 @@ func (s *Commands) scanExec(ctx context.Context, t *tenant.Principal, b *core.Bo
 	return req, argv, nil
 }
 
-// startRequest is the agent's request to start req's command.
-func startRequest(req *api.Exec) *process.StartRequest {
-	start := &process.StartRequest{Process: &process.ProcessConfig{Cmd: req.Cmd[0], Args: req.Cmd[1:], Envs: req.Env}}
+// startRequest is the agent's request to start req's command in a
+// sandbox of spec sp.
+func startRequest(sp *spec.Spec, req *api.Exec) *process.StartRequest {
+	start := &process.StartRequest{Process: &process.ProcessConfig{Cmd: req.Cmd[0], Args: req.Cmd[1:], Envs: commandEnv(sp, req.Env)}}
 	if req.Cwd != "" {
 		start.Process.Cwd = &req.Cwd
 	}
@@ -261,7 +262,7 @@ func (s *Commands) startExec(ctx, sctx context.Context, t *tenant.Principal, b *
 			s.Cfg.Audit.Note(x.w, record.ExecEnd{ExecID: x.id, ExitCode: -1, Status: "not started", Error: why.Error()})
 		}
 	}
-	stream, err := b.Agent.Proc.Start(sctx, core.AsUser(connect.NewRequest(startRequest(req)), req.User))
+	stream, err := b.Agent.Proc.Start(sctx, core.AsUser(connect.NewRequest(startRequest(&b.Spec, req)), req.User))
 	if err != nil {
 		notStarted(err)
 		return nil, nil, core.AgentError(err)
@@ -665,4 +666,25 @@ func (s *Commands) Resize(ctx context.Context, t *tenant.Principal, id string, p
 	}
 	_, err = b.Agent.Proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: selector(pid), Pty: &process.PTY{Size: &process.PTY_Size{Rows: uint32(tty.Rows), Cols: uint32(tty.Cols)}}}))
 	return core.AgentError(err)
+}
+
+// commandEnv is the environment a command asks of the agent: its own
+// (env), over the sandbox's when the sandbox was made ahead for a pool,
+// whose agent was started without it (spec.Spec.Pool). HOME, USER and
+// LOGNAME stay the agent's, as they do for a sandbox made with its env.
+func commandEnv(sp *spec.Spec, env map[string]string) map[string]string {
+	if sp.Pool == "" || len(sp.Env) == 0 {
+		return env
+	}
+	out := make(map[string]string, len(sp.Env)+len(env))
+	for _, kv := range sp.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "USER", "LOGNAME":
+			continue
+		}
+		out[k] = v
+	}
+	maps.Copy(out, env)
+	return out
 }

@@ -1,0 +1,399 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
+	"github.com/airlock-sandbox/airlock/internal/spec"
+	"github.com/airlock-sandbox/airlock/internal/store"
+	"github.com/airlock-sandbox/airlock/internal/tenant"
+)
+
+// What a create asks per request (env, TTL) never keeps it from a pool;
+// what is made into a sandbox (workspace, grants, egress policy, image,
+// limits, wall, hostname, writable root) does, and says which.
+func TestPoolsMatchOnlyWhatIsMadeAhead(t *testing.T) {
+	mk := func(req api.CreateSandbox) spec.Spec {
+		t.Helper()
+		sp, _, _, err := core.SpecOf(&req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sp
+	}
+	pool := matchable(mk(api.CreateSandbox{Image: "host", Limits: api.Limits{MemoryBytes: 512 << 20}, Network: api.Network{Mode: "proxy", Allow: []string{"pypi"}}}))
+	base := api.CreateSandbox{Image: "host", Limits: api.Limits{MemoryBytes: 512 << 20}, Network: api.Network{Mode: "proxy", Allow: []string{"pypi"}}}
+	for _, tc := range []struct {
+		name string
+		edit func(*api.CreateSandbox)
+		want string // a piece of the reason; "" matches
+	}{
+		{"same", func(*api.CreateSandbox) {}, ""},
+		{"env, ttl, idle, metadata, trigger", func(r *api.CreateSandbox) {
+			r.Env = map[string]string{"A": "1"}
+			r.TTL, r.IdleTimeout = "5m", "1m"
+			r.Metadata = map[string]string{"k": "v"}
+			r.Trigger.TaskID = "t1"
+		}, ""},
+		{"workspace", func(r *api.CreateSandbox) { r.Workspace = "/srv/ws" }, "workspace"},
+		{"repo", func(r *api.CreateSandbox) { r.Repo = "/srv/repo" }, "repo"},
+		{"grants", func(r *api.CreateSandbox) {
+			r.Grants = []api.Grant{{Secret: "gh", Host: "api.github.com", Allow: []string{"GET /**"}}}
+		}, "grants"},
+		{"allow", func(r *api.CreateSandbox) { r.Network.Allow = []string{"npm"} }, "egress policy"},
+		{"deny", func(r *api.CreateSandbox) { r.Network.Deny = []string{"evil.example"} }, "egress policy"},
+		{"no network", func(r *api.CreateSandbox) { r.Network = api.Network{} }, "network mode"},
+		{"memory", func(r *api.CreateSandbox) { r.Limits.MemoryBytes = 256 << 20 }, "limits"},
+		{"cpus", func(r *api.CreateSandbox) { r.Limits.CPUs = 2 }, "limits"},
+		{"image", func(r *api.CreateSandbox) { r.Image = "/srv/rootfs" }, "image"},
+		{"isolation", func(r *api.CreateSandbox) { r.Isolation = "gvisor" }, "isolation"},
+		{"hostname", func(r *api.CreateSandbox) { r.Hostname = "box" }, "hostname"},
+		{"writable root", func(r *api.CreateSandbox) { r.WritableRootfs = true }, "writable root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := base
+			req.Network.Allow = slices.Clone(base.Network.Allow)
+			tc.edit(&req)
+			got := poolMismatch(pool, mk(req))
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("mismatch %q, want one saying %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// poolRig is a life rig whose service keeps pools for tenant p.
+func poolRig(t *testing.T, q api.Quotas) (*lifeRig, *tenant.Principal) {
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", q, false)
+	r.svc.Cfg.Principal = func(context.Context, string) (*tenant.Principal, error) { return p, nil }
+	return r, p
+}
+
+// fillPools makes what the pools lack, as the refiller does, but here.
+func (r *lifeRig) fillPools() {
+	for {
+		ps := r.svc.needs(poolFills)
+		if len(ps) == 0 {
+			return
+		}
+		for _, p := range ps {
+			r.svc.fill(context.Background(), p)
+		}
+	}
+}
+
+func (r *lifeRig) pool(t *testing.T, p *tenant.Principal, name string) *api.Pool {
+	t.Helper()
+	pl, err := r.svc.Pool(context.Background(), p, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
+}
+
+// A pooled sandbox is made ahead and frozen, recorded as pooled (not
+// listed); a create naming the pool takes it thawed, with its own env,
+// metadata, trigger and TTL, recorded as created from the pool; the pool
+// is made whole again with a new one.
+func TestPoolsHitGivesTheCreateItsOwn(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	if _, err := r.svc.SetPool(ctx, p, "py", &api.SetPool{Size: 2, Limits: api.Limits{MemoryBytes: 256 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	if pl := r.pool(t, p, "py"); pl.Ready != 2 || pl.Error != "" {
+		t.Fatalf("pool: %+v", pl)
+	}
+	if got := r.svc.List(ctx, p); len(got) != 0 {
+		t.Errorf("pooled sandboxes are listed: %v", got)
+	}
+	var pooled []string
+	made := r.be.madeHosts()
+	for id, h := range made {
+		if !h.isPaused() {
+			t.Errorf("pooled sandbox %s is not frozen", id)
+		}
+		if k := r.kinds(id); !slices.Equal(k, []string{"sandbox.pooled"}) {
+			t.Errorf("records of pooled %s: %v", id, k)
+		}
+		if st := r.stored(t, id).State; st != statePooled {
+			t.Errorf("pooled %s stored as %s", id, st)
+		}
+		pooled = append(pooled, id)
+	}
+	created := r.clock.Now()
+	sb := r.create(t, p, &api.CreateSandbox{Pool: "py", Env: map[string]string{"TASK": "42"}, Metadata: map[string]string{"k": "v"}, Trigger: api.Trigger{TaskID: "t9"}, TTL: "10m"})
+	if !slices.Contains(pooled, sb.ID) || sb.Pool != "py" || sb.PoolMiss != "" || sb.Metadata["k"] != "v" || !sb.Expires.Equal(created.Add(10*time.Minute)) || sb.State != api.StateRunning {
+		t.Fatalf("create from the pool: %+v", sb)
+	}
+	if r.be.sandbox(t, sb.ID).isPaused() {
+		t.Error("the taken sandbox is still frozen")
+	}
+	c := r.records(sb.ID, "sandbox.created")
+	if len(c) != 1 || c[0]["pool"] != "py" {
+		t.Fatalf("sandbox.created: %v", c)
+	}
+	if env := c[0]["spec"].(map[string]any)["env"]; len(env.([]any)) != 1 {
+		t.Errorf("sandbox.created's env: %v", env)
+	}
+	r.svc.Mu.Lock()
+	bsp := r.svc.Boxes[sb.ID].Spec
+	r.svc.Mu.Unlock()
+	if !slices.Equal(bsp.Env, []string{"TASK=42"}) || bsp.Pool != "py" {
+		t.Errorf("the taken sandbox's spec: env %v, pool %q", bsp.Env, bsp.Pool)
+	}
+	if pl := r.pool(t, p, "py"); pl.Ready != 1 || pl.Hits != 1 {
+		t.Errorf("after the take: %+v", pl)
+	}
+	r.fillPools()
+	if pl := r.pool(t, p, "py"); pl.Ready != 2 {
+		t.Errorf("after the refill: %+v", pl)
+	}
+
+	// A plain create of the pool's spec takes one too; one with a
+	// workspace does not, and says why.
+	sb2 := r.create(t, p, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 256 << 20}})
+	if sb2.Pool != "py" {
+		t.Errorf("a matching create was not given a pooled sandbox: %+v", sb2)
+	}
+	sb3, err := r.svc.Create(ctx, p, &api.CreateSandbox{Pool: "py", Limits: api.Limits{MemoryBytes: 256 << 20}, Hostname: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb3.Pool != "" || !strings.Contains(sb3.PoolMiss, "hostname") || slices.Contains(pooled, sb3.ID) {
+		t.Errorf("a create the pool cannot serve: %+v", sb3)
+	}
+	if c := r.records(sb3.ID, "sandbox.created"); len(c) != 1 || !strings.Contains(c[0]["pool_miss"].(string), "hostname") {
+		t.Errorf("its sandbox.created: %v", c)
+	}
+	if _, err := r.svc.Create(ctx, p, &api.CreateSandbox{Pool: "nope"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a create naming no pool of its tenant: %v", err)
+	}
+}
+
+// A pool counts against its tenant's quotas: one that would exceed them
+// is refused, and what it holds ready counts against later creates.
+func TestPoolsCountAgainstQuotas(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{MaxSandboxes: 3})
+	r.create(t, p, &api.CreateSandbox{})
+	_, err := r.svc.SetPool(ctx, p, "big", &api.SetPool{Size: 3})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "may have 3 sandboxes") {
+		t.Fatalf("a pool past the quota: %v", err)
+	}
+	if _, err := r.svc.SetPool(ctx, p, "ok", &api.SetPool{Size: 2, Limits: api.Limits{Pids: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	if _, err := r.svc.Create(ctx, p, &api.CreateSandbox{}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a create past the quota that the pool holds: %v", err)
+	}
+}
+
+// readyIDs are the ids of the pools' ready sandboxes.
+func (r *lifeRig) readyIDs() []string {
+	r.svc.Mu.Lock()
+	defer r.svc.Mu.Unlock()
+	var out []string
+	for _, byName := range r.svc.pools.by {
+		for _, pl := range byName {
+			for _, b := range pl.idle {
+				out = append(out, b.Rec.ID)
+			}
+		}
+	}
+	return out
+}
+
+// Removing a pool ends its ready sandboxes (and no other pool's); the
+// kill switch ends the rest and removes the pools, so nothing refills.
+func TestPoolsEndWithRemovalAndKillSwitch(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	for i, n := range []string{"a", "b"} {
+		if _, err := r.svc.SetPool(ctx, p, n, &api.SetPool{Size: 2, Limits: api.Limits{Pids: 100 + int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.fillPools()
+	before := r.readyIDs()
+	if len(before) != 4 {
+		t.Fatalf("ready: %v", before)
+	}
+	if err := r.svc.DeletePool(ctx, p, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 1 || rest[0].Name != "b" {
+		t.Errorf("recorded pools after removing a: %+v %v", rest, err)
+	}
+	left := r.readyIDs()
+	if len(left) != 2 {
+		t.Fatalf("after removing pool a: %v", left)
+	}
+	for _, id := range before {
+		if !slices.Contains(left, id) {
+			r.wantEnded(t, id, `pool "a" was removed`)
+			if !r.be.sandbox(t, id).gone() {
+				t.Errorf("%s of a removed pool is not destroyed", id)
+			}
+		}
+	}
+	if _, err := r.svc.killAll(p, p.ID, "kill switch (tenant acme)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range left {
+		r.wantEnded(t, id, "kill switch (tenant acme)")
+	}
+	if got := r.svc.Pools(ctx, p); len(got) != 0 {
+		t.Errorf("pools after the kill switch: %+v", got)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 0 {
+		t.Errorf("recorded pools after the kill switch: %+v %v", rest, err)
+	}
+	if got := r.svc.needs(poolFills); len(got) != 0 {
+		t.Errorf("the refiller would refill after the kill switch: %d", len(got))
+	}
+}
+
+// A restarted daemon ends the pooled sandboxes it finds recorded and
+// discards them on the host, and sets the recorded pools again, which it
+// fills afresh; a pool whose tenant is gone is dropped.
+func TestPoolsEndAtRestart(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 2, Limits: api.Limits{Pids: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.db.PutPool(ctx, store.Pool{Tenant: "id_gone", Name: "g", Def: `{"size": 1}`}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	ids := r.readyIDs()
+	r2 := newLifeRigOn(t, r.db, r.be, r.clock)
+	r2.svc.Cfg.Principal = func(_ context.Context, id string) (*tenant.Principal, error) {
+		if id != p.ID {
+			return nil, errdefs.New(errdefs.ErrUnauthenticated, "no such tenant")
+		}
+		return p, nil
+	}
+	if err := r2.svc.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pl, err := r2.svc.Pool(ctx, p, "a"); err != nil || pl.Size != 2 || pl.Limits.Pids != 99 || pl.Ready != 0 {
+		t.Fatalf("the pool after a restart: %+v %v", pl, err)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 1 || rest[0].Name != "a" {
+		t.Errorf("recorded pools after a restart: %+v %v", rest, err)
+	}
+	r2.fillPools()
+	if again := r2.readyIDs(); len(again) != 2 || slices.ContainsFunc(again, func(id string) bool { return slices.Contains(ids, id) }) {
+		t.Errorf("refilled after a restart: %v (before: %v)", again, ids)
+	}
+	for _, id := range ids {
+		if st := r2.stored(t, id); st.State != api.StateEnded || !strings.Contains(st.EndReason, "not kept across a daemon restart") {
+			t.Errorf("pooled %s after a restart: %s %q", id, st.State, st.EndReason)
+		}
+		if !slices.Contains(r.be.discards(), id) {
+			t.Errorf("pooled %s was not discarded at the restart", id)
+		}
+	}
+}
+
+// A refill acts as the tenant is now: roots it no longer has stop the
+// pool's refills (and say why) rather than being used.
+func TestPoolsRefillAsTheTenantIsNow(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	p.Roots = []string{"/srv/a"}
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	p.Roots = []string{"/srv/b"}
+	r.fillPools()
+	if pl := r.pool(t, p, "a"); pl.Ready != 0 || !strings.Contains(pl.Error, "changed since the pool was set") {
+		t.Errorf("a pool whose tenant's roots changed: %+v", pl)
+	}
+	if n := r.be.count(); n != 0 {
+		t.Errorf("the host made %d sandboxes for it", n)
+	}
+}
+
+// A pool made smaller while its sandboxes are being made keeps no more
+// than its new size: what is made past it is ended.
+func TestPoolsShrinkWhileFilling(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	picked := r.svc.needs(poolFills)
+	if len(picked) != 2 {
+		t.Fatalf("picked %d", len(picked))
+	}
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range picked {
+		r.svc.fill(ctx, pl)
+	}
+	if pl := r.pool(t, p, "a"); pl.Ready != 1 || pl.Filling != 0 {
+		t.Errorf("after the fills: %+v", pl)
+	}
+	ended := 0
+	for _, id := range r.be.madeIDs() {
+		if st := r.stored(t, id); st.State == api.StateEnded && strings.Contains(st.EndReason, "is full") {
+			ended++
+		}
+	}
+	if ended != 1 {
+		t.Errorf("%d sandboxes ended past the new size, want 1", ended)
+	}
+}
+
+// madeHosts are the sandboxes the host made, by id.
+func (f *fakeBackend) madeHosts() map[string]*fakeHost {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.made)
+}
+
+// madeIDs are the ids of the sandboxes the host made.
+func (f *fakeBackend) madeIDs() []string { return slices.Collect(maps.Keys(f.madeHosts())) }
+
+// A pooled sandbox that cannot be thawed is ended, and the create is made
+// afresh within the same quota (the one it took no longer counts), saying
+// why.
+func TestPoolsFailedTakeFallsBack(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{MaxSandboxes: 1})
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	ids := r.readyIDs()
+	if len(ids) != 1 {
+		t.Fatalf("ready: %v", ids)
+	}
+	h := r.be.sandbox(t, ids[0])
+	h.mu.Lock()
+	h.failResume = errors.New("the fake host cannot thaw it")
+	h.mu.Unlock()
+	sb, err := r.svc.Create(ctx, p, &api.CreateSandbox{Pool: "a"})
+	if err != nil {
+		t.Fatalf("the create after a failed take: %v", err)
+	}
+	if sb.ID == ids[0] || sb.Pool != "" || !strings.Contains(sb.PoolMiss, "cannot thaw it") {
+		t.Errorf("the create after a failed take: %+v", sb)
+	}
+	r.wantEnded(t, ids[0], "its pool's sandbox could not be given to a create: thaw: the fake host cannot thaw it")
+}
