@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/airlock-sandbox/airlock/internal/egress/dns"
 	"github.com/airlock-sandbox/airlock/internal/egress/eventlog"
@@ -78,7 +79,6 @@ type Config struct {
 type Proxy struct {
 	cfg       Config
 	dialer    *net.Dialer
-	transport *http.Transport
 	tls       *http.Transport // upstream of intercepted connections
 	mitm      *mitm
 	listeners []net.Listener
@@ -107,21 +107,20 @@ func Start(cfg Config) (_ *Proxy, err error) {
 		return d.DialContext(ctx, network, cfg.Upstream)
 	}}
 	p.dialer = &net.Dialer{Timeout: 15 * time.Second, Resolver: resolver, Control: cfg.Guard.Control}
-	p.transport = &http.Transport{
-		Proxy:                 nil,
-		DialContext:           p.dialer.DialContext,
-		DisableCompression:    true,
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       30 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		// Large buffers: the default 4 KiB ones cap a download's throughput.
-		ReadBufferSize:  256 << 10,
-		WriteBufferSize: 64 << 10,
-	}
 	if cfg.Inspector != nil {
-		p.tls = p.transport.Clone()
-		p.tls.TLSClientConfig = &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12}
-		p.tls.ForceAttemptHTTP2 = true
+		p.tls = &http.Transport{
+			Proxy:                 nil,
+			DialContext:           p.dialer.DialContext,
+			TLSClientConfig:       &tls.Config{RootCAs: cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+			ForceAttemptHTTP2:     true,
+			DisableCompression:    true,
+			MaxIdleConnsPerHost:   8,
+			IdleConnTimeout:       30 * time.Second,
+			ResponseHeaderTimeout: responseHeaderTimeout,
+			// Large buffers: the default 4 KiB ones cap a download's throughput.
+			ReadBufferSize:  256 << 10,
+			WriteBufferSize: 64 << 10,
+		}
 		p.mitm = newMITM(p)
 	}
 	defer func() {
@@ -175,7 +174,6 @@ func (p *Proxy) Close() {
 		p.mitm.close()
 		p.tls.CloseIdleConnections()
 	}
-	p.transport.CloseIdleConnections()
 	p.wg.Wait()
 }
 
@@ -285,6 +283,8 @@ func (p *Proxy) readRequest(c net.Conn, br *bufio.Reader, lr *io.LimitedReader) 
 func (p *Proxy) explicit(c net.Conn) {
 	lr := &io.LimitedReader{R: c}
 	br := bufio.NewReader(lr)
+	var o origin
+	defer o.close(p)
 	for {
 		req, ok := p.readRequest(c, br, lr)
 		if !ok {
@@ -303,7 +303,7 @@ func (p *Proxy) explicit(c net.Conn) {
 		// header is ignored), and that is the host checked and sent on.
 		host, port := splitHostPort(req.URL.Host, 80)
 		req.Host = req.URL.Host
-		if !p.forward(c, req, host, port) {
+		if !p.forward(c, &o, req, host, port) {
 			return
 		}
 	}
@@ -314,6 +314,8 @@ func (p *Proxy) explicit(c net.Conn) {
 func (p *Proxy) transparentHTTP(c net.Conn) {
 	lr := &io.LimitedReader{R: c}
 	br := bufio.NewReader(lr)
+	var o origin
+	defer o.close(p)
 	for {
 		req, ok := p.readRequest(c, br, lr)
 		if !ok {
@@ -324,15 +326,16 @@ func (p *Proxy) transparentHTTP(c net.Conn) {
 			p.refuse(c, req, eventlog.Event{Kind: "http", Method: req.Method}, http.StatusBadRequest, "request without a Host header")
 			return
 		}
-		if !p.forward(c, req, host, 80) {
+		if !p.forward(c, &o, req, host, 80) {
 			return
 		}
 	}
 }
 
-// forward checks one plain HTTP request and relays it; it reports whether
-// the connection may carry another request.
-func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bool {
+// forward checks one plain HTTP request and relays it on o, the client
+// connection's connection to the server; it reports whether the client
+// connection may carry another request.
+func (p *Proxy) forward(c net.Conn, o *origin, req *http.Request, host string, port int) bool {
 	start := time.Now()
 	ev := eventlog.Event{Kind: "http", Host: host, Port: port, Method: req.Method, Path: req.URL.Path}
 	d := p.cfg.Policy.Check(host, port)
@@ -360,10 +363,10 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 	out.Host = req.Host
 	dropHopHeaders(out.Header)
 	body := &countReader{r: req.Body, add: p.addOut}
-	if req.Body != nil {
+	if req.Body != nil && req.Body != http.NoBody {
 		out.Body = body
 	}
-	resp, err := p.transport.RoundTrip(out)
+	resp, err := p.roundTrip(o, out)
 	ev.BytesOut = body.n
 	ev.DurationMS = ms(time.Since(start))
 	if err != nil {
@@ -371,25 +374,172 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, host string, port int) bo
 		if errors.Is(err, policy.ErrBlockedAddress) {
 			status = http.StatusForbidden
 		}
-		if errors.Is(err, ErrByteLimit) {
+		if body.err != nil {
 			status, reason = http.StatusForbidden, fmt.Sprintf("egress byte limit (%d bytes) reached", p.cfg.MaxBytesOut)
 		}
 		p.refuse(c, req, ev, status, reason)
 		return false
 	}
-	defer resp.Body.Close()
-	cw := &countWriter{w: c}
-	bw := bufio.NewWriterSize(cw, 256<<10)
 	resp.Close = resp.Close || req.Close
-	err = resp.Write(bw)
-	if ferr := bw.Flush(); err == nil {
-		err = ferr
+	var n int64
+	if spliceable(resp) {
+		// The body is read past resp.Body, which is left unread.
+		n, err = o.relay(c, resp)
+		if err != nil || resp.Close {
+			o.close(p)
+		}
+	} else {
+		// Chunked, or delimited by the server's close: re-framed by
+		// net/http (and so read through a buffer, not spliced).
+		cw := &countWriter{w: c}
+		bw := bufio.NewWriterSize(cw, 64<<10)
+		err = resp.Write(bw)
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+		n = cw.n
+		if err != nil || resp.Close {
+			o.close(p) // before the body's Close, which would read the rest
+		}
+		resp.Body.Close()
 	}
-	ev.BytesIn = cw.n
+	ev.BytesIn = n
 	ev.Decision = "allowed"
 	ev.DurationMS = ms(time.Since(start))
 	p.record(ev)
 	return err == nil && !resp.Close
+}
+
+// responseHeaderTimeout bounds the wait for a server's answer once a
+// request is sent.
+const responseHeaderTimeout = 60 * time.Second
+
+// origin is a client connection's connection to the server of its latest
+// plain HTTP request, kept for the next one while both keep it alive.
+type origin struct {
+	addr string // host:port dialled
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+func (o *origin) close(p *Proxy) {
+	if o.conn != nil {
+		p.active.Delete(o.conn)
+		o.conn.Close()
+		o.conn, o.br, o.addr = nil, nil, ""
+	}
+}
+
+// roundTrip sends out to its server and reads the head of the answer
+// (1xx interim answers skipped). A request that can be sent again (no
+// body, an idempotent method) goes on the kept connection when it is to
+// the same server, and once more on a new one if the server had closed
+// it; any other request gets a new connection.
+func (p *Proxy) roundTrip(o *origin, out *http.Request) (*http.Response, error) {
+	addr := out.URL.Host
+	replayable := (out.Body == nil || out.Body == http.NoBody) &&
+		(out.Method == http.MethodGet || out.Method == http.MethodHead || out.Method == http.MethodOptions || out.Method == http.MethodTrace)
+	for retry := true; ; retry = false {
+		reused := o.conn != nil && o.addr == addr && replayable
+		if !reused {
+			o.close(p)
+			up, err := p.dialer.Dial("tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			p.active.Store(up, struct{}{})
+			o.addr, o.conn, o.br = addr, up, bufio.NewReaderSize(up, 64<<10)
+		}
+		resp, err := o.exchange(out)
+		if err == nil {
+			return resp, nil
+		}
+		o.close(p)
+		if !reused || !retry {
+			return nil, err
+		}
+	}
+}
+
+// exchange writes out on o and reads the answer's head.
+func (o *origin) exchange(out *http.Request) (*http.Response, error) {
+	if err := out.Write(o.conn); err != nil {
+		return nil, err
+	}
+	_ = o.conn.SetReadDeadline(time.Now().Add(responseHeaderTimeout))
+	defer func() { _ = o.conn.SetReadDeadline(time.Time{}) }()
+	for {
+		resp, err := http.ReadResponse(o.br, out)
+		switch {
+		case err != nil:
+			return nil, err
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			return nil, errors.New("the server switched protocols, which the proxy does not relay")
+		case resp.StatusCode >= 100 && resp.StatusCode < 200:
+			continue
+		}
+		return resp, nil
+	}
+}
+
+// spliceable says resp's body is a byte count read as is from the
+// server's connection: relayed without being read into the proxy.
+func spliceable(resp *http.Response) bool {
+	return resp.ContentLength > 0 && len(resp.TransferEncoding) == 0 && resp.Body != http.NoBody &&
+		resp.Request.Method != http.MethodHead
+}
+
+// relay sends resp to c: its head, what of the body o has read already,
+// and the rest spliced from the server's connection to c. It returns the
+// bytes sent.
+func (o *origin) relay(c net.Conn, resp *http.Response) (int64, error) {
+	var head bytes.Buffer
+	writeHead(&head, resp)
+	pre, _ := o.br.Peek(int(min(int64(o.br.Buffered()), resp.ContentLength)))
+	head.Write(pre)
+	_, _ = o.br.Discard(len(pre))
+	n, err := c.Write(head.Bytes())
+	sent := int64(n)
+	if err != nil {
+		return sent, err
+	}
+	if o.br.Buffered() > 0 {
+		// The server sent past the body: the connection is not kept.
+		resp.Close = true
+	}
+	m, err := io.CopyN(c, o.conn, resp.ContentLength-int64(len(pre)))
+	return sent + m, err
+}
+
+// respExcluded are the header fields writeHead writes itself or drops,
+// as http.Response.Write does.
+var respExcluded = map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
+// writeHead writes the status line and header of a response whose body is
+// resp.ContentLength bytes sent as they are: what http.Response.Write
+// writes before such a body.
+func writeHead(w *bytes.Buffer, resp *http.Response) {
+	text := strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)+" ")
+	if resp.Status == "" {
+		text = http.StatusText(resp.StatusCode)
+	}
+	fmt.Fprintf(w, "HTTP/%d.%d %03d %s\r\n", resp.ProtoMajor, resp.ProtoMinor, resp.StatusCode, text)
+	if resp.Close && !hasToken(resp.Header.Get("Connection"), "close") {
+		w.WriteString("Connection: close\r\n")
+	}
+	fmt.Fprintf(w, "Content-Length: %d\r\n", resp.ContentLength)
+	_ = resp.Header.WriteSubset(w, respExcluded)
+	w.WriteString("\r\n")
+}
+
+// hasToken says the comma-separated list v holds token.
+func hasToken(v, token string) bool {
+	for _, t := range strings.Split(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(t), token) {
+			return true
+		}
+	}
+	return false
 }
 
 // refuse answers with a clear error the agent's tool can show, and logs.
@@ -498,11 +648,13 @@ func (p *Proxy) tunnel(c net.Conn, br *bufio.Reader, ev eventlog.Event, want str
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n, _ := io.Copy(c, up)
+		n, _ := io.Copy(c, up) // spliced: both are TCP connections
 		in = n
 		closeWrite(c)
 	}()
-	out, err := io.Copy(&limitWriter{w: up, add: p.addOut}, br)
+	// What the ClientHello's reads took past it, then the connection
+	// itself: spliced.
+	out, err := p.copyOut(up, io.LimitReader(br, int64(br.Buffered())), c)
 	ev.BytesOut += out
 	if errors.Is(err, ErrByteLimit) {
 		ev.Reason = fmt.Sprintf("egress byte limit (%d bytes) reached: tunnel closed", p.cfg.MaxBytesOut)
@@ -569,12 +721,14 @@ type countReader struct {
 	r   io.ReadCloser
 	n   int64
 	add func(int64) error
+	err error // the cap's, once reached
 }
 
 func (c *countReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n += int64(n)
 	if lerr := c.add(int64(n)); lerr != nil {
+		c.err = lerr
 		return n, lerr
 	}
 	return n, err
@@ -593,14 +747,94 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-type limitWriter struct {
-	w   io.Writer
-	add func(int64) error
+// copyOut copies the sandbox's side of a tunnel, srcs one after the other,
+// to dst. Each round sends only bytes already queued on the source, after
+// claiming them from the byte cap: nothing past the cap goes out, a claim
+// is never held while waiting for the sandbox, and between two TCP
+// connections the copy is a splice. It returns the bytes sent, and
+// ErrByteLimit when the sandbox had more to send than the cap left.
+func (p *Proxy) copyOut(dst io.Writer, srcs ...io.Reader) (int64, error) {
+	var sent int64
+	for _, src := range srcs {
+		for {
+			avail, err := queued(src)
+			if err != nil {
+				return sent, err
+			}
+			if avail == 0 {
+				break // end of this source
+			}
+			k := p.claim(avail)
+			if k == 0 {
+				p.cfg.Recorder.Limit("bytes-out")
+				return sent, ErrByteLimit
+			}
+			n, err := io.CopyN(dst, src, k)
+			p.bytesOut.Add(n - k) // what was claimed and not sent
+			sent += n
+			if err != nil {
+				if err == io.EOF {
+					break
+				}
+				return sent, err
+			}
+		}
+	}
+	return sent, nil
 }
 
-func (l *limitWriter) Write(b []byte) (int, error) {
-	if err := l.add(int64(len(b))); err != nil {
-		return 0, err
+// claim takes up to want bytes from what the byte cap has left, counting
+// them as sent; the caller gives back what it does not send.
+func (p *Proxy) claim(want int64) int64 {
+	if p.cfg.MaxBytesOut <= 0 {
+		p.bytesOut.Add(want)
+		return want
 	}
-	return l.w.Write(b)
+	for {
+		total := p.bytesOut.Load()
+		k := min(want, p.cfg.MaxBytesOut-total)
+		if k <= 0 {
+			return 0
+		}
+		if p.bytesOut.CompareAndSwap(total, total+k) {
+			return k
+		}
+	}
+}
+
+// queued waits until r has something to read and says how much: a TCP
+// connection's queued bytes, read by neither (0 at the end of the
+// stream); a LimitedReader's remaining count.
+func queued(r io.Reader) (int64, error) {
+	switch r := r.(type) {
+	case *io.LimitedReader:
+		return max(r.N, 0), nil
+	case syscall.Conn:
+		rc, err := r.SyscallConn()
+		if err != nil {
+			return 0, err
+		}
+		var n int
+		var serr error
+		err = rc.Read(func(fd uintptr) bool {
+			var b [1]byte
+			m, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			switch {
+			case err == syscall.EAGAIN:
+				return false // nothing yet: wait until readable
+			case err != nil:
+				serr = err
+			case m > 0:
+				if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 {
+					serr = fmt.Errorf("ioctl TIOCINQ: %w", e)
+				}
+			}
+			return true
+		})
+		if err == nil {
+			err = serr
+		}
+		return int64(n), err
+	}
+	return 0, fmt.Errorf("egress proxy: cannot see what %T holds", r)
 }

@@ -25,7 +25,7 @@ import (
 )
 
 // fakeDNS answers A queries from a table, on 127.0.0.1.
-func fakeDNS(t *testing.T, table map[string]string) string {
+func fakeDNS(t testing.TB, table map[string]string) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -68,7 +68,7 @@ func newTestListen() string {
 }
 
 // startProxyWith is startProxy with mod applied to the config first.
-func startProxyWith(t *testing.T, mod func(*Config), allow ...string) (*Proxy, *eventlog.Recorder, string) {
+func startProxyWith(t testing.TB, mod func(*Config), allow ...string) (*Proxy, *eventlog.Recorder, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the DNS forwarder binds port 53: needs root")
