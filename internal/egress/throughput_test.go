@@ -85,3 +85,22 @@ func BenchmarkProxyDownload(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProxyFreshConnections makes small GETs through the proxy, each
+// on a new connection to it (a client that does not keep connections).
+func BenchmarkProxyFreshConnections(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	b.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	startProxyWith(b, nil, "allowed.test:"+port)
+	proxyURL, _ := url.Parse("http://" + testListen + ":3128")
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}}
+	for b.Loop() {
+		resp, err := client.Get("http://allowed.test:" + port + "/")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
