@@ -42,7 +42,8 @@ for f in "FuzzFilterMatchesRules ./internal/linux/seccomp 200000" "FuzzCleanName
 	"FuzzScanCallIsBounded ./internal/sandbox/core 500" \
 	"FuzzOpenStaysBeneathRoot ./internal/linux/hostpath 50000" "FuzzRootOf ./internal/spec 200000" \
 	"FuzzExtractTarStaysInside ./internal/cli/remote 20000" "FuzzWalkReadsEachFileOnce ./internal/workspace 5000" \
-	"FuzzRecordKeepsNoPartOfAKey ./internal/egress/eventlog 200000" "FuzzCheckoutName ./internal/workspace/checkout 200000"; do
+	"FuzzRecordKeepsNoPartOfAKey ./internal/egress/eventlog 200000" "FuzzCheckoutName ./internal/workspace/checkout 200000" \
+	"FuzzParseKey ./internal/linux/cgroup 200000"; do
 	set -- $f
 	go test -run '^$' -fuzz "^$1\$" -fuzztime "$3x" "$2"
 done
