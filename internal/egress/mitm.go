@@ -150,7 +150,7 @@ func (m *mitm) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Host = out.URL.Host
 	dropHopHeaders(out.Header)
-	body := &countReader{r: out.Body, add: p.addOut}
+	body := &countReader{r: out.Body, p: p}
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = body
 	}

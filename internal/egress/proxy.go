@@ -362,7 +362,7 @@ func (p *Proxy) forward(c net.Conn, o *origin, req *http.Request, host string, p
 	out.URL.Host = net.JoinHostPort(host, strconv.Itoa(port))
 	out.Host = req.Host
 	dropHopHeaders(out.Header)
-	body := &countReader{r: req.Body, add: p.addOut}
+	body := &countReader{r: req.Body, p: p}
 	if req.Body != nil && req.Body != http.NoBody {
 		out.Body = body
 	}
@@ -440,7 +440,7 @@ func (p *Proxy) roundTrip(o *origin, out *http.Request) (*http.Response, error) 
 	replayable := (out.Body == nil || out.Body == http.NoBody) &&
 		(out.Method == http.MethodGet || out.Method == http.MethodHead || out.Method == http.MethodOptions || out.Method == http.MethodTrace)
 	for retry := true; ; retry = false {
-		reused := o.conn != nil && o.addr == addr && replayable
+		reused := o.conn != nil && o.addr == addr && replayable && o.clean()
 		if !reused {
 			o.close(p)
 			up, err := p.dialer.Dial("tcp", addr)
@@ -459,6 +459,31 @@ func (p *Proxy) roundTrip(o *origin, out *http.Request) (*http.Response, error) 
 			return nil, err
 		}
 	}
+}
+
+// clean reports whether the kept connection holds nothing its server sent
+// unasked: bytes past its last answer (a chunked body's trailing bytes, or
+// more than a Content-Length) would be read as the next request's answer.
+// A connection the server has closed is not clean either.
+func (o *origin) clean() bool {
+	if o.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := o.conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	clean := false
+	_ = rc.Control(func(fd uintptr) {
+		var b [1]byte
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		clean = err == syscall.EAGAIN
+	})
+	return clean
 }
 
 // exchange writes out on o and reads the answer's head.
@@ -717,20 +742,32 @@ func canonHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), 
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// countReader counts a request body as it is read, each read first
+// claiming its room under the byte cap: no byte past the cap is read, so
+// none is sent.
 type countReader struct {
 	r   io.ReadCloser
+	p   *Proxy
 	n   int64
-	add func(int64) error
 	err error // the cap's, once reached
 }
 
 func (c *countReader) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	c.n += int64(n)
-	if lerr := c.add(int64(n)); lerr != nil {
-		c.err = lerr
-		return n, lerr
+	if c.err != nil {
+		return 0, c.err
 	}
+	if len(b) == 0 {
+		return c.r.Read(b)
+	}
+	k := c.p.claim(int64(len(b)))
+	if k == 0 {
+		c.p.cfg.Recorder.Limit("bytes-out")
+		c.err = ErrByteLimit
+		return 0, c.err
+	}
+	n, err := c.r.Read(b[:k])
+	c.p.bytesOut.Add(int64(n) - k) // what was claimed and not read
+	c.n += int64(n)
 	return n, err
 }
 
@@ -764,7 +801,10 @@ func (p *Proxy) copyOut(dst io.Writer, srcs ...io.Reader) (int64, error) {
 			if avail == 0 {
 				break // end of this source
 			}
-			k := p.claim(avail)
+			// A chunk at a time: a claim is held while its bytes are
+			// written, which a server that does not read may block, and
+			// what one tunnel holds the sandbox's other connections lack.
+			k := p.claim(min(avail, claimChunk))
 			if k == 0 {
 				p.cfg.Recorder.Limit("bytes-out")
 				return sent, ErrByteLimit
@@ -782,6 +822,9 @@ func (p *Proxy) copyOut(dst io.Writer, srcs ...io.Reader) (int64, error) {
 	}
 	return sent, nil
 }
+
+// claimChunk is the most a tunnel claims of the byte cap at once.
+const claimChunk = 256 << 10
 
 // claim takes up to want bytes from what the byte cap has left, counting
 // them as sent; the caller gives back what it does not send.
