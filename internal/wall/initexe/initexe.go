@@ -134,7 +134,7 @@ func open(p, want, known string) (*Binary, error) {
 	mark := ""
 	if known != "" {
 		mark = filepath.Join(known, markName(&st, want))
-		if _, err := os.Lstat(mark); err == nil {
+		if rootsOnly(known) && rootsOnly(mark) {
 			return &Binary{Path: p, Version: want, File: f}, nil
 		}
 	}
@@ -151,6 +151,14 @@ func open(p, want, known string) (*Binary, error) {
 		remember(known, mark)
 	}
 	return &Binary{Path: p, Version: got, File: f}, nil
+}
+
+// rootsOnly reports whether p (not followed) is root's and neither group
+// nor others may write it: a remembered answer is believed only then, or
+// whoever could write there could make an old airlock-init pass.
+func rootsOnly(p string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Uid == 0 && st.Mode&0o022 == 0
 }
 
 // markName names the answer want of the binary st is of: a change to the

@@ -163,3 +163,30 @@ func TestOpenRemembersAnAnswerByTheFilesIdentity(t *testing.T) {
 		t.Errorf("remembered answers: %v", ents)
 	}
 }
+
+// A remembered answer is believed only where root alone may write: an
+// answer found in a directory others may write (which anyone could have
+// put there, for an old airlock-init) is asked again.
+func TestOpenBelievesOnlyARootOnlyAnswer(t *testing.T) {
+	p := fakeInit(t, "v1", 0o755)
+	asked := filepath.Join(t.TempDir(), "asked")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho >> "+asked+"\necho v1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	known := filepath.Join(t.TempDir(), "known")
+	b, err := open(p, "v1", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.File.Close()
+	if err := os.Chmod(known, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = open(p, "v1", known); err != nil {
+		t.Fatal(err)
+	}
+	b.File.Close()
+	if out, _ := os.ReadFile(asked); strings.Count(string(out), "\n") != 2 {
+		t.Errorf("an answer in a directory others may write was believed (asked %d times, want 2)", strings.Count(string(out), "\n"))
+	}
+}
