@@ -244,6 +244,12 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 		return nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: a pool of %d sandboxes would exceed it: %s", k, refuse))
 	}
 	if !restored {
+		// On the record before it takes effect (a pool set is rare: the
+		// service waits for the write).
+		if err := s.Cfg.Audit.Commit(ctx, record.Who{Tenant: t.ID}, record.PoolSet{Name: name, Size: req.Size, Spec: matchable(sp)}); err != nil {
+			s.Mu.Unlock()
+			return nil, err
+		}
 		def, _ := json.Marshal(req)
 		if err := s.Cfg.Store.PutPool(ctx, store.Pool{Tenant: t.ID, Name: name, Def: string(def)}); err != nil {
 			s.Mu.Unlock()
@@ -349,6 +355,10 @@ func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name stri
 	if p == nil {
 		s.Mu.Unlock()
 		return errdefs.New(errdefs.ErrNotFound, "no pool "+core.QuoteID(name))
+	}
+	if err := s.Cfg.Audit.Commit(ctx, record.Who{Tenant: t.ID}, record.PoolRemoved{Name: name}); err != nil {
+		s.Mu.Unlock()
+		return err
 	}
 	if err := s.Cfg.Store.DeletePools(context.WithoutCancel(ctx), t.ID, name); err != nil {
 		s.Mu.Unlock()

@@ -236,6 +236,16 @@ func TestPoolsEndWithRemovalAndKillSwitch(t *testing.T) {
 	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 1 || rest[0].Name != "b" {
 		t.Errorf("recorded pools after removing a: %+v %v", rest, err)
 	}
+	// Setting and removing a pool are on the record, by the tenant.
+	var said []string
+	for _, rec := range r.audit.Records() {
+		if strings.HasPrefix(rec.Kind, "pool.") && rec.Tenant == p.ID {
+			said = append(said, rec.Kind+" "+string(rec.Data))
+		}
+	}
+	if len(said) != 3 || !strings.HasPrefix(said[0], `pool.set {"name":"a","size":2,`) || !strings.HasPrefix(said[1], `pool.set {"name":"b"`) || said[2] != `pool.removed {"name":"a"}` {
+		t.Errorf("pool records: %q", said)
+	}
 	left := r.readyIDs()
 	if len(left) != 2 {
 		t.Fatalf("after removing pool a: %v", left)

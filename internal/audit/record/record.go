@@ -81,6 +81,19 @@ type SandboxPooled struct {
 	InitPID     int       `json:"init_pid"`
 }
 
+// PoolSet and PoolRemoved: a tenant's warm pool set (what it makes ahead,
+// and how many) or removed.
+type (
+	PoolSet struct {
+		Name string    `json:"name"`
+		Size int       `json:"size"`
+		Spec spec.Spec `json:"spec"`
+	}
+	PoolRemoved struct {
+		Name string `json:"name"`
+	}
+)
+
 // SandboxDestroyed is a sandbox's end: why, what it used, and what it
 // changed in /workspace (nil when the sandbox ended before it had one, or
 // was found without a record). While is "create" for a create ended
@@ -417,6 +430,8 @@ func (SecretRotated) Kind() string    { return "secret.rotated" }
 func (SecretRemoved) Kind() string    { return "secret.removed" }
 func (MCPSpec) Kind() string          { return "mcp.spec" }
 func (SandboxPooled) Kind() string    { return "sandbox.pooled" }
+func (PoolSet) Kind() string          { return "pool.set" }
+func (PoolRemoved) Kind() string      { return "pool.removed" }
 
 // kinds makes an empty record of each kind, for Decode.
 var kinds = map[string]func() Data{}
@@ -437,6 +452,7 @@ func init() {
 		func() Data { return &TenantDeleted{} }, func() Data { return &SecretAdded{} }, func() Data { return &SecretRotated{} },
 		func() Data { return &SecretRemoved{} }, func() Data { return &MCPSpec{} }, func() Data { return &SandboxRefused{} },
 		func() Data { return &SandboxForked{} }, func() Data { return &SandboxPooled{} },
+		func() Data { return &PoolSet{} }, func() Data { return &PoolRemoved{} },
 	} {
 		kinds[f().Kind()] = f
 	}
