@@ -235,9 +235,13 @@ func (w *Wall) remove(id string, cg *cgroup.Cgroup) error {
 			w.log.Debug("runsc delete", "id", id, "err", err, "out", string(out))
 		}
 	}
-	// What runsc delete did not remove: its lock file when runsc run was
-	// killed before it wrote the container's state file, say.
+	// What runsc delete did not remove, or had no state to remove by: its
+	// lock file when runsc run was killed before it wrote the container's
+	// state file, say, or the sandbox's control socket
+	// ("runsc-<id>.sock") when runsc run was killed while it cleaned up
+	// after its sandbox.
 	left, _ = filepath.Glob(filepath.Join(w.dir, runscRoot, id+"_sandbox:*"))
+	left = append(left, filepath.Join(w.dir, runscRoot, "runsc-"+id+".sock"))
 	for _, f := range left {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
