@@ -500,6 +500,8 @@ func TestGCFromAnotherStateDirLeavesSandboxesAlone(t *testing.T) {
 	}
 	id := waitSandbox(t)
 	other := t.TempDir()
+	// The other airlock seals its copy of airlock-init there (immutable).
+	t.Cleanup(func() { unsealExes(filepath.Join(other, "exe")) })
 	_ = os.Chmod(other, 0o711)
 	if r, err := exec.Command(airlockBin, "--state-dir", other, "--data-dir", dataDir, "gc").CombinedOutput(); err != nil || strings.Contains(string(r), id) {
 		t.Fatalf("gc from another state directory: %v %s", err, r)
