@@ -407,3 +407,51 @@ func TestPoolsFailedTakeFallsBack(t *testing.T) {
 	}
 	r.wantEnded(t, ids[0], "its pool's sandbox could not be given to a create: thaw: the fake host cannot thaw it")
 }
+
+// A pool is its tenant's alone: another tenant neither sees nor removes
+// it, names it in vain, and a create of its own that matches its spec is
+// made afresh, never taken from it. A pool's name is a tenant's value:
+// one that is not a short plain name is refused, and the refusal shows
+// no terminal escape.
+func TestPoolsAreTheirTenantsAndNamesAreChecked(t *testing.T) {
+	ctx := context.Background()
+	r, alice := poolRig(t, api.Quotas{})
+	bob := r.tenant(t, "bob", api.Quotas{}, false)
+	r.svc.Cfg.Principal = func(_ context.Context, id string) (*tenant.Principal, error) {
+		if id == bob.ID {
+			return bob, nil
+		}
+		return alice, nil
+	}
+	def := &api.SetPool{Size: 1, Limits: api.Limits{MemoryBytes: 256 << 20}}
+	if _, err := r.svc.SetPool(ctx, alice, "warm", def); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	ready := r.readyIDs()
+	if len(ready) != 1 {
+		t.Fatalf("ready: %v", ready)
+	}
+	if _, err := r.svc.Pool(ctx, bob, "warm"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("bob sees alice's pool: %v", err)
+	}
+	if pls := r.svc.Pools(ctx, bob); len(pls) != 0 {
+		t.Errorf("bob lists %+v", pls)
+	}
+	if err := r.svc.DeletePool(ctx, bob, "warm"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("bob removes alice's pool: %v", err)
+	}
+	if _, err := r.svc.Create(ctx, bob, &api.CreateSandbox{Pool: "warm"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("bob creates from alice's pool: %v", err)
+	}
+	sb := r.create(t, bob, &api.CreateSandbox{Limits: def.Limits})
+	if sb.Pool != "" || slices.Contains(ready, sb.ID) || !slices.Equal(r.readyIDs(), ready) {
+		t.Errorf("bob's matching create took alice's pooled sandbox: %+v; ready now %v", sb, r.readyIDs())
+	}
+	for _, name := range []string{"", "../warm", "a b", "Warm", "\x1b[2Jwarm", "-x", strings.Repeat("a", 64), "w\x00"} {
+		_, err := r.svc.SetPool(ctx, alice, name, def)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || strings.Contains(err.Error(), "\x1b") {
+			t.Errorf("pool name %q: %v", name, err)
+		}
+	}
+}
