@@ -92,6 +92,9 @@ func serveTenantHostPaths(t *testing.T, w wallCase) {
 // hostPathsRefused: every host path outside the tenant's root, by every
 // door, is permission_denied, and says nothing of what is behind it.
 func hostPathsRefused(t *testing.T, ctx context.Context, d *daemonProc, alice, bob *client.Client, aliceKey, data, inside, outsideRepo string, adminKey []byte) {
+	if err := os.MkdirAll(filepath.Join(data, "snapshots"), 0o700); err != nil { // there to be reached, if it could be
+		t.Fatal(err)
+	}
 	for _, req := range []api.CreateSandbox{
 		{Workspace: data},
 		{Workspace: "/root"},
@@ -107,6 +110,11 @@ func hostPathsRefused(t *testing.T, ctx context.Context, d *daemonProc, alice, b
 		{Image: "docker-archive:" + filepath.Join(inside, "shadow")},
 		{Image: filepath.Join(inside, "leak")},
 		{Repo: filepath.Join(inside, "leak")},
+		// The daemon's snapshots, whose files a workspace is used from
+		// without a copy (hostfiles.InSnapshots): named, or through a link.
+		{Workspace: filepath.Join(data, "snapshots")},
+		{Workspace: filepath.Join(inside, "leak", "snapshots")},
+		{Image: filepath.Join(data, "snapshots")},
 	} {
 		sb, err := alice.CreateSandbox(ctx, &req)
 		if err == nil {
