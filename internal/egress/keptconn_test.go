@@ -21,28 +21,9 @@ const headerSlack = 64
 // past a 200 kB cap).
 func TestPlainBodyStopsAtTheCap(t *testing.T) {
 	const limit = 200000
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	got := make(chan int64, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				got <- n
-			}()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	port, got := sink(t, 0)
 	startProxyWith(t, func(c *Config) { c.MaxBytesOut = limit }, "allowed.test:"+port)
-	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
+	c, err := dialExplicit()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,39 +45,24 @@ func TestPlainBodyStopsAtTheCap(t *testing.T) {
 // body, never answer the next request on the kept connection: it is not
 // kept (they did, once the proxy kept connections of its own).
 func TestUnaskedBytesNeverAnswerTheNextRequest(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				if _, err := http.ReadRequest(br); err != nil {
-					return
-				}
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				time.Sleep(200 * time.Millisecond)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
-				r2, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
-				_ = r2
-				io.Copy(io.Discard, br)
-			}()
+	port := serveConns(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
 		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		time.Sleep(200 * time.Millisecond)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
+		r2, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+		_ = r2
+		io.Copy(io.Discard, br)
+	})
 	startProxyWith(t, nil, "allowed.test:"+port)
-	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
+	c, err := dialExplicit()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,37 +86,22 @@ func TestUnaskedBytesNeverAnswerTheNextRequest(t *testing.T) {
 // Bytes past a chunked answer's end, sent with it, never answer the next
 // request on the kept connection.
 func TestChunkedTrailingBytesNeverAnswerTheNextRequest(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	port := serveConns(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			r, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					r, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					if r.URL.Path == "/a" {
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
-					} else {
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
-					}
-				}
-			}()
+			if r.URL.Path == "/a" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
+			} else {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+			}
 		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	})
 	startProxyWith(t, nil, "allowed.test:"+port)
-	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
+	c, err := dialExplicit()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,31 +125,12 @@ func TestChunkedTrailingBytesNeverAnswerTheNextRequest(t *testing.T) {
 // one read).
 func TestConcurrentBodiesStopAtTheCap(t *testing.T) {
 	const limit = 100000
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	got := make(chan int64, 64)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				got <- n
-			}()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	port, got := sink(t, 0)
 	startProxyWith(t, func(c *Config) { c.MaxBytesOut = limit }, "allowed.test:"+port)
 	const k = 16
 	body := strings.Repeat("x", 1<<20)
 	for i := 0; i < k; i++ {
-		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
+		c, err := dialExplicit()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,4 +152,36 @@ func TestConcurrentBodiesStopAtTheCap(t *testing.T) {
 	if total > limit+k*headerSlack {
 		t.Errorf("past the cap by %d", total-limit)
 	}
+}
+
+// serveConns serves every connection to a new loopback listener with
+// handle, each on a goroutine of its own and closed after it, and returns
+// the listener's port.
+func serveConns(t *testing.T, handle func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// dialExplicit connects to the proxy's explicit port from the sandbox's
+// address.
+func dialExplicit() (net.Conn, error) {
+	return (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
 }

@@ -39,27 +39,12 @@ func nextEvent(t *testing.T, ch chan eventlog.Event, kind string) eventlog.Event
 // sink is a server that counts what each connection sends it until the
 // end of its stream, then answers with reply bytes.
 func sink(t *testing.T, reply int) (port string, got chan int64) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	got = make(chan int64, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				got <- n
-				_, _ = c.Write(make([]byte, reply))
-			}()
-		}
-	}()
-	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	port = serveConns(t, func(c net.Conn) {
+		n, _ := io.Copy(io.Discard, c)
+		got <- n
+		_, _ = c.Write(make([]byte, reply))
+	})
 	return port, got
 }
 
@@ -67,7 +52,7 @@ func sink(t *testing.T, reply int) (port string, got chan int64) {
 // ClientHello naming it.
 func openTunnel(t *testing.T, port string) (net.Conn, *bufio.Reader, int) {
 	t.Helper()
-	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
+	c, err := dialExplicit()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +178,7 @@ func TestProxyRelaysPlainAnswersExactly(t *testing.T) {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	var ch chan eventlog.Event
 	startProxyWith(t, func(c *Config) { ch = events(c) }, "allowed.test:"+port)
-	raw, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
+	raw, err := dialExplicit()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,27 +220,14 @@ func TestProxyRelaysPlainAnswersExactly(t *testing.T) {
 // A kept connection the server has closed meanwhile is dialled anew for
 // a request that can be sent again.
 func TestProxyRedialsAClosedKeptConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			// One answer, then the connection is closed, unannounced.
-			if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}
-			c.Close()
+	// One answer, then the connection is closed, unannounced.
+	port := serveConns(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	})
 	startProxyWith(t, nil, "allowed.test:"+port)
-	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", net.JoinHostPort(testListen, strconv.Itoa(PortExplicit)))
+	c, err := dialExplicit()
 	if err != nil {
 		t.Fatal(err)
 	}
