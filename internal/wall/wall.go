@@ -224,3 +224,15 @@ type Stats struct {
 	OOMKills    int64
 	PidsLimited int64 // forks refused by the pids limit
 }
+
+// WaitPidfd returns once the process pidfd refers to has exited (an
+// adopted sandbox's first process, which is no child of this one to wait
+// for).
+func WaitPidfd(pidfd int) {
+	pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(pfd, -1); err != unix.EINTR {
+			return
+		}
+	}
+}

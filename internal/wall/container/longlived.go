@@ -1,7 +1,6 @@
 package container
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -138,15 +137,7 @@ func (rt *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 		sb.CloseFiles()
 		return nil, gone("init exited while being adopted")
 	}
-	go func() {
-		pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(pfd, -1); err == nil || !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		close(sb.exited)
-	}()
+	go func() { wall.WaitPidfd(pidfd); close(sb.exited) }()
 	return sb, nil
 }
 

@@ -3,7 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -148,15 +147,7 @@ func (w *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 		sb.CloseFiles()
 		return nil, gone("runsc exited while being adopted")
 	}
-	go func() {
-		pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(pfd, -1); err == nil || !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		close(sb.exited)
-	}()
+	go func() { wall.WaitPidfd(pidfd); close(sb.exited) }()
 	return sb, nil
 }
 
