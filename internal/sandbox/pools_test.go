@@ -2,8 +2,10 @@ package sandbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -453,5 +455,44 @@ func TestPoolsAreTheirTenantsAndNamesAreChecked(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || strings.Contains(err.Error(), "\x1b") {
 			t.Errorf("pool name %q: %v", name, err)
 		}
+	}
+}
+
+// A kill switch whose pools' records cannot be removed says so (a
+// restart would set those pools again), once it has ended everything.
+func TestKillSwitchFailsWhenPoolsStayRecorded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	db, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	r := newLifeRigOn(t, db, newFakeBackend(t), newFakeClock())
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	r.svc.Cfg.Principal = func(context.Context, string) (*tenant.Principal, error) { return p, nil }
+	if _, err := r.svc.SetPool(ctx, p, "warm", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	if len(r.readyIDs()) != 1 {
+		t.Fatalf("ready: %v", r.readyIDs())
+	}
+	// The pools' table out of reach of the store, and back before the
+	// rig's own kill switch at the end.
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = raw.Exec("ALTER TABLE pools_away RENAME TO pools"); raw.Close() })
+	if _, err := raw.Exec("ALTER TABLE pools RENAME TO pools_away"); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := r.svc.KillAll(ctx, p, "")
+	if err == nil || !strings.Contains(err.Error(), "pools' records were not removed") {
+		t.Errorf("kill switch with the pools' records left: %v", err)
+	}
+	if len(ids) != 1 || len(r.readyIDs()) != 0 {
+		t.Errorf("the kill switch did not end the pooled sandbox: %v, ready %v", ids, r.readyIDs())
 	}
 }

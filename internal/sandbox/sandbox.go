@@ -571,10 +571,11 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 			bs = append(bs, b)
 		}
 	}
-	// The kill switch removes the pools too: nothing refills them.
-	if err := s.Cfg.Store.DeletePools(context.Background(), tid, ""); err != nil {
-		s.Cfg.Log.Error("kill switch: remove the pools' records", "tenant", tid, "err", err)
-	}
+	// The kill switch removes the pools too: nothing refills them, now or
+	// after a restart. Records it could not remove fail the kill switch
+	// (once everything it found is ended): a restart would set those pools
+	// again.
+	poolsErr := s.Cfg.Store.DeletePools(context.Background(), tid, "")
 	for _, p := range s.pools.remove(tid) {
 		bs = append(bs, p.idle...)
 		s.Cfg.Metrics.PoolReady.Sub(float64(len(p.idle)))
@@ -607,7 +608,11 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 	wg.Wait()
 	slices.Sort(ids)
 	s.Cfg.Log.Warn("kill switch", "tenant", tid, "destroyed", len(ids), "in_flight", len(pcs))
-	return ids, s.Cfg.Audit.Commit(context.Background(), record.Who{Tenant: tid}, record.KillSwitch{Admin: t.Admin, Destroyed: ids})
+	err := s.Cfg.Audit.Commit(context.Background(), record.Who{Tenant: tid}, record.KillSwitch{Admin: t.Admin, Destroyed: ids})
+	if poolsErr != nil {
+		err = errors.Join(err, fmt.Errorf("kill switch: the pools' records were not removed (a restart would set them again): %w", poolsErr))
+	}
+	return ids, err
 }
 
 // end destroys b (once) and records why; every caller returns only when
