@@ -50,7 +50,7 @@ func BenchmarkDensity(b *testing.B) {
 			var mu sync.Mutex
 			var ids []string
 			start := time.Now()
-			d.parallel(b, n, func(int) {
+			parallel(n, 8, func(int) {
 				id := d.create(b, &api.CreateSandbox{Isolation: wall, TTL: "1h", Limits: api.Limits{MemoryBytes: 128 << 20}})
 				mu.Lock()
 				ids = append(ids, id)
@@ -58,7 +58,7 @@ func BenchmarkDensity(b *testing.B) {
 			})
 			made := time.Since(start)
 			start = time.Now()
-			d.parallel(b, n, func(i int) {
+			parallel(n, 8, func(i int) {
 				if end, err := d.tenant.Exec(ctx, ids[i], trueCmd, nil, nil); err != nil || end.ExitCode != 0 {
 					b.Errorf("exec in sandbox %d of %d: %+v %v", i+1, n, end, err)
 				}
@@ -90,10 +90,10 @@ func BenchmarkDensity(b *testing.B) {
 	}
 }
 
-// parallel runs f(0..n-1), 8 at a time.
-func (d *daemon) parallel(b *testing.B, n int, f func(i int)) {
+// parallel runs f(0..n-1), width at a time.
+func parallel(n, width int, f func(i int)) {
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, width)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		sem <- struct{}{}

@@ -172,24 +172,15 @@ func BenchmarkGVisorIdleMemory(b *testing.B) {
 	d := startServe(b)
 	ctx := context.Background()
 	base := pss(d.cmd.Process.Pid)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
 	var first string
 	var once sync.Once
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			id := d.create(b, &api.CreateSandbox{Isolation: "gvisor", Limits: api.Limits{MemoryBytes: 256 << 20}})
-			once.Do(func() { first = id })
-			if _, err := d.tenant.Exec(ctx, id, trueCmd, nil, nil); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	parallel(n, 4, func(int) {
+		id := d.create(b, &api.CreateSandbox{Isolation: "gvisor", Limits: api.Limits{MemoryBytes: 256 << 20}})
+		once.Do(func() { first = id })
+		if _, err := d.tenant.Exec(ctx, id, trueCmd, nil, nil); err != nil {
+			b.Error(err)
+		}
+	})
 	platform := sandboxPlatform(b, d, first)
 	time.Sleep(6 * time.Second) // idle
 	p, k, got := d.sandboxCost(b, "gvisor")

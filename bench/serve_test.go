@@ -321,21 +321,12 @@ func BenchmarkServeIdleMemory(b *testing.B) {
 			d := startServe(b)
 			ctx := context.Background()
 			base := pss(d.cmd.Process.Pid)
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 8)
-			for i := 0; i < n; i++ {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					id := d.create(b, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 128 << 20}})
-					if _, err := d.tenant.Exec(ctx, id, trueCmd, nil, nil); err != nil {
-						b.Error(err)
-					}
-				}()
-			}
-			wg.Wait()
+			parallel(n, 8, func(int) {
+				id := d.create(b, &api.CreateSandbox{Limits: api.Limits{MemoryBytes: 128 << 20}})
+				if _, err := d.tenant.Exec(ctx, id, trueCmd, nil, nil); err != nil {
+					b.Error(err)
+				}
+			})
 			time.Sleep(6 * time.Second) // idle: the agents have handed back their garbage
 			p, k, got := d.sandboxCost(b, "")
 			if got != n {
