@@ -76,6 +76,7 @@ var layers = []layer{
 	{"secret", []string{"internal/secret"}, []string{"base", "value", "record", "records", "workspace", "wire", "tenant"}},
 	{"service", []string{"internal/sandbox/..."}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
 	{"front", []string{"internal/httpapi"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service"}},
+	{"front", []string{"internal/e2bapi/..."}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service", "front"}},
 	{"front", []string{"internal/mcp"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
 
 	// The composition root, the only host code that knows a wall by name.
