@@ -167,6 +167,10 @@ var classes = []struct {
 }
 
 // codeOf is the API code of err.
+// CodeOf is err's API code: the one mapping of error classes, for the
+// other fronts (internal/e2bapi) too.
+func CodeOf(err error) api.Code { return codeOf(err) }
+
 func codeOf(err error) api.Code {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {

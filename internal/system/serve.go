@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/e2bapi"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
@@ -99,7 +102,7 @@ func (s *System) listen() ([]*http.Server, chan error, error) {
 		return nil, nil, err
 	}
 	servers := []*http.Server{httpapi.Server(h)}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- servers[0].Serve(ln) }()
 	if o.TCP != "" {
 		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
@@ -116,8 +119,70 @@ func (s *System) listen() ([]*http.Server, chan error, error) {
 		go func() { errc <- srv.ServeTLS(tln, "", "") }()
 		o.Log.Info("listening", "tcp", tln.Addr().String())
 	}
+	if o.E2B.Listen != "" {
+		srv, err := s.listenE2B(errc)
+		if err != nil {
+			return servers, errc, err
+		}
+		servers = append(servers, srv)
+	}
 	o.Log.Info("listening", "socket", o.Socket)
 	return servers, errc, nil
+}
+
+// listenE2B serves the E2B front (internal/e2bapi): plain HTTP on a
+// loopback address, TLS elsewhere.
+func (s *System) listenE2B(errc chan error) (*http.Server, error) {
+	o, e := s.opts, s.opts.E2B
+	cert, key := e.TLSCert, e.TLSKey
+	if cert == "" {
+		cert, key = o.TLSCert, o.TLSKey
+	}
+	tokens, err := e2bapi.LoadTokens(filepath.Join(o.StateDir, "e2b.key"))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", e.Listen)
+	if err != nil {
+		return nil, err
+	}
+	domain := e.Domain
+	if domain == "" {
+		domain = ln.Addr().String()
+	}
+	templates := map[string]string{"base": "host"}
+	maps.Copy(templates, e.Templates)
+	front := e2bapi.New(e2bapi.Config{Sandboxes: s.Service, Tenants: s.Tenants, Tokens: tokens, Domain: domain,
+		Templates: templates, AllowInternet: e.AllowInternet, Log: o.Log})
+	srv := httpapi.Server(front)
+	if loopback(e.Listen) && e.TLSCert == "" {
+		go func() { errc <- srv.Serve(ln) }()
+		o.Log.Info("listening", "e2b", ln.Addr().String(), "domain", domain, "tls", false)
+		return srv, nil
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		ln.Close()
+		return nil, errdefs.Invalid("E2B TLS certificate: " + err.Error())
+	}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	o.Log.Info("listening", "e2b", ln.Addr().String(), "domain", domain, "tls", true)
+	return srv, nil
+}
+
+// loopback reports whether addr (host:port) is on a loopback address,
+// where plain HTTP reaches no other machine.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // Embedded runs the service for fn, in this process (Embedded mode); when

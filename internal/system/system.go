@@ -113,10 +113,28 @@ type Options struct {
 	// (sandbox.Config; "": container). A daemon whose default is gvisor
 	// does not start without a usable runsc.
 	DefaultIsolation string
-	Version          string // airlock's, for MCP clients
+	// E2B is the E2B front's listener ("": none; internal/e2bapi).
+	E2B     E2BOptions
+	Version string // airlock's, for MCP clients
 	// Ready is called once the API listens, with the admin key file and
 	// whether it was just written.
 	Ready func(adminKeyFile string, created bool)
+}
+
+// E2BOptions configure the E2B front (`airlock serve --e2b-listen`).
+type E2BOptions struct {
+	// Listen is its address: plain HTTP on a loopback address, TLS
+	// (TLSCert and TLSKey, default the API's pair) anywhere else.
+	Listen          string
+	TLSCert, TLSKey string
+	// Domain is the sandboxes' domain the SDKs are told (default: the
+	// listener's address).
+	Domain string
+	// Templates maps E2B template ids to images; "base" is "host" unless
+	// it is given.
+	Templates map[string]string
+	// AllowInternet is what a create asking for the internet may reach.
+	AllowInternet []string
 }
 
 // System is everything one airlock process runs sandboxes with.
@@ -218,6 +236,14 @@ func (o *Options) defaults() {
 func (o *Options) check() error {
 	if (o.TLSCert == "") != (o.TLSKey == "") || (o.TCP != "" && o.TLSCert == "") {
 		return errdefs.Invalid("a TCP listener needs both a TLS certificate and key")
+	}
+	if e := o.E2B; e.Listen != "" {
+		if (e.TLSCert == "") != (e.TLSKey == "") {
+			return errdefs.Invalid("the E2B listener needs both a TLS certificate and key, or neither")
+		}
+		if !loopback(e.Listen) && e.TLSCert == "" && o.TLSCert == "" {
+			return errdefs.Invalid(fmt.Sprintf("--e2b-listen %s: plain HTTP only on a loopback address; elsewhere give --e2b-tls-cert and --e2b-tls-key (or --tls-cert and --tls-key)", e.Listen))
+		}
 	}
 	if o.DefaultIsolation != "" && !slices.Contains(spec.Isolations, o.DefaultIsolation) {
 		return errdefs.Invalid(fmt.Sprintf("--default-isolation %q: must be %s", o.DefaultIsolation, strings.Join(spec.Isolations, " or ")))

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,12 @@ type serveFile struct {
 	MaxBackgroundExecsPerTenant int      `yaml:"max_background_execs_per_tenant"`
 	Registries                  []string `yaml:"registries"`
 	DefaultIsolation            string   `yaml:"default_isolation"`
+	E2BListen                   string   `yaml:"e2b_listen"`
+	E2BDomain                   string   `yaml:"e2b_domain"`
+	E2BTLSCert                  string   `yaml:"e2b_tls_cert"`
+	E2BTLSKey                   string   `yaml:"e2b_tls_key"`
+	E2BTemplates                []string `yaml:"e2b_template"`
+	E2BAllowInternet            []string `yaml:"e2b_allow_internet"`
 }
 
 func loadServeFile(path string) (*serveFile, error) {
@@ -66,6 +73,8 @@ func serveCmd(g *cmdutil.Globals, version string) *cobra.Command {
 		mcpIdle                                                                     time.Duration
 		maxBackground, maxBackgroundTenant                                          int
 		registries                                                                  []string
+		e2b                                                                         system.E2BOptions
+		e2bTemplates                                                                []string
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -112,6 +121,19 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			adminKey, logLevel, pool = pick("admin-key-file", fc.AdminKeyFile), pick("log-level", fc.LogLevel), pick("subnet-pool", fc.SubnetPool)
 			otlp = pick("otlp-endpoint", fc.OTLPEndpoint)
 			defaultIsolation = pick("default-isolation", fc.DefaultIsolation)
+			e2b.Listen, e2b.Domain = pick("e2b-listen", fc.E2BListen), pick("e2b-domain", fc.E2BDomain)
+			e2b.TLSCert, e2b.TLSKey = pick("e2b-tls-cert", fc.E2BTLSCert), pick("e2b-tls-key", fc.E2BTLSKey)
+			if len(fc.E2BTemplates) > 0 && !cmd.Flags().Changed("e2b-template") {
+				e2bTemplates = fc.E2BTemplates
+			}
+			if len(fc.E2BAllowInternet) > 0 && !cmd.Flags().Changed("e2b-allow-internet") {
+				e2b.AllowInternet = fc.E2BAllowInternet
+			}
+			templates, err := parseTemplates(e2bTemplates)
+			if err != nil {
+				return err
+			}
+			e2b.Templates = templates
 			if !cmd.Flags().Changed("egress-allow-net") {
 				allowNets = fc.EgressAllowNet
 			}
@@ -156,7 +178,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			}
 			o.Warn = func(m string) { log.Warn(m) }
 			o.Socket, o.TCP, o.TLSCert, o.TLSKey, o.AdminKeyFile, o.NoAudit, o.OTLPEndpoint, o.Version = socket, tcp, cert, key, adminKey, noAudit, otlp, version
-			o.SocketGroup, o.DefaultIsolation = socketGroup, defaultIsolation
+			o.SocketGroup, o.DefaultIsolation, o.E2B = socketGroup, defaultIsolation, e2b
 			o.MCPSessionTimeout, o.MaxBackground, o.MaxBackgroundPerTenant, o.Registries = mcpIdle, maxBackground, maxBackgroundTenant, registries
 			o.Ready = func(file string, created bool) {
 				if created {
@@ -175,7 +197,7 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, socket_group, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries, default_isolation")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, socket_group, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries, default_isolation, e2b_listen, e2b_domain, e2b_tls_cert, e2b_tls_key, e2b_template, e2b_allow_internet")
 	f.StringArrayVar(&registries, "registry", nil, "a registry (HOST[:PORT]) tenants' images may be pulled from, through the egress address guard (repeatable; none by default)")
 	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only, unless --socket-group)")
 	f.StringVar(&socketGroup, "socket-group", "", "a group (name or gid) whose members may open the socket (mode 0660), so that clients need no root: an API key is still needed for every call")
@@ -193,7 +215,26 @@ daemon adopts them. The API is documented in docs/api.md.`,
 	f.DurationVar(&mcpIdle, "mcp-session-timeout", 30*time.Minute, "end MCP sessions at /mcp (and their sandboxes) after this long without a request")
 	f.IntVar(&maxBackground, "max-background-execs", sandbox.DefaultMaxBackground, "background commands one sandbox may run at once (past it: quota_exceeded)")
 	f.IntVar(&maxBackgroundTenant, "max-background-execs-per-tenant", sandbox.DefaultMaxBackgroundPerTenant, "background commands all of one tenant's sandboxes may run at once")
+	f.StringVar(&e2b.Listen, "e2b-listen", "", "also serve E2B's API (control plane, envd, ports) on this TCP address, for the unmodified E2B SDKs (docs/e2b.md): plain HTTP on a loopback address, TLS elsewhere")
+	f.StringVar(&e2b.Domain, "e2b-domain", "", "the sandboxes' domain told to E2B SDKs, which reach a sandbox at <port>-<id>.DOMAIN (default: the --e2b-listen address)")
+	f.StringVar(&e2b.TLSCert, "e2b-tls-cert", "", "TLS certificate (PEM) for --e2b-listen (default: --tls-cert)")
+	f.StringVar(&e2b.TLSKey, "e2b-tls-key", "", "TLS private key (PEM) for --e2b-listen (default: --tls-key)")
+	f.StringArrayVar(&e2bTemplates, "e2b-template", nil, "an E2B template id and the image it names, NAME=IMAGE (repeatable; base=host unless given)")
+	f.StringArrayVar(&e2b.AllowInternet, "e2b-allow-internet", nil, "a host an E2B create that asks for the internet may reach (repeatable; none: such a create is refused, as airlock never allows the whole internet)")
 	f.BoolVar(&noAudit, "no-audit", false, "run without the audit log (benchmarks only)")
 	_ = f.MarkHidden("no-audit")
 	return c
+}
+
+// parseTemplates reads --e2b-template NAME=IMAGE values.
+func parseTemplates(vals []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vals {
+		name, image, ok := strings.Cut(v, "=")
+		if !ok || name == "" || image == "" {
+			return nil, errdefs.Invalid(fmt.Sprintf("--e2b-template %q: want NAME=IMAGE (base=host)", v))
+		}
+		out[name] = image
+	}
+	return out, nil
 }
