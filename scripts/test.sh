@@ -27,6 +27,9 @@ if [ -x ../shared/tools/netguard ]; then ../shared/tools/netguard; fi
 # they fail rather than skip without it.
 ./scripts/runsc.sh
 
+# The E2B SDK at its pinned version, for the E2B front's test (TestE2BSDK).
+if command -v npm >/dev/null; then (cd test/e2b && npm ci --no-audit --no-fund --silent); fi
+
 export CGO_ENABLED=0
 unformatted=$(gofmt -l cmd internal test bench api client)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi

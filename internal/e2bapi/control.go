@@ -120,7 +120,9 @@ func (f *Front) detailOf(sb *api.Sandbox, full bool) *detailOut {
 		}
 	}
 	if full {
-		internet := sb.Network.Mode == "proxy"
+		// airlock never gives a sandbox the whole internet: allowOut
+		// lists what it may reach.
+		internet := false
 		d.AllowInternetAccess = &internet
 		d.Network = &network{AllowOut: sb.Network.Allow, DenyOut: sb.Network.Deny}
 		d.Lifecycle = &lifecycle{OnTimeout: "kill"}
