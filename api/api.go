@@ -528,6 +528,13 @@ type Tenant struct {
 	CPUSeconds float64   `json:"cpu_seconds_used"`
 }
 
+// E2BKey is a tenant's E2B-shaped key (e2b_ and 40 hex digits), an alias
+// of its key for the E2B front (docs/e2b.md), shown once.
+type E2BKey struct {
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+}
+
 // KillAll destroys every sandbox of Tenant, or of every tenant when empty
 // (admin only). It answers when they are gone.
 type KillAll struct {

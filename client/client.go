@@ -644,6 +644,13 @@ func (c *Client) UpdateTenant(ctx context.Context, name string, req *api.UpdateT
 	return &out, c.call(ctx, "PATCH", "/v1/tenants/"+url.PathEscape(name), nil, req, &out)
 }
 
+// TenantE2BKey gives a tenant a new E2B-shaped key (admin key), shown this
+// once; its previous one stops working.
+func (c *Client) TenantE2BKey(ctx context.Context, name string) (*api.E2BKey, error) {
+	var out api.E2BKey
+	return &out, c.call(ctx, "POST", "/v1/tenants/"+url.PathEscape(name)+"/e2b-key", nil, nil, &out)
+}
+
 // DeleteTenant destroys a tenant's sandboxes and removes it (admin key).
 func (c *Client) DeleteTenant(ctx context.Context, name string) error {
 	return c.call(ctx, "DELETE", "/v1/tenants/"+url.PathEscape(name), nil, nil, nil)

@@ -444,6 +444,14 @@ func (h *Handler) tenantRoutes() []route {
 			writeJSON(w, http.StatusOK, t)
 			return nil
 		}},
+		{"POST /v1/tenants/{name}/e2b-key", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			k, err := h.tenants.E2BKey(r.Context(), p, r.PathValue("name"))
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusCreated, k)
+			return nil
+		}},
 		{"DELETE /v1/tenants/{name}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
 			if err := h.tenants.Delete(r.Context(), p, r.PathValue("name")); err != nil {
 				return err

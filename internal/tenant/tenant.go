@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -252,10 +253,70 @@ func (s *Service) authenticate(ctx context.Context, h string) (*Principal, error
 		return &Principal{Admin: true}, nil
 	}
 	t, err := s.cfg.Store.TenantByKey(ctx, h)
+	if errors.Is(err, store.ErrNotFound) {
+		// A tenant's E2B-shaped alias (E2BKey).
+		var id string
+		if id, err = s.cfg.Store.Meta(ctx, e2bKeyMeta+h); err == nil && id == "" {
+			err = store.ErrNotFound
+		}
+		if err == nil {
+			t, err = s.cfg.Store.TenantByID(ctx, id)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	return s.principal(t), nil
+}
+
+// Where a tenant's E2B-shaped key is kept: its hash → the tenant's id, and
+// the tenant's id → its hash (to replace it).
+const (
+	e2bKeyMeta   = "e2b_key:"
+	e2bKeyOfMeta = "e2b_key_of:"
+)
+
+// E2BKey gives tenant name a new E2B-shaped key, e2b_ and 40 hex digits
+// (E2B's Python SDK refuses any other shape): an alias of its key for the
+// E2B front (internal/e2bapi), stored hashed, shown this once. The one it
+// had before stops working.
+func (s *Service) E2BKey(ctx context.Context, p *Principal, name string) (*api.E2BKey, error) {
+	if err := admin(p); err != nil {
+		return nil, err
+	}
+	tn, err := s.cfg.Store.TenantByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteName(name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var b [20]byte
+	_, _ = rand.Read(b[:])
+	key := "e2b_" + hex.EncodeToString(b[:])
+	h := store.HashKey(key)
+	old, err := s.cfg.Store.Meta(ctx, e2bKeyOfMeta+tn.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Store.SetMeta(ctx, e2bKeyMeta+h, tn.ID); err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Store.SetMeta(ctx, e2bKeyOfMeta+tn.ID, h); err != nil {
+		return nil, err
+	}
+	if old != "" {
+		if err := s.cfg.Store.DeleteMeta(ctx, e2bKeyMeta+old); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		delete(s.keys, old)
+		s.mu.Unlock()
+	}
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: tn.ID}, record.TenantE2BKey{Name: name, Replaced: old != ""}); err != nil {
+		return nil, err
+	}
+	return &api.E2BKey{Tenant: name, Key: key}, nil
 }
 
 // ByID is tenant id as its key signs it in, with its settings as they
@@ -509,6 +570,13 @@ func (s *Service) Delete(ctx context.Context, p *Principal, name string) error {
 	ids, err := s.cfg.Sandboxes.EndTenant(p, tn.ID, "kill switch (tenant "+name+" deleted)")
 	if err != nil {
 		return err
+	}
+	if h, err := s.cfg.Store.Meta(ctx, e2bKeyOfMeta+tn.ID); err != nil {
+		return err
+	} else if h != "" {
+		if err := errors.Join(s.cfg.Store.DeleteMeta(ctx, e2bKeyMeta+h), s.cfg.Store.DeleteMeta(ctx, e2bKeyOfMeta+tn.ID)); err != nil {
+			return err
+		}
 	}
 	freed, err := s.cfg.Store.DeleteTenant(ctx, tn.ID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -239,3 +239,70 @@ func TestByIDSeesTheQuotasOfNow(t *testing.T) {
 		t.Errorf("acme by its id after an update: %+v %v", p, err)
 	}
 }
+
+// A tenant's E2B-shaped key signs it in as its own key does; a new one
+// replaces it (at once, though the old one's principal was cached); only
+// the admin mints one; deleting the tenant ends it.
+func TestE2BKeyIsAnAliasOfTheTenantsKey(t *testing.T) {
+	db, err := store.Open(t.TempDir() + "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	log := &memAudit{}
+	s := New(Config{Store: db, Sandboxes: &fakeSandboxes{live: map[string]int{}}, Audit: record.New(log, nil)})
+	ctx := context.Background()
+	admin := &Principal{Admin: true}
+	acme, err := s.Create(ctx, admin, &api.CreateTenant{Name: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, err := s.E2BKey(ctx, admin, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(k1.Key) != 44 || !strings.HasPrefix(k1.Key, "e2b_") || strings.Trim(k1.Key[4:], "0123456789abcdef") != "" || k1.Tenant != "acme" {
+		t.Errorf("key %q: want e2b_ and 40 hex digits", k1.Key)
+	}
+	if p, err := s.Authenticate(ctx, k1.Key, ""); err != nil || p.ID != acme.ID || p.Admin {
+		t.Fatalf("the E2B key signs in as %+v %v", p, err)
+	}
+	k2, err := s.E2BKey(ctx, admin, "acme")
+	if err != nil || k2.Key == k1.Key {
+		t.Fatalf("a second key: %+v %v", k2, err)
+	}
+	if _, err := s.Authenticate(ctx, k1.Key, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("the replaced key: %v", err)
+	}
+	if p, err := s.Authenticate(ctx, k2.Key, ""); err != nil || p.ID != acme.ID {
+		t.Errorf("the new key: %+v %v", p, err)
+	}
+	tenantP, _ := s.Authenticate(ctx, acme.Key, "")
+	if _, err := s.E2BKey(ctx, tenantP, "acme"); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("a tenant minting its own: %v", err)
+	}
+	if _, err := s.E2BKey(ctx, admin, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a missing tenant: %v", err)
+	}
+	var recs []string
+	for _, r := range log.Records() {
+		if r.Kind == "tenant.e2b_key" {
+			recs = append(recs, string(r.Data))
+			if strings.Contains(string(r.Data), k1.Key[4:]) || strings.Contains(string(r.Data), k2.Key[4:]) {
+				t.Errorf("a record holds the key: %s", r.Data)
+			}
+		}
+	}
+	if len(recs) != 2 || !strings.Contains(recs[1], `"replaced":true`) {
+		t.Errorf("records %v", recs)
+	}
+	if err := s.Delete(ctx, admin, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(ctx, k2.Key, ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("the deleted tenant's E2B key: %v", err)
+	}
+	if h, _ := db.Meta(ctx, e2bKeyOfMeta+acme.ID); h != "" {
+		t.Errorf("the deleted tenant's E2B key is still stored")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -46,13 +47,15 @@ func freeLoopback(t *testing.T) string {
 // The unmodified E2B JS SDK (test/e2b/test.mjs) drives the daemon's E2B
 // front: create, getInfo, setTimeout, list with filters and pages, pause
 // and connect, snapshots, metrics, network fields, kill, isRunning, and
-// another tenant's key answered as a missing sandbox. The sandbox it
+// another tenant's key answered as a missing sandbox; the SDK signs in
+// with the tenant's E2B-shaped key. The sandbox it
 // leaves is then checked through airlock's own API: the same sandbox,
 // with the SDK's environment and metadata.
 func TestE2BSDK(t *testing.T) {
 	dir := e2bDir(t)
 	addr := freeLoopback(t)
-	d := startDaemon(t, newDataDir(t), "--e2b-listen", addr)
+	data := newDataDir(t)
+	d := startDaemon(t, data, "--e2b-listen", addr)
 	d.waitLog(t, `"e2b":"`+addr+`"`)
 	ctx := context.Background()
 	var keys []string
@@ -63,11 +66,19 @@ func TestE2BSDK(t *testing.T) {
 		}
 		keys = append(keys, tn.Key)
 	}
+	// The SDK signs in with tenant a's E2B-shaped key (airlock tenant
+	// e2b-key), b with its airlock key.
+	mint := exec.Command(airlockBin, "--state-dir", stateDir, "--data-dir", data, "tenant", "e2b-key", "e2ba")
+	mint.Env = append(os.Environ(), "AIRLOCK_ADDRESS="+d.sock)
+	e2bKey, err := mint.Output()
+	if err != nil || !regexp.MustCompile(`^e2b_[0-9a-f]{40}\n$`).Match(e2bKey) {
+		t.Fatalf("airlock tenant e2b-key: %q %v", e2bKey, err)
+	}
 	runID := fmt.Sprintf("run-%d", os.Getpid())
 	cmd := exec.Command("node", "test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
-		"E2B_API_KEY="+keys[0], "E2B_OTHER_KEY="+keys[1], "RUN="+runID)
+		"E2B_API_KEY="+strings.TrimSpace(string(e2bKey)), "E2B_OTHER_KEY="+keys[1], "RUN="+runID)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -346,6 +346,12 @@ type (
 		Name      string   `json:"name"`
 		Destroyed []string `json:"destroyed"`
 	}
+	// TenantE2BKey: the tenant was given a new E2B-shaped key (never the
+	// key); Replaced, it had one, which stopped working.
+	TenantE2BKey struct {
+		Name     string `json:"name"`
+		Replaced bool   `json:"replaced"`
+	}
 )
 
 // SandboxForked is a fork of the sandbox the record is about: the new
@@ -425,6 +431,7 @@ func (AuthFailed) Kind() string       { return "auth.failed" }
 func (TenantCreated) Kind() string    { return "tenant.created" }
 func (TenantUpdated) Kind() string    { return "tenant.updated" }
 func (TenantDeleted) Kind() string    { return "tenant.deleted" }
+func (TenantE2BKey) Kind() string     { return "tenant.e2b_key" }
 func (SecretAdded) Kind() string      { return "secret.added" }
 func (SecretRotated) Kind() string    { return "secret.rotated" }
 func (SecretRemoved) Kind() string    { return "secret.removed" }
@@ -452,7 +459,7 @@ func init() {
 		func() Data { return &TenantDeleted{} }, func() Data { return &SecretAdded{} }, func() Data { return &SecretRotated{} },
 		func() Data { return &SecretRemoved{} }, func() Data { return &MCPSpec{} }, func() Data { return &SandboxRefused{} },
 		func() Data { return &SandboxForked{} }, func() Data { return &SandboxPooled{} },
-		func() Data { return &PoolSet{} }, func() Data { return &PoolRemoved{} },
+		func() Data { return &PoolSet{} }, func() Data { return &PoolRemoved{} }, func() Data { return &TenantE2BKey{} },
 	} {
 		kinds[f().Kind()] = f
 	}

@@ -225,6 +225,24 @@ func tenantCmd(g *cmdutil.Globals) *cobra.Command {
 		err = cl.DeleteTenant(cmd.Context(), args[0])
 		return rk.Show(map[string]any{"name": args[0], "removed": true}, err, func() error { return nil })
 	}
-	c.AddCommand(create, ls, update, rm)
+	e2b := &cobra.Command{
+		Use:   "e2b-key NAME",
+		Short: "Give a tenant a new E2B-shaped key (e2b_<hex>, for E2B's Python SDK) and print it (shown once; the previous one stops working)",
+		Args:  cobra.ExactArgs(1),
+	}
+	ek := cmdutil.AddConn(e2b, g, true)
+	e2b.RunE = func(cmd *cobra.Command, args []string) error {
+		cl, err := ek.Client(true)
+		if err != nil {
+			return err
+		}
+		k, err := cl.TenantE2BKey(cmd.Context(), args[0])
+		return ek.Show(k, err, func() error {
+			fmt.Fprintln(g.Stdout, k.Key)
+			fmt.Fprintf(g.Stderr, "airlock: tenant %s's E2B key; shown only this once (docs/e2b.md)\n", k.Tenant)
+			return nil
+		})
+	}
+	c.AddCommand(create, ls, update, rm, e2b)
 	return c
 }
