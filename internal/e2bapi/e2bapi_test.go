@@ -487,3 +487,16 @@ func TestUnknownRoutesAnswerE2BErrors(t *testing.T) {
 		t.Errorf("%d %s", code, out)
 	}
 }
+
+// docs/e2b.md's table names every route the control plane serves.
+func TestDocsListEveryRoute(t *testing.T) {
+	b, err := os.ReadFile("../../docs/e2b.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range newRig(t).front.Routes() {
+		if !strings.Contains(string(b), "`"+rt+"`") {
+			t.Errorf("docs/e2b.md does not name %s", rt)
+		}
+	}
+}
