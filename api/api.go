@@ -124,6 +124,10 @@ type CreateSandbox struct {
 	// without an API call on it; "" or "0": never.
 	TTL         string `json:"ttl,omitempty"`
 	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// OnTTL is what its TTL does: "end" (default), or "pause": the
+	// sandbox is paused then and ends PausedTTL later unless resumed
+	// (resuming keeps the expiry: extend it).
+	OnTTL string `json:"on_ttl,omitempty"`
 	// Grants let the sandbox use the tenant's secrets without holding
 	// them (docs/credentials.md). They imply network mode "proxy".
 	Grants []Grant `json:"grants,omitempty"`
@@ -271,6 +275,7 @@ type Sandbox struct {
 	Created     time.Time         `json:"created"`
 	Expires     time.Time         `json:"expires"`
 	IdleTimeout string            `json:"idle_timeout,omitempty"`
+	OnTTL       string            `json:"on_ttl,omitempty"`
 	LastActive  time.Time         `json:"last_active"`
 	Limits      Limits            `json:"limits"`
 	Network     Network           `json:"network"`
@@ -286,6 +291,10 @@ type Sandbox struct {
 	Pool     string `json:"pool,omitempty"`
 	PoolMiss string `json:"pool_miss,omitempty"`
 }
+
+// PausedTTL is how long a sandbox paused at its TTL (OnTTL "pause") is
+// kept before it ends.
+const PausedTTL = 24 * time.Hour
 
 // Extend moves a sandbox's expiry to TTL from now.
 type Extend struct {

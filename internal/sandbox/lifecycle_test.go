@@ -292,6 +292,44 @@ func TestPauseResumeStateMachine(t *testing.T) {
 	r.wantEnded(t, sb.ID, "TTL expired")
 }
 
+// on_ttl "pause": the tick at its TTL pauses the sandbox instead of
+// ending it (recorded, with its new expiry) and keeps it api.PausedTTL; a
+// resumed one runs to that expiry, where it is paused again; a paused one
+// reaching it ends. An unknown on_ttl is refused.
+func TestOnTTLPausePausesAtTheTTL(t *testing.T) {
+	ctx := context.Background()
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	if _, err := r.svc.Create(ctx, p, &api.CreateSandbox{TTL: "10m", OnTTL: "freeze"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("on_ttl freeze: %v", err)
+	}
+	sb := r.create(t, p, &api.CreateSandbox{TTL: "10m", OnTTL: "pause"})
+	if sb.OnTTL != "pause" {
+		t.Errorf("described as %+v", sb)
+	}
+	in := r.be.sandbox(t, sb.ID)
+	r.clock.Advance(10 * time.Minute)
+	r.tick()
+	got, err := r.svc.Get(ctx, p, sb.ID)
+	if want := r.clock.Now().Add(api.PausedTTL); err != nil || got.State != api.StatePaused || !in.isPaused() || !got.Expires.Equal(want) || r.stored(t, sb.ID).State != api.StatePaused {
+		t.Fatalf("at its TTL: %+v %v (frozen: %v), want paused until %v", got, err, in.isPaused(), want)
+	}
+	if ps := r.records(sb.ID, "sandbox.paused"); len(ps) != 1 || ps[0]["at_ttl"] != true || ps[0]["expires"] != got.Expires.Format(time.RFC3339Nano) {
+		t.Errorf("sandbox.paused: %v", ps)
+	}
+	if _, err := r.svc.Resume(ctx, p, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(api.PausedTTL)
+	r.tick()
+	if got, _ := r.svc.Get(ctx, p, sb.ID); got.State != api.StatePaused {
+		t.Fatalf("resumed, at its new expiry: %s", got.State)
+	}
+	r.clock.Advance(api.PausedTTL)
+	r.tick()
+	r.wantEnded(t, sb.ID, "TTL expired")
+}
+
 // A pause or resume the host fails leaves the sandbox in the state it is
 // recorded in: a failed freeze is undone, a failed thaw leaves it paused
 // (so it can be resumed again). A failed pause was once recorded paused

@@ -485,7 +485,7 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 		return fail(fmt.Errorf("thaw: %w", err))
 	}
 	now := s.Cfg.Now()
-	b.Spec.Env, b.Spec.Timeout = sp.Env, sp.Timeout
+	b.Spec.Env, b.Spec.Timeout, b.Spec.OnTTL = sp.Env, sp.Timeout, sp.OnTTL
 	specJSON, _ := json.Marshal(b.Spec)
 	meta, _ := json.Marshal(bo.metadata)
 	trig, _ := json.Marshal(bo.trigger)

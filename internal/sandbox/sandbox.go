@@ -454,8 +454,29 @@ func (s *Service) setPaused(ctx context.Context, t *tenant.Principal, id string,
 	if err != nil {
 		return nil, err
 	}
+	return s.pauseBox(ctx, t, b, pause, false)
+}
+
+// pauseAtTTL pauses b, whose TTL has come (spec OnTTL "pause"), and keeps
+// it api.PausedTTL more.
+func (s *Service) pauseAtTTL(ctx context.Context, b *core.Box) {
+	_, err := s.pauseBox(ctx, nil, b, true, true)
+	switch {
+	case err == nil, errors.Is(err, errdefs.ErrNotFound): // paused, or ending already
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		// Paused by a call since the tick looked: its TTL ends it.
+	default:
+		s.end(b, "TTL expired (pausing it failed: "+err.Error()+")")
+	}
+}
+
+// pauseBox pauses (or resumes) b for t (nil: the service itself); atTTL,
+// its expiry moves api.PausedTTL on.
+func (s *Service) pauseBox(ctx context.Context, t *tenant.Principal, b *core.Box, pause, atTTL bool) (*api.Sandbox, error) {
+	id := b.Rec.ID
 	b.Mu.Lock()
 	defer func() { b.Mu.Unlock() }()
+	var err error
 	if b.Ending {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+core.QuoteID(id)+" (it is ending)")
 	}
@@ -480,6 +501,9 @@ func (s *Service) setPaused(ctx context.Context, t *tenant.Principal, id string,
 	}
 	b.Rec.State = state
 	b.Rec.LastActive = s.Cfg.Now()
+	if atTTL {
+		b.Rec.Expires = s.Cfg.Now().Add(api.PausedTTL)
+	}
 	rec := b.Rec
 	b.Mu.Unlock()
 	err = s.Cfg.Store.PutSandbox(ctx, rec)
@@ -487,6 +511,9 @@ func (s *Service) setPaused(ctx context.Context, t *tenant.Principal, id string,
 		var d record.Data = record.SandboxResumed{}
 		if pause {
 			d = record.SandboxPaused{}
+		}
+		if atTTL {
+			d = record.SandboxPaused{AtTTL: true, Expires: &rec.Expires}
 		}
 		err = s.Cfg.Audit.Commit(ctx, b.WhoFor(t), d)
 	}
@@ -854,6 +881,7 @@ func (s *Service) tick(ctx context.Context) {
 		b.Mu.Lock()
 		rec := b.Rec
 		ending := b.Ending
+		pauseAtTTL := b.Spec.OnTTL == "pause" && rec.State == api.StateRunning
 		b.Mu.Unlock()
 		if ending {
 			continue
@@ -861,6 +889,8 @@ func (s *Service) tick(ctx context.Context) {
 		states[rec.State]++
 		reason := ""
 		switch {
+		case !now.Before(rec.Expires) && pauseAtTTL:
+			wg.Go(func() { s.pauseAtTTL(ctx, b) })
 		case !now.Before(rec.Expires):
 			reason = "TTL expired"
 			s.Cfg.Metrics.LimitKills.WithLabelValues("ttl").Inc()

@@ -106,7 +106,10 @@ type Spec struct {
 	AllowDegraded  []string      `json:"allow_degraded,omitempty"`
 	Hostname       string        `json:"hostname,omitempty"`
 	Timeout        time.Duration `json:"timeout"`
-	Net            Net           `json:"net"`
+	// OnTTL "pause" pauses a long-lived sandbox at its TTL instead of
+	// ending it ("" ends it).
+	OnTTL string `json:"on_ttl,omitempty"`
+	Net   Net    `json:"net"`
 	// Grants let it use secrets it never holds (proxy mode only).
 	Grants []Grant `json:"grants,omitempty"`
 	// Tenant owns the sandbox (airlock serve); its secrets are the ones
@@ -396,6 +399,8 @@ func (s *Spec) validate() error {
 		return bad("nofile %d: must be between 64 and %d", l.NoFile, MaxNoFile)
 	case s.Timeout <= 0 || s.Timeout > MaxTimeout:
 		return bad("--timeout %v: must be between 1ns and %v", s.Timeout, MaxTimeout)
+	case s.OnTTL != "" && s.OnTTL != "pause":
+		return bad("on_ttl %q: end or pause", s.OnTTL)
 	}
 	return nil
 }

@@ -134,9 +134,13 @@ type Patch struct {
 	Truncated bool   `json:"truncated"`
 }
 
-// SandboxPaused, SandboxResumed: a sandbox frozen and thawed.
+// SandboxPaused, SandboxResumed: a sandbox frozen and thawed; AtTTL, it
+// was paused by its TTL (on_ttl "pause"), and ends at Expires.
 type (
-	SandboxPaused  struct{}
+	SandboxPaused struct {
+		AtTTL   bool       `json:"at_ttl,omitempty"`
+		Expires *time.Time `json:"expires,omitempty"`
+	}
 	SandboxResumed struct{}
 )
 

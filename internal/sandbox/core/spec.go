@@ -86,6 +86,13 @@ func SpecOf(req *api.CreateSandbox) (spec.Spec, time.Duration, time.Duration, er
 		return s, 0, 0, err
 	}
 	s.Timeout = ttl
+	switch req.OnTTL {
+	case "", "end":
+	case "pause":
+		s.OnTTL = "pause"
+	default:
+		return s, 0, 0, errdefs.Invalid(fmt.Sprintf("on_ttl %q: end or pause", req.OnTTL))
+	}
 	if len(req.Metadata) > 64 {
 		return s, 0, 0, errdefs.Invalid("metadata: at most 64 keys")
 	}
