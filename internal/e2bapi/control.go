@@ -125,7 +125,10 @@ func (f *Front) detailOf(sb *api.Sandbox, full bool) *detailOut {
 		internet := false
 		d.AllowInternetAccess = &internet
 		d.Network = &network{AllowOut: sb.Network.Allow, DenyOut: sb.Network.Deny}
-		d.Lifecycle = &lifecycle{OnTimeout: "kill"}
+		d.Lifecycle = &lifecycle{OnTimeout: "kill", AutoResume: sb.Metadata[autoResumeKey] == "true"}
+		if sb.OnTTL == "pause" {
+			d.Lifecycle.OnTimeout = "pause"
+		}
 		d.Domain = f.cfg.Domain
 	}
 	return d

@@ -179,6 +179,11 @@ func (f *Front) sandboxTraffic(w http.ResponseWriter, r *http.Request, id string
 		notRunning(w)
 		return
 	}
+	if err := f.autoResume(r.Context(), owner, id); err != nil {
+		f.cfg.Log.Warn("e2b: automatic resume failed", "id", id, "err", err)
+		notRunning(w)
+		return
+	}
 	if port != EnvdPort {
 		if f.cfg.Ports == nil {
 			writeErr(w, http.StatusNotImplemented, "this daemon does not serve sandboxes' ports")
@@ -237,6 +242,25 @@ func (f *Front) owner(ctx context.Context, id string) (*tenant.Principal, bool) 
 		return nil, false
 	}
 	return p, true
+}
+
+// autoResume resumes paused sandbox id of owner when its create asked for
+// it (lifecycle.autoResume), for its own traffic, and gives it the
+// timeout its create asked again.
+func (f *Front) autoResume(ctx context.Context, owner *tenant.Principal, id string) error {
+	sb, err := f.cfg.Sandboxes.Get(ctx, owner, id)
+	if err != nil || sb.State != api.StatePaused || sb.Metadata[autoResumeKey] != "true" {
+		return err
+	}
+	if _, err := f.cfg.Sandboxes.Resume(ctx, owner, id); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		return err // failed precondition: resumed by another request meanwhile
+	}
+	secs, err := strconv.ParseInt(sb.Metadata[timeoutKey], 10, 64)
+	if err != nil || secs <= 0 {
+		secs = int64(defaultTimeout / time.Second)
+	}
+	_, err = f.cfg.Sandboxes.Extend(ctx, owner, id, &api.Extend{TTL: (time.Duration(secs) * time.Second).String()})
+	return err
 }
 
 // apiKey is the key a request signs in with: E2B's X-API-Key, or

@@ -129,8 +129,7 @@ func TestUnknownTemplateAndUnsupportedFieldsAreRefusedByName(t *testing.T) {
 		`{"iam":{"tokens":{}}}`:                       "iam",
 		`{"mcp":{}}`:                                  "mcp",
 		`{"volumeMounts":[{"name":"v","path":"/v"}]}`: "volumeMounts",
-		`{"autoPause":true}`:                          "autoPause",
-		`{"autoResume":{"enabled":true}}`:             "autoResume",
+		`{"autoResume":{"enabled":true}}`:             "autoResume needs",
 		`{"network":{"rules":{}}}`:                    "network.rules",
 		`{"network":{"egressProxy":{"address":"x"}}}`: "egressProxy",
 		`{"timeout":0}`:                               "timeout",
@@ -142,6 +141,47 @@ func TestUnknownTemplateAndUnsupportedFieldsAreRefusedByName(t *testing.T) {
 	}
 	if len(r.svc.creates) != 0 {
 		t.Errorf("refused creates reached the service: %+v", r.svc.creates)
+	}
+}
+
+// lifecycle.onTimeout 'pause' is the service's on_ttl "pause"; with
+// autoResume, the sandbox's own traffic resumes it, with the timeout its
+// create asked; without, it does not.
+func TestOnTimeoutPauseAndAutoResume(t *testing.T) {
+	r := newRig(t)
+	auto := r.create("key-alice", `{"timeout":90,"autoPause":true,"autoResume":{"enabled":true}}`)
+	manual := r.create("key-alice", `{"autoPause":true}`)
+	if c := r.svc.creates[0]; c.OnTTL != "pause" || c.Metadata[autoResumeKey] != "true" || c.Metadata[timeoutKey] != "90" {
+		t.Errorf("asked %+v", c)
+	}
+	if c := r.svc.creates[1]; c.OnTTL != "pause" || c.Metadata[autoResumeKey] != "" {
+		t.Errorf("asked %+v", c)
+	}
+	for _, id := range []string{auto.SandboxID, manual.SandboxID} {
+		if _, err := r.svc.Pause(t.Context(), alice, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, out := r.do("GET", "/sandboxes/"+auto.SandboxID, "key-alice", "")
+	if !strings.Contains(out, `"lifecycle":{"onTimeout":"pause","autoResume":true}`) {
+		t.Errorf("detail %s", out)
+	}
+	// Control-plane reads do not resume.
+	if b, _ := r.svc.Get(t.Context(), alice, auto.SandboxID); b.State != api.StatePaused {
+		t.Fatalf("getInfo resumed it")
+	}
+	for _, c := range []struct {
+		id    string
+		state string
+	}{{auto.SandboxID, api.StateRunning}, {manual.SandboxID, api.StatePaused}} {
+		code, _, out := r.do("GET", "/health", "", "", "E2b-Sandbox-Id", c.id, "X-Access-Token", r.tokens.Envd(c.id))
+		b, _ := r.svc.Get(t.Context(), alice, c.id)
+		if code != 204 || b.State != c.state {
+			t.Errorf("%s's traffic: %d %s, state %s, want %s", c.id, code, out, b.State, c.state)
+		}
+	}
+	if r.svc.extended[auto.SandboxID] != "1m30s" {
+		t.Errorf("resumed with timeout %q, want its create's 90 s", r.svc.extended[auto.SandboxID])
 	}
 }
 

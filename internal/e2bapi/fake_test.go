@@ -48,7 +48,7 @@ func (s *fakeService) Create(_ context.Context, t *tenant.Principal, req *api.Cr
 	s.creates = append(s.creates, req)
 	b := &api.Sandbox{ID: fmt.Sprintf("sb%03d", s.n), TenantID: t.ID, Tenant: t.Tenant, State: api.StateRunning, Image: req.Image,
 		Created: s.now.Add(time.Duration(s.n) * time.Second), Metadata: req.Metadata, Network: req.Network,
-		Limits: api.Limits{MemoryBytes: 512 << 20, DiskBytes: 1 << 30, CPUs: 1.5}}
+		Limits: api.Limits{MemoryBytes: 512 << 20, DiskBytes: 1 << 30, CPUs: 1.5}, OnTTL: req.OnTTL}
 	b.Expires = b.Created.Add(ttl)
 	s.boxes[b.ID] = b
 	c := *b

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,6 +113,11 @@ type errorOut struct {
 const (
 	metaPrefix  = "e2b."
 	templateKey = metaPrefix + "template"
+	// timeoutKey is the timeout (seconds) a create asked: an automatic
+	// resume gives the sandbox that long again.
+	timeoutKey = metaPrefix + "timeout"
+	// autoResumeKey marks a sandbox its own traffic resumes when paused.
+	autoResumeKey = metaPrefix + "auto_resume"
 )
 
 // allTraffic is E2B's "everything" (the SDK's ALL_TRAFFIC).
@@ -130,10 +136,8 @@ func createOf(in *newSandbox, templates map[string]string, allowAll []string, de
 		return nil, errdefs.Invalid("mcp: not supported by airlock")
 	case len(in.VolumeMounts) > 0:
 		return nil, errdefs.Invalid("volumeMounts: not supported by airlock")
-	case in.AutoPause != nil && *in.AutoPause:
-		return nil, errdefs.Invalid("lifecycle.onTimeout 'pause' (autoPause): not supported by airlock; a sandbox ends at its timeout")
-	case in.AutoResume != nil && in.AutoResume.Enabled:
-		return nil, errdefs.Invalid("lifecycle.autoResume: not supported by airlock")
+	case in.AutoResume != nil && in.AutoResume.Enabled && (in.AutoPause == nil || !*in.AutoPause):
+		return nil, errdefs.Invalid("lifecycle.autoResume needs lifecycle.onTimeout 'pause'")
 	}
 	tpl := in.TemplateID
 	if tpl == "" {
@@ -159,6 +163,13 @@ func createOf(in *newSandbox, templates map[string]string, allowAll []string, de
 		ttl = time.Duration(*in.Timeout) * time.Second
 	}
 	req.TTL = ttl.String()
+	req.Metadata[timeoutKey] = strconv.FormatInt(int64(ttl/time.Second), 10)
+	if in.AutoPause != nil && *in.AutoPause {
+		req.OnTTL = "pause"
+	}
+	if in.AutoResume != nil && in.AutoResume.Enabled {
+		req.Metadata[autoResumeKey] = "true"
+	}
 	if req.Network, err = networkOf(in.AllowInternetAccess, in.Network, allowAll); err != nil {
 		return nil, err
 	}

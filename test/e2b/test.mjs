@@ -102,7 +102,6 @@ async function main() {
   // network: default-deny, named hosts allowed, the whole internet refused
   await rejects(Sandbox.create({ allowInternetAccess: true }), SandboxError, 'allowInternetAccess', /never allows the whole internet/)
   await rejects(Sandbox.create({ network: { allowOut: ['10.0.0.0/8'] } }), SandboxError, 'a range', /not address ranges/)
-  await rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), SandboxError, 'onTimeout pause', /not supported/)
   const netted = await Sandbox.create({ network: { allowOut: ['pypi.org'], denyOut: ['0.0.0.0/0'] }, timeoutMs: 300_000 })
   made.push(netted.sandboxId)
   const ni = await netted.getInfo()
@@ -110,6 +109,23 @@ async function main() {
   assert.equal(ni.allowInternetAccess, false)
   assert.equal(await netted.kill(), true)
   ok('network fields on default-deny')
+
+  // lifecycle.onTimeout 'pause': paused at its timeout, not ended; connect resumes it
+  const lp = await Sandbox.create({ metadata: { suite: run + '-lifecycle' }, timeoutMs: 1_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  made.push(lp.sandboxId)
+  assert.deepEqual((await lp.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+  // The daemon's once-a-second tick pauses it; nothing to wait on but its state.
+  let lpInfo
+  for (const deadline = Date.now() + 30_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    lpInfo = await lp.getInfo()
+    if (lpInfo.state !== 'running') break
+  }
+  assert.equal(lpInfo.state, 'paused')
+  assert.ok(lpInfo.endAt.getTime() > Date.now() + 23 * 3600_000, `kept until ${lpInfo.endAt}`)
+  await Sandbox.connect(lp.sandboxId, { timeoutMs: 300_000 })
+  assert.equal((await lp.getInfo()).state, 'running')
+  assert.equal(await lp.kill(), true)
+  ok('lifecycle onTimeout pause, connect resumes')
 
   // another tenant's key: exactly a missing sandbox
   await rejects(Sandbox.getInfo(s.sandboxId, { apiKey: other }), SandboxNotFoundError, 'another tenant getInfo')
