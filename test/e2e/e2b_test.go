@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,5 +112,71 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if err := a.Destroy(ctx, res.Kept); err != nil {
 		t.Error(err)
+	}
+}
+
+// Off the SDKs' plain-HTTP local set-up: the E2B front over TLS (HTTP/2),
+// sandboxes told apart by host (<port>-<id>.<domain>) as the SDKs address
+// them with E2B_DOMAIN. A create answers the domain; envd's host with the
+// access token reaches envd's routing (not the refusal), and with a wrong
+// one, or for a missing sandbox, gets the one refusal.
+func TestE2BFrontTLSHostRouting(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	addr := freeLoopback(t)
+	_, port, _ := net.SplitHostPort(addr)
+	domain := "e2b.test:" + port
+	d := startDaemon(t, newDataDir(t), "--e2b-listen", addr, "--e2b-domain", domain, "--e2b-tls-cert", certFile, "--e2b-tls-key", keyFile)
+	d.waitLog(t, `"e2b":"`+addr+`"`)
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "e2btls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{
+		// Every name of the domain is this daemon, as wildcard DNS would have it.
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"},
+		ForceAttemptHTTP2: true,
+	}}
+	do := func(method, url string, hdr map[string]string, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.ProtoMajor != 2 {
+			t.Errorf("%s %s: %s, want HTTP/2", method, url, res.Proto)
+		}
+		return res.StatusCode, string(b)
+	}
+	code, out := do("POST", "https://api."+domain+"/v2/sandboxes", map[string]string{"X-API-Key": tn.Key}, `{"timeout":300}`)
+	var sb struct {
+		SandboxID, Domain, EnvdAccessToken string
+	}
+	if err := json.Unmarshal([]byte(out), &sb); code != 201 || err != nil || sb.Domain != domain || !strings.HasPrefix(sb.EnvdAccessToken, "airlock_envd_") {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	defer func() { _ = d.client(t, tn.Key).Destroy(ctx, sb.SandboxID) }()
+	refused := `{"code":502,"message":"sandbox not running"}` + "\n"
+	envd := "https://49983-" + sb.SandboxID + "." + domain + "/health"
+	if code, out := do("GET", envd, map[string]string{"X-Access-Token": sb.EnvdAccessToken}, ""); code == 502 || code == 404 {
+		t.Errorf("envd with its token: %d %s", code, out)
+	}
+	for name, c := range map[string]struct{ url, token string }{
+		"a wrong token":     {envd, sb.EnvdAccessToken + "x"},
+		"a missing sandbox": {"https://49983-ffffffffffff." + domain + "/health", sb.EnvdAccessToken},
+	} {
+		if code, out := do("GET", c.url, map[string]string{"X-Access-Token": c.token}, ""); code != 502 || out != refused {
+			t.Errorf("%s: %d %s", name, code, out)
+		}
 	}
 }
