@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,6 +113,23 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if err := a.Destroy(ctx, res.Kept); err != nil {
 		t.Error(err)
+	}
+	// Its records are those of the same calls through airlock's API: the
+	// front adds and skips none.
+	recs, err := a.Audit(ctx, res.Kept, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range recs {
+		kinds = append(kinds, r.Kind)
+	}
+	want := []string{"sandbox.created", "sandbox.extended", // setTimeout
+		"sandbox.paused", "sandbox.extended", // pause, kept a day
+		"sandbox.resumed", "sandbox.extended", // connect
+		"sandbox.snapshot", "exec.start", "exec.end", "sandbox.destroyed"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("records of the SDK's sandbox: %v, want %v", kinds, want)
 	}
 }
 
