@@ -44,6 +44,7 @@ const EnvdVersion = "0.6.1"
 type Sandboxes interface {
 	Create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error)
 	Get(ctx context.Context, t *tenant.Principal, id string) (*api.Sandbox, error)
+	Peek(t *tenant.Principal, id string) (*api.Sandbox, error)
 	List(ctx context.Context, t *tenant.Principal) []*api.Sandbox
 	Pause(ctx context.Context, t *tenant.Principal, id string) (*api.Sandbox, error)
 	Resume(ctx context.Context, t *tenant.Principal, id string) (*api.Sandbox, error)
@@ -174,12 +175,12 @@ func (f *Front) sandboxTraffic(w http.ResponseWriter, r *http.Request, id string
 		notRunning(w)
 		return
 	}
-	owner, ok := f.owner(r.Context(), id)
+	owner, sb, ok := f.owner(r.Context(), id)
 	if !ok {
 		notRunning(w)
 		return
 	}
-	if err := f.autoResume(r.Context(), owner, id); err != nil {
+	if err := f.autoResume(r.Context(), owner, sb); err != nil {
 		f.cfg.Log.Warn("e2b: automatic resume failed", "id", id, "err", err)
 		notRunning(w)
 		return
@@ -220,7 +221,7 @@ func (f *Front) allowed(r *http.Request, id string, port int) bool {
 			if err != nil || p.Admin {
 				return false
 			}
-			owner, ok := f.owner(r.Context(), id)
+			owner, _, ok := f.owner(r.Context(), id)
 			return ok && owner.ID == p.ID
 		}
 	}
@@ -231,27 +232,27 @@ func (f *Front) allowed(r *http.Request, id string, port int) bool {
 // owners.
 var admin = &tenant.Principal{Admin: true}
 
-// owner is the principal of the tenant that owns live sandbox id.
-func (f *Front) owner(ctx context.Context, id string) (*tenant.Principal, bool) {
-	sb, err := f.cfg.Sandboxes.Get(ctx, admin, id)
-	if err != nil || sb.State == api.StateEnded {
-		return nil, false
+// owner is live sandbox id and the principal of the tenant that owns it.
+func (f *Front) owner(ctx context.Context, id string) (*tenant.Principal, *api.Sandbox, bool) {
+	sb, err := f.cfg.Sandboxes.Peek(admin, id)
+	if err != nil {
+		return nil, nil, false
 	}
 	p, err := f.cfg.Tenants.ByID(ctx, sb.TenantID)
 	if err != nil {
-		return nil, false
+		return nil, nil, false
 	}
-	return p, true
+	return p, sb, true
 }
 
 // autoResume resumes paused sandbox id of owner when its create asked for
 // it (lifecycle.autoResume), for its own traffic, and gives it the
 // timeout its create asked again.
-func (f *Front) autoResume(ctx context.Context, owner *tenant.Principal, id string) error {
-	sb, err := f.cfg.Sandboxes.Get(ctx, owner, id)
-	if err != nil || sb.State != api.StatePaused || sb.Metadata[autoResumeKey] != "true" {
-		return err
+func (f *Front) autoResume(ctx context.Context, owner *tenant.Principal, sb *api.Sandbox) error {
+	if sb.State != api.StatePaused || sb.Metadata[autoResumeKey] != "true" {
+		return nil
 	}
+	id := sb.ID
 	if _, err := f.cfg.Sandboxes.Resume(ctx, owner, id); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		return err // failed precondition: resumed by another request meanwhile
 	}

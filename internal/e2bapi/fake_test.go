@@ -67,6 +67,17 @@ func (s *fakeService) Get(_ context.Context, t *tenant.Principal, id string) (*a
 	return &c, nil
 }
 
+func (s *fakeService) Peek(t *tenant.Principal, id string) (*api.Sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, err := s.find(t, id)
+	if err != nil || b.State == api.StateEnded { // the service's live sandboxes only
+		return nil, errdefs.New(errdefs.ErrNotFound, fmt.Sprintf("no sandbox %q", id))
+	}
+	c := *b
+	return &c, nil
+}
+
 func (s *fakeService) List(_ context.Context, t *tenant.Principal) []*api.Sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()

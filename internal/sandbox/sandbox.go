@@ -421,6 +421,17 @@ func (s *Service) Get(ctx context.Context, t *tenant.Principal, id string) (*api
 	return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+core.QuoteID(id))
 }
 
+// Peek describes live sandbox id of tenant t without reading its usage
+// (which costs the host reads of its cgroup): for a front that routes
+// each request of a sandbox's own traffic (internal/e2bapi).
+func (s *Service) Peek(t *tenant.Principal, id string) (*api.Sandbox, error) {
+	b, err := s.Find(t, id)
+	if err != nil {
+		return nil, err
+	}
+	return b.Describe(false), nil
+}
+
 // List describes tenant t's live sandboxes (every tenant's for the admin).
 func (s *Service) List(_ context.Context, t *tenant.Principal) []*api.Sandbox {
 	s.Mu.Lock()

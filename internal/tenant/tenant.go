@@ -126,6 +126,10 @@ type Service struct {
 	cfg  Config
 	mu   sync.Mutex
 	keys map[string]*Principal // key hash → who (cache; keys never change)
+	// ids caches ByID's principals (an E2B front asks it for every
+	// request of a sandbox's own traffic); an update or deletion of a
+	// tenant drops its entry, as it drops its keys'.
+	ids map[string]*Principal
 	// deleted holds, per tenant id, the mark its principals share (set:
 	// the tenant has been deleted since the daemon started).
 	deleted   map[string]*atomic.Bool
@@ -140,7 +144,7 @@ func New(cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{cfg: cfg, keys: map[string]*Principal{}, deleted: map[string]*atomic.Bool{}}
+	return &Service{cfg: cfg, keys: map[string]*Principal{}, ids: map[string]*Principal{}, deleted: map[string]*atomic.Bool{}}
 }
 
 // mark is tenant id's deletion mark (under s.mu).
@@ -323,6 +327,12 @@ func (s *Service) E2BKey(ctx context.Context, p *Principal, name string) (*api.E
 // are now: for work the daemon does for a tenant between its calls (a
 // pool's refill). A deleted tenant is ErrUnauthenticated.
 func (s *Service) ByID(ctx context.Context, id string) (*Principal, error) {
+	s.mu.Lock()
+	p, ok := s.ids[id]
+	s.mu.Unlock()
+	if ok {
+		return p, p.Err()
+	}
 	t, err := s.cfg.Store.TenantByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errTenantGone()
@@ -330,8 +340,14 @@ func (s *Service) ByID(ctx context.Context, id string) (*Principal, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := s.principal(t)
-	return p, p.Err()
+	p = s.principal(t)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	s.ids[id] = p
+	return p, nil
 }
 
 // principal is the principal of stored tenant t.
@@ -496,6 +512,7 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 			delete(s.keys, h) // the next call loads the new settings
 		}
 	}
+	delete(s.ids, cur.ID)
 	s.mu.Unlock()
 	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: cur.ID}, record.TenantUpdated{Quotas: q, ScanPolicy: policy, Roots: roots, Isolation: shownHold(hold)}); err != nil {
 		return nil, err
@@ -566,6 +583,7 @@ func (s *Service) Delete(ctx context.Context, p *Principal, name string) error {
 			delete(s.keys, h)
 		}
 	}
+	delete(s.ids, tn.ID)
 	s.mu.Unlock()
 	ids, err := s.cfg.Sandboxes.EndTenant(p, tn.ID, "kill switch (tenant "+name+" deleted)")
 	if err != nil {

@@ -232,6 +232,9 @@ func TestByIDSeesTheQuotasOfNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if p, err := s.ByID(ctx, acme.ID); err != nil || p.Quotas.MaxSandboxes != 5 {
+		t.Fatalf("acme by its id: %+v %v", p, err)
+	}
 	if _, err := s.Update(ctx, admin, "acme", &api.UpdateTenant{Quotas: &api.Quotas{MaxSandboxes: 1}}); err != nil {
 		t.Fatal(err)
 	}
