@@ -28,7 +28,10 @@ if [ -x ../shared/tools/netguard ]; then ../shared/tools/netguard; fi
 ./scripts/runsc.sh
 
 # The E2B SDK at its pinned version, for the E2B front's test (TestE2BSDK).
-if command -v npm >/dev/null; then (cd test/e2b && npm ci --no-audit --no-fund --silent); fi
+# Without it TestE2BSDK skips (under CI=true it fails).
+if command -v npm >/dev/null; then
+	(cd test/e2b && npm ci --no-audit --no-fund --silent) || echo "airlock: npm ci in test/e2b failed: TestE2BSDK will skip" >&2
+fi
 
 export CGO_ENABLED=0
 unformatted=$(gofmt -l cmd internal test bench api client)
