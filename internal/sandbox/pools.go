@@ -465,24 +465,19 @@ func (s *Service) takePooled(_ context.Context, t *tenant.Principal, named strin
 	return b, pc, "", nil
 }
 
-// give makes pooled sandbox b (taken, pc) the caller's: thawed, given
-// the create's env (spec sp) and birth, recorded and live. final says an
-// error is the create's answer (the kill switch ended it); otherwise the
-// sandbox is ended and the create may be made afresh.
+// give makes pooled sandbox b (taken, pc) the caller's: given the
+// create's env (spec sp) and birth, its sandbox.created record put in
+// its place in the log, and live. It answers then; what is left (thaw,
+// the record durable, the row stored: settleGiven) runs on, and every call
+// on the sandbox, and its end, waits for it (core.Find, Box.Settle).
+// final says an error is the create's answer (the kill switch ended
+// it); otherwise the create may be made afresh.
 func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCreate, b *core.Box, sp *spec.Spec, bo birth) (*api.Sandbox, bool, error) {
 	t0 := time.Now()
-	fail := func(err error) (*api.Sandbox, bool, error) {
-		s.end(b, "its pool's sandbox could not be given to a create: "+err.Error())
-		return nil, false, err
-	}
 	b.Mu.Lock()
 	if b.Ending {
 		b.Mu.Unlock()
 		return nil, false, errdefs.New(errdefs.ErrFailedPrecondition, "it ended")
-	}
-	if err := b.Inst.Resume(); err != nil {
-		b.Mu.Unlock()
-		return fail(fmt.Errorf("thaw: %w", err))
 	}
 	now := s.Cfg.Now()
 	b.Spec.Env, b.Spec.Timeout = sp.Env, sp.Timeout
@@ -492,17 +487,22 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 	b.Rec.State, b.Rec.Spec, b.Rec.Metadata, b.Rec.Trigger = api.StateRunning, string(specJSON), string(meta), string(trig)
 	b.Rec.Created, b.Rec.Expires, b.Rec.IdleTimeout, b.Rec.LastActive = now, bo.expires, bo.idle, now
 	rec, bsp := b.Rec, b.Spec
+	st := core.NewSettle()
+	b.Settle = st
 	b.Mu.Unlock()
-	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxCreated{
+	// Its place in the log comes first: every record of it (its network's
+	// too, once thawed) follows this one.
+	durable, err := s.Cfg.Audit.Queue(b.Who(), record.SandboxCreated{
 		Spec: record.Spec(bsp), Image: bsp.Image, ImageDigest: b.Inst.ImageDigest(), PolicySHA256: record.PolicyHash(bsp.Net.Allow, bsp.Net.Deny),
 		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &rec.Expires, IdleTimeout: bo.idle.String(),
 		Controls: record.ControlsOf(b.Inst.Wall(), b.Inst.WallVersion(), b.Inst.Degraded()), InitPID: b.Inst.InitPid(), Pool: bsp.Pool,
-	}); err != nil {
-		return fail(err)
+	})
+	if err != nil {
+		st.Finish(err)
+		s.end(b, "its pool's sandbox could not be given to a create: "+err.Error())
+		return nil, false, err
 	}
-	if err := s.Cfg.Store.PutSandbox(context.WithoutCancel(ctx), rec); err != nil {
-		return fail(fmt.Errorf("record sandbox: %w", err))
-	}
+	s.settling.Go(func() { s.settleGiven(b, st, durable, rec) })
 	s.Mu.Lock()
 	reason := pc.killed
 	if reason == "" {
@@ -516,8 +516,36 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 	s.Cfg.Metrics.Creates.Inc()
 	s.Cfg.Metrics.CreateSeconds.Observe(time.Since(t0).Seconds())
 	s.Cfg.Log.Info("sandbox created", "id", rec.ID, "tenant", t.ID, "pool", bsp.Pool, "took", time.Since(t0))
-	out := b.Describe(true)
-	return out, true, nil
+	return b.Describe(true), true, nil
+}
+
+// settleGiven finishes what give left of pooled sandbox b (record rec): it
+// is thawed (its processes are airlock's init and agent alone: nothing
+// of the caller's runs before a call, and every call waits for this),
+// its sandbox.created record is waited for on disk (durable), then its
+// row is stored as the caller's — the record first, as launch does: a
+// daemon that dies in between finds it stored as pooled and ends it.
+// Anything failing ends the sandbox; its calls are refused.
+func (s *Service) settleGiven(b *core.Box, st *core.Settle, durable func() error, rec store.Sandbox) {
+	b.Mu.Lock()
+	err := b.Inst.Resume()
+	b.Mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("thaw: %w", err)
+	}
+	if derr := durable(); err == nil && derr != nil {
+		err = derr
+	}
+	if err == nil {
+		if perr := s.Cfg.Store.PutSandbox(context.Background(), rec); perr != nil {
+			err = fmt.Errorf("record sandbox: %w", perr)
+		}
+	}
+	st.Finish(err)
+	if err != nil {
+		s.Cfg.Log.Error("pooled sandbox given to a create", "id", rec.ID, "err", err)
+		s.end(b, "its pool's sandbox could not be given to its create: "+err.Error())
+	}
 }
 
 // refill keeps the pools full until ctx ends: woken by a change (a take,

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -8,10 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -137,6 +141,9 @@ func TestPoolsHitGivesTheCreateItsOwn(t *testing.T) {
 	sb := r.create(t, p, &api.CreateSandbox{Pool: "py", Env: map[string]string{"TASK": "42"}, Metadata: map[string]string{"k": "v"}, Trigger: api.Trigger{TaskID: "t9"}, TTL: "10m"})
 	if !slices.Contains(pooled, sb.ID) || sb.Pool != "py" || sb.PoolMiss != "" || sb.Metadata["k"] != "v" || !sb.Expires.Equal(created.Add(10*time.Minute)) || sb.State != api.StateRunning {
 		t.Fatalf("create from the pool: %+v", sb)
+	}
+	if _, err := r.svc.Find(p, sb.ID); err != nil { // every call waits for its thaw
+		t.Fatal(err)
 	}
 	if r.be.sandbox(t, sb.ID).isPaused() {
 		t.Error("the taken sandbox is still frozen")
@@ -382,10 +389,88 @@ func (f *fakeBackend) madeHosts() map[string]*fakeHost {
 // madeIDs are the ids of the sandboxes the host made.
 func (f *fakeBackend) madeIDs() []string { return slices.Collect(maps.Keys(f.madeHosts())) }
 
-// A pooled sandbox that cannot be thawed is ended, and the create is made
-// afresh within the same quota (the one it took no longer counts), saying
-// why.
-func TestPoolsFailedTakeFallsBack(t *testing.T) {
+// lateLog is an audit log in memory whose sandbox.created records are
+// made durable late: once a call reaches the sandbox's agent (reached),
+// or after a second when none does.
+type lateLog struct {
+	*memAudit
+	reached chan struct{}
+	mu      sync.Mutex
+	durable map[string]bool // sandbox id → its sandbox.created is on disk
+}
+
+func (l *lateLog) Queue(r audit.Record) (func() error, error) {
+	if _, err := l.memAudit.Queue(r); err != nil {
+		return nil, err
+	}
+	return func() error {
+		if r.Kind == "sandbox.created" {
+			select {
+			case <-l.reached:
+			case <-time.After(time.Second):
+			}
+		}
+		l.mu.Lock()
+		l.durable[r.Sandbox] = true
+		l.mu.Unlock()
+		return nil
+	}, nil
+}
+
+// A create given a pooled sandbox answers once its sandbox.created record
+// has its place in the log; the first call on the sandbox reaches it only
+// once that record is durable and it is thawed. (Were the call to go
+// ahead, it would reach the agent before the record is durable: the log
+// makes it durable only then.)
+func TestPooledSandboxFirstCallFindsItsCreatedRecordDurable(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	late := &lateLog{memAudit: r.audit, reached: make(chan struct{}), durable: map[string]bool{}}
+	r.svc.Cfg.Audit = record.New(late, nil)
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	ids := r.readyIDs()
+	if len(ids) != 1 {
+		t.Fatalf("ready: %v", ids)
+	}
+	h := r.be.sandbox(t, ids[0])
+	var once sync.Once
+	durableAtCall := false
+	h.mu.Lock()
+	h.onRead = func() {
+		once.Do(func() {
+			late.mu.Lock()
+			durableAtCall = late.durable[ids[0]]
+			late.mu.Unlock()
+			close(late.reached)
+		})
+	}
+	h.mu.Unlock()
+	sb := r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	if sb.ID != ids[0] {
+		t.Fatalf("not given the pooled sandbox: %+v", sb)
+	}
+	var out bytes.Buffer
+	if err := r.svc.ReadFile(ctx, p, sb.ID, "/etc/hostname", "", &out, 1<<20); err != nil {
+		t.Fatalf("the first call (a thawed sandbox answers): %v", err)
+	}
+	if !durableAtCall {
+		t.Error("the first call reached the sandbox before its sandbox.created record was durable")
+	}
+	if k := r.kinds(sb.ID); !slices.Equal(k, []string{"sandbox.pooled", "sandbox.created", "file.read"}) {
+		t.Errorf("records: %v", k)
+	}
+	if st := r.stored(t, sb.ID).State; st != api.StateRunning {
+		t.Errorf("stored as %s once settled", st)
+	}
+}
+
+// A pooled sandbox is thawed after its create answered (settleGiven):
+// one that cannot be is ended, the calls on it are refused, and its end
+// says why; it no longer counts against the quota.
+func TestPoolsFailedThawEndsTheGivenSandbox(t *testing.T) {
 	ctx := context.Background()
 	r, p := poolRig(t, api.Quotas{MaxSandboxes: 1})
 	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
@@ -400,14 +485,21 @@ func TestPoolsFailedTakeFallsBack(t *testing.T) {
 	h.mu.Lock()
 	h.failResume = errors.New("the fake host cannot thaw it")
 	h.mu.Unlock()
-	sb, err := r.svc.Create(ctx, p, &api.CreateSandbox{Pool: "a"})
-	if err != nil {
-		t.Fatalf("the create after a failed take: %v", err)
+	r.svc.Mu.Lock()
+	b := r.svc.pools.by[p.ID]["a"].idle[0]
+	r.svc.Mu.Unlock()
+	sb := r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	if sb.ID != ids[0] || sb.Pool != "a" {
+		t.Fatalf("the create: %+v", sb)
 	}
-	if sb.ID == ids[0] || sb.Pool != "" || !strings.Contains(sb.PoolMiss, "cannot thaw it") {
-		t.Errorf("the create after a failed take: %+v", sb)
+	if err := r.svc.Exec(ctx, p, sb.ID, &api.Exec{Cmd: []string{"true"}}, func(*api.ExecEvent) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("an exec on a sandbox that could not be thawed: %v", err)
 	}
-	r.wantEnded(t, ids[0], "its pool's sandbox could not be given to a create: thaw: the fake host cannot thaw it")
+	<-b.Ended
+	r.wantEnded(t, ids[0], "its pool's sandbox could not be given to its create: thaw: the fake host cannot thaw it")
+	if _, err := r.svc.Create(ctx, p, &api.CreateSandbox{Limits: api.Limits{Pids: 99}}); err != nil {
+		t.Errorf("a create once it ended: %v", err)
+	}
 }
 
 // A pool is its tenant's alone: another tenant neither sees nor removes
