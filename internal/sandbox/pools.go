@@ -65,8 +65,9 @@ type pool struct {
 
 // poolSet is the tenants' pools (under Core.Mu).
 type poolSet struct {
-	by   map[string]map[string]*pool // tenant id → name → pool
-	kick chan struct{}               // wakes the refiller
+	by     map[string]map[string]*pool // tenant id → name → pool
+	kick   chan struct{}               // wakes the refiller
+	served string                      // the tenant the last refill was for (needs)
 }
 
 func newPoolSet() poolSet {
@@ -550,7 +551,7 @@ func (s *Service) settleGiven(b *core.Box, st *core.Settle, durable func() error
 
 // refill keeps the pools full until ctx ends: woken by a change (a take,
 // a new pool) or once a second, it starts what the pools lack, at most
-// poolFills at once, oldest need first; a pool whose refills fail waits
+// poolFills at once, tenants in turn (needs); a pool whose refills fail waits
 // longer each time (up to a minute) before the next.
 func (s *Service) refill(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
@@ -576,20 +577,29 @@ func (s *Service) refill(ctx context.Context) {
 }
 
 // needs picks up to k pools to make one sandbox for each, counting each
-// as filling (a pool may be picked more than once).
+// as filling (a pool may be picked more than once). Tenants take turns
+// (round robin in the order of their ids, from the one after the last
+// served): a tenant with many pools, or large ones, takes no more of
+// the refill slots than one with a single small pool while both lack
+// sandboxes. Of a tenant's pools, the one holding the fewest goes first.
 func (s *Service) needs(k int) []*pool {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
 	now := s.Cfg.Now()
+	tids := slices.Sorted(maps.Keys(s.pools.by))
 	var out []*pool
 	for len(out) < k {
 		var best *pool
-		for _, byName := range s.pools.by {
-			for _, p := range byName {
+		start, _ := slices.BinarySearch(tids, s.pools.served)
+		if start < len(tids) && tids[start] == s.pools.served {
+			start++
+		}
+		for i := 0; i < len(tids) && best == nil; i++ {
+			for _, p := range s.pools.by[tids[(start+i)%len(tids)]] {
 				if len(p.idle)+p.filling >= p.size || now.Before(p.retry) {
 					continue
 				}
-				if best == nil || len(p.idle)+p.filling < len(best.idle)+best.filling {
+				if best == nil || len(p.idle)+p.filling < len(best.idle)+best.filling || (len(p.idle)+p.filling == len(best.idle)+best.filling && p.name < best.name) {
 					best = p
 				}
 			}
@@ -598,6 +608,7 @@ func (s *Service) needs(k int) []*pool {
 			break
 		}
 		best.filling++
+		s.pools.served = best.tenant
 		out = append(out, best)
 	}
 	return out

@@ -588,3 +588,46 @@ func TestKillSwitchFailsWhenPoolsStayRecorded(t *testing.T) {
 		t.Errorf("the kill switch did not end the pooled sandbox: %v, ready %v", ids, r.readyIDs())
 	}
 }
+
+// The refill slots go to the tenants in turn: one with three pools
+// takes no more of them than one with a single pool while both lack
+// sandboxes; of a tenant's pools, the one holding the fewest goes first.
+func TestPoolRefillsTakeTenantsInTurn(t *testing.T) {
+	ctx := context.Background()
+	r, alice := poolRig(t, api.Quotas{})
+	bob := r.tenant(t, "bob", api.Quotas{}, false)
+	r.svc.Cfg.Principal = func(_ context.Context, id string) (*tenant.Principal, error) {
+		if id == bob.ID {
+			return bob, nil
+		}
+		return alice, nil
+	}
+	for i, name := range []string{"a1", "a2", "a3"} {
+		if _, err := r.svc.SetPool(ctx, alice, name, &api.SetPool{Size: 2, Limits: api.Limits{Pids: 100 + int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.svc.SetPool(ctx, bob, "b", &api.SetPool{Size: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range r.svc.needs(6) {
+		got = append(got, p.tenant+"/"+p.name)
+	}
+	a, b := alice.ID+"/", bob.ID+"/"
+	want := []string{a + "a1", b + "b", a + "a2", b + "b", a + "a3", b + "b"}
+	if alice.ID > bob.ID {
+		want = []string{b + "b", a + "a1", b + "b", a + "a2", b + "b", a + "a3"}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("refills picked %v, want %v", got, want)
+	}
+	// With bob's pool full (three being made), the rest are alice's.
+	var rest []string
+	for _, p := range r.svc.needs(6) {
+		rest = append(rest, p.name)
+	}
+	if !slices.Equal(rest, []string{"a1", "a2", "a3"}) {
+		t.Errorf("then: %v", rest)
+	}
+}
