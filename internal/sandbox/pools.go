@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -33,7 +34,8 @@ import (
 // switch and a tenant's deletion end them and remove the pools. Pools are
 // recorded in the store: a restarted daemon ends the pooled sandboxes it
 // finds (Recover; they are made afresh rather than adopted) and sets the
-// pools again, as their tenants are now.
+// pools again, as their tenants are now (one that fails for a reason
+// that may pass is tried again, restorePools).
 
 // statePooled is the state recorded of a sandbox made ahead and not yet
 // taken. Recover ends every one.
@@ -68,10 +70,24 @@ type poolSet struct {
 	by     map[string]map[string]*pool // tenant id → name → pool
 	kick   chan struct{}               // wakes the refiller
 	served string                      // the tenant the last refill was for (needs)
+	// unrestored is the recorded pools a restarted daemon has not set
+	// again yet (retryRestores).
+	unrestored map[poolKey]*unrestored
+}
+
+// poolKey names a tenant's pool.
+type poolKey struct{ tenant, name string }
+
+// unrestored is a recorded pool not set again yet, and its failures.
+type unrestored struct {
+	rec   store.Pool
+	fails int
+	err   string    // the last try's failure
+	retry time.Time // no try before this
 }
 
 func newPoolSet() poolSet {
-	return poolSet{by: map[string]map[string]*pool{}, kick: make(chan struct{}, 1)}
+	return poolSet{by: map[string]map[string]*pool{}, kick: make(chan struct{}, 1), unrestored: map[poolKey]*unrestored{}}
 }
 
 // wake asks the refiller to look at the pools.
@@ -113,9 +129,15 @@ func (ps *poolSet) drop(b *core.Box) bool {
 	return true
 }
 
-// remove takes tenant tid's pools (every tenant's for "") out of the set
-// and marks them gone; their ready sandboxes are the caller's to end.
+// remove takes tenant tid's pools (every tenant's for "") out of the set,
+// those not restored yet too, and marks them gone; their ready sandboxes
+// are the caller's to end.
 func (ps *poolSet) remove(tid string) []*pool {
+	for key := range ps.unrestored {
+		if tid == "" || key.tenant == tid {
+			delete(ps.unrestored, key)
+		}
+	}
 	var out []*pool
 	for id, byName := range ps.by {
 		if tid != "" && id != tid {
@@ -182,13 +204,17 @@ func equalSpecs(a, b spec.Spec) bool {
 // whose size alone changes keeps them, up to the new size). A pool that
 // would take t past its quotas is refused.
 func (s *Service) SetPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool) (*api.Pool, error) {
-	return s.setPool(ctx, t, name, req, false)
+	return s.setPool(ctx, t, name, req, nil)
 }
 
-// setPool is SetPool; restored (a pool a restarted daemon read back) skips
-// the quota check (made when it was set; each refill is admitted as any
-// create) and the write of what is already recorded.
-func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool, restored bool) (*api.Pool, error) {
+// setPool is SetPool; restoring (a pool a restarted daemon read back,
+// nil for a caller's) skips the quota check (made when it was set; each
+// refill is admitted as any create) and the write of what is already
+// recorded, and sets nothing (errSuperseded) once the pool was set or
+// removed by its tenant since. A caller's set replaces a recorded pool
+// not yet restored.
+func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool, restoring *unrestored) (*api.Pool, error) {
+	restored := restoring != nil
 	if s.Cfg.Principal == nil {
 		return nil, errdefs.Unavailable("this service keeps no pools")
 	}
@@ -212,6 +238,11 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 	if err := t.Err(); err != nil {
 		s.Mu.Unlock()
 		return nil, err
+	}
+	key := poolKey{t.ID, name}
+	if restored && s.pools.unrestored[key] != restoring {
+		s.Mu.Unlock()
+		return nil, errSuperseded
 	}
 	ps := s.pools.by[t.ID]
 	old := ps[name]
@@ -257,6 +288,7 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 			return nil, fmt.Errorf("record pool: %w", err)
 		}
 	}
+	delete(s.pools.unrestored, key)
 	var ending []*core.Box
 	p := old
 	if old == nil || !equalSpecs(matchable(old.sp), matchable(sp)) {
@@ -286,8 +318,10 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 }
 
 // restorePools sets again the pools recorded by an earlier daemon, as
-// their tenants are now; one that cannot be (its tenant gone, its spec
-// refused now) is dropped, and the log says why.
+// their tenants are now (retryRestores). A pool that cannot be for a
+// lasting reason (its tenant gone, its spec refused now) is dropped, and
+// the log says why; one that fails for a reason that may pass (the
+// store, a lookup) stays recorded and is tried again, later each time.
 func (s *Service) restorePools(ctx context.Context) error {
 	if s.Cfg.Principal == nil {
 		return nil
@@ -296,23 +330,92 @@ func (s *Service) restorePools(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.Mu.Lock()
 	for _, rp := range ps {
-		var req api.SetPool
-		err := json.Unmarshal([]byte(rp.Def), &req)
-		if err == nil {
-			var t *tenant.Principal
-			if t, err = s.Cfg.Principal(ctx, rp.Tenant); err == nil {
-				_, err = s.setPool(ctx, t, rp.Name, &req, true)
-			}
-		}
-		if err != nil {
-			s.Cfg.Log.Warn("pool dropped at start", "tenant", rp.Tenant, "pool", rp.Name, "err", err)
-			if derr := s.Cfg.Store.DeletePools(ctx, rp.Tenant, rp.Name); derr != nil {
-				return derr
-			}
+		s.pools.unrestored[poolKey{rp.Tenant, rp.Name}] = &unrestored{rec: rp}
+	}
+	s.Mu.Unlock()
+	return s.retryRestores(ctx)
+}
+
+// errSuperseded: a recorded pool's tenant set or removed it before it
+// was restored.
+var errSuperseded = errors.New("set or removed since")
+
+// retryRestores tries again the recorded pools not yet restored whose
+// time has come (all of them at start). It fails only when a dropped
+// pool's record cannot be removed.
+func (s *Service) retryRestores(ctx context.Context) error {
+	s.Mu.Lock()
+	now := s.Cfg.Now()
+	var due []*unrestored
+	for _, u := range s.pools.unrestored {
+		if !now.Before(u.retry) {
+			due = append(due, u)
 		}
 	}
-	return nil
+	s.Mu.Unlock()
+	var errs []error
+	for _, u := range due {
+		rp := u.rec
+		var req api.SetPool
+		err := json.Unmarshal([]byte(rp.Def), &req)
+		if err != nil {
+			err = errdefs.Invalid("its recorded definition is unreadable: " + err.Error())
+		} else {
+			var t *tenant.Principal
+			if t, err = s.Cfg.Principal(ctx, rp.Tenant); err == nil {
+				_, err = s.setPool(ctx, t, rp.Name, &req, u)
+			}
+		}
+		if err == nil || errors.Is(err, errSuperseded) {
+			continue
+		}
+		key := poolKey{rp.Tenant, rp.Name}
+		s.Mu.Lock()
+		if s.pools.unrestored[key] != u {
+			s.Mu.Unlock()
+			continue // its tenant set or removed it meanwhile
+		}
+		if lasting(err) {
+			delete(s.pools.unrestored, key)
+			s.Cfg.Log.Warn("pool dropped at start", "tenant", rp.Tenant, "pool", rp.Name, "err", err)
+			if derr := s.Cfg.Store.DeletePools(ctx, rp.Tenant, rp.Name); derr != nil {
+				errs = append(errs, derr)
+			}
+		} else {
+			u.fails++
+			u.err = err.Error()
+			u.retry = s.Cfg.Now().Add(min(time.Second<<min(u.fails, 6), time.Minute))
+			s.Cfg.Log.Warn("pool not set again at start; it will be retried", "tenant", rp.Tenant, "pool", rp.Name, "err", err, "fails", u.fails)
+		}
+		s.Mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// lasting says a recorded pool cannot be set again however often it is
+// tried: its tenant is gone, or refuses it now (wall, roots, a spec or
+// definition no longer valid).
+func lasting(err error) bool {
+	for _, class := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied, errdefs.ErrFailedPrecondition} {
+		if errors.Is(err, class) {
+			return true
+		}
+	}
+	return false
+}
+
+// describe is u as the API shows it: its recorded definition, nothing
+// ready, and why it is not set yet.
+func (u *unrestored) describe() *api.Pool {
+	var d api.SetPool
+	_ = json.Unmarshal([]byte(u.rec.Def), &d)
+	why := "not set again since the daemon restarted (it will be retried)"
+	if u.err != "" {
+		why = "not set again since the daemon restarted: " + u.err + " (it will be retried)"
+	}
+	return &api.Pool{Name: u.rec.Name, Size: d.Size, Isolation: d.Isolation, Image: d.Image, Limits: d.Limits, Network: d.Network, Error: why}
 }
 
 // describe is p as the API shows it (under Core.Mu).
@@ -333,6 +436,12 @@ func (s *Service) Pools(_ context.Context, t *tenant.Principal) []*api.Pool {
 	for _, name := range slices.Sorted(maps.Keys(ps)) {
 		out = append(out, ps[name].describe())
 	}
+	for key, u := range s.pools.unrestored {
+		if key.tenant == t.ID {
+			out = append(out, u.describe())
+		}
+	}
+	slices.SortFunc(out, func(a, b *api.Pool) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -342,6 +451,9 @@ func (s *Service) Pool(_ context.Context, t *tenant.Principal, name string) (*ap
 	defer s.Mu.Unlock()
 	p := s.pools.by[t.ID][name]
 	if p == nil {
+		if u := s.pools.unrestored[poolKey{t.ID, name}]; u != nil {
+			return u.describe(), nil
+		}
 		return nil, errdefs.New(errdefs.ErrNotFound, "no pool "+core.QuoteID(name))
 	}
 	return p.describe(), nil
@@ -352,8 +464,9 @@ func (s *Service) Pool(_ context.Context, t *tenant.Principal, name string) (*ap
 // it comes.
 func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name string) error {
 	s.Mu.Lock()
+	key := poolKey{t.ID, name}
 	p := s.pools.by[t.ID][name]
-	if p == nil {
+	if p == nil && s.pools.unrestored[key] == nil {
 		s.Mu.Unlock()
 		return errdefs.New(errdefs.ErrNotFound, "no pool "+core.QuoteID(name))
 	}
@@ -364,6 +477,11 @@ func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name stri
 	if err := s.Cfg.Store.DeletePools(context.WithoutCancel(ctx), t.ID, name); err != nil {
 		s.Mu.Unlock()
 		return err
+	}
+	delete(s.pools.unrestored, key)
+	if p == nil {
+		s.Mu.Unlock()
+		return nil
 	}
 	delete(s.pools.by[t.ID], name)
 	p.gone = true
@@ -565,6 +683,9 @@ func (s *Service) refill(ctx context.Context) {
 			return
 		case <-tick.C:
 		case <-s.pools.kick:
+		}
+		if err := s.retryRestores(ctx); err != nil {
+			s.Cfg.Log.Error("pools", "err", err)
 		}
 		for _, p := range s.needs(poolFills - len(slots)) {
 			slots <- struct{}{}

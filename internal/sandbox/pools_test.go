@@ -631,3 +631,61 @@ func TestPoolRefillsTakeTenantsInTurn(t *testing.T) {
 		t.Errorf("then: %v", rest)
 	}
 }
+
+// A recorded pool that a restarted daemon cannot set again for a reason
+// that may pass (its tenant's lookup failing) stays recorded, is shown
+// with why, and is set again on a later try, after its backoff; one its
+// tenant removes meanwhile is gone for good.
+func TestPoolsRestoreRetriesATransientFailure(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	for _, n := range []string{"a", "b"} {
+		if _, err := r.svc.SetPool(ctx, p, n, &api.SetPool{Size: 1, Limits: api.Limits{Pids: 99}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r2 := newLifeRigOn(t, r.db, r.be, r.clock)
+	down := true
+	r2.svc.Cfg.Principal = func(_ context.Context, id string) (*tenant.Principal, error) {
+		if down {
+			return nil, errors.New("database is locked")
+		}
+		return p, nil
+	}
+	if err := r2.svc.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 2 {
+		t.Fatalf("recorded pools after a start that could not set them: %+v %v", rest, err)
+	}
+	if pl := r2.pool(t, p, "a"); pl.Size != 1 || pl.Limits.Pids != 99 || !strings.Contains(pl.Error, "database is locked") {
+		t.Errorf("a pool not restored yet: %+v", pl)
+	}
+	if err := r2.svc.DeletePool(ctx, p, "b"); err != nil {
+		t.Fatal(err)
+	}
+	down = false
+	if err := r2.svc.retryRestores(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pl := r2.pool(t, p, "a"); pl.Error == "" {
+		t.Errorf("retried before its backoff: %+v", pl)
+	}
+	r2.clock.Advance(time.Minute)
+	if err := r2.svc.retryRestores(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pl := r2.pool(t, p, "a"); pl.Error != "" || pl.Size != 1 {
+		t.Errorf("after the retry: %+v", pl)
+	}
+	if got := r2.svc.Pools(ctx, p); len(got) != 1 || got[0].Name != "a" {
+		t.Errorf("pools after the retry: %+v", got)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 1 || rest[0].Name != "a" {
+		t.Errorf("recorded pools: %+v %v", rest, err)
+	}
+	r2.fillPools()
+	if pl := r2.pool(t, p, "a"); pl.Ready != 1 {
+		t.Errorf("the restored pool is not filled: %+v", pl)
+	}
+}
