@@ -689,3 +689,29 @@ func TestPoolsRestoreRetriesATransientFailure(t *testing.T) {
 		t.Errorf("the restored pool is not filled: %+v", pl)
 	}
 }
+
+// A tenant's usage counts what its max_sandboxes quota counts: live
+// sandboxes and its pools' ready ones (shown apart as pooled); a create
+// is refused exactly when the usage is at the quota.
+func TestTenantUsageCountsPooledSandboxesAsTheQuotaDoes(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{MaxSandboxes: 3})
+	r.create(t, p, &api.CreateSandbox{})
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 2, Limits: api.Limits{Pids: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	if u := r.svc.TenantUsage(p.ID); u.Sandboxes != 3 || u.Pooled != 2 {
+		t.Errorf("usage with a full pool: %+v", u)
+	}
+	if _, err := r.svc.Create(ctx, p, &api.CreateSandbox{}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a create at the usage the quota allows: %v", err)
+	}
+	sb := r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	if sb.Pool != "a" {
+		t.Fatalf("not taken from the pool: %+v", sb)
+	}
+	if u := r.svc.TenantUsage(p.ID); u.Sandboxes != 3 || u.Pooled != 1 {
+		t.Errorf("usage after a take: %+v", u)
+	}
+}
