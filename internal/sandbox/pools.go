@@ -114,6 +114,18 @@ func (ps *poolSet) held(tid string, except *pool) (n int, mem int64, cpus float6
 	return n, mem, cpus
 }
 
+// sized sets the size metric to what the pools are to hold (under
+// Core.Mu, after a change).
+func (ps *poolSet) sized(m *core.Metrics) {
+	n := 0
+	for _, byName := range ps.by {
+		for _, p := range byName {
+			n += p.size
+		}
+	}
+	m.PoolSize.Set(float64(n))
+}
+
 // drop takes b out of its pool's ready sandboxes; it reports whether b
 // was one.
 func (ps *poolSet) drop(b *core.Box) bool {
@@ -309,6 +321,7 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 		ending = append(ending, p.idle[p.size:]...)
 		p.idle = slices.Clone(p.idle[:p.size])
 	}
+	s.pools.sized(s.Cfg.Metrics)
 	out := p.describe()
 	s.Mu.Unlock()
 	s.Cfg.Metrics.PoolReady.Sub(float64(len(ending)))
@@ -484,6 +497,7 @@ func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name stri
 		return nil
 	}
 	delete(s.pools.by[t.ID], name)
+	s.pools.sized(s.Cfg.Metrics)
 	p.gone = true
 	ending := p.idle
 	p.idle = nil

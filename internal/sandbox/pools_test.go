@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
@@ -713,5 +716,46 @@ func TestTenantUsageCountsPooledSandboxesAsTheQuotaDoes(t *testing.T) {
 	}
 	if u := r.svc.TenantUsage(p.ID); u.Sandboxes != 3 || u.Pooled != 1 {
 		t.Errorf("usage after a take: %+v", u)
+	}
+}
+
+// The pools' metrics say what they are to hold, hold ready, and how
+// creates fared (hits, misses) and how long a refill took.
+func TestPoolMetrics(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	m := r.svc.Cfg.Metrics
+	for i, n := range []string{"a", "b"} {
+		if _, err := r.svc.SetPool(ctx, p, n, &api.SetPool{Size: 2 + i, Limits: api.Limits{Pids: 100 + int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.fillPools()
+	r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	r.create(t, p, &api.CreateSandbox{Pool: "a"}) // none ready: a miss, made afresh
+	if err := r.svc.DeletePool(ctx, p, "b"); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for name, c := range map[string]prometheus.Collector{"size": m.PoolSize, "ready": m.PoolReady, "hits": m.PoolHits, "misses": m.PoolMisses, "fills": m.PoolFillSecs} {
+		ch := make(chan prometheus.Metric, 1)
+		c.Collect(ch)
+		var pb dto.Metric
+		if err := (<-ch).Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case pb.Gauge != nil:
+			got[name] = pb.Gauge.GetValue()
+		case pb.Counter != nil:
+			got[name] = pb.Counter.GetValue()
+		default:
+			got[name] = float64(pb.Histogram.GetSampleCount())
+		}
+	}
+	want := map[string]float64{"size": 2, "ready": 0, "hits": 2, "misses": 1, "fills": 5}
+	if !maps.Equal(got, want) {
+		t.Errorf("pool metrics %v, want %v", got, want)
 	}
 }

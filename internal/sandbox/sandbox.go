@@ -584,6 +584,7 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 		s.Cfg.Metrics.PoolReady.Sub(float64(len(p.idle)))
 		p.idle = nil
 	}
+	s.pools.sized(s.Cfg.Metrics)
 	var pcs []*pendingCreate
 	for _, pc := range s.pending {
 		if (tid == "" || pc.tenant == tid) && pc.killed == "" {
