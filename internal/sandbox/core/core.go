@@ -314,8 +314,9 @@ func (s *Core) Find(t *tenant.Principal, id string) (*Box, error) {
 	if !ok || (!t.Admin && b.Rec.Tenant != t.ID) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+QuoteID(id))
 	}
-	if err := b.Settled(); err != nil {
-		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+QuoteID(id)+" (it is ending: "+err.Error()+")")
+	if b.Settled() != nil {
+		// Why is in its end reason (Get), once it has ended.
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+QuoteID(id)+" (it could not be made ready and is ending)")
 	}
 	return b, nil
 }
