@@ -533,8 +533,12 @@ type Tenant struct {
 	Isolation  string    `json:"isolation"` // the wall its sandboxes are held to at least
 	Created    time.Time `json:"created"`
 	Key        string    `json:"key,omitempty"`
-	Sandboxes  int       `json:"sandboxes"`
-	CPUSeconds float64   `json:"cpu_seconds_used"`
+	// Sandboxes counts what max_sandboxes counts: live sandboxes, its
+	// pools' ready ones and those being made; Pooled, the pools' ready
+	// ones among them.
+	Sandboxes  int     `json:"sandboxes"`
+	Pooled     int     `json:"pooled"`
+	CPUSeconds float64 `json:"cpu_seconds_used"`
 }
 
 // E2BKey is a tenant's E2B-shaped key (e2b_ and 40 hex digits), an alias

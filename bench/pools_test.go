@@ -29,9 +29,9 @@ func (d *daemon) waitReady(b *testing.B, name string, ready int) {
 }
 
 // BenchmarkServePools: the latency of a create that takes a pooled
-// sandbox (a hit) under 8 concurrent clients (p50, p99), and create →
-// first exec answered, pooled against unpooled, one at a time, in one
-// run. Each round fills the pool, lets the clients empty it, and destroys
+// sandbox (a hit) under 8 concurrent clients (p50, p99) and from one
+// client, and create → first exec answered, pooled against unpooled, one
+// at a time, in one run. Each round fills the pool, lets the clients empty it, and destroys
 // what they took (outside the timings).
 func BenchmarkServePools(b *testing.B) {
 	d := startServe(b)
@@ -78,9 +78,8 @@ func BenchmarkServePools(b *testing.B) {
 			}
 		}
 	}
-	// create → first exec answered, one at a time.
-	firstExec := func(req *api.CreateSandbox, pooled bool) []time.Duration {
-		var out []time.Duration
+	// create → first exec answered, one at a time; and the create alone.
+	firstExec := func(req *api.CreateSandbox, pooled bool) (out, creates []time.Duration) {
 		for i := 0; i < 30; i++ {
 			if pooled {
 				d.waitReady(b, "bench", 1)
@@ -90,6 +89,7 @@ func BenchmarkServePools(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			creates = append(creates, time.Since(t0))
 			if end, err := d.tenant.Exec(ctx, sb.ID, trueCmd, nil, nil); err != nil || end.ExitCode != 0 {
 				b.Fatalf("exec: %+v %v", end, err)
 			}
@@ -102,10 +102,10 @@ func BenchmarkServePools(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		return out
+		return out, creates
 	}
-	warm := firstExec(&api.CreateSandbox{Pool: "bench"}, true)
-	cold := firstExec(&api.CreateSandbox{Limits: api.Limits{MemoryBytes: 255 << 20}}, false)
+	warm, serial := firstExec(&api.CreateSandbox{Pool: "bench"}, true)
+	cold, _ := firstExec(&api.CreateSandbox{Limits: api.Limits{MemoryBytes: 255 << 20}}, false)
 	b.StopTimer()
 	if len(hits) == 0 {
 		b.Fatalf("no hits (%d misses)", misses)
@@ -114,10 +114,12 @@ func BenchmarkServePools(b *testing.B) {
 	w50, w99, c50, c99 := percentile(warm, 0.5), percentile(warm, 0.99), percentile(cold, 0.5), percentile(cold, 0.99)
 	b.ReportMetric(h50, "hit-create-p50-ms")
 	b.ReportMetric(h99, "hit-create-p99-ms")
+	s50 := percentile(serial, 0.5)
+	b.ReportMetric(s50, "hit-create-serial-p50-ms")
 	b.ReportMetric(w50, "pooled-first-exec-p50-ms")
 	b.ReportMetric(c50, "unpooled-first-exec-p50-ms")
 	b.ReportMetric(c50/w50, "ratio")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("pool-hit create, %d clients: p50 %.2f ms, p99 %.2f ms (%d hits, %d misses); create→first exec: pooled p50 %.2f / p99 %.2f ms, unpooled p50 %.2f / p99 %.2f ms (%.1fx)",
-		clients, h50, h99, len(hits), misses, w50, w99, c50, c99, c50/w50)
+	b.Logf("pool-hit create, %d clients: p50 %.2f ms, p99 %.2f ms (%d hits, %d misses), one client: p50 %.2f ms; create→first exec: pooled p50 %.2f / p99 %.2f ms, unpooled p50 %.2f / p99 %.2f ms (%.1fx)",
+		clients, h50, h99, len(hits), misses, s50, w50, w99, c50, c99, c50/w50)
 }

@@ -306,22 +306,43 @@ func (l *Log) Append(r Record) error {
 // Commit appends a record and returns once it (and everything before it)
 // is on disk. Records committed together share one fsync.
 func (l *Log) Commit(ctx context.Context, r Record) error {
-	ch := make(chan error, 1)
-	l.mu.Lock()
-	if err := l.assign(&r); err != nil {
-		l.mu.Unlock()
+	ch, err := l.queueWaited(r)
+	if err != nil {
 		return err
 	}
-	l.queue = append(l.queue, &r)
-	l.waiters = append(l.waiters, ch)
-	l.cond.Signal()
-	l.mu.Unlock()
 	select {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Queue appends a record as Commit does (its place in the chain is
+// taken now, and the writer is woken for it) without waiting: durable
+// returns once it, and everything before it, is on disk. Only one
+// caller may call durable, once.
+func (l *Log) Queue(r Record) (durable func() error, err error) {
+	ch, err := l.queueWaited(r)
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return <-ch }, nil
+}
+
+// queueWaited assigns r, queues it with a waiter and wakes the writer;
+// the channel gets the outcome of r's batch.
+func (l *Log) queueWaited(r Record) (chan error, error) {
+	ch := make(chan error, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.assign(&r); err != nil {
+		return nil, err
+	}
+	l.queue = append(l.queue, &r)
+	l.waiters = append(l.waiters, ch)
+	l.cond.Signal()
+	return ch, nil
 }
 
 // Failed reports why the log stopped, or nil.

@@ -349,3 +349,30 @@ func TestResumeKeepsLongRecords(t *testing.T) {
 		t.Errorf("records after the restart: %s (summary %+v)", got, s)
 	}
 }
+
+// A queued record has its place in the chain at once, before a record
+// appended after it, and is on disk when its durable returns, without
+// waiting for the flush interval.
+func TestQueuedRecordIsInOrderAndDurableWhenSaid(t *testing.T) {
+	l, dir, _, _ := newLog(t, Options{FlushInterval: time.Hour})
+	defer l.Close()
+	durable, err := l.Queue(Record{Kind: "sandbox.created", Sandbox: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(Record{Kind: "egress", Sandbox: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := durable(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, segName(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first Record
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	if err := json.Unmarshal(line, &first); err != nil || first.Kind != "sandbox.created" || first.Seq != 1 {
+		t.Fatalf("first record on disk: %+v %v (%q)", first, err, b)
+	}
+}

@@ -85,6 +85,12 @@ func (a fakeAgent) Hello(context.Context, *connect.Request[agentpb.HelloRequest]
 }
 
 func (a fakeAgent) ReadFile(_ context.Context, req *connect.Request[agentpb.ReadFileRequest], st *connect.ServerStream[agentpb.ReadFileResponse]) error {
+	a.in.mu.Lock()
+	seen := a.in.onRead
+	a.in.mu.Unlock()
+	if seen != nil {
+		seen()
+	}
 	if err := a.frozen(); err != nil {
 		return err
 	}
@@ -241,6 +247,8 @@ type fakeHost struct {
 	released   bool
 
 	snap *lifecycle.SnapshotFiles // what Snapshot saves (nil: it fails)
+	// onRead, when set, is told of every file read its agent is asked.
+	onRead func()
 
 	// hold, when set, stops Destroy, after it says so on destroying,
 	// until it is closed: a sandbox held while it ends.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -33,7 +34,8 @@ import (
 // switch and a tenant's deletion end them and remove the pools. Pools are
 // recorded in the store: a restarted daemon ends the pooled sandboxes it
 // finds (Recover; they are made afresh rather than adopted) and sets the
-// pools again, as their tenants are now.
+// pools again, as their tenants are now (one that fails for a reason
+// that may pass is tried again, restorePools).
 
 // statePooled is the state recorded of a sandbox made ahead and not yet
 // taken. Recover ends every one.
@@ -65,12 +67,27 @@ type pool struct {
 
 // poolSet is the tenants' pools (under Core.Mu).
 type poolSet struct {
-	by   map[string]map[string]*pool // tenant id → name → pool
-	kick chan struct{}               // wakes the refiller
+	by     map[string]map[string]*pool // tenant id → name → pool
+	kick   chan struct{}               // wakes the refiller
+	served string                      // the tenant the last refill was for (needs)
+	// unrestored is the recorded pools a restarted daemon has not set
+	// again yet (retryRestores).
+	unrestored map[poolKey]*unrestored
+}
+
+// poolKey names a tenant's pool.
+type poolKey struct{ tenant, name string }
+
+// unrestored is a recorded pool not set again yet, and its failures.
+type unrestored struct {
+	rec   store.Pool
+	fails int
+	err   string    // the last try's failure
+	retry time.Time // no try before this
 }
 
 func newPoolSet() poolSet {
-	return poolSet{by: map[string]map[string]*pool{}, kick: make(chan struct{}, 1)}
+	return poolSet{by: map[string]map[string]*pool{}, kick: make(chan struct{}, 1), unrestored: map[poolKey]*unrestored{}}
 }
 
 // wake asks the refiller to look at the pools.
@@ -97,6 +114,18 @@ func (ps *poolSet) held(tid string, except *pool) (n int, mem int64, cpus float6
 	return n, mem, cpus
 }
 
+// sized sets the size metric to what the pools are to hold (under
+// Core.Mu, after a change).
+func (ps *poolSet) sized(m *core.Metrics) {
+	n := 0
+	for _, byName := range ps.by {
+		for _, p := range byName {
+			n += p.size
+		}
+	}
+	m.PoolSize.Set(float64(n))
+}
+
 // drop takes b out of its pool's ready sandboxes; it reports whether b
 // was one.
 func (ps *poolSet) drop(b *core.Box) bool {
@@ -112,9 +141,15 @@ func (ps *poolSet) drop(b *core.Box) bool {
 	return true
 }
 
-// remove takes tenant tid's pools (every tenant's for "") out of the set
-// and marks them gone; their ready sandboxes are the caller's to end.
+// remove takes tenant tid's pools (every tenant's for "") out of the set,
+// those not restored yet too, and marks them gone; their ready sandboxes
+// are the caller's to end.
 func (ps *poolSet) remove(tid string) []*pool {
+	for key := range ps.unrestored {
+		if tid == "" || key.tenant == tid {
+			delete(ps.unrestored, key)
+		}
+	}
 	var out []*pool
 	for id, byName := range ps.by {
 		if tid != "" && id != tid {
@@ -181,13 +216,17 @@ func equalSpecs(a, b spec.Spec) bool {
 // whose size alone changes keeps them, up to the new size). A pool that
 // would take t past its quotas is refused.
 func (s *Service) SetPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool) (*api.Pool, error) {
-	return s.setPool(ctx, t, name, req, false)
+	return s.setPool(ctx, t, name, req, nil)
 }
 
-// setPool is SetPool; restored (a pool a restarted daemon read back) skips
-// the quota check (made when it was set; each refill is admitted as any
-// create) and the write of what is already recorded.
-func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool, restored bool) (*api.Pool, error) {
+// setPool is SetPool; restoring (a pool a restarted daemon read back,
+// nil for a caller's) skips the quota check (made when it was set; each
+// refill is admitted as any create) and the write of what is already
+// recorded, and sets nothing (errSuperseded) once the pool was set or
+// removed by its tenant since. A caller's set replaces a recorded pool
+// not yet restored.
+func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string, req *api.SetPool, restoring *unrestored) (*api.Pool, error) {
+	restored := restoring != nil
 	if s.Cfg.Principal == nil {
 		return nil, errdefs.Unavailable("this service keeps no pools")
 	}
@@ -211,6 +250,11 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 	if err := t.Err(); err != nil {
 		s.Mu.Unlock()
 		return nil, err
+	}
+	key := poolKey{t.ID, name}
+	if restored && s.pools.unrestored[key] != restoring {
+		s.Mu.Unlock()
+		return nil, errSuperseded
 	}
 	ps := s.pools.by[t.ID]
 	old := ps[name]
@@ -256,6 +300,7 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 			return nil, fmt.Errorf("record pool: %w", err)
 		}
 	}
+	delete(s.pools.unrestored, key)
 	var ending []*core.Box
 	p := old
 	if old == nil || !equalSpecs(matchable(old.sp), matchable(sp)) {
@@ -276,6 +321,7 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 		ending = append(ending, p.idle[p.size:]...)
 		p.idle = slices.Clone(p.idle[:p.size])
 	}
+	s.pools.sized(s.Cfg.Metrics)
 	out := p.describe()
 	s.Mu.Unlock()
 	s.Cfg.Metrics.PoolReady.Sub(float64(len(ending)))
@@ -285,8 +331,10 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 }
 
 // restorePools sets again the pools recorded by an earlier daemon, as
-// their tenants are now; one that cannot be (its tenant gone, its spec
-// refused now) is dropped, and the log says why.
+// their tenants are now (retryRestores). A pool that cannot be for a
+// lasting reason (its tenant gone, its spec refused now) is dropped, and
+// the log says why; one that fails for a reason that may pass (the
+// store, a lookup) stays recorded and is tried again, later each time.
 func (s *Service) restorePools(ctx context.Context) error {
 	if s.Cfg.Principal == nil {
 		return nil
@@ -295,23 +343,92 @@ func (s *Service) restorePools(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.Mu.Lock()
 	for _, rp := range ps {
-		var req api.SetPool
-		err := json.Unmarshal([]byte(rp.Def), &req)
-		if err == nil {
-			var t *tenant.Principal
-			if t, err = s.Cfg.Principal(ctx, rp.Tenant); err == nil {
-				_, err = s.setPool(ctx, t, rp.Name, &req, true)
-			}
-		}
-		if err != nil {
-			s.Cfg.Log.Warn("pool dropped at start", "tenant", rp.Tenant, "pool", rp.Name, "err", err)
-			if derr := s.Cfg.Store.DeletePools(ctx, rp.Tenant, rp.Name); derr != nil {
-				return derr
-			}
+		s.pools.unrestored[poolKey{rp.Tenant, rp.Name}] = &unrestored{rec: rp}
+	}
+	s.Mu.Unlock()
+	return s.retryRestores(ctx)
+}
+
+// errSuperseded: a recorded pool's tenant set or removed it before it
+// was restored.
+var errSuperseded = errors.New("set or removed since")
+
+// retryRestores tries again the recorded pools not yet restored whose
+// time has come (all of them at start). It fails only when a dropped
+// pool's record cannot be removed.
+func (s *Service) retryRestores(ctx context.Context) error {
+	s.Mu.Lock()
+	now := s.Cfg.Now()
+	var due []*unrestored
+	for _, u := range s.pools.unrestored {
+		if !now.Before(u.retry) {
+			due = append(due, u)
 		}
 	}
-	return nil
+	s.Mu.Unlock()
+	var errs []error
+	for _, u := range due {
+		rp := u.rec
+		var req api.SetPool
+		err := json.Unmarshal([]byte(rp.Def), &req)
+		if err != nil {
+			err = errdefs.Invalid("its recorded definition is unreadable: " + err.Error())
+		} else {
+			var t *tenant.Principal
+			if t, err = s.Cfg.Principal(ctx, rp.Tenant); err == nil {
+				_, err = s.setPool(ctx, t, rp.Name, &req, u)
+			}
+		}
+		if err == nil || errors.Is(err, errSuperseded) {
+			continue
+		}
+		key := poolKey{rp.Tenant, rp.Name}
+		s.Mu.Lock()
+		if s.pools.unrestored[key] != u {
+			s.Mu.Unlock()
+			continue // its tenant set or removed it meanwhile
+		}
+		if lasting(err) {
+			delete(s.pools.unrestored, key)
+			s.Cfg.Log.Warn("pool dropped at start", "tenant", rp.Tenant, "pool", rp.Name, "err", err)
+			if derr := s.Cfg.Store.DeletePools(ctx, rp.Tenant, rp.Name); derr != nil {
+				errs = append(errs, derr)
+			}
+		} else {
+			u.fails++
+			u.err = err.Error()
+			u.retry = s.Cfg.Now().Add(min(time.Second<<min(u.fails, 6), time.Minute))
+			s.Cfg.Log.Warn("pool not set again at start; it will be retried", "tenant", rp.Tenant, "pool", rp.Name, "err", err, "fails", u.fails)
+		}
+		s.Mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// lasting says a recorded pool cannot be set again however often it is
+// tried: its tenant is gone, or refuses it now (wall, roots, a spec or
+// definition no longer valid).
+func lasting(err error) bool {
+	for _, class := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied, errdefs.ErrFailedPrecondition} {
+		if errors.Is(err, class) {
+			return true
+		}
+	}
+	return false
+}
+
+// describe is u as the API shows it: its recorded definition, nothing
+// ready, and why it is not set yet.
+func (u *unrestored) describe() *api.Pool {
+	var d api.SetPool
+	_ = json.Unmarshal([]byte(u.rec.Def), &d)
+	why := "not set again since the daemon restarted (it will be retried)"
+	if u.err != "" {
+		why = "not set again since the daemon restarted: " + u.err + " (it will be retried)"
+	}
+	return &api.Pool{Name: u.rec.Name, Size: d.Size, Isolation: d.Isolation, Image: d.Image, Limits: d.Limits, Network: d.Network, Error: why}
 }
 
 // describe is p as the API shows it (under Core.Mu).
@@ -332,6 +449,12 @@ func (s *Service) Pools(_ context.Context, t *tenant.Principal) []*api.Pool {
 	for _, name := range slices.Sorted(maps.Keys(ps)) {
 		out = append(out, ps[name].describe())
 	}
+	for key, u := range s.pools.unrestored {
+		if key.tenant == t.ID {
+			out = append(out, u.describe())
+		}
+	}
+	slices.SortFunc(out, func(a, b *api.Pool) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -341,6 +464,9 @@ func (s *Service) Pool(_ context.Context, t *tenant.Principal, name string) (*ap
 	defer s.Mu.Unlock()
 	p := s.pools.by[t.ID][name]
 	if p == nil {
+		if u := s.pools.unrestored[poolKey{t.ID, name}]; u != nil {
+			return u.describe(), nil
+		}
 		return nil, errdefs.New(errdefs.ErrNotFound, "no pool "+core.QuoteID(name))
 	}
 	return p.describe(), nil
@@ -351,8 +477,9 @@ func (s *Service) Pool(_ context.Context, t *tenant.Principal, name string) (*ap
 // it comes.
 func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name string) error {
 	s.Mu.Lock()
+	key := poolKey{t.ID, name}
 	p := s.pools.by[t.ID][name]
-	if p == nil {
+	if p == nil && s.pools.unrestored[key] == nil {
 		s.Mu.Unlock()
 		return errdefs.New(errdefs.ErrNotFound, "no pool "+core.QuoteID(name))
 	}
@@ -364,7 +491,13 @@ func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name stri
 		s.Mu.Unlock()
 		return err
 	}
+	delete(s.pools.unrestored, key)
+	if p == nil {
+		s.Mu.Unlock()
+		return nil
+	}
 	delete(s.pools.by[t.ID], name)
+	s.pools.sized(s.Cfg.Metrics)
 	p.gone = true
 	ending := p.idle
 	p.idle = nil
@@ -465,24 +598,19 @@ func (s *Service) takePooled(_ context.Context, t *tenant.Principal, named strin
 	return b, pc, "", nil
 }
 
-// give makes pooled sandbox b (taken, pc) the caller's: thawed, given
-// the create's env (spec sp) and birth, recorded and live. final says an
-// error is the create's answer (the kill switch ended it); otherwise the
-// sandbox is ended and the create may be made afresh.
+// give makes pooled sandbox b (taken, pc) the caller's: given the
+// create's env (spec sp) and birth, its sandbox.created record put in
+// its place in the log, and live. It answers then; what is left (thaw,
+// the record durable, the row stored: settleGiven) runs on, and every call
+// on the sandbox, and its end, waits for it (core.Find, Box.Settle).
+// final says an error is the create's answer (the kill switch ended
+// it); otherwise the create may be made afresh.
 func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCreate, b *core.Box, sp *spec.Spec, bo birth) (*api.Sandbox, bool, error) {
 	t0 := time.Now()
-	fail := func(err error) (*api.Sandbox, bool, error) {
-		s.end(b, "its pool's sandbox could not be given to a create: "+err.Error())
-		return nil, false, err
-	}
 	b.Mu.Lock()
 	if b.Ending {
 		b.Mu.Unlock()
 		return nil, false, errdefs.New(errdefs.ErrFailedPrecondition, "it ended")
-	}
-	if err := b.Inst.Resume(); err != nil {
-		b.Mu.Unlock()
-		return fail(fmt.Errorf("thaw: %w", err))
 	}
 	now := s.Cfg.Now()
 	b.Spec.Env, b.Spec.Timeout, b.Spec.OnTTL = sp.Env, sp.Timeout, sp.OnTTL
@@ -492,17 +620,22 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 	b.Rec.State, b.Rec.Spec, b.Rec.Metadata, b.Rec.Trigger = api.StateRunning, string(specJSON), string(meta), string(trig)
 	b.Rec.Created, b.Rec.Expires, b.Rec.IdleTimeout, b.Rec.LastActive = now, bo.expires, bo.idle, now
 	rec, bsp := b.Rec, b.Spec
+	st := core.NewSettle()
+	b.Settle = st
 	b.Mu.Unlock()
-	if err := s.Cfg.Audit.Commit(ctx, b.Who(), record.SandboxCreated{
+	// Its place in the log comes first: every record of it (its network's
+	// too, once thawed) follows this one.
+	durable, err := s.Cfg.Audit.Queue(b.Who(), record.SandboxCreated{
 		Spec: record.Spec(bsp), Image: bsp.Image, ImageDigest: b.Inst.ImageDigest(), PolicySHA256: record.PolicyHash(bsp.Net.Allow, bsp.Net.Deny),
 		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &rec.Expires, IdleTimeout: bo.idle.String(),
 		Controls: record.ControlsOf(b.Inst.Wall(), b.Inst.WallVersion(), b.Inst.Degraded()), InitPID: b.Inst.InitPid(), Pool: bsp.Pool,
-	}); err != nil {
-		return fail(err)
+	})
+	if err != nil {
+		st.Finish(err)
+		s.end(b, "its pool's sandbox could not be given to a create: "+err.Error())
+		return nil, false, err
 	}
-	if err := s.Cfg.Store.PutSandbox(context.WithoutCancel(ctx), rec); err != nil {
-		return fail(fmt.Errorf("record sandbox: %w", err))
-	}
+	s.settling.Go(func() { s.settleGiven(b, st, durable, rec) })
 	s.Mu.Lock()
 	reason := pc.killed
 	if reason == "" {
@@ -516,13 +649,41 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 	s.Cfg.Metrics.Creates.Inc()
 	s.Cfg.Metrics.CreateSeconds.Observe(time.Since(t0).Seconds())
 	s.Cfg.Log.Info("sandbox created", "id", rec.ID, "tenant", t.ID, "pool", bsp.Pool, "took", time.Since(t0))
-	out := b.Describe(true)
-	return out, true, nil
+	return b.Describe(true), true, nil
+}
+
+// settleGiven finishes what give left of pooled sandbox b (record rec): it
+// is thawed (its processes are airlock's init and agent alone: nothing
+// of the caller's runs before a call, and every call waits for this),
+// its sandbox.created record is waited for on disk (durable), then its
+// row is stored as the caller's — the record first, as launch does: a
+// daemon that dies in between finds it stored as pooled and ends it.
+// Anything failing ends the sandbox; its calls are refused.
+func (s *Service) settleGiven(b *core.Box, st *core.Settle, durable func() error, rec store.Sandbox) {
+	b.Mu.Lock()
+	err := b.Inst.Resume()
+	b.Mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("thaw: %w", err)
+	}
+	if derr := durable(); err == nil && derr != nil {
+		err = derr
+	}
+	if err == nil {
+		if perr := s.Cfg.Store.PutSandbox(context.Background(), rec); perr != nil {
+			err = fmt.Errorf("record sandbox: %w", perr)
+		}
+	}
+	st.Finish(err)
+	if err != nil {
+		s.Cfg.Log.Error("pooled sandbox given to a create", "id", rec.ID, "err", err)
+		s.end(b, "its pool's sandbox could not be given to its create: "+err.Error())
+	}
 }
 
 // refill keeps the pools full until ctx ends: woken by a change (a take,
 // a new pool) or once a second, it starts what the pools lack, at most
-// poolFills at once, oldest need first; a pool whose refills fail waits
+// poolFills at once, tenants in turn (needs); a pool whose refills fail waits
 // longer each time (up to a minute) before the next.
 func (s *Service) refill(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
@@ -537,6 +698,9 @@ func (s *Service) refill(ctx context.Context) {
 		case <-tick.C:
 		case <-s.pools.kick:
 		}
+		if err := s.retryRestores(ctx); err != nil {
+			s.Cfg.Log.Error("pools", "err", err)
+		}
 		for _, p := range s.needs(poolFills - len(slots)) {
 			slots <- struct{}{}
 			fills.Go(func() {
@@ -548,20 +712,29 @@ func (s *Service) refill(ctx context.Context) {
 }
 
 // needs picks up to k pools to make one sandbox for each, counting each
-// as filling (a pool may be picked more than once).
+// as filling (a pool may be picked more than once). Tenants take turns
+// (round robin in the order of their ids, from the one after the last
+// served): a tenant with many pools, or large ones, takes no more of
+// the refill slots than one with a single small pool while both lack
+// sandboxes. Of a tenant's pools, the one holding the fewest goes first.
 func (s *Service) needs(k int) []*pool {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
 	now := s.Cfg.Now()
+	tids := slices.Sorted(maps.Keys(s.pools.by))
 	var out []*pool
 	for len(out) < k {
 		var best *pool
-		for _, byName := range s.pools.by {
-			for _, p := range byName {
+		start, _ := slices.BinarySearch(tids, s.pools.served)
+		if start < len(tids) && tids[start] == s.pools.served {
+			start++
+		}
+		for i := 0; i < len(tids) && best == nil; i++ {
+			for _, p := range s.pools.by[tids[(start+i)%len(tids)]] {
 				if len(p.idle)+p.filling >= p.size || now.Before(p.retry) {
 					continue
 				}
-				if best == nil || len(p.idle)+p.filling < len(best.idle)+best.filling {
+				if best == nil || len(p.idle)+p.filling < len(best.idle)+best.filling || (len(p.idle)+p.filling == len(best.idle)+best.filling && p.name < best.name) {
 					best = p
 				}
 			}
@@ -570,6 +743,7 @@ func (s *Service) needs(k int) []*pool {
 			break
 		}
 		best.filling++
+		s.pools.served = best.tenant
 		out = append(out, best)
 	}
 	return out

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -8,10 +9,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/audit/record"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/spec"
@@ -137,6 +144,9 @@ func TestPoolsHitGivesTheCreateItsOwn(t *testing.T) {
 	sb := r.create(t, p, &api.CreateSandbox{Pool: "py", Env: map[string]string{"TASK": "42"}, Metadata: map[string]string{"k": "v"}, Trigger: api.Trigger{TaskID: "t9"}, TTL: "10m"})
 	if !slices.Contains(pooled, sb.ID) || sb.Pool != "py" || sb.PoolMiss != "" || sb.Metadata["k"] != "v" || !sb.Expires.Equal(created.Add(10*time.Minute)) || sb.State != api.StateRunning {
 		t.Fatalf("create from the pool: %+v", sb)
+	}
+	if _, err := r.svc.Find(p, sb.ID); err != nil { // every call waits for its thaw
+		t.Fatal(err)
 	}
 	if r.be.sandbox(t, sb.ID).isPaused() {
 		t.Error("the taken sandbox is still frozen")
@@ -382,10 +392,88 @@ func (f *fakeBackend) madeHosts() map[string]*fakeHost {
 // madeIDs are the ids of the sandboxes the host made.
 func (f *fakeBackend) madeIDs() []string { return slices.Collect(maps.Keys(f.madeHosts())) }
 
-// A pooled sandbox that cannot be thawed is ended, and the create is made
-// afresh within the same quota (the one it took no longer counts), saying
-// why.
-func TestPoolsFailedTakeFallsBack(t *testing.T) {
+// lateLog is an audit log in memory whose sandbox.created records are
+// made durable late: once a call reaches the sandbox's agent (reached),
+// or after a second when none does.
+type lateLog struct {
+	*memAudit
+	reached chan struct{}
+	mu      sync.Mutex
+	durable map[string]bool // sandbox id → its sandbox.created is on disk
+}
+
+func (l *lateLog) Queue(r audit.Record) (func() error, error) {
+	if _, err := l.memAudit.Queue(r); err != nil {
+		return nil, err
+	}
+	return func() error {
+		if r.Kind == "sandbox.created" {
+			select {
+			case <-l.reached:
+			case <-time.After(time.Second):
+			}
+		}
+		l.mu.Lock()
+		l.durable[r.Sandbox] = true
+		l.mu.Unlock()
+		return nil
+	}, nil
+}
+
+// A create given a pooled sandbox answers once its sandbox.created record
+// has its place in the log; the first call on the sandbox reaches it only
+// once that record is durable and it is thawed. (Were the call to go
+// ahead, it would reach the agent before the record is durable: the log
+// makes it durable only then.)
+func TestPooledSandboxFirstCallFindsItsCreatedRecordDurable(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	late := &lateLog{memAudit: r.audit, reached: make(chan struct{}), durable: map[string]bool{}}
+	r.svc.Cfg.Audit = record.New(late, nil)
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	ids := r.readyIDs()
+	if len(ids) != 1 {
+		t.Fatalf("ready: %v", ids)
+	}
+	h := r.be.sandbox(t, ids[0])
+	var once sync.Once
+	durableAtCall := false
+	h.mu.Lock()
+	h.onRead = func() {
+		once.Do(func() {
+			late.mu.Lock()
+			durableAtCall = late.durable[ids[0]]
+			late.mu.Unlock()
+			close(late.reached)
+		})
+	}
+	h.mu.Unlock()
+	sb := r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	if sb.ID != ids[0] {
+		t.Fatalf("not given the pooled sandbox: %+v", sb)
+	}
+	var out bytes.Buffer
+	if err := r.svc.ReadFile(ctx, p, sb.ID, "/etc/hostname", "", &out, 1<<20); err != nil {
+		t.Fatalf("the first call (a thawed sandbox answers): %v", err)
+	}
+	if !durableAtCall {
+		t.Error("the first call reached the sandbox before its sandbox.created record was durable")
+	}
+	if k := r.kinds(sb.ID); !slices.Equal(k, []string{"sandbox.pooled", "sandbox.created", "file.read"}) {
+		t.Errorf("records: %v", k)
+	}
+	if st := r.stored(t, sb.ID).State; st != api.StateRunning {
+		t.Errorf("stored as %s once settled", st)
+	}
+}
+
+// A pooled sandbox is thawed after its create answered (settleGiven):
+// one that cannot be is ended, the calls on it are refused, and its end
+// says why; it no longer counts against the quota.
+func TestPoolsFailedThawEndsTheGivenSandbox(t *testing.T) {
 	ctx := context.Background()
 	r, p := poolRig(t, api.Quotas{MaxSandboxes: 1})
 	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 1}); err != nil {
@@ -400,14 +488,21 @@ func TestPoolsFailedTakeFallsBack(t *testing.T) {
 	h.mu.Lock()
 	h.failResume = errors.New("the fake host cannot thaw it")
 	h.mu.Unlock()
-	sb, err := r.svc.Create(ctx, p, &api.CreateSandbox{Pool: "a"})
-	if err != nil {
-		t.Fatalf("the create after a failed take: %v", err)
+	r.svc.Mu.Lock()
+	b := r.svc.pools.by[p.ID]["a"].idle[0]
+	r.svc.Mu.Unlock()
+	sb := r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	if sb.ID != ids[0] || sb.Pool != "a" {
+		t.Fatalf("the create: %+v", sb)
 	}
-	if sb.ID == ids[0] || sb.Pool != "" || !strings.Contains(sb.PoolMiss, "cannot thaw it") {
-		t.Errorf("the create after a failed take: %+v", sb)
+	if err := r.svc.Exec(ctx, p, sb.ID, &api.Exec{Cmd: []string{"true"}}, func(*api.ExecEvent) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("an exec on a sandbox that could not be thawed: %v", err)
 	}
-	r.wantEnded(t, ids[0], "its pool's sandbox could not be given to a create: thaw: the fake host cannot thaw it")
+	<-b.Ended
+	r.wantEnded(t, ids[0], "its pool's sandbox could not be given to its create: thaw: the fake host cannot thaw it")
+	if _, err := r.svc.Create(ctx, p, &api.CreateSandbox{Limits: api.Limits{Pids: 99}}); err != nil {
+		t.Errorf("a create once it ended: %v", err)
+	}
 }
 
 // A pool is its tenant's alone: another tenant neither sees nor removes
@@ -494,5 +589,173 @@ func TestKillSwitchFailsWhenPoolsStayRecorded(t *testing.T) {
 	}
 	if len(ids) != 1 || len(r.readyIDs()) != 0 {
 		t.Errorf("the kill switch did not end the pooled sandbox: %v, ready %v", ids, r.readyIDs())
+	}
+}
+
+// The refill slots go to the tenants in turn: one with three pools
+// takes no more of them than one with a single pool while both lack
+// sandboxes; of a tenant's pools, the one holding the fewest goes first.
+func TestPoolRefillsTakeTenantsInTurn(t *testing.T) {
+	ctx := context.Background()
+	r, alice := poolRig(t, api.Quotas{})
+	bob := r.tenant(t, "bob", api.Quotas{}, false)
+	r.svc.Cfg.Principal = func(_ context.Context, id string) (*tenant.Principal, error) {
+		if id == bob.ID {
+			return bob, nil
+		}
+		return alice, nil
+	}
+	for i, name := range []string{"a1", "a2", "a3"} {
+		if _, err := r.svc.SetPool(ctx, alice, name, &api.SetPool{Size: 2, Limits: api.Limits{Pids: 100 + int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.svc.SetPool(ctx, bob, "b", &api.SetPool{Size: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range r.svc.needs(6) {
+		got = append(got, p.tenant+"/"+p.name)
+	}
+	a, b := alice.ID+"/", bob.ID+"/"
+	want := []string{a + "a1", b + "b", a + "a2", b + "b", a + "a3", b + "b"}
+	if alice.ID > bob.ID {
+		want = []string{b + "b", a + "a1", b + "b", a + "a2", b + "b", a + "a3"}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("refills picked %v, want %v", got, want)
+	}
+	// With bob's pool full (three being made), the rest are alice's.
+	var rest []string
+	for _, p := range r.svc.needs(6) {
+		rest = append(rest, p.name)
+	}
+	if !slices.Equal(rest, []string{"a1", "a2", "a3"}) {
+		t.Errorf("then: %v", rest)
+	}
+}
+
+// A recorded pool that a restarted daemon cannot set again for a reason
+// that may pass (its tenant's lookup failing) stays recorded, is shown
+// with why, and is set again on a later try, after its backoff; one its
+// tenant removes meanwhile is gone for good.
+func TestPoolsRestoreRetriesATransientFailure(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	for _, n := range []string{"a", "b"} {
+		if _, err := r.svc.SetPool(ctx, p, n, &api.SetPool{Size: 1, Limits: api.Limits{Pids: 99}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r2 := newLifeRigOn(t, r.db, r.be, r.clock)
+	down := true
+	r2.svc.Cfg.Principal = func(_ context.Context, id string) (*tenant.Principal, error) {
+		if down {
+			return nil, errors.New("database is locked")
+		}
+		return p, nil
+	}
+	if err := r2.svc.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 2 {
+		t.Fatalf("recorded pools after a start that could not set them: %+v %v", rest, err)
+	}
+	if pl := r2.pool(t, p, "a"); pl.Size != 1 || pl.Limits.Pids != 99 || !strings.Contains(pl.Error, "database is locked") {
+		t.Errorf("a pool not restored yet: %+v", pl)
+	}
+	if err := r2.svc.DeletePool(ctx, p, "b"); err != nil {
+		t.Fatal(err)
+	}
+	down = false
+	if err := r2.svc.retryRestores(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pl := r2.pool(t, p, "a"); pl.Error == "" {
+		t.Errorf("retried before its backoff: %+v", pl)
+	}
+	r2.clock.Advance(time.Minute)
+	if err := r2.svc.retryRestores(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pl := r2.pool(t, p, "a"); pl.Error != "" || pl.Size != 1 {
+		t.Errorf("after the retry: %+v", pl)
+	}
+	if got := r2.svc.Pools(ctx, p); len(got) != 1 || got[0].Name != "a" {
+		t.Errorf("pools after the retry: %+v", got)
+	}
+	if rest, err := r.db.Pools(ctx); err != nil || len(rest) != 1 || rest[0].Name != "a" {
+		t.Errorf("recorded pools: %+v %v", rest, err)
+	}
+	r2.fillPools()
+	if pl := r2.pool(t, p, "a"); pl.Ready != 1 {
+		t.Errorf("the restored pool is not filled: %+v", pl)
+	}
+}
+
+// A tenant's usage counts what its max_sandboxes quota counts: live
+// sandboxes and its pools' ready ones (shown apart as pooled); a create
+// is refused exactly when the usage is at the quota.
+func TestTenantUsageCountsPooledSandboxesAsTheQuotaDoes(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{MaxSandboxes: 3})
+	r.create(t, p, &api.CreateSandbox{})
+	if _, err := r.svc.SetPool(ctx, p, "a", &api.SetPool{Size: 2, Limits: api.Limits{Pids: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	if u := r.svc.TenantUsage(p.ID); u.Sandboxes != 3 || u.Pooled != 2 {
+		t.Errorf("usage with a full pool: %+v", u)
+	}
+	if _, err := r.svc.Create(ctx, p, &api.CreateSandbox{}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("a create at the usage the quota allows: %v", err)
+	}
+	sb := r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	if sb.Pool != "a" {
+		t.Fatalf("not taken from the pool: %+v", sb)
+	}
+	if u := r.svc.TenantUsage(p.ID); u.Sandboxes != 3 || u.Pooled != 1 {
+		t.Errorf("usage after a take: %+v", u)
+	}
+}
+
+// The pools' metrics say what they are to hold, hold ready, and how
+// creates fared (hits, misses) and how long a refill took.
+func TestPoolMetrics(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	m := r.svc.Cfg.Metrics
+	for i, n := range []string{"a", "b"} {
+		if _, err := r.svc.SetPool(ctx, p, n, &api.SetPool{Size: 2 + i, Limits: api.Limits{Pids: 100 + int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.fillPools()
+	r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	r.create(t, p, &api.CreateSandbox{Pool: "a"})
+	r.create(t, p, &api.CreateSandbox{Pool: "a"}) // none ready: a miss, made afresh
+	if err := r.svc.DeletePool(ctx, p, "b"); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for name, c := range map[string]prometheus.Collector{"size": m.PoolSize, "ready": m.PoolReady, "hits": m.PoolHits, "misses": m.PoolMisses, "fills": m.PoolFillSecs} {
+		ch := make(chan prometheus.Metric, 1)
+		c.Collect(ch)
+		var pb dto.Metric
+		if err := (<-ch).Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case pb.Gauge != nil:
+			got[name] = pb.Gauge.GetValue()
+		case pb.Counter != nil:
+			got[name] = pb.Counter.GetValue()
+		default:
+			got[name] = float64(pb.Histogram.GetSampleCount())
+		}
+	}
+	want := map[string]float64{"size": 2, "ready": 0, "hits": 2, "misses": 1, "fills": 5}
+	if !maps.Equal(got, want) {
+		t.Errorf("pool metrics %v, want %v", got, want)
 	}
 }

@@ -78,6 +78,9 @@ type Service struct {
 	forking map[string]int            // forks in flight, by the content of their files (under Mu)
 	cpu     map[string]*cpuBudget     // by tenant id (under Mu)
 	pools   poolSet                   // the tenants' pools (under Mu)
+	// settling counts the pooled sandboxes given to creates whose
+	// thaw, durable record and stored row are still to come (give).
+	settling sync.WaitGroup
 	// auditIndex finds a tenant's records in the log (nil: no log).
 	auditIndex *audit.Index
 }
@@ -619,6 +622,7 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 		s.Cfg.Metrics.PoolReady.Sub(float64(len(p.idle)))
 		p.idle = nil
 	}
+	s.pools.sized(s.Cfg.Metrics)
 	var pcs []*pendingCreate
 	for _, pc := range s.pending {
 		if (tid == "" || pc.tenant == tid) && pc.killed == "" {
@@ -660,6 +664,9 @@ func (s *Service) end(b *core.Box, reason string) { s.endBy(nil, b, reason) }
 // endBy is end, at t's request (nil: the daemon's own decision), for the
 // record.
 func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
+	// A pooled sandbox just given to a create is ended once it is
+	// settled: its end follows its thaw and its stored row.
+	_ = b.Settled()
 	b.Mu.Lock()
 	if b.Ending {
 		b.Mu.Unlock()
@@ -864,6 +871,7 @@ func helloAdopted(ctx context.Context, state string, inst Host, ag *core.Agent) 
 // agents' rate limits, once a second, and keeps the pools full (refill),
 // until ctx ends.
 func (s *Service) Run(ctx context.Context) {
+	defer s.settling.Wait() // the doors are shut: what they started ends before the log closes
 	refilled := make(chan struct{})
 	go func() { s.refill(ctx); close(refilled) }()
 	defer func() { <-refilled }()

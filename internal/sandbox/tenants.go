@@ -33,18 +33,28 @@ func (s *Service) ForgetTenant(ctx context.Context, id string, freed []string) e
 	return nil
 }
 
-// TenantUsage is tenant id's live sandboxes and the CPU seconds it used
-// in its current period.
-func (s *Service) TenantUsage(id string) (sandboxes int, cpuSeconds float64) {
+// TenantUsage is what tenant id holds, counted as admit counts it for
+// max_sandboxes (live sandboxes, creates in flight, its pools' ready
+// sandboxes: a pool's refill is a create in flight), and the CPU seconds
+// it used in its current period.
+func (s *Service) TenantUsage(id string) tenant.Usage {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
+	var u tenant.Usage
 	for _, b := range s.Boxes {
 		if b.Rec.Tenant == id {
-			sandboxes++
+			u.Sandboxes++
 		}
 	}
-	if b := s.cpu[id]; b != nil {
-		cpuSeconds = b.used.Seconds()
+	for _, pc := range s.pending {
+		if pc.tenant == id {
+			u.Sandboxes++
+		}
 	}
-	return sandboxes, cpuSeconds
+	u.Pooled, _, _ = s.pools.held(id, nil)
+	u.Sandboxes += u.Pooled
+	if b := s.cpu[id]; b != nil {
+		u.CPUSeconds = b.used.Seconds()
+	}
+	return u
 }

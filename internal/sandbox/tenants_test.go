@@ -244,7 +244,7 @@ func (s rigSandboxes) ForgetTenant(ctx context.Context, id string, freed []strin
 	return s.r.svc.ForgetTenant(ctx, id, freed)
 }
 
-func (s rigSandboxes) TenantUsage(id string) (int, float64) { return s.r.svc.TenantUsage(id) }
+func (s rigSandboxes) TenantUsage(id string) tenant.Usage { return s.r.svc.TenantUsage(id) }
 
 // tenant creates a tenant and signs in with its key.
 func (r *tenantRig) tenant(t *testing.T, name string) (*tenant.Principal, string) {

@@ -98,9 +98,18 @@ type Sandboxes interface {
 	// beyond its records: its MCP spec, its CPU budget, and the files of
 	// the snapshots no record names any more (freed).
 	ForgetTenant(ctx context.Context, id string, freed []string) error
-	// TenantUsage is tenant id's live sandboxes and the CPU seconds it
+	// TenantUsage is what tenant id holds now and the CPU seconds it
 	// used in its current period.
-	TenantUsage(id string) (sandboxes int, cpuSeconds float64)
+	TenantUsage(id string) Usage
+}
+
+// Usage is what a tenant holds now, as its quotas count it.
+type Usage struct {
+	// Sandboxes counts what max_sandboxes counts: its live sandboxes,
+	// its pools' ready ones and those being made; Pooled, its pools'
+	// ready ones among them.
+	Sandboxes, Pooled int
+	CPUSeconds        float64 // used in its current period
 }
 
 // Config configures the service.
@@ -553,7 +562,8 @@ func (s *Service) List(ctx context.Context, p *Principal) ([]*api.Tenant, error)
 			at.ScanPolicy = DefaultScanPolicy
 		}
 		_ = json.Unmarshal([]byte(t.Quotas), &at.Quotas)
-		at.Sandboxes, at.CPUSeconds = s.cfg.Sandboxes.TenantUsage(t.ID)
+		u := s.cfg.Sandboxes.TenantUsage(t.ID)
+		at.Sandboxes, at.Pooled, at.CPUSeconds = u.Sandboxes, u.Pooled, u.CPUSeconds
 		out = append(out, at)
 	}
 	return out, nil

@@ -141,7 +141,7 @@ func (f *fakeSandboxes) ForgetTenant(_ context.Context, id string, _ []string) e
 	return nil
 }
 
-func (f *fakeSandboxes) TenantUsage(id string) (int, float64) { return f.live[id], 0 }
+func (f *fakeSandboxes) TenantUsage(id string) Usage { return Usage{Sandboxes: f.live[id]} }
 
 // Deleting a tenant refuses, from the moment it begins, its key (cached
 // or not), every principal of it a request already holds, and a sign-in

@@ -359,3 +359,87 @@ func poolsRestartAndKillSwitch(t *testing.T, w wallCase) {
 	}
 	noResidue(t)
 }
+
+// A create given a pooled sandbox answers once its sandbox.created record
+// has its place in the log, before the record is on disk. The first exec
+// right after that answer runs only once the record is durable: it is in
+// the log before the exec's. A daemon killed right after such an answer
+// leaves, after its restart, the sandbox either live with its
+// sandbox.created record in the log, or ended (stored as pooled, as not
+// yet the caller's): never live without its record; the log verifies
+// either way.
+func TestPooledCreateIsRecordedBeforeItIsUsed(t *testing.T) {
+	forEachWall(t, pooledCreateIsRecordedBeforeItIsUsed)
+}
+
+func pooledCreateIsRecordedBeforeItIsUsed(t *testing.T, w wallCase) {
+	data := newDataDir(t)
+	d := w.startDaemon(t, data)
+	ctx := context.Background()
+	tn, err := d.admin.CreateTenant(ctx, &api.CreateTenant{Name: "durable", Roots: []string{testRoot(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.client(t, tn.Key)
+	if _, err := c.SetPool(ctx, "p", &api.SetPool{Size: 2, Limits: api.Limits{MemoryBytes: 128 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, c, "p", 2)
+	a, err := c.CreateSandbox(ctx, &api.CreateSandbox{Pool: "p"})
+	if err != nil || a.Pool != "p" {
+		t.Fatalf("a create from the pool: %+v %v", a, err)
+	}
+	if _, _, end := run(t, c, a.ID, sh("true")); end.ExitCode != 0 {
+		t.Fatalf("the first exec: %+v", end)
+	}
+	recs, err := c.Audit(ctx, a.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range recs {
+		kinds = append(kinds, r.Kind)
+	}
+	if i, j := slices.Index(kinds, "sandbox.created"), slices.Index(kinds, "exec.start"); i < 0 || j < 0 || i > j {
+		t.Errorf("records of a pooled sandbox and its first exec: %v", kinds)
+	}
+
+	b, err := c.CreateSandbox(ctx, &api.CreateSandbox{Pool: "p"})
+	if err != nil || b.Pool != "p" {
+		t.Fatalf("a create from the pool: %+v %v", b, err)
+	}
+	d.kill9()
+	d = w.startDaemon(t, data)
+	c = d.client(t, tn.Key)
+	got, err := c.Sandbox(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.Audit(ctx, b.ID, "sandbox.created")
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch got.State {
+	case api.StateRunning:
+		if len(created) != 1 {
+			t.Errorf("%s is live after the restart without its sandbox.created record: %v", b.ID, created)
+		}
+		if _, _, end := run(t, c, b.ID, sh("true")); end.ExitCode != 0 {
+			t.Errorf("an exec on the adopted sandbox: %+v", end)
+		}
+	case api.StateEnded:
+		if procs := w.cgroupProcs(b.ID); len(procs) != 0 {
+			t.Errorf("%s ended at the restart but runs on: %v", b.ID, procs)
+		}
+	default:
+		t.Errorf("%s after the restart: %+v", b.ID, got)
+	}
+	t.Logf("given sandbox after a crash right after its create: %s (%s)", got.State, got.EndReason)
+	if _, err := d.admin.KillAll(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := auditCLI(t, data, "verify"); r.code != 0 || !strings.HasPrefix(r.stdout, "ok:") {
+		t.Errorf("verify: %s", r)
+	}
+	noResidue(t)
+}

@@ -18,9 +18,12 @@ import (
 )
 
 // Log is where records go (internal/audit.Log). Commit returns once the
-// record is on disk; Append writes it within the log's flush interval.
+// record is on disk; Queue takes its place in the chain at once and
+// returns what waits for it to be on disk; Append writes it within the
+// log's flush interval.
 type Log interface {
 	Commit(ctx context.Context, r audit.Record) error
+	Queue(r audit.Record) (durable func() error, err error)
 	Append(r audit.Record) error
 	// Failed says why the log can no longer be written, or nil.
 	Failed() error
@@ -69,6 +72,30 @@ func (r *Recorder) Commit(ctx context.Context, w Who, d Data) error {
 		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// Queue records a fact in its place in the log now and returns what
+// waits until it is on disk; the caller holds back every effect of what
+// it describes until durable returns nil. A log that cannot be written
+// refuses it.
+func (r *Recorder) Queue(w Who, d Data) (durable func() error, err error) {
+	if !r.on() {
+		return func() error { return nil }, nil
+	}
+	rec, err := Make(w, d)
+	if err != nil {
+		return nil, err
+	}
+	wait, err := r.log.Queue(rec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return func() error {
+		if err := wait(); err != nil {
+			return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		return nil
+	}, nil
 }
 
 // Note records a fact nobody waits for (a process's end, an egress

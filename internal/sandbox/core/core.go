@@ -190,6 +190,42 @@ type Box struct {
 	EgressDropped atomic.Int64
 	// Background is its running background commands (under Core.Mu).
 	Background int
+	// Settle, when set (under Mu, before the Box is published; never
+	// changed after), is
+	// what its create left to finish after it answered: a pooled
+	// sandbox is handed out once its sandbox.created record has its
+	// place in the log, and is thawed, its record made durable and its
+	// row stored after (internal/sandbox, pools.go). Every call on it
+	// waits for it (Find), and so does its end.
+	Settle *Settle
+}
+
+// Settle is work a create finishes after its answer.
+type Settle struct {
+	done chan struct{}
+	err  error
+}
+
+// NewSettle is unfinished work.
+func NewSettle() *Settle { return &Settle{done: make(chan struct{})} }
+
+// Finish marks it done, failed with err (nil: it worked); once.
+func (st *Settle) Finish(err error) {
+	st.err = err
+	close(st.done)
+}
+
+// Settled waits until what b's create left to finish is done and says
+// whether it failed (then b is being ended).
+func (b *Box) Settled() error {
+	b.Mu.Lock()
+	st := b.Settle
+	b.Mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	<-st.done
+	return st.err
 }
 
 // Who is what b's records say of whom they are.
@@ -268,13 +304,19 @@ func NewID() string {
 func (s *Core) Auditable() error { return s.Cfg.Audit.Failed() }
 
 // Find finds sandbox id of tenant t. Another tenant's sandbox is not found,
-// exactly as a missing one.
+// exactly as a missing one. It returns once what the sandbox's create
+// left to finish is done (Box.Settle): no call acts on a sandbox before
+// the record of its creation is durable.
 func (s *Core) Find(t *tenant.Principal, id string) (*Box, error) {
 	s.Mu.Lock()
 	b, ok := s.Boxes[id]
 	s.Mu.Unlock()
 	if !ok || (!t.Admin && b.Rec.Tenant != t.ID) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+QuoteID(id))
+	}
+	if b.Settled() != nil {
+		// Why is in its end reason (Get), once it has ended.
+		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+QuoteID(id)+" (it could not be made ready and is ending)")
 	}
 	return b, nil
 }

@@ -20,6 +20,14 @@ type Log struct {
 // Commit keeps r (record.Log).
 func (m *Log) Commit(_ context.Context, r audit.Record) error { return m.Append(r) }
 
+// Queue keeps r, at once durable (record.Log).
+func (m *Log) Queue(r audit.Record) (func() error, error) {
+	if err := m.Append(r); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
+
 // Append keeps r (record.Log).
 func (m *Log) Append(r audit.Record) error {
 	m.mu.Lock()
