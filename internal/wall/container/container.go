@@ -246,8 +246,13 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	cmd := &exec.Cmd{
 		Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()),
 		Args: []string{initArgv0, "init"},
-		Env:  []string{},
-		Dir:  "/",
+		// One P from the start: init's commands get the sandbox's
+		// environment, never its own, and an idle agent with one P runs
+		// fewer threads (each with its stacks) and hands work between
+		// them less (BenchmarkServeIdleMemory: PSS 0.29 MiB less a
+		// sandbox; setting it from inside, once running, saves nothing).
+		Env: []string{"GOMAXPROCS=1"},
+		Dir: "/",
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 				unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
