@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp/filter"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container/sealedexe"
 	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
@@ -112,7 +113,7 @@ func New(stateDir string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	}
 	cg.Parent = Scope(stateDir)
 	rt.cgroups = cg
-	rt.seccomp = seccomp.Encode(prog)
+	rt.seccomp = filter.Encode(prog)
 	return rt, nil
 }
 
