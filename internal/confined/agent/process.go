@@ -328,11 +328,11 @@ func (a *agent) run(p *proc, outputs []*os.File) {
 			}
 		}()
 	}
+	// What the command left in its process group ends with it (the
+	// launcher kills the group as it reaps the command: a shell's "cmd &",
+	// a fork bomb's children); a daemon meant to outlive it starts its own
+	// session (setsid) or runs as a background command.
 	ws, err := a.o.Launcher.Wait(int(p.pid))
-	// What the command left in its process group ends with it (a shell's
-	// "cmd &", a fork bomb's children); a daemon meant to outlive it
-	// starts its own session (setsid) or runs as a background command.
-	_ = a.o.Launcher.Signal(int(p.pid), syscall.SIGKILL)
 	// Output still in the pipes is delivered; a background child that
 	// keeps them open does not hold the end back for more than a moment.
 	drained := make(chan struct{})
