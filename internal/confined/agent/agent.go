@@ -139,6 +139,10 @@ type agent struct {
 	o     Options
 	users files.Users
 	procs *procs
+
+	nullOnce sync.Once
+	null     *os.File // see devNull
+	nullErr  error
 }
 
 // agentService is airlock's own Agent service: Hello, and the file calls.
