@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 )
@@ -251,8 +252,9 @@ func (c *Client) Extend(ctx context.Context, id, ttl string) (*api.Sandbox, erro
 
 // Stream reads the events of a command.
 type Stream struct {
-	body io.ReadCloser
-	sc   *bufio.Scanner
+	body  io.ReadCloser
+	sc    *bufio.Scanner
+	ended bool // the end event was read
 }
 
 func newStream(body io.ReadCloser) *Stream {
@@ -274,12 +276,25 @@ func (s *Stream) Next() (*api.ExecEvent, error) {
 	if err := json.Unmarshal(s.sc.Bytes(), &ev); err != nil {
 		return nil, fmt.Errorf("bad event from the daemon: %w", err)
 	}
+	if ev.End != nil {
+		s.ended = true
+	}
 	return &ev, nil
 }
 
 // Close ends the stream (a foreground command whose stream is closed
-// before it ends is killed).
-func (s *Stream) Close() error { return s.body.Close() }
+// before it ends is killed). After the end event it first reads what is
+// left of the response (its close, at once), a little and briefly at
+// most, so that the connection is kept for the next call: closed unread,
+// every exec would cost a new connection to the daemon.
+func (s *Stream) Close() error {
+	if s.ended {
+		t := time.AfterFunc(time.Second, func() { s.body.Close() })
+		_, _ = io.Copy(io.Discard, io.LimitReader(s.body, 64<<10))
+		t.Stop()
+	}
+	return s.body.Close()
+}
 
 // ExecStream starts a command and returns its event stream; the first
 // event carries its pid.

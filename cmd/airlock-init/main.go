@@ -54,10 +54,12 @@ func serveAgent(a nsinit.Agent) error {
 		a.Listener.Close()
 	}
 	// No tuning of the runtime here: a lower GC percent, one P and a
-	// forced collection each made an idle sandbox cost more, not less (the
-	// collection and the change of Ps touch memory an agent that has not
-	// yet collected never does; BenchmarkServeIdleMemory, 100 sandboxes:
-	// PSS 2.54 MiB each untuned, 2.79-2.94 with any one of them).
+	// forced collection, set once running, each made an idle sandbox cost
+	// more, not less (the collection and the change of Ps touch memory an
+	// agent that has not yet collected never does; BenchmarkServeIdleMemory,
+	// 100 sandboxes: PSS 2.54 MiB each untuned, 2.79-2.94 with any one of
+	// them). One P from the start is cheaper: the container wall starts
+	// init with GOMAXPROCS=1 in its environment.
 	return agent.Serve(agent.Options{
 		Listener: ln, Launcher: a.Launcher, UID: a.UID, GID: a.GID,
 		Home: a.Home, Env: a.Env, Cwd: a.Cwd, Version: version.Version, SignalResize: a.SignalResize,

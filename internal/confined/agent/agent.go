@@ -40,6 +40,8 @@ const MaxMessage = 64 << 20
 type Launcher interface {
 	Start(argv []string, attr *syscall.ProcAttr) (int, error)
 	Signal(pid int, sig syscall.Signal) error
+	// Wait returns once pid has exited and its process group has been
+	// sent SIGKILL.
 	Wait(pid int) (syscall.WaitStatus, error)
 	OpenPTY(uid uint32, rows, cols uint16) (master, slave *os.File, err error)
 }
@@ -137,6 +139,10 @@ type agent struct {
 	o     Options
 	users files.Users
 	procs *procs
+
+	nullOnce sync.Once
+	null     *os.File // see devNull
+	nullErr  error
 }
 
 // agentService is airlock's own Agent service: Hello, and the file calls.

@@ -34,6 +34,7 @@ func (execLauncher) Signal(pid int, sig syscall.Signal) error { return syscall.K
 func (execLauncher) Wait(pid int) (syscall.WaitStatus, error) {
 	var ws syscall.WaitStatus
 	_, err := syscall.Wait4(pid, &ws, 0, nil)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	return ws, err
 }
 func (execLauncher) OpenPTY(uint32, uint16, uint16) (*os.File, *os.File, error) {

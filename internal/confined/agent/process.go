@@ -243,19 +243,18 @@ func (a *agent) start(u files.User, req *process.StartRequest) (*proc, chan *pro
 				return nil, nil, files.ConnectError(err)
 			}
 			stdin, p.stdin = r, w
+			closeAfter = append(closeAfter, stdin)
 		} else {
-			f, err := os.Open(os.DevNull)
-			if err != nil {
+			var err error
+			if stdin, err = a.devNull(); err != nil {
 				return nil, nil, files.ConnectError(err)
 			}
-			stdin = f
 		}
-		closeAfter = append(closeAfter, stdin)
-		or, ow, err := os.Pipe()
+		or, ow, err := outputPipe()
 		if err != nil {
 			return nil, nil, files.ConnectError(err)
 		}
-		er, ew, err := os.Pipe()
+		er, ew, err := outputPipe()
 		if err != nil {
 			or.Close()
 			ow.Close()
@@ -299,6 +298,31 @@ func (a *agent) start(u files.User, req *process.StartRequest) (*proc, chan *pro
 	return p, ch, nil
 }
 
+// devNull is the stdin of a command given none: /dev/null, opened once for
+// the agent's life (close-on-exec; each command gets its own copy).
+func (a *agent) devNull() (*os.File, error) {
+	a.nullOnce.Do(func() { a.null, a.nullErr = os.Open(os.DevNull) })
+	return a.null, a.nullErr
+}
+
+// outputPipe is a pipe for a command's output: the read end the agent's,
+// in Go's poller; the write end only handed to the command and closed, so
+// it stays blocking and out of the poller (os.Pipe would add both ends,
+// then take the write end out again for the command: six syscalls more an
+// exec, for two pipes).
+func outputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
+}
+
 // run relays a command's output and reports its end.
 func (a *agent) run(p *proc, outputs []*os.File) {
 	var wg sync.WaitGroup
@@ -328,11 +352,11 @@ func (a *agent) run(p *proc, outputs []*os.File) {
 			}
 		}()
 	}
+	// What the command left in its process group ends with it (the
+	// launcher kills the group as it reaps the command: a shell's "cmd &",
+	// a fork bomb's children); a daemon meant to outlive it starts its own
+	// session (setsid) or runs as a background command.
 	ws, err := a.o.Launcher.Wait(int(p.pid))
-	// What the command left in its process group ends with it (a shell's
-	// "cmd &", a fork bomb's children); a daemon meant to outlive it
-	// starts its own session (setsid) or runs as a background command.
-	_ = a.o.Launcher.Signal(int(p.pid), syscall.SIGKILL)
 	// Output still in the pipes is delivered; a background child that
 	// keeps them open does not hold the end back for more than a moment.
 	drained := make(chan struct{})

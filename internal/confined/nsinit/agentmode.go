@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
 	"syscall"
@@ -48,9 +49,8 @@ type Agent struct {
 // may signal them. Every other thread of init (the agent's) only queues work
 // for it.
 type Launcher struct {
-	work    chan func()
-	started chan struct{}
-	place   placement
+	work  chan func()
+	place placement
 	// ptyByName opens a terminal's peer by its name (gVisor's devpts has
 	// no TIOCGPTPEER).
 	ptyByName bool
@@ -60,7 +60,7 @@ type Launcher struct {
 }
 
 func newLauncher(place placement) *Launcher {
-	return &Launcher{work: make(chan func()), started: make(chan struct{}, 1), place: place, waiters: map[int]chan syscall.WaitStatus{}}
+	return &Launcher{work: make(chan func()), place: place, waiters: map[int]chan syscall.WaitStatus{}}
 }
 
 // placement puts each command into the commands' cgroup, through
@@ -112,9 +112,9 @@ func (p placement) fork(forkExec func() (int, error)) (int, error) {
 	if err == nil && p.procs >= 0 {
 		placeErr = write([]int{p.procs}, strconv.Itoa(pid))
 		if errors.Is(placeErr, unix.ESRCH) {
-			// It ran, ended and was reaped (reap waits outside l.mu)
-			// before it could be placed: nothing to place, and its
-			// pid is no longer its own to kill.
+			// It ran and ended before it could be placed: nothing to
+			// place (reap, on this same thread, has not collected it
+			// yet, so its pid is still its own).
 			placeErr = nil
 		}
 	}
@@ -155,10 +155,6 @@ func (l *Launcher) Start(argv []string, attr *syscall.ProcAttr) (int, error) {
 		pid, err := l.place.fork(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
 		if err == nil {
 			l.waiters[pid] = make(chan syscall.WaitStatus, 1)
-			select {
-			case l.started <- struct{}{}:
-			default:
-			}
 		}
 		done <- result{pid, err}
 	}
@@ -188,8 +184,9 @@ func (l *Launcher) Signal(pid int, sig syscall.Signal) error {
 	return <-done
 }
 
-// Wait blocks until pid, started by Start, has exited. Each pid is waited
-// for once.
+// Wait blocks until pid, started by Start, has exited and what it left in
+// its process group has been sent SIGKILL (a shell's "cmd &", a fork bomb's
+// children). Each pid is waited for once.
 func (l *Launcher) Wait(pid int) (syscall.WaitStatus, error) {
 	l.mu.Lock()
 	ch, ok := l.waiters[pid]
@@ -204,26 +201,28 @@ func (l *Launcher) Wait(pid int) (syscall.WaitStatus, error) {
 	return ws, nil
 }
 
-// reap waits for every child of init: the commands, and the orphans
-// re-parented to it (dropped).
+// reap collects every child of init that has ended, on init's main thread
+// when SIGCHLD says some have: the commands, whose process group it kills
+// (only this thread may signal them) before Wait learns the status, and
+// the orphans re-parented to init (dropped). One pass per SIGCHLD collects
+// all that have ended, however many signals the kernel merged.
 func (l *Launcher) reap() {
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
-		switch {
-		case err == unix.EINTR:
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
 			continue
-		case err == unix.ECHILD:
-			<-l.started
-			continue
-		case err != nil:
-			continue
+		}
+		if err != nil || pid <= 0 {
+			return // ECHILD, or none has ended yet
 		}
 		l.mu.Lock()
-		if ch, ok := l.waiters[pid]; ok {
+		ch, ok := l.waiters[pid]
+		l.mu.Unlock()
+		if ok {
+			_ = unix.Kill(-pid, unix.SIGKILL)
 			ch <- syscall.WaitStatus(ws) // buffered; Wait removes the entry
 		}
-		l.mu.Unlock()
 	}
 }
 
@@ -254,11 +253,15 @@ func serveAgent(cfg *Config, listener int, readyFDs []int, place placement, serv
 }
 
 // runAgent serves a (its Launcher made here) until the agent fails, and
-// runs the commands' starts on this, init's locked main thread.
+// runs the commands' starts, signals and reaping on this, init's locked
+// main thread: no thread of its own waits for children, and a command's
+// end reaches the agent in one hand-over.
 func runAgent(a Agent, place placement, ptyByName bool, serve func(Agent) error) error {
 	l := newLauncher(place)
 	l.ptyByName = ptyByName
-	go l.reap()
+	children := make(chan os.Signal, 1)
+	signal.Notify(children, unix.SIGCHLD)
+	l.reap() // any that ended before the subscription
 	a.Launcher = l
 	failed := make(chan error, 1)
 	go func() { failed <- serve(a) }()
@@ -266,6 +269,8 @@ func runAgent(a Agent, place placement, ptyByName bool, serve func(Agent) error)
 		select {
 		case f := <-l.work:
 			f()
+		case <-children:
+			l.reap()
 		case <-signals:
 			// The sandbox ends by SIGKILL from the host; nothing to forward.
 		case err := <-failed:

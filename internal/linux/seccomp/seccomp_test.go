@@ -6,6 +6,8 @@ import (
 	bpfpolicy "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp/filter"
 )
 
 // run evaluates the compiled filter for one syscall in the BPF VM.
@@ -108,7 +110,7 @@ func TestEncodeDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Decode(Encode(prog))
+	got, err := filter.Decode(filter.Encode(prog))
 	if err != nil || len(got) != len(prog) {
 		t.Fatalf("Decode: %v, %d instructions, want %d", err, len(got), len(prog))
 	}
@@ -118,7 +120,7 @@ func TestEncodeDecode(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]byte{nil, make([]byte, 7), make([]byte, 8*5000)} {
-		if _, err := Decode(bad); err == nil {
+		if _, err := filter.Decode(bad); err == nil {
 			t.Errorf("Decode(%d bytes) succeeded", len(bad))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -55,7 +56,7 @@ func NewAgent(socket string) *Agent {
 		MaxIdleConnsPerHost:    8,
 		IdleConnTimeout:        time.Minute,
 	}
-	hc := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: drainingTransport{tr}}
 	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAgentMessage), connect.WithSendMaxBytes(maxAgentMessage)}
 	const base = "http://agent"
 	return &Agent{
@@ -65,6 +66,38 @@ func NewAgent(socket string) *Agent {
 		tr:    tr,
 		Rate:  NewLimiter(agentRate),
 	}
+}
+
+// drainingTransport reads what is left of a response body before closing
+// it, so that its connection goes back to the pool. A stream's caller stops
+// at the message it wanted (an exec's end event) and closes it before the
+// end of the stream, which follows at once; closed unread, the transport
+// would drop the connection and the next call would dial the agent anew
+// (and the agent accept, and set up a connection, for every exec).
+type drainingTransport struct{ http.RoundTripper }
+
+// What a close reads at most, and waits at most, before it gives up on the
+// connection: an agent is inside the sandbox, and may stall or go on.
+const (
+	drainMax  = 64 << 10
+	drainWait = time.Second
+)
+
+func (t drainingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := t.RoundTripper.RoundTrip(req)
+	if err == nil {
+		res.Body = &drainOnClose{res.Body}
+	}
+	return res, err
+}
+
+type drainOnClose struct{ io.ReadCloser }
+
+func (b *drainOnClose) Close() error {
+	stop := time.AfterFunc(drainWait, func() { b.ReadCloser.Close() })
+	_, _ = io.CopyN(io.Discard, b.ReadCloser, drainMax)
+	stop.Stop()
+	return b.ReadCloser.Close()
 }
 
 // Close drops the client's idle connections.

@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp/filter"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container/sealedexe"
 	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
@@ -112,7 +113,7 @@ func New(stateDir string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	}
 	cg.Parent = Scope(stateDir)
 	rt.cgroups = cg
-	rt.seccomp = seccomp.Encode(prog)
+	rt.seccomp = filter.Encode(prog)
 	return rt, nil
 }
 
@@ -246,8 +247,13 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	cmd := &exec.Cmd{
 		Path: fmt.Sprintf("/proc/self/fd/%d", exe.Fd()),
 		Args: []string{initArgv0, "init"},
-		Env:  []string{},
-		Dir:  "/",
+		// One P from the start: init's commands get the sandbox's
+		// environment, never its own, and an idle agent with one P runs
+		// fewer threads (each with its stacks) and hands work between
+		// them less (BenchmarkServeIdleMemory: PSS 0.29 MiB less a
+		// sandbox; setting it from inside, once running, saves nothing).
+		Env: []string{"GOMAXPROCS=1"},
+		Dir: "/",
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 				unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP,
