@@ -278,7 +278,10 @@ func (p *Ports) Tunnel(w http.ResponseWriter, r *http.Request, t *tenant.Princip
 		p.cfg.Refuse(w, errdefs.Invalid("a tunnel needs Upgrade: "+Upgrade))
 		return
 	}
-	c, err := p.cfg.Sandboxes.DialPort(r.Context(), t, id, port, via)
+	// Not r's context alone: the server cancels it when the client
+	// half-closes, which a client may do right behind its request. The
+	// agent's answer is bounded all the same.
+	c, err := p.cfg.Sandboxes.DialPort(context.WithoutCancel(r.Context()), t, id, port, via)
 	if err != nil {
 		p.cfg.Refuse(w, err)
 		return

@@ -32,8 +32,11 @@ func relayPort(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "want Upgrade: "+PortUpgrade, http.StatusBadRequest)
 		return
 	}
+	// Not r's context: the server cancels it when the host half-closes,
+	// which a client that sends all and then waits for its answer does
+	// right behind the request.
 	d := net.Dialer{Timeout: portDialTimeout}
-	c, err := d.DialContext(r.Context(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	c, err := d.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
