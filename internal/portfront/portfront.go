@@ -140,7 +140,9 @@ func (p *Ports) check(ctx context.Context, tok, id string, port int) (*tenant.Pr
 		return nil, NotFound(id)
 	}
 	owner, e, sig := parts[1], parts[2], parts[3]
-	mac, err := base64.RawURLEncoding.DecodeString(sig)
+	// Strict: one spelling per token (a last character that differs only
+	// in its unused bits is another token, and refused).
+	mac, err := base64.RawURLEncoding.Strict().DecodeString(sig)
 	if err != nil || !hmac.Equal(mac, p.mac(owner, id, port, e)) {
 		return nil, NotFound(id)
 	}

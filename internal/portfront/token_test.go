@@ -55,6 +55,7 @@ func TestTokensAreBoundToTenantSandboxPortAndTime(t *testing.T) {
 		"another version":           {"pt0" + good[3:], "aaaaaaaaaaaa", 8000},
 		"extra part":                {good + ".x", "aaaaaaaaaaaa", 8000},
 		"empty":                     {"", "aaaaaaaaaaaa", 8000},
+		"the mac's unused bits set": {strings.Join([]string{parts[0], parts[1], parts[2], parts[3][:len(parts[3])-1] + string(unusedBits(parts[3][len(parts[3])-1]))}, "."), "aaaaaaaaaaaa", 8000},
 		"a mac of the right length": {strings.Join([]string{parts[0], parts[1], parts[2], strings.Repeat("A", len(parts[3]))}, "."), "aaaaaaaaaaaa", 8000},
 	}
 	for name, c := range refused {
@@ -83,4 +84,11 @@ func TestScrubRemovesTheFrontsCredentials(t *testing.T) {
 	if r.Header.Get("Authorization") != "Basic app" {
 		t.Error("a token's caller lost its own Authorization header")
 	}
+}
+
+// unusedBits is base64url character c with its two unused low bits set
+// (the last character of 32 bytes encoded carries 4 bits of data).
+func unusedBits(c byte) byte {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	return alphabet[strings.IndexByte(alphabet, c)|3]
 }

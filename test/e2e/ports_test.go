@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -123,6 +124,10 @@ func portsReachServersInside(t *testing.T, w wallCase) {
 		t.Cleanup(func() { _ = alice.Destroy(context.Background(), sb.ID) })
 		startPortServer(t, alice, sb.ID)
 	}
+	// What the daemon listens on once the sandboxes are made (the
+	// proxy-mode sandbox's proxy among it): reaching their ports adds
+	// nothing.
+	listening := listeners(t, d.cmd.Process.Pid)
 	missing := "0123456789ab"
 	notFound := func(id string) portAnswer {
 		return portAnswer{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no sandbox %q", id)}
@@ -178,7 +183,9 @@ func portsReachServersInside(t *testing.T, w wallCase) {
 			}
 
 			// Refused, as a missing sandbox is.
-			forged := tok.Token[:len(tok.Token)-1] + map[bool]string{true: "A", false: "B"}[!strings.HasSuffix(tok.Token, "A")]
+			// A character of the MAC's middle changed.
+			mid := len(tok.Token) - 10
+			forged := tok.Token[:mid] + map[bool]string{true: "A", false: "B"}[tok.Token[mid] != 'A'] + tok.Token[mid+1:]
 			other := ids[(i+1)%len(ids)]
 			refusals := map[string]struct {
 				key, path, id string
@@ -260,6 +267,12 @@ func portsReachServersInside(t *testing.T, w wallCase) {
 			if m.net.Mode == "proxy" {
 				noWayOut(t, alice, id)
 			}
+			// With a WebSocket open, the daemon listens on nothing new.
+			conn, _ := wsOpen(t, d, "/v1/sandboxes/"+id+"/ports/8001/ws?airlock_token=", id, alice)
+			if now := listeners(t, d.cmd.Process.Pid); !slices.Equal(now, listening) {
+				t.Errorf("the daemon listens on %v, before it reached any port %v", now, listening)
+			}
+			conn.Close()
 		})
 	}
 }
@@ -362,25 +375,8 @@ func portGetFull(t *testing.T, d *daemonProc, key, path string, hdr map[string]s
 // of id, on the daemon's socket, and returns the answer.
 func wsEcho(t *testing.T, d *daemonProc, path, id string, c *client.Client, msg string) string {
 	t.Helper()
-	tok, err := c.MintPortToken(context.Background(), id, 8001, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.Dial("unix", d.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, br := wsOpen(t, d, path, id, c)
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET %s%s HTTP/1.1\r\nHost: airlock\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", path, tok.Token)
-	br := bufio.NewReader(conn)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
-		b, _ := io.ReadAll(res.Body)
-		t.Fatalf("websocket handshake: %s %v %s", res.Status, res.Header, b)
-	}
 	mask := []byte{1, 2, 3, 4}
 	frame := []byte{0x81, 0x80 | byte(len(msg))}
 	frame = append(frame, mask...)
@@ -399,6 +395,63 @@ func wsEcho(t *testing.T, d *daemonProc, path, id string, c *client.Client, msg 
 		t.Fatal(err)
 	}
 	return string(p)
+}
+
+// wsOpen opens a WebSocket to path + a fresh token for port 8001 of id,
+// on the daemon's socket.
+func wsOpen(t *testing.T, d *daemonProc, path, id string, c *client.Client) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	tok, err := c.MintPortToken(context.Background(), id, 8001, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("unix", d.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET %s%s HTTP/1.1\r\nHost: airlock\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", path, tok.Token)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+		b, _ := io.ReadAll(res.Body)
+		conn.Close()
+		t.Fatalf("websocket handshake: %s %v %s", res.Status, res.Header, b)
+	}
+	return conn, br
+}
+
+// listeners are the TCP sockets process pid listens on (v4 and v6), by
+// their local address, sorted.
+func listeners(t *testing.T, pid int) []string {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if in, ok := strings.CutPrefix(l, "socket:["); ok {
+			inodes[strings.TrimSuffix(in, "]")] = true
+		}
+	}
+	var out []string
+	for _, f := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			if fs := strings.Fields(line); len(fs) > 9 && fs[3] == "0A" && inodes[fs[9]] {
+				out = append(out, f+" "+fs[1])
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // portForward runs airlock port-forward from a free local port to 8000
