@@ -1022,7 +1022,8 @@ func (h *Handler) portRoutes() []route {
 			if !ok || port == 0 {
 				return portfront.NotFound(sid)
 			}
-			h.ports.SetCookie(w, r, root+"/")
+			// No cookie is set: every sandbox's ports share this origin,
+			// so a page of one could send a cookie meant for another's.
 			in := r.Clone(r.Context())
 			in.URL.RawPath = rest
 			in.URL.Path = "/" + r.PathValue("path")

@@ -37,10 +37,11 @@ import (
 )
 
 // Where a request carries a port token: a query parameter (a link a
-// browser opens), a header, or the cookie the front sets when a token
-// came in the query (so that the page's own links work). The front
-// removes all three, and the tenant's key, before the request reaches
-// the sandbox.
+// browser opens), a header, or a cookie (for a front that gives each
+// sandbox port an origin of its own and keeps a token there, such as the
+// E2B front's <port>-<id>.<domain>; never set on the API's one origin,
+// where one sandbox's page could send another's). The front removes all
+// three, and the tenant's key, before the request reaches the sandbox.
 const (
 	TokenParam  = "airlock_token"
 	TokenHeader = "X-Airlock-Port-Token"
@@ -184,22 +185,6 @@ func (p *Ports) Authorize(r *http.Request, id string, port int, key func(r *http
 	}
 	t, err = key(r)
 	return t, "key", err
-}
-
-// SetCookie keeps a token that came in r's query as a cookie for path
-// (the port's root), so that the page's own requests carry it.
-func (p *Ports) SetCookie(w http.ResponseWriter, r *http.Request, path string) {
-	tok, inQuery := TokenOf(r)
-	if !inQuery {
-		return
-	}
-	c := &http.Cookie{Name: TokenCookie, Value: tok, Path: path, HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode}
-	if parts := strings.Split(tok, "."); len(parts) == 4 {
-		if exp, err := strconv.ParseInt(parts[2], 10, 64); err == nil {
-			c.Expires = time.Unix(exp, 0)
-		}
-	}
-	http.SetCookie(w, c)
 }
 
 // Proxy forwards r (HTTP, or a WebSocket or other Upgrade) to port of

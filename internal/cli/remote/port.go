@@ -28,8 +28,11 @@ func portCmd(g *cmdutil.Globals) *cobra.Command {
 daemon's front (/v1/sandboxes/ID/ports/PORT/...), HTTP and WebSocket,
 without the API key, until it expires (--ttl, default 1h, at most 168h);
 and prints the URL of the port's root with the token in it, then the
-token. A browser that opens the URL gets the token as a cookie for the
-page's own requests. Every connection is recorded (port.connect).
+token. The URL reaches that one address: a page's own links need the
+token too (the X-Airlock-Port-Token header, or the airlock_token query
+parameter), since every sandbox's ports share the daemon's origin and the
+daemon keeps no token in a cookie there; for a whole web app in a browser
+use airlock port-forward. Every connection is recorded (port.connect).
 
 The server must listen on 127.0.0.1 (or every address) inside the
 sandbox; nothing listens on the host, and the sandbox gains no way out.
