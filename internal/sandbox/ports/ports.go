@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/audit/record"
@@ -54,7 +55,8 @@ type Via struct{ Door, Auth, Remote string }
 // of range, a missing sandbox and another tenant's are the same
 // ErrNotFound; a paused sandbox is ErrFailedPrecondition; nothing
 // listening on the port is ErrUnavailable. The connection half-closes
-// (CloseWrite) and ends with the sandbox.
+// (CloseWrite), keeps the sandbox from going idle while bytes move on
+// it, and ends with the sandbox.
 func (p *Ports) DialPort(ctx context.Context, t *tenant.Principal, id string, port int, via Via) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no sandbox "+core.QuoteID(id))
@@ -71,11 +73,47 @@ func (p *Ports) DialPort(ctx context.Context, t *tenant.Principal, id string, po
 	if err != nil {
 		return nil, fmt.Errorf("port %d of sandbox %s: %w", port, id, err)
 	}
-	return c, nil
+	return &active{conn: c, now: p.Cfg.Now, touch: func(now time.Time) {
+		b.Mu.Lock()
+		b.Rec.LastActive = now
+		b.Mu.Unlock()
+	}}, nil
+}
+
+// active is a relayed connection that keeps its sandbox from going idle
+// while bytes move on it (a WebSocket open for hours is use, as a
+// command is), marking it at most once a second.
+type active struct {
+	*conn
+	now   func() time.Time
+	touch func(time.Time)
+	last  atomic.Int64 // unix nanoseconds of the last mark
+}
+
+func (a *active) moved(n int) {
+	if n == 0 {
+		return
+	}
+	now := a.now()
+	if last := a.last.Load(); now.UnixNano()-last >= int64(time.Second) && a.last.CompareAndSwap(last, now.UnixNano()) {
+		a.touch(now)
+	}
+}
+
+func (a *active) Read(b []byte) (int, error) {
+	n, err := a.conn.Read(b)
+	a.moved(n)
+	return n, err
+}
+
+func (a *active) Write(b []byte) (int, error) {
+	n, err := a.conn.Write(b)
+	a.moved(n)
+	return n, err
 }
 
 // relay asks the agent on socket for a connection to port.
-func relay(ctx context.Context, socket string, port int) (net.Conn, error) {
+func relay(ctx context.Context, socket string, port int) (*conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
