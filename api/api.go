@@ -301,6 +301,24 @@ type Extend struct {
 	TTL string `json:"ttl"`
 }
 
+// MintPortToken asks for a token that reaches one port of a sandbox
+// (POST /v1/sandboxes/{id}/port-tokens): Port, 1-65535; TTL, a Go
+// duration (default 1h, at most 168h).
+type MintPortToken struct {
+	Port int    `json:"port"`
+	TTL  string `json:"ttl,omitempty"`
+}
+
+// PortToken is a minted port token: what to send (the airlock_token
+// query parameter, or the X-Airlock-Port-Token header), the URL of the
+// port's root with the token in it (a path alone when the daemon was
+// asked over its unix socket), and when it stops working.
+type PortToken struct {
+	Token   string    `json:"token"`
+	URL     string    `json:"url"`
+	Expires time.Time `json:"expires"`
+}
+
 // TTY asks for a terminal of this size.
 type TTY struct {
 	Rows uint16 `json:"rows"`

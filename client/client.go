@@ -719,3 +719,72 @@ func (c *Client) KillAll(ctx context.Context, tenant string) ([]string, error) {
 	var out api.Killed
 	return out.Destroyed, c.call(ctx, "POST", "/v1/kill-all", q, &api.KillAll{Tenant: tenant}, &out)
 }
+
+// MintPortToken makes a token that reaches port of sandbox id without
+// the key, until it expires (ttl "": 1h; at most 168h): for a browser,
+// its URL (a path alone when the client talks to the unix socket).
+func (c *Client) MintPortToken(ctx context.Context, id string, port int, ttl string) (*api.PortToken, error) {
+	var out api.PortToken
+	return &out, c.call(ctx, "POST", sb(id, "/port-tokens"), nil, &api.MintPortToken{Port: port, TTL: ttl}, &out)
+}
+
+// PortURL is the address of path (with its leading slash) on port of
+// sandbox id through the daemon's front
+// (/v1/sandboxes/{id}/ports/{port}/...), for requests made with
+// PortClient.
+func (c *Client) PortURL(id string, port int, path string) string {
+	return c.base + sb(id, "/ports/", strconv.Itoa(port), path)
+}
+
+// PortClient is an HTTP client that reaches the daemon the way c does
+// and sends c's key: for requests to PortURL.
+func (c *Client) PortClient() *http.Client {
+	return &http.Client{Transport: keyed{key: c.key, next: c.hc.Transport}}
+}
+
+type keyed struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (k keyed) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if k.key != "" && r.Header.Get("Authorization") == "" {
+		r.Header.Set("Authorization", "Bearer "+k.key)
+	}
+	return k.next.RoundTrip(r)
+}
+
+// DialPort opens one TCP connection to 127.0.0.1:port inside sandbox id,
+// tunnelled through the daemon (GET /v1/sandboxes/{id}/tunnel/{port}).
+// Closing it ends the connection inside. It passes on no half-close.
+func (c *Client) DialPort(ctx context.Context, id string, port int) (io.ReadWriteCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+sb(id, "/tunnel/", strconv.Itoa(port)), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "airlock-port")
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols {
+		defer res.Body.Close()
+		var e api.Error
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		if json.Unmarshal(b, &e) != nil || e.Code == "" {
+			return nil, &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %s", res.StatusCode, bytes.TrimSpace(b))}
+		}
+		return nil, &e
+	}
+	rwc, ok := res.Body.(io.ReadWriteCloser)
+	if !ok {
+		res.Body.Close()
+		return nil, errors.New("the daemon's answer to a tunnel is not a connection")
+	}
+	return rwc, nil
+}

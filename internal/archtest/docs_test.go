@@ -238,6 +238,9 @@ var claims = []claim{
 	{pkg: "internal/audit/record", phrase: "It imports internal/audit (the log), internal/spec (a sandbox's spec), internal/egress/eventlog (the egress record is the proxy's Event), internal/workspace (a change's type), internal/scan (the rule set's name) and internal/errdefs.",
 		own: []string{"internal/audit", "internal/spec", "internal/egress/eventlog", "internal/workspace", "internal/scan", "internal/errdefs"}, libs: std},
 
+	{pkg: "internal/portfront", phrase: "It imports api, the service (internal/sandbox, its core and ports), internal/tenant, the broker's key type (internal/broker/keys: the MAC that signs tokens, from a key file of its own) and internal/errdefs.",
+		own: []string{"api", "internal/sandbox", "internal/sandbox/{core,ports}", "internal/tenant", "internal/broker/keys", "internal/errdefs"}, libs: std},
+
 	{pkg: "internal/cli", phrase: "It imports internal/cli/host, internal/cli/remote, internal/cli/admin, internal/cli/cmdutil, api, internal/system, internal/mcp, internal/sandbox, internal/tenant, internal/audit, internal/audit/record, internal/store, internal/spec, internal/errdefs, internal/untrusted and internal/version.",
 		own: []string{"internal/cli/{host,remote,admin,cmdutil}", "api", "internal/system", "internal/mcp", "internal/sandbox", "internal/tenant", "internal/audit", "internal/audit/record", "internal/store", "internal/spec", "internal/errdefs", "internal/untrusted", "internal/version"}},
 	{pkg: "internal/cli/admin", phrase: "the package imports api, internal/cli/cmdutil and internal/errdefs, nothing of the engine.", own: []string{"api", "internal/cli/cmdutil", "internal/errdefs"}},

@@ -75,20 +75,22 @@ var layers = []layer{
 	{"tenant", []string{"internal/tenant"}, []string{"base", "value", "record", "records", "workspace", "wire"}},
 	{"secret", []string{"internal/secret"}, []string{"base", "value", "record", "records", "workspace", "wire", "tenant"}},
 	{"service", []string{"internal/sandbox/..."}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
-	{"front", []string{"internal/httpapi"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service"}},
-	{"front", []string{"internal/e2bapi/..."}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service", "front"}},
+	// The front of sandboxes' ports, which every door serves through.
+	{"portfront", []string{"internal/portfront"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
+	{"front", []string{"internal/httpapi"}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service", "portfront"}},
+	{"front", []string{"internal/e2bapi/..."}, []string{"base", "value", "record", "records", "wire", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "secret", "service", "portfront", "front"}},
 	{"front", []string{"internal/mcp"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "tenant", "service"}},
 
 	// The composition root, the only host code that knows a wall by name.
-	{"root", []string{"internal/system"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front"}},
+	{"root", []string{"internal/system"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "portfront", "front"}},
 	{"root", []string{"internal/doctor"}, []string{"base", "value", "kernel", "wall", "backend", "leases", "init", "workspace"}},
 
 	// The command line: the remote commands reach no further than the SDK.
 	{"cmdutil", []string{"internal/cli/cmdutil"}, []string{"base", "value", "wire", "client"}},
 	{"commands", []string{"internal/cli/remote", "internal/cli/admin"}, []string{"base", "value", "wire", "client", "cmdutil"}},
-	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil"}},
-	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host"}},
-	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "front", "root", "cmdutil", "commands", "host", "cli"}},
+	{"host", []string{"internal/cli/host"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "portfront", "front", "root", "cmdutil"}},
+	{"cli", []string{"internal/cli"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "portfront", "front", "root", "cmdutil", "commands", "host"}},
+	{"main", []string{"cmd/airlock"}, []string{"base", "value", "record", "records", "wire", "client", "kernel", "wall", "backend", "leases", "init", "image", "workspace", "egress", "broker", "netns", "network", "lifecycle", "run", "tenant", "secret", "service", "portfront", "front", "root", "cmdutil", "commands", "host", "cli"}},
 }
 
 // knownOnlyTo names packages that exactly these packages import directly:

@@ -22,8 +22,10 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/portfront"
 	"github.com/airlock-sandbox/airlock/internal/progress"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/ports"
 	"github.com/airlock-sandbox/airlock/internal/secret"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 )
@@ -40,6 +42,7 @@ type Handler struct {
 	secrets *secret.Store
 	log     *slog.Logger
 	metrics http.Handler
+	ports   *portfront.Ports
 	mux     *http.ServeMux
 }
 
@@ -50,18 +53,17 @@ type route struct {
 }
 
 // New builds the handler over the sandboxes, the tenants (who signs
-// every request in) and the secrets; metrics serves /metrics (admin key
-// required).
-func New(svc *sandbox.Service, tenants *tenant.Service, secrets *secret.Store, log *slog.Logger, metrics http.Handler) *Handler {
-	h := &Handler{svc: svc, tenants: tenants, secrets: secrets, log: log, metrics: metrics, mux: http.NewServeMux()}
+// every request in), the secrets and the front of sandboxes' ports;
+// metrics serves /metrics (admin key required).
+func New(svc *sandbox.Service, tenants *tenant.Service, secrets *secret.Store, ports *portfront.Ports, log *slog.Logger, metrics http.Handler) *Handler {
+	h := &Handler{svc: svc, tenants: tenants, secrets: secrets, ports: ports, log: log, metrics: metrics, mux: http.NewServeMux()}
 	for _, rt := range h.routes() {
 		rt := rt
 		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
 			var p *tenant.Principal
 			if rt.auth {
 				var err error
-				key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if p, err = tenants.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr); err != nil {
+				if p, err = h.authenticate(r); err != nil {
 					writeError(w, err)
 					return
 				}
@@ -86,8 +88,7 @@ func New(svc *sandbox.Service, tenants *tenant.Service, secrets *secret.Store, l
 // (MCP at /mcp).
 func (h *Handler) Mount(pattern string, fn func(w http.ResponseWriter, r *http.Request, p *tenant.Principal)) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		p, err := h.tenants.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr)
+		p, err := h.authenticate(r)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -96,14 +97,24 @@ func (h *Handler) Mount(pattern string, fn func(w http.ResponseWriter, r *http.R
 	})
 }
 
+// authenticate signs in the caller of r by its key.
+func (h *Handler) authenticate(r *http.Request) (*tenant.Principal, error) {
+	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return h.tenants.Authenticate(r.Context(), strings.TrimSpace(key), r.RemoteAddr)
+}
+
 // WriteError answers err the API's way (its code, HTTP status and message).
 func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
 
-// Routes lists every route pattern ("METHOD /path"), for documentation
-// checks.
+// Routes lists every route pattern ("METHOD /path"; "ANY /path" for a
+// route of every method), for documentation checks.
 func (h *Handler) Routes() []string {
 	var out []string
 	for _, rt := range h.routes() {
+		if strings.HasPrefix(rt.pattern, "/") {
+			out = append(out, "ANY "+rt.pattern)
+			continue
+		}
 		out = append(out, rt.pattern)
 	}
 	return out
@@ -360,7 +371,7 @@ func pid(r *http.Request) (uint32, error) {
 // routes is every route of the API, one group per resource.
 func (h *Handler) routes() []route {
 	return slices.Concat(h.daemonRoutes(), h.auditRoutes(), h.tenantRoutes(), h.mcpSpecRoutes(), h.secretRoutes(), h.poolRoutes(),
-		h.sandboxRoutes(), h.processRoutes(), h.fileRoutes(), h.workspaceRoutes(), h.snapshotRoutes())
+		h.sandboxRoutes(), h.processRoutes(), h.fileRoutes(), h.workspaceRoutes(), h.snapshotRoutes(), h.portRoutes())
 }
 
 // id is the sandbox (or snapshot) a route names.
@@ -978,6 +989,68 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// portRoutes reach servers inside sandboxes: port tokens, the HTTP and
+// WebSocket front (a tenant's key or a port token), raw tunnels.
+func (h *Handler) portRoutes() []route {
+	return []route{
+		{"POST /v1/sandboxes/{id}/port-tokens", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			var req api.MintPortToken
+			if err := decode(w, r, &req); err != nil {
+				return err
+			}
+			var ttl time.Duration
+			if req.TTL != "" {
+				var err error
+				if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl <= 0 {
+					return errdefs.Invalid("ttl: want a positive Go duration such as 1h")
+				}
+			}
+			tok, exp, err := h.ports.Mint(p, id(r), req.Port, ttl)
+			if err != nil {
+				return err
+			}
+			base := "" // over the unix socket: a path alone
+			if r.TLS != nil {
+				base = "https://" + r.Host
+			}
+			writeJSON(w, http.StatusCreated, portfront.PortToken(base, id(r), req.Port, tok, exp))
+			return nil
+		}},
+		// Open: it signs its caller in itself, by a port token or a key.
+		{"/v1/sandboxes/{id}/ports/{port}/{path...}", false, func(w http.ResponseWriter, r *http.Request, _ *tenant.Principal) error {
+			sid := id(r)
+			port, err := strconv.Atoi(r.PathValue("port"))
+			if err != nil || strconv.Itoa(port) != r.PathValue("port") {
+				port = 0 // refused as a missing sandbox is, by DialPort or Mint's rule
+			}
+			p, auth, err := h.ports.Authorize(r, sid, port, h.authenticate)
+			if err != nil {
+				return err
+			}
+			root := "/v1/sandboxes/" + sid + "/ports/" + r.PathValue("port")
+			rest, ok := strings.CutPrefix(r.URL.EscapedPath(), root)
+			if !ok || port == 0 {
+				return portfront.NotFound(sid)
+			}
+			// No cookie is set: every sandbox's ports share this origin,
+			// so a page of one could send a cookie meant for another's.
+			in := r.Clone(r.Context())
+			in.URL.RawPath = rest
+			in.URL.Path = "/" + r.PathValue("path")
+			h.ports.Proxy(w, in, p, sid, port, ports.Via{Door: "api", Auth: auth, Remote: r.RemoteAddr})
+			return nil
+		}},
+		{"GET /v1/sandboxes/{id}/tunnel/{port}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
+			port, err := strconv.Atoi(r.PathValue("port"))
+			if err != nil {
+				port = 0
+			}
+			h.ports.Tunnel(w, r, p, id(r), port, ports.Via{Door: "forward", Auth: "key", Remote: r.RemoteAddr})
+			return nil
+		}},
+	}
 }
 
 // Server returns an http.Server for h with sane timeouts.

@@ -5,8 +5,9 @@
 // read. Its Service is built of parts whose calls are its own: the state
 // they share, the agent client and the scan of every call
 // (internal/sandbox/core), commands (internal/sandbox/execs), files
-// (internal/sandbox/files), and snapshots and MCP specs
-// (internal/sandbox/snapshots). It talks to the host through the Backend
+// (internal/sandbox/files), snapshots and MCP specs
+// (internal/sandbox/snapshots), and connections to its ports
+// (internal/sandbox/ports). It talks to the host through the Backend
 // interface (internal/lifecycle) and keeps its records in internal/store;
 // the HTTP adapter (internal/httpapi) sits on top. Who calls is a
 // tenant.Principal (internal/tenant, which signs callers in and, through
@@ -34,6 +35,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sandbox/core"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/execs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/files"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/ports"
 	"github.com/airlock-sandbox/airlock/internal/sandbox/snapshots"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/store"
@@ -74,6 +76,7 @@ type Service struct {
 	*execs.Commands
 	*files.Files
 	*snapshots.Keeper
+	*ports.Ports
 	pending map[string]*pendingCreate // creates in flight, by sandbox id (under Mu)
 	forking map[string]int            // forks in flight, by the content of their files (under Mu)
 	cpu     map[string]*cpuBudget     // by tenant id (under Mu)
@@ -99,7 +102,7 @@ type pendingCreate struct {
 // New makes the service. Call Recover before serving, then Run.
 func New(cfg Config) *Service {
 	c := core.New(cfg)
-	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
+	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
 	if c.Cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(c.Cfg.AuditDir)
 	}

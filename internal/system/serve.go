@@ -94,7 +94,7 @@ func (s *System) Serve(ctx context.Context) error {
 // when asked.
 func (s *System) listen() ([]*http.Server, chan error, error) {
 	o := s.opts
-	h := httpapi.New(s.Service, s.Tenants, s.Secrets, o.Log, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	h := httpapi.New(s.Service, s.Tenants, s.Secrets, s.Ports, o.Log, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mcpHTTP := &mcp.HTTP{Service: s.Service, Version: o.Version, SessionTimeout: o.MCPSessionTimeout, Log: o.Log, Refuse: httpapi.WriteError}
 	h.Mount("/mcp", mcpHTTP.Serve)
 	ln, err := listenSocket(o.Socket, o.SocketGroup)

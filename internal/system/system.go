@@ -24,7 +24,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/broker/keys"
 	"github.com/airlock-sandbox/airlock/internal/cleanup"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/lifecycle"
+	"github.com/airlock-sandbox/airlock/internal/portfront"
 	"github.com/airlock-sandbox/airlock/internal/run"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
@@ -151,11 +153,14 @@ type System struct {
 	Recorder *record.Recorder
 	// AuditFile is a one-shot run's log.
 	AuditFile string
-	// Store, Secrets, Service and Tenants: Embedded and Daemon.
-	Store    *store.Store
-	Secrets  *secret.Store
-	Service  *sandbox.Service
-	Tenants  *tenant.Service
+	// Store, Secrets, Service, Tenants and Ports: Embedded and Daemon.
+	Store   *store.Store
+	Secrets *secret.Store
+	Service *sandbox.Service
+	Tenants *tenant.Service
+	// Ports is the front of sandboxes' servers (HTTP, WebSocket,
+	// tunnels) and the port tokens it checks.
+	Ports    *portfront.Ports
 	Runner   *run.Runner // OneShot
 	registry *prometheus.Registry
 	closers  cleanup.Stack
@@ -333,6 +338,14 @@ func (s *System) service(ctx context.Context) (err error) {
 	tcfg.Sandboxes = s.Service
 	s.Tenants = tenant.New(tcfg)
 	s.Service.Cfg.Principal = s.Tenants.ByID
+	// Port tokens are signed with a key of their own, beside the
+	// broker's, so that they outlive a restart and share no MAC key with
+	// the broker's tokens.
+	pk, err := keys.LoadFile(filepath.Join(o.Files, "ports.key"))
+	if err != nil {
+		return err
+	}
+	s.Ports = portfront.New(portfront.Config{Sandboxes: s.Service, Tenant: s.Tenants.ByID, Keys: pk, Refuse: httpapi.WriteError, Log: o.Log})
 	return nil
 }
 

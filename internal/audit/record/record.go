@@ -331,6 +331,17 @@ type AuthFailed struct {
 	Remote          string `json:"remote"`
 }
 
+// PortConnect is an inbound connection to a TCP port inside a sandbox,
+// recorded before it is made: the port, the door it came through
+// ("api", "forward", "e2b") and how the caller proved itself ("key", or
+// "token": a port token the tenant minted), and the caller's address.
+type PortConnect struct {
+	Port   int    `json:"port"`
+	Door   string `json:"door"`
+	Auth   string `json:"auth"`
+	Remote string `json:"remote,omitempty"`
+}
+
 // TenantCreated, TenantUpdated, TenantDeleted: a tenant's life.
 type (
 	TenantCreated struct {
@@ -443,6 +454,7 @@ func (MCPSpec) Kind() string          { return "mcp.spec" }
 func (SandboxPooled) Kind() string    { return "sandbox.pooled" }
 func (PoolSet) Kind() string          { return "pool.set" }
 func (PoolRemoved) Kind() string      { return "pool.removed" }
+func (PortConnect) Kind() string      { return "port.connect" }
 
 // kinds makes an empty record of each kind, for Decode.
 var kinds = map[string]func() Data{}
@@ -464,6 +476,7 @@ func init() {
 		func() Data { return &SecretRemoved{} }, func() Data { return &MCPSpec{} }, func() Data { return &SandboxRefused{} },
 		func() Data { return &SandboxForked{} }, func() Data { return &SandboxPooled{} },
 		func() Data { return &PoolSet{} }, func() Data { return &PoolRemoved{} }, func() Data { return &TenantE2BKey{} },
+		func() Data { return &PortConnect{} },
 	} {
 		kinds[f().Kind()] = f
 	}

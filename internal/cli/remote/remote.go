@@ -1,7 +1,7 @@
 // Package remote holds the commands that work on a daemon's sandboxes
 // through the Go SDK (client): create, ps, exec, attach, signal, cat,
 // write, edit, ls, cp, diff, rm, pause, resume, extend, snapshot, logs,
-// inspect and stats. It imports api, client, internal/cli/cmdutil,
+// inspect, stats, port and port-forward. It imports api, client, internal/cli/cmdutil,
 // internal/spec, internal/errdefs, internal/progress and
 // internal/untrusted, nothing of the engine.
 package remote
@@ -60,7 +60,7 @@ func Commands(g *cmdutil.Globals) []*cobra.Command {
 			_, err := cl.Resume(ctx, id)
 			return err
 		}),
-		extendCmd(g),
+		extendCmd(g), portCmd(g), portForwardCmd(g),
 	}
 }
 

@@ -73,6 +73,7 @@ func Serve(o Options) error {
 	mux.Handle(processconnect.NewProcessHandler(&processService{a}, opts...))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(files.NewFilesystem(a.users), opts...))
 	mux.Handle(agentpbconnect.NewAgentHandler(&agentService{Calls: files.NewCalls(a.users), version: o.Version}, opts...))
+	mux.HandleFunc("GET /airlock/port/{port}", relayPort)
 	srv := &http.Server{Handler: idle(mux), ReadHeaderTimeout: 10 * time.Second}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
