@@ -245,3 +245,21 @@ func TestConnectErr(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox that reports no path (an agent older than the daemon): an
+// absolute path is answered as asked, a relative one is an error (the
+// file was written, but where is the sandbox's to say).
+func TestUploadUnreportedPath(t *testing.T) {
+	srv := serve(t, &fake{write: func(string, string, []byte) (string, error) { return "", nil }})
+	for q, want := range map[string]string{"path=/a/../b": `[{"name":"b","path":"/b","type":"file"}]` + "\n", "path=rel": `"code":500`} {
+		res, err := http.Post(srv.URL+"/files?"+q, "application/octet-stream", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s: %d %s", q, res.StatusCode, b)
+		}
+	}
+}

@@ -134,6 +134,12 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return written{}, err
 		}
+		if resolved == "" { // the sandbox did not say
+			if !path.IsAbs(p) {
+				return written{}, errdefs.New(errdefs.ErrInternal, p+" was written, but the sandbox did not report where")
+			}
+			resolved = path.Clean(p)
+		}
 		return written{Name: path.Base(resolved), Path: resolved, Type: "file"}, nil
 	}
 	var out []written

@@ -138,7 +138,8 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 
 // WriteFileAt is WriteFile that returns the path the sandbox's agent
 // wrote: absolute and clean (a relative path is taken from the user's
-// home), as the sandbox reported it.
+// home), as the sandbox reported it ("" when it reported none that a
+// file can have).
 func (s *Files) WriteFileAt(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, r io.Reader, parents bool) (resolved string, err error) {
 	p, err = cleanPath(p)
 	if err != nil {
@@ -190,7 +191,17 @@ func (s *Files) WriteFileAt(ctx context.Context, t *tenant.Principal, id, p, use
 		return "", core.AgentError(err)
 	}
 	unread()
-	return res.Msg.GetPath(), s.fileRecord(ctx, t, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
+	return reportedPath(res.Msg.GetPath()), s.fileRecord(ctx, t, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
+}
+
+// reportedPath is a path the sandbox's agent reported, if it is one a
+// file there can have (absolute, clean, at most 4096 bytes, no NUL);
+// otherwise "".
+func reportedPath(p string) string {
+	if len(p) > 4096 || !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
+		return ""
+	}
+	return p
 }
 
 // scanHead scans the head of a file's bytes (what is left of bud, at most
@@ -470,8 +481,7 @@ func (s *Files) watch(ctx context.Context, t *tenant.Principal, id, p, user stri
 		case *filesystem.WatchDirResponse_Start:
 			started = true
 			if relative {
-				root = e.Start.GetPath()
-				if !path.IsAbs(root) || path.Clean(root) != root {
+				if root = reportedPath(e.Start.GetPath()); root == "" {
 					return errdefs.New(errdefs.ErrInternal, "the sandbox's agent did not report the watched directory (reported by the sandbox)")
 				}
 			}
