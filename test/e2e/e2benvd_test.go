@@ -53,7 +53,7 @@ type envdCase struct {
 	starts chan struct{}
 }
 
-func newEnvdCase(t *testing.T) *envdCase {
+func newEnvdCase(t *testing.T, w wallCase) *envdCase {
 	t.Helper()
 	data := newDataDir(t)
 	sys, err := system.New(context.Background(), system.Options{
@@ -94,7 +94,11 @@ func newEnvdCase(t *testing.T) *envdCase {
 	if c.p, err = sys.Tenants.Authenticate(ctx, tn.Key, "test"); err != nil {
 		t.Fatal(err)
 	}
-	sb, err := c.svc.Create(ctx, c.p, &api.CreateSandbox{TTL: "30m"})
+	req := &api.CreateSandbox{TTL: "30m"}
+	if w.name == "gvisor" {
+		req.Isolation = "gvisor"
+	}
+	sb, err := c.svc.Create(ctx, c.p, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +225,10 @@ func (c *envdCase) running(t *testing.T, pid uint32) bool {
 // service as the E2B SDKs do: output, exit codes and envd's end texts, a
 // command that cannot start, Connect-Timeout-Ms killing, a disconnect
 // leaving the command running, connect, stdin, signals and a terminal.
-func TestE2BEnvdProcesses(t *testing.T) {
-	c := newEnvdCase(t)
+func TestE2BEnvdProcesses(t *testing.T) { forEachWall(t, e2bEnvdProcesses) }
+
+func e2bEnvdProcesses(t *testing.T, w wallCase) {
+	c := newEnvdCase(t, w)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -550,8 +556,10 @@ func (p prng) Read(b []byte) (int, error) { return p.r.Read(b) }
 // downloads, an 80 MiB file streamed both ways, stat, make, list with
 // depth, move, remove, and watches naming changes relative to the
 // watched directory.
-func TestE2BEnvdFiles(t *testing.T) {
-	c := newEnvdCase(t)
+func TestE2BEnvdFiles(t *testing.T) { forEachWall(t, e2bEnvdFiles) }
+
+func e2bEnvdFiles(t *testing.T, w wallCase) {
+	c := newEnvdCase(t, w)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
