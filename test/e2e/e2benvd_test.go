@@ -640,7 +640,14 @@ func e2bEnvdFiles(t *testing.T, w wallCase) {
 		if !paths["/workspace/d/a.txt"] || !paths["/home/user/w/rel.txt"] {
 			t.Errorf("resolved paths: %s", body)
 		}
+		// Told as envd tells a write, the agent's staged file unseen.
 		waitFor(t, ws, "EVENT_TYPE_CREATE d/a.txt")
+		waitFor(t, ws, "EVENT_TYPE_WRITE d/a.txt")
+		ws.mu.Lock()
+		if names := strings.Join(ws.names, "\n"); strings.Contains(names, ".airlock-") {
+			t.Errorf("the agent's staged file is seen:\n%s", names)
+		}
+		ws.mu.Unlock()
 		waitFor(t, home, "EVENT_TYPE_CREATE rel.txt")
 
 		var zbody bytes.Buffer

@@ -263,3 +263,26 @@ func TestUploadUnreportedPath(t *testing.T) {
 		}
 	}
 }
+
+// A file written through the agent (staged, renamed into place) is told
+// as envd tells a write: create and write of the file, nothing of the
+// staged file; other changes as they came.
+func TestWatchWrites(t *testing.T) {
+	var w writes
+	var got []string
+	for _, ev := range []api.WatchEvent{
+		{Op: "create", Path: "d/.airlock-0123456789ab"}, {Op: "write", Path: "d/.airlock-0123456789ab"},
+		{Op: "chmod", Path: "d/.airlock-0123456789ab"}, {Op: "rename", Path: "d/.airlock-0123456789ab"},
+		{Op: "create", Path: "d/n.txt"},
+		{Op: "create", Path: "m"}, {Op: "write", Path: "m"}, {Op: "rename", Path: "m"}, {Op: "create", Path: "o"},
+		{Op: "rename", Path: ".airlock-0123456789ab"}, {Op: "create", Path: "d/p"},
+	} {
+		for _, e := range w.events(&ev) {
+			got = append(got, e.GetType().String()+" "+e.GetName())
+		}
+	}
+	want := "EVENT_TYPE_CREATE d/n.txt|EVENT_TYPE_WRITE d/n.txt|EVENT_TYPE_CREATE m|EVENT_TYPE_WRITE m|EVENT_TYPE_RENAME m|EVENT_TYPE_CREATE o|EVENT_TYPE_CREATE d/p"
+	if strings.Join(got, "|") != want {
+		t.Errorf("got  %s\nwant %s", strings.Join(got, "|"), want)
+	}
+}

@@ -3,6 +3,8 @@ package envd
 import (
 	"context"
 	"errors"
+	"path"
+	"regexp"
 	"strconv"
 
 	"connectrpc.com/connect"
@@ -147,11 +149,17 @@ func (f *files) WatchDir(ctx context.Context, req *connect.Request[filesystem.Wa
 	send, stop := keepAlive(ctx, keepaliveInterval(req.Header()), stream.Send,
 		&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}})
 	defer stop()
+	var tr writes
 	err = f.h.svc.WatchRelative(ctx, t.Principal, t.ID, req.Msg.GetPath(), user, req.Msg.GetRecursive(), func(ev *api.WatchEvent) error {
 		if ev.Op == "start" {
 			return send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}})
 		}
-		return send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: fsEvent(ev)}})
+		for _, e := range tr.events(ev) {
+			if err := send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: e}}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if ctx.Err() != nil {
 		return nil // the caller left
@@ -165,8 +173,34 @@ var eventTypes = map[string]filesystem.EventType{
 	"chmod": filesystem.EventType_EVENT_TYPE_CHMOD,
 }
 
-func fsEvent(ev *api.WatchEvent) *filesystem.FilesystemEvent {
-	return &filesystem.FilesystemEvent{Name: ev.Path, Type: eventTypes[ev.Op]}
+// stagedName is the name the sandbox's agent writes a file under before
+// it renames it into place (internal/confined/agent/files writeFile), so
+// a failed write changes nothing.
+var stagedName = regexp.MustCompile(`^\.airlock-[0-9a-f]{12}$`)
+
+// writes tells a watch's changes as envd does, which writes a file in
+// place: a write through the agent (a staged file renamed over the
+// file's name) is a create and a write of the file, its staged file
+// unseen.
+type writes struct {
+	placed bool   // the last change was a staged file renamed away
+	from   string // from this directory
+}
+
+func (w *writes) events(ev *api.WatchEvent) []*filesystem.FilesystemEvent {
+	dir, base := path.Split(ev.Path)
+	if stagedName.MatchString(base) {
+		if ev.Op == "rename" {
+			w.placed, w.from = true, dir
+		}
+		return nil
+	}
+	out := []*filesystem.FilesystemEvent{{Name: ev.Path, Type: eventTypes[ev.Op]}}
+	if ev.Op == "create" && w.placed && w.from == dir {
+		out = append(out, &filesystem.FilesystemEvent{Name: ev.Path, Type: filesystem.EventType_EVENT_TYPE_WRITE})
+	}
+	w.placed = false
+	return out
 }
 
 // callOf is the sandbox a Connect call was routed to and the user it acts

@@ -81,6 +81,7 @@ func (f *files) CreateWatcher(ctx context.Context, req *connect.Request[filesyst
 	started := make(chan struct{})
 	go func() {
 		var once sync.Once
+		var tr writes
 		err := f.h.svc.WatchRelative(wctx, t.Principal, t.ID, req.Msg.GetPath(), user, req.Msg.GetRecursive(), func(ev *api.WatchEvent) error {
 			if ev.Op == "start" {
 				once.Do(func() { close(started) })
@@ -88,11 +89,13 @@ func (f *files) CreateWatcher(ctx context.Context, req *connect.Request[filesyst
 			}
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			if len(w.events) >= maxPolledEvents {
-				w.lost = true
-				return nil
+			for _, e := range tr.events(ev) {
+				if len(w.events) >= maxPolledEvents {
+					w.lost = true
+					return nil
+				}
+				w.events = append(w.events, e)
 			}
-			w.events = append(w.events, fsEvent(ev))
 			return nil
 		})
 		cancel()
