@@ -286,3 +286,11 @@ func TestWatchWrites(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", strings.Join(got, "|"), want)
 	}
 }
+
+func TestOwnerName(t *testing.T) {
+	for id, want := range map[string]string{"0": "root", "1000": "user", "65534": "65534", "": ""} {
+		if got := ownerName(id); got != want {
+			t.Errorf("%q: %q, want %q", id, got, want)
+		}
+	}
+}

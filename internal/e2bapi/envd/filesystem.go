@@ -5,7 +5,6 @@ import (
 	"errors"
 	"path"
 	"regexp"
-	"strconv"
 
 	"connectrpc.com/connect"
 	"github.com/airlock-sandbox/airlock/api"
@@ -35,15 +34,14 @@ func entryInfo(e *api.FileEntry) *filesystem.EntryInfo {
 	return out
 }
 
-// ownerName is a numeric owner (as the sandbox reports it) by name.
+// ownerName is a numeric owner (as the sandbox reports it) by name, as
+// envd tells it: root, the sandbox's user (uid and gid 1000, the spec's
+// "user"), any other id as it is.
 func ownerName(id string) string {
 	switch id {
 	case "0":
 		return "root"
-	case "":
-		return ""
-	}
-	if _, err := strconv.Atoi(id); err == nil {
+	case "1000":
 		return "user"
 	}
 	return id
