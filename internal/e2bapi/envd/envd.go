@@ -26,6 +26,7 @@ type Service interface {
 	Attach(ctx context.Context, t *tenant.Principal, id string, pid uint32, emit func(*api.ExecEvent) error) error
 	Processes(ctx context.Context, t *tenant.Principal, id string) ([]api.Process, error)
 	Input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input) error
+	InputTo(ctx context.Context, t *tenant.Principal, id string, pid uint32, data []byte, pty bool) error
 	Signal(ctx context.Context, t *tenant.Principal, id string, pid uint32, sig string) error
 	Resize(ctx context.Context, t *tenant.Principal, id string, pid uint32, tty *api.TTY) error
 	ReadFile(ctx context.Context, t *tenant.Principal, id, p, user string, w io.Writer, max int64) error

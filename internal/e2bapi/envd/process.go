@@ -194,16 +194,17 @@ func (p *processes) List(ctx context.Context, req *connect.Request[process.ListR
 // input writes one input (stdin or terminal) to a command.
 func (p *processes) input(ctx context.Context, t Target, pid uint32, in *process.ProcessInput) error {
 	var data []byte
+	pty := false
 	switch i := in.GetInput().(type) {
 	case *process.ProcessInput_Stdin:
 		data = i.Stdin
 	case *process.ProcessInput_Pty:
-		data = i.Pty
+		data, pty = i.Pty, true
 	}
 	if len(data) == 0 {
 		return nil
 	}
-	return connectErr(p.h.svc.Input(ctx, t.Principal, t.ID, pid, &api.Input{Data: data}))
+	return connectErr(p.h.svc.InputTo(ctx, t.Principal, t.ID, pid, data, pty))
 }
 
 func (p *processes) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {

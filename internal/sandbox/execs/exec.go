@@ -674,6 +674,27 @@ func (s *Commands) Processes(ctx context.Context, t *tenant.Principal, id string
 
 // Input writes to a command's stdin (or terminal), or closes its stdin.
 func (s *Commands) Input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input) error {
+	return s.input(ctx, t, id, pid, in, inputAny)
+}
+
+// InputTo writes data to a command's stdin, or to its terminal (pty), as
+// E2B's envd does: the other is not tried.
+func (s *Commands) InputTo(ctx context.Context, t *tenant.Principal, id string, pid uint32, data []byte, pty bool) error {
+	to := inputStdin
+	if pty {
+		to = inputPTY
+	}
+	return s.input(ctx, t, id, pid, &api.Input{Data: data}, to)
+}
+
+// Where input goes.
+const (
+	inputAny   = iota // stdin, or the terminal of a command on one
+	inputStdin        // stdin only
+	inputPTY          // the terminal only
+)
+
+func (s *Commands) input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input, to int) error {
 	b, err := s.Use(t, id)
 	if err != nil {
 		return err
@@ -684,11 +705,24 @@ func (s *Commands) Input(ctx context.Context, t *tenant.Principal, id string, pi
 			return err
 		}
 		in = &api.Input{Data: []byte(text), EOF: in.EOF}
-		// Try stdin; a command on a terminal takes it there.
-		_, err := b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}}))
-		var ce *connect.Error
-		if errors.As(err, &ce) && ce.Code() == connect.CodeFailedPrecondition {
-			_, err = b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: in.Data}}}))
+		send := func(pi *process.ProcessInput) error {
+			_, err := b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: pi}))
+			return err
+		}
+		stdin := &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}
+		pty := &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: in.Data}}
+		switch to {
+		case inputStdin:
+			err = send(stdin)
+		case inputPTY:
+			err = send(pty)
+		default:
+			// Try stdin; a command on a terminal takes it there.
+			err = send(stdin)
+			var ce *connect.Error
+			if errors.As(err, &ce) && ce.Code() == connect.CodeFailedPrecondition {
+				err = send(pty)
+			}
 		}
 		if err != nil {
 			return core.AgentError(err)
