@@ -460,7 +460,10 @@ func (x *execution) detached(ctx context.Context, out *outputLog, timeout time.D
 				return err
 			}
 			if ev.End != nil {
-				close(gone)
+				// Returned once its end is on the record, as a
+				// foreground command's.
+				for range events {
+				}
 				return nil
 			}
 		case <-ctx.Done():
