@@ -389,6 +389,11 @@ func e2bEnvdProcesses(t *testing.T, w wallCase) {
 		if _, err := c.proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: pidSel(pid), Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
 			t.Fatal(err)
 		}
+		// A kill is answered once the command is gone: the SDK's
+		// kill() then list() no longer shows it.
+		if c.running(t, pid) {
+			t.Errorf("pid %d is listed after its kill was answered", pid)
+		}
 		var end *process.ProcessEvent_EndEvent
 		for cs.Receive() {
 			if e := cs.Msg().GetEvent().GetEnd(); e != nil {

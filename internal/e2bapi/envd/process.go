@@ -289,10 +289,55 @@ func (p *processes) SendSignal(ctx context.Context, req *connect.Request[process
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v: want SIGTERM or SIGKILL", req.Msg.GetSignal()))
 	}
-	if err := p.h.svc.Signal(ctx, t.Principal, t.ID, pid, sig); err != nil {
-		return nil, connectErr(err)
+	if sig != "KILL" {
+		if err := p.h.svc.Signal(ctx, t.Principal, t.ID, pid, sig); err != nil {
+			return nil, connectErr(err)
+		}
+		return connect.NewResponse(&process.SendSignalResponse{}), nil
+	}
+	if err := p.kill(ctx, t, pid); err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
+}
+
+// killWait bounds how long a kill waits for the command's end.
+const killWait = 5 * time.Second
+
+// kill sends SIGKILL to a command and answers once it has ended (within
+// killWait), so that a list right after the SDK's kill() no longer shows
+// it: it follows the command (Attach) from before the signal to its end.
+func (p *processes) kill(ctx context.Context, t Target, pid uint32) error {
+	actx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	attached := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		once := false
+		ended <- p.h.svc.Attach(actx, t.Principal, t.ID, pid, func(ev *api.ExecEvent) error {
+			if !once {
+				once = true
+				close(attached)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-attached:
+	case err := <-ended: // gone already (not found), or not to be followed
+		if err == nil {
+			err = p.h.svc.Signal(ctx, t.Principal, t.ID, pid, "KILL")
+		}
+		return connectErr(err)
+	}
+	if err := p.h.svc.Signal(ctx, t.Principal, t.ID, pid, "KILL"); err != nil {
+		return connectErr(err)
+	}
+	select {
+	case <-ended:
+	case <-actx.Done():
+	}
+	return nil
 }
 
 // Update resizes a command's terminal (the only update envd has).
