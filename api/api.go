@@ -343,6 +343,11 @@ type Exec struct {
 	Background bool   `json:"background,omitempty"`
 	Tag        string `json:"tag,omitempty"`
 	TTY        *TTY   `json:"tty,omitempty"`
+	// Detach (not part of the JSON API: E2B's envd front sets it) streams
+	// the command's events like a foreground command's, but a caller that
+	// goes away does not kill it: it runs on, counted as a background
+	// command, to its end or its Timeout.
+	Detach bool `json:"-"`
 }
 
 // ExecEvent is one line of an exec or process stream (NDJSON).

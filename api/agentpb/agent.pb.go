@@ -303,8 +303,10 @@ func (x *WriteFileRequest) GetLast() bool {
 }
 
 type WriteFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Size          int64                  `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Size  int64                  `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// The file's path as the agent resolved it: absolute and clean.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,6 +346,13 @@ func (x *WriteFileResponse) GetSize() int64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *WriteFileResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
 }
 
 type UnpackRequest struct {
@@ -758,9 +767,10 @@ const file_agent_agent_proto_rawDesc = "" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12!\n" +
 	"\fmake_parents\x18\x05 \x01(\bR\vmakeParents\x12\x12\n" +
-	"\x04last\x18\x06 \x01(\bR\x04last\"'\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last\";\n" +
 	"\x11WriteFileResponse\x12\x12\n" +
-	"\x04size\x18\x01 \x01(\x03R\x04size\"\xaf\x01\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xaf\x01\n" +
 	"\rUnpackRequest\x125\n" +
 	"\x05begin\x18\x01 \x01(\v2\x1d.airlock.agent.v1.UnpackBeginH\x00R\x05begin\x125\n" +
 	"\x05entry\x18\x02 \x01(\v2\x1d.airlock.agent.v1.UnpackEntryH\x00R\x05entry\x12\x14\n" +

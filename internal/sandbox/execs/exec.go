@@ -99,7 +99,7 @@ func (s *Commands) Exec(ctx context.Context, t *tenant.Principal, id string, req
 		return err
 	}
 	release := func() {}
-	if req.Background {
+	if req.Background || req.Detach {
 		if release, err = s.takeBackground(b); err != nil {
 			return err
 		}
@@ -127,7 +127,7 @@ func (s *Commands) Exec(ctx context.Context, t *tenant.Principal, id string, req
 	}
 	following := false // a background command's stream is closed by its follower
 	var out *outputLog // a background command's output kept, from its start
-	if req.Background {
+	if req.Background || req.Detach {
 		out = s.keepLog(b, x.pid)
 	}
 	defer func() {
@@ -139,18 +139,23 @@ func (s *Commands) Exec(ctx context.Context, t *tenant.Principal, id string, req
 		}
 	}()
 	if err := emit(&api.ExecEvent{PID: x.pid, ExecID: x.id}); err != nil {
-		if !req.Background {
+		if !req.Background && !req.Detach {
 			x.kill()
 		}
-		return err
+		if !req.Detach {
+			return err
+		}
 	}
 	if err := x.sendStdin(ctx, req); err != nil {
 		return err
 	}
-	if req.Background {
+	if req.Background || req.Detach {
 		// Follow it to its end, for the record; the caller has its pid.
 		stop, done := cancel, release
 		cancel, following, release = nil, true, func() {}
+		if req.Detach {
+			return x.detached(ctx, out, timeout, stop, done, emit)
+		}
 		go x.follow(out, stop, done)
 		return nil
 	}
@@ -371,23 +376,34 @@ func (x *execution) follow(out *outputLog, stop, done func()) {
 // foreground streams a command's events to emit until its end, killing it
 // at its timeout or when the caller goes away (ctx).
 func (x *execution) foreground(ctx context.Context, timeout time.Duration, emit func(*api.ExecEvent) error) error {
+	stop := context.AfterFunc(ctx, x.kill) // the caller went away
+	defer stop()
+	var last *api.ExecEnd
+	defer func() { x.ended(last) }()
+	return x.timed(timeout, func(ev *api.ExecEvent) error {
+		if ev.End != nil {
+			last = ev.End
+		}
+		return emit(ev)
+	})
+}
+
+// timed relays a command's events to emit until its end, killing it at its
+// timeout (0: none), and tells the end (a timeout's, a limit's, the
+// sandbox's).
+func (x *execution) timed(timeout time.Duration, emit func(*api.ExecEvent) error) error {
 	var timedOut atomic.Bool
 	var timer *time.Timer
 	if timeout > 0 {
 		timer = time.AfterFunc(timeout, func() { timedOut.Store(true); x.kill() })
 		defer timer.Stop()
 	}
-	stop := context.AfterFunc(ctx, x.kill) // the caller went away
-	defer stop()
-	var last *api.ExecEnd
-	defer func() { x.ended(last) }()
 	err := x.relay(func(ev *api.ExecEvent) error {
 		if ev.End != nil {
 			if timer != nil {
 				timer.Stop()
 			}
 			ev.End = x.s.tellEnd(x.b, x.before, ev.End)
-			last = ev.End
 			if timedOut.Load() && !ev.End.SandboxEnded {
 				ev.End.TimedOut = true
 				ev.End.ExitCode = 124
@@ -399,9 +415,62 @@ func (x *execution) foreground(ctx context.Context, timeout time.Duration, emit 
 		return emit(ev)
 	})
 	if errors.Is(err, errStreamEnded) {
-		return x.s.reportSandboxEnd(x.b, x.stream.Err(), func(ev *api.ExecEvent) error { last = ev.End; return emit(ev) })
+		return x.s.reportSandboxEnd(x.b, x.stream.Err(), emit)
 	}
 	return err
+}
+
+// detached streams a command's events to emit while the caller stays
+// (ctx), and follows it to its end whether it stays or not: for the record
+// and its log (out), killing it at its timeout; then closes its stream,
+// cancels it (stop) and gives its slot back (done).
+func (x *execution) detached(ctx context.Context, out *outputLog, timeout time.Duration, stop, done func(), emit func(*api.ExecEvent) error) error {
+	events := make(chan *api.ExecEvent)
+	gone := make(chan struct{}) // the caller left
+	var ferr error              // the follower's, once events is closed
+	go func() {
+		defer done()
+		defer stop()
+		defer x.stream.Close()
+		defer close(events)
+		var last *api.ExecEnd
+		ferr = x.timed(timeout, func(ev *api.ExecEvent) error {
+			if ev.End != nil {
+				last = ev.End
+			} else {
+				out.add(ev)
+			}
+			select {
+			case events <- ev:
+			case <-gone:
+			}
+			return nil
+		})
+		x.ended(last)
+		out.finish(last)
+	}()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return ferr
+			}
+			if err := emit(ev); err != nil {
+				close(gone)
+				return err
+			}
+			if ev.End != nil {
+				// Returned once its end is on the record, as a
+				// foreground command's.
+				for range events {
+				}
+				return nil
+			}
+		case <-ctx.Done():
+			close(gone)
+			return ctx.Err()
+		}
+	}
 }
 
 var errStreamEnded = errors.New("stream ended without an end event")
@@ -608,6 +677,27 @@ func (s *Commands) Processes(ctx context.Context, t *tenant.Principal, id string
 
 // Input writes to a command's stdin (or terminal), or closes its stdin.
 func (s *Commands) Input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input) error {
+	return s.input(ctx, t, id, pid, in, inputAny)
+}
+
+// InputTo writes data to a command's stdin, or to its terminal (pty), as
+// E2B's envd does: the other is not tried.
+func (s *Commands) InputTo(ctx context.Context, t *tenant.Principal, id string, pid uint32, data []byte, pty bool) error {
+	to := inputStdin
+	if pty {
+		to = inputPTY
+	}
+	return s.input(ctx, t, id, pid, &api.Input{Data: data}, to)
+}
+
+// Where input goes.
+const (
+	inputAny   = iota // stdin, or the terminal of a command on one
+	inputStdin        // stdin only
+	inputPTY          // the terminal only
+)
+
+func (s *Commands) input(ctx context.Context, t *tenant.Principal, id string, pid uint32, in *api.Input, to int) error {
 	b, err := s.Use(t, id)
 	if err != nil {
 		return err
@@ -618,11 +708,24 @@ func (s *Commands) Input(ctx context.Context, t *tenant.Principal, id string, pi
 			return err
 		}
 		in = &api.Input{Data: []byte(text), EOF: in.EOF}
-		// Try stdin; a command on a terminal takes it there.
-		_, err := b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}}))
-		var ce *connect.Error
-		if errors.As(err, &ce) && ce.Code() == connect.CodeFailedPrecondition {
-			_, err = b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: in.Data}}}))
+		send := func(pi *process.ProcessInput) error {
+			_, err := b.Agent.Proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: selector(pid), Input: pi}))
+			return err
+		}
+		stdin := &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: in.Data}}
+		pty := &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: in.Data}}
+		switch to {
+		case inputStdin:
+			err = send(stdin)
+		case inputPTY:
+			err = send(pty)
+		default:
+			// Try stdin; a command on a terminal takes it there.
+			err = send(stdin)
+			var ce *connect.Error
+			if errors.As(err, &ce) && ce.Code() == connect.CodeFailedPrecondition {
+				err = send(pty)
+			}
 		}
 		if err != nil {
 			return core.AgentError(err)

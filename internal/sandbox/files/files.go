@@ -131,17 +131,26 @@ func fileCall(p, user string) record.FileCall {
 // reads, streamed to its agent: the file changes only once r ended
 // without error (a failure of r, or of the sandbox's disk, leaves it as it
 // was). The head of a text file is scanned for credentials (scanHead).
-func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, r io.Reader, parents bool) (err error) {
+func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, r io.Reader, parents bool) error {
+	_, err := s.WriteFileAt(ctx, t, id, p, user, mode, r, parents)
+	return err
+}
+
+// WriteFileAt is WriteFile that returns the path the sandbox's agent
+// wrote: absolute and clean (a relative path is taken from the user's
+// home), as the sandbox reported it ("" when it reported none that a
+// file can have).
+func (s *Files) WriteFileAt(ctx context.Context, t *tenant.Principal, id, p, user string, mode fs.FileMode, r io.Reader, parents bool) (resolved string, err error) {
 	p, err = cleanPath(p)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := core.ValidUser(user); err != nil {
-		return err
+		return "", err
 	}
 	b, err := s.Use(t, id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	// The summary of the scan, once the size of what went unread is
 	// known.
@@ -153,7 +162,7 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 	}()
 	body, unread, err := s.scanHead(ctx, t, b.WhoFor(t), "write", "file "+p, r, bud)
 	if err != nil {
-		return err
+		return "", err
 	}
 	// On a failure on this side the stream ends without its last message:
 	// the agent then keeps nothing of it, and answers once it dropped it.
@@ -172,17 +181,27 @@ func (s *Files) WriteFile(ctx context.Context, t *tenant.Principal, id, p, user 
 	})
 	if rerr != nil {
 		_, _ = st.CloseAndReceive()
-		return rerr
+		return "", rerr
 	}
-	_, err = st.CloseAndReceive()
+	res, err := st.CloseAndReceive()
 	if serr != nil && err == nil {
 		err = serr
 	}
 	if err != nil {
-		return core.AgentError(err)
+		return "", core.AgentError(err)
 	}
 	unread()
-	return s.fileRecord(ctx, t, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
+	return reportedPath(res.Msg.GetPath()), s.fileRecord(ctx, t, b, record.FileWrite{FileCall: fileCall(p, user), Mode: fmt.Sprintf("%o", mode.Perm()), Content: dg.Digest()})
+}
+
+// reportedPath is a path the sandbox's agent reported, if it is one a
+// file there can have (absolute, clean, at most 4096 bytes, no NUL);
+// otherwise "".
+func reportedPath(p string) string {
+	if len(p) > 4096 || !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0) {
+		return ""
+	}
+	return p
 }
 
 // scanHead scans the head of a file's bytes (what is left of bud, at most
@@ -425,8 +444,20 @@ var opNames = map[filesystem.EventType]string{
 	filesystem.EventType_EVENT_TYPE_CHMOD: "chmod",
 }
 
-// Watch streams changes under a directory until ctx ends.
+// Watch streams changes under a directory until ctx ends: first a start
+// event with the path asked for, then each change with its absolute path.
 func (s *Files) Watch(ctx context.Context, t *tenant.Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error {
+	return s.watch(ctx, t, id, p, user, recursive, false, emit)
+}
+
+// WatchRelative is Watch as E2B's envd tells it: the start event has the
+// directory's absolute path as the sandbox resolved it, and each change
+// its path relative to that directory.
+func (s *Files) WatchRelative(ctx context.Context, t *tenant.Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error {
+	return s.watch(ctx, t, id, p, user, recursive, true, emit)
+}
+
+func (s *Files) watch(ctx context.Context, t *tenant.Principal, id, p, user string, recursive, relative bool, emit func(*api.WatchEvent) error) error {
 	p, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -444,17 +475,30 @@ func (s *Files) Watch(ctx context.Context, t *tenant.Principal, id, p, user stri
 	}
 	defer stream.Close()
 	started := false
+	root := p
 	for stream.Receive() {
 		switch e := stream.Msg().GetEvent().(type) {
 		case *filesystem.WatchDirResponse_Start:
 			started = true
-			if err := emit(&api.WatchEvent{Op: "start", Path: p}); err != nil {
+			if relative {
+				if root = reportedPath(e.Start.GetPath()); root == "" {
+					return errdefs.New(errdefs.ErrInternal, "the sandbox's agent did not report the watched directory (reported by the sandbox)")
+				}
+			}
+			if err := emit(&api.WatchEvent{Op: "start", Path: root}); err != nil {
 				return err
 			}
 		case *filesystem.WatchDirResponse_Filesystem:
 			name := e.Filesystem.GetName()
 			if len(name) > 4096 {
 				continue
+			}
+			if relative {
+				rel, ok := strings.CutPrefix(name, strings.TrimSuffix(root, "/")+"/")
+				if !ok || rel == "" {
+					continue // not under the watched directory
+				}
+				name = rel
 			}
 			if err := emit(&api.WatchEvent{Path: name, Op: opNames[e.Filesystem.GetType()]}); err != nil {
 				return err

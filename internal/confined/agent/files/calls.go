@@ -196,7 +196,7 @@ func (s *Calls) WriteFile(_ context.Context, stream *connect.ClientStream[agentp
 	if err != nil {
 		return nil, ConnectError(err)
 	}
-	return connect.NewResponse(&agentpb.WriteFileResponse{Size: n}), nil
+	return connect.NewResponse(&agentpb.WriteFileResponse{Size: n, Path: p}), nil
 }
 
 // EditFile replaces the one occurrence of a text in a file (of at most

@@ -360,7 +360,7 @@ func (s *Filesystem) WatchDir(ctx context.Context, req *connect.Request[filesyst
 		case <-w.done:
 		}
 	})
-	if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
+	if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{Path: p}}}); err != nil {
 		return err
 	}
 	keep := time.NewTicker(30 * time.Second)
