@@ -30,8 +30,9 @@ type Sandbox struct {
 	cg      *cgroup.Cgroup
 	cmd     *exec.Cmd // nil when adopted
 	pid     int
-	pidfd   int  // an adopted runsc run's (0: none)
-	agent   bool // long-lived
+	pidfd   int      // an adopted runsc run's (0: none), pidf's number
+	pidf    *os.File // an adopted runsc run's pidfd (wall.OpenPidfd)
+	agent   bool     // long-lived
 	layers  wall.Layers
 	oom     chan struct{}
 	oomStop func()
@@ -224,8 +225,8 @@ func (sb *Sandbox) Destroy() error {
 		if sb.oomStop != nil {
 			sb.oomStop()
 		}
-		if sb.pidfd > 0 {
-			unix.Close(sb.pidfd)
+		if sb.pidf != nil {
+			sb.pidf.Close()
 		}
 		// Processes runsc left (none once its sandbox is killed).
 		err = sb.w.remove(sb.id, sb.cg)
