@@ -114,6 +114,9 @@ type fakeBackend struct {
 	failCreate func(n int) bool
 	creates    int
 	removed    []string
+	// ends is what the sandboxes it made were told, in order: "kill",
+	// "destroy".
+	ends []string
 }
 
 func newFakeBackend(t *testing.T) *fakeBackend {
@@ -138,6 +141,11 @@ func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ fun
 	}
 	in := newFakeHost(f.t, AgentProtocol)
 	in.snap = f.snap
+	in.log = func(what string) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.ends = append(f.ends, what)
+	}
 	f.mu.Lock()
 	f.made[id] = in
 	f.mu.Unlock()
@@ -245,10 +253,12 @@ type fakeHost struct {
 	// hold, when set, stops Destroy, after it says so on destroying,
 	// until it is closed: a sandbox held while it ends.
 	hold, destroying chan struct{}
+	// log is told of each Kill ("kill") and Destroy ("destroy").
+	log func(what string)
 }
 
 func newFakeHost(t *testing.T, protocol uint32) *fakeHost {
-	in := &fakeHost{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{})}
+	in := &fakeHost{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{}), log: func(string) {}}
 	ln, err := net.Listen("unix", in.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +334,14 @@ func (i *fakeHost) Snapshot(context.Context, int64, bool) (*lifecycle.SnapshotFi
 	return i.snap, nil
 }
 
+// Kill ends the sandbox's init (which its watcher sees).
+func (i *fakeHost) Kill() {
+	i.log("kill")
+	i.exit.Do(func() { close(i.done) })
+}
+
 func (i *fakeHost) Destroy() error {
+	i.log("destroy")
 	if i.hold != nil {
 		i.destroying <- struct{}{}
 		<-i.hold

@@ -372,6 +372,31 @@ func TestNoChangeToAnEndingSandbox(t *testing.T) {
 	}
 }
 
+// The kill switch kills every sandbox before it tears any down (the
+// kernel ends them all at once; one's teardown waited behind another's),
+// and each ends for the kill switch's reason, not for its init's death,
+// which its watcher sees first.
+func TestKillSwitchKillsEverySandboxBeforeTearingAnyDown(t *testing.T) {
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	var ids []string
+	for range 3 {
+		ids = append(ids, r.create(t, p, &api.CreateSandbox{}).ID)
+	}
+	if _, err := r.svc.KillAll(context.Background(), p, ""); err != nil {
+		t.Fatal(err)
+	}
+	r.be.mu.Lock()
+	ends := slices.Clone(r.be.ends)
+	r.be.mu.Unlock()
+	if want := []string{"kill", "kill", "kill", "destroy", "destroy", "destroy"}; !slices.Equal(ends, want) {
+		t.Errorf("the sandboxes were told %v, want %v", ends, want)
+	}
+	for _, id := range ids {
+		r.wantEnded(t, id, "kill switch (tenant acme)")
+	}
+}
+
 // The kill switch of a tenant ends its live sandboxes and its creates in
 // flight, each recorded with the reason, answers once they are gone and
 // leaves other tenants' alone; the admin's ends every tenant's.

@@ -593,12 +593,21 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 	if len(pcs) > 0 {
 		s.Cfg.Log.Warn("kill switch: ending creates in flight", "tenant", tid, "creates", len(pcs))
 	}
+	// Every sandbox is killed before any is torn down: the kernel ends
+	// them all at once, and none waits behind another's teardown. Each is
+	// claimed first, so that its watcher, seeing it die, does not end it
+	// for another reason.
 	var wg sync.WaitGroup
 	ids := make([]string, 0, len(bs)+len(pcs))
 	for _, b := range bs {
 		ids = append(ids, b.Rec.ID)
 		wg.Add(1)
-		go func() { defer wg.Done(); s.end(b, reason) }()
+		if !claim(b) {
+			go func() { defer wg.Done(); <-b.Ended }()
+			continue
+		}
+		b.Inst.Kill()
+		go func() { defer wg.Done(); s.finish(nil, b, reason) }()
 	}
 	for _, pc := range pcs {
 		ids = append(ids, pc.id)
@@ -622,17 +631,30 @@ func (s *Service) end(b *core.Box, reason string) { s.endBy(nil, b, reason) }
 // endBy is end, at t's request (nil: the daemon's own decision), for the
 // record.
 func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
-	b.Mu.Lock()
-	if b.Ending {
-		b.Mu.Unlock()
+	if !claim(b) {
 		<-b.Ended
 		return
 	}
+	s.finish(t, b, reason)
+}
+
+// claim marks b as ending; false when someone else already ends it.
+func claim(b *core.Box) bool {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	if b.Ending {
+		return false
+	}
 	b.Ending = true
-	b.Mu.Unlock()
-	s.chargeCPU(b)
+	return true
+}
+
+// finish ends b, claimed by the caller: destroys it, records why and what
+// it used, and closes b.Ended.
+func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) {
 	b.Agent.Close()
 	usage := b.Inst.Usage()
+	s.chargeCPU(b, usage.CPU)
 	// Killed first (a kill switch must not wait for a diff), then what
 	// changed is read from the dead sandbox's workspace.
 	err := b.Inst.Destroy()
@@ -690,6 +712,12 @@ func (s *Service) watch(b *core.Box) {
 	case <-b.Inst.Done():
 	case <-b.Ended:
 		return
+	}
+	b.Mu.Lock()
+	ending := b.Ending
+	b.Mu.Unlock()
+	if ending {
+		return // killed by whoever ends it, who records why
 	}
 	// A command that meets its limits is stopped and the sandbox lives on;
 	// init itself can still die of the sandbox's (its own memory past the

@@ -169,6 +169,7 @@ func (i *gateInstance) Destroy() error {
 	i.once.Do(func() { i.srv.Close(); close(i.done) })
 	return nil
 }
+func (i *gateInstance) Kill()    {}
 func (i *gateInstance) Release() {}
 func (i *gateInstance) destroyed() bool {
 	select {

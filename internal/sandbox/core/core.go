@@ -68,6 +68,9 @@ type Host interface {
 	// With memory, it saves the sandbox's memory too (gVisor only), and
 	// the sandbox runs on.
 	Snapshot(ctx context.Context, maxBytes int64, memory bool) (*lifecycle.SnapshotFiles, error)
+	// Kill ends every process of the sandbox at once (Destroy does too,
+	// and then removes what it held).
+	Kill()
 	// Destroy kills every process and removes what the sandbox held on the
 	// host, except what Release gives back: its workspace stays readable
 	// (Changes) in between.
