@@ -68,7 +68,7 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*core.Box) {
 	}
 	s.loadBudgets(ts)
 	for _, b := range bs {
-		s.chargeCPU(b, b.Inst.Usage().CPU)
+		s.chargeCPU(b, b.Inst.CPU())
 	}
 	now := s.Cfg.Now()
 	for _, t := range ts {

@@ -299,6 +299,8 @@ func (i *fakeHost) Usage() lifecycle.Usage {
 	return i.usage
 }
 
+func (i *fakeHost) CPU() time.Duration { return i.Usage().CPU }
+
 func (i *fakeHost) LimitEvents() (int64, int64) {
 	u := i.Usage()
 	return u.OOMKills, u.PidsLimited

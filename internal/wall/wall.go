@@ -182,6 +182,8 @@ type Sandbox interface {
 	// LimitEvents are Stats' OOMKills and PidsLimited alone, at a
 	// fraction of its cost (an exec reads them twice).
 	LimitEvents() (oomKills, pidsLimited int64)
+	// CPUTime is Stats' CPUTime alone, at a fraction of its cost.
+	CPUTime() time.Duration
 	MemoryCurrent() int64
 	// Layers are descriptors on what the sandbox wrote, for the host to
 	// read (diffs, archives, snapshots); they outlive the sandbox until

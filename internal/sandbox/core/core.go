@@ -44,6 +44,8 @@ type Host interface {
 	// LimitEvents are Usage's OOMKills and PidsLimited alone, read at a
 	// fraction of its cost.
 	LimitEvents() (oomKills, pidsLimited int64)
+	// CPU is Usage's CPU alone, read each second for every sandbox.
+	CPU() time.Duration
 	// Diff streams the diff of /workspace to w; the walk stops where ctx
 	// ends.
 	Diff(ctx context.Context, w io.Writer) error

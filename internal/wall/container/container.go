@@ -559,6 +559,9 @@ func (sb *Sandbox) Stats() wall.Stats {
 // LimitEvents are the sandbox's OOM kills and refused forks so far.
 func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.cg.LimitEvents() }
 
+// CPUTime is the CPU time the sandbox used so far.
+func (sb *Sandbox) CPUTime() time.Duration { return sb.cg.CPUTime() }
+
 // ID is the sandbox's id.
 func (sb *Sandbox) ID() string { return sb.id }
 

@@ -201,6 +201,9 @@ func (sb *Sandbox) Stats() wall.Stats {
 // LimitEvents are the cgroup's OOM kills and refused forks so far.
 func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.cg.LimitEvents() }
 
+// CPUTime is the CPU time runsc and the sandbox used so far.
+func (sb *Sandbox) CPUTime() time.Duration { return sb.cg.CPUTime() }
+
 // MemoryCurrent is what the cgroup uses now.
 func (sb *Sandbox) MemoryCurrent() int64 { return sb.cg.MemoryCurrent() }
 
