@@ -240,13 +240,14 @@ type fakeHost struct {
 	done   chan struct{}
 	exit   sync.Once // closes done
 
-	mu         sync.Mutex
-	usage      lifecycle.Usage
-	paused     bool
-	failPause  error // what Pause answers (nil: it works)
-	failResume error // what Resume answers (nil: it works)
-	destroyed  bool
-	released   bool
+	mu          sync.Mutex
+	usage       lifecycle.Usage
+	paused      bool
+	failPause   error // what Pause answers (nil: it works)
+	failResume  error // what Resume answers (nil: it works)
+	destroyed   bool
+	released    bool
+	failDestroy error // what Destroy answers (nil: it works)
 
 	snap *lifecycle.SnapshotFiles // what Snapshot saves (nil: it fails)
 
@@ -353,7 +354,7 @@ func (i *fakeHost) Destroy() error {
 	i.mu.Unlock()
 	i.srv.Close()
 	i.exit.Do(func() { close(i.done) })
-	return nil
+	return i.failDestroy
 }
 
 func (i *fakeHost) Release() {

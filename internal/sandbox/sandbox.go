@@ -596,8 +596,11 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 	// Every sandbox is killed before any is torn down: the kernel ends
 	// them all at once, and none waits behind another's teardown. Each is
 	// claimed first, so that its watcher, seeing it die, does not end it
-	// for another reason.
+	// for another reason. What one left behind, or its end not recorded,
+	// fails the kill switch (once everything is ended).
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
 	ids := make([]string, 0, len(bs)+len(pcs))
 	for _, b := range bs {
 		ids = append(ids, b.Rec.ID)
@@ -607,7 +610,14 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 			continue
 		}
 		b.Inst.Kill()
-		go func() { defer wg.Done(); s.finish(nil, b, reason) }()
+		go func() {
+			defer wg.Done()
+			if err := s.finish(nil, b, reason); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("kill switch: sandbox %s: %w", b.Rec.ID, err))
+				mu.Unlock()
+			}
+		}()
 	}
 	for _, pc := range pcs {
 		ids = append(ids, pc.id)
@@ -618,6 +628,7 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 	slices.Sort(ids)
 	s.Cfg.Log.Warn("kill switch", "tenant", tid, "destroyed", len(ids), "in_flight", len(pcs))
 	err := s.Cfg.Audit.Commit(context.Background(), record.Who{Tenant: tid}, record.KillSwitch{Admin: t.Admin, Destroyed: ids})
+	err = errors.Join(append([]error{err}, errs...)...)
 	if poolsErr != nil {
 		err = errors.Join(err, fmt.Errorf("kill switch: the pools' records were not removed (a restart would set them again): %w", poolsErr))
 	}
@@ -635,7 +646,7 @@ func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
 		<-b.Ended
 		return
 	}
-	s.finish(t, b, reason)
+	_ = s.finish(t, b, reason) // logged
 }
 
 // claim marks b as ending; false when someone else already ends it.
@@ -650,16 +661,18 @@ func claim(b *core.Box) bool {
 }
 
 // finish ends b, claimed by the caller: destroys it, records why and what
-// it used, and closes b.Ended.
-func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) {
+// it used, and closes b.Ended. It answers (and logs) what the host could
+// not remove of it and what of its end could not be recorded.
+func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) error {
 	b.Agent.Close()
 	usage := b.Inst.Usage()
 	s.chargeCPU(b, usage.CPU)
 	// Killed first (a kill switch must not wait for a diff), then what
 	// changed is read from the dead sandbox's workspace.
-	err := b.Inst.Destroy()
-	if err != nil {
+	var errs []error
+	if err := b.Inst.Destroy(); err != nil {
 		s.Cfg.Log.Error("destroy", "id", b.Rec.ID, "err", err)
+		errs = append(errs, fmt.Errorf("destroy: %w", err))
 	}
 	changes := record.ReadWorkspace(b.Inst, b.Rec.ID, s.Cfg.PatchDir)
 	b.Inst.Release()
@@ -681,16 +694,19 @@ func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) {
 	b.Mu.Unlock()
 	if err := s.Cfg.Store.PutSandbox(context.Background(), rec); err != nil {
 		s.Cfg.Log.Error("record sandbox end", "id", rec.ID, "err", err)
+		errs = append(errs, fmt.Errorf("record its end: %w", err))
 	}
 	if err := s.Cfg.Audit.Commit(context.Background(), b.WhoFor(t), record.SandboxDestroyed{
 		Reason: reason, Limits: limitsHit(usage), CPUSeconds: usage.CPU.Seconds(), MemoryPeakBytes: usage.MemoryPeak,
 		OOMKills: usage.OOMKills, PidsLimited: usage.PidsLimited, Workspace: changes,
 	}); err != nil {
 		s.Cfg.Log.Error("audit", "kind", "sandbox.destroyed", "id", rec.ID, "err", err)
+		errs = append(errs, fmt.Errorf("audit its end: %w", err))
 	}
 	s.Cfg.Metrics.Ends.WithLabelValues(endLabel(reason)).Inc()
 	s.Cfg.Log.Info("sandbox ended", "id", rec.ID, "tenant", rec.Tenant, "reason", reason)
 	close(b.Ended)
+	return errors.Join(errs...)
 }
 
 // limitsHit names the limits a sandbox's usage says it reached, as a
