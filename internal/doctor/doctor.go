@@ -1,7 +1,8 @@
 // Package doctor checks, on this host and for real where it can, every
 // control airlock relies on (`airlock doctor`): what the container wall
 // needs, and what only some sandboxes need (nftables for proxy mode, runsc
-// for the gvisor wall).
+// for the gvisor wall); and reads the per-host limits that bound how many
+// sandboxes the host holds (Limits).
 package doctor
 
 import (

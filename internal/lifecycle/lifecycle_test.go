@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
@@ -75,6 +76,7 @@ func (s *fakeSandbox) Thaw() error                 { return nil }
 func (s *fakeSandbox) Frozen() bool                { return false }
 func (s *fakeSandbox) Stats() wall.Stats           { return wall.Stats{} }
 func (s *fakeSandbox) LimitEvents() (int64, int64) { return 0, 0 }
+func (s *fakeSandbox) CPUTime() time.Duration      { return 0 }
 func (s *fakeSandbox) MemoryCurrent() int64        { return 0 }
 func (s *fakeSandbox) Layers() wall.Layers         { return wall.Layers{} }
 func (s *fakeSandbox) UIDBase() (uint32, error)    { return 0, nil }

@@ -91,6 +91,9 @@ func (sb *Sandbox) Usage() Usage {
 // OOMKills and PidsLimited, read alone).
 func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.w.LimitEvents() }
 
+// CPU is the CPU time the sandbox used so far (Usage's CPU, read alone).
+func (sb *Sandbox) CPU() time.Duration { return sb.w.CPUTime() }
+
 // ImageDigest is the content digest of the sandbox's image ("" for the
 // host's).
 func (sb *Sandbox) ImageDigest() string { return sb.layout.Digest }

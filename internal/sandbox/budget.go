@@ -29,9 +29,9 @@ func (b *cpuBudget) exhausted(q api.Quotas, now time.Time) bool {
 	return b.used.Seconds() >= q.CPUSeconds
 }
 
-// chargeCPU adds what b used since last charged to its tenant's budget.
-func (s *Service) chargeCPU(b *core.Box) {
-	cpu := b.Inst.Usage().CPU
+// chargeCPU adds what b used since last charged (of cpu, all it used so
+// far) to its tenant's budget.
+func (s *Service) chargeCPU(b *core.Box, cpu time.Duration) {
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
 	bud := s.cpu[b.Rec.Tenant]
@@ -68,7 +68,7 @@ func (s *Service) enforceCPU(ctx context.Context, bs []*core.Box) {
 	}
 	s.loadBudgets(ts)
 	for _, b := range bs {
-		s.chargeCPU(b)
+		s.chargeCPU(b, b.Inst.CPU())
 	}
 	now := s.Cfg.Now()
 	for _, t := range ts {

@@ -64,6 +64,8 @@ func (i *oomInstance) Usage() lifecycle.Usage {
 	return i.usage
 }
 
+func (i *oomInstance) CPU() time.Duration { return i.Usage().CPU }
+
 func (i *oomInstance) LimitEvents() (int64, int64) {
 	u := i.Usage()
 	return u.OOMKills, u.PidsLimited

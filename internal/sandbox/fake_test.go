@@ -120,6 +120,9 @@ type fakeBackend struct {
 	failCreate func(n int) bool
 	creates    int
 	removed    []string
+	// ends is what the sandboxes it made were told, in order: "kill",
+	// "destroy".
+	ends []string
 }
 
 func newFakeBackend(t *testing.T) *fakeBackend {
@@ -144,6 +147,11 @@ func (f *fakeBackend) Create(ctx context.Context, id string, _ *spec.Spec, _ fun
 	}
 	in := newFakeHost(f.t, AgentProtocol)
 	in.snap = f.snap
+	in.log = func(what string) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.ends = append(f.ends, what)
+	}
 	f.mu.Lock()
 	f.made[id] = in
 	f.mu.Unlock()
@@ -238,13 +246,14 @@ type fakeHost struct {
 	done   chan struct{}
 	exit   sync.Once // closes done
 
-	mu         sync.Mutex
-	usage      lifecycle.Usage
-	paused     bool
-	failPause  error // what Pause answers (nil: it works)
-	failResume error // what Resume answers (nil: it works)
-	destroyed  bool
-	released   bool
+	mu          sync.Mutex
+	usage       lifecycle.Usage
+	paused      bool
+	failPause   error // what Pause answers (nil: it works)
+	failResume  error // what Resume answers (nil: it works)
+	destroyed   bool
+	released    bool
+	failDestroy error // what Destroy answers (nil: it works)
 
 	snap *lifecycle.SnapshotFiles // what Snapshot saves (nil: it fails)
 	// onRead, when set, is told of every file read its agent is asked.
@@ -253,10 +262,12 @@ type fakeHost struct {
 	// hold, when set, stops Destroy, after it says so on destroying,
 	// until it is closed: a sandbox held while it ends.
 	hold, destroying chan struct{}
+	// log is told of each Kill ("kill") and Destroy ("destroy").
+	log func(what string)
 }
 
 func newFakeHost(t *testing.T, protocol uint32) *fakeHost {
-	in := &fakeHost{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{})}
+	in := &fakeHost{pid: 4242, socket: filepath.Join(t.TempDir(), "agent.sock"), done: make(chan struct{}), log: func(string) {}}
 	ln, err := net.Listen("unix", in.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -297,6 +308,8 @@ func (i *fakeHost) Usage() lifecycle.Usage {
 	return i.usage
 }
 
+func (i *fakeHost) CPU() time.Duration { return i.Usage().CPU }
+
 func (i *fakeHost) LimitEvents() (int64, int64) {
 	u := i.Usage()
 	return u.OOMKills, u.PidsLimited
@@ -332,7 +345,14 @@ func (i *fakeHost) Snapshot(context.Context, int64, bool) (*lifecycle.SnapshotFi
 	return i.snap, nil
 }
 
+// Kill ends the sandbox's init (which its watcher sees).
+func (i *fakeHost) Kill() {
+	i.log("kill")
+	i.exit.Do(func() { close(i.done) })
+}
+
 func (i *fakeHost) Destroy() error {
+	i.log("destroy")
 	if i.hold != nil {
 		i.destroying <- struct{}{}
 		<-i.hold
@@ -342,7 +362,7 @@ func (i *fakeHost) Destroy() error {
 	i.mu.Unlock()
 	i.srv.Close()
 	i.exit.Do(func() { close(i.done) })
-	return nil
+	return i.failDestroy
 }
 
 func (i *fakeHost) Release() {

@@ -410,6 +410,53 @@ func TestNoChangeToAnEndingSandbox(t *testing.T) {
 	}
 }
 
+// The kill switch kills every sandbox before it tears any down (the
+// kernel ends them all at once; one's teardown waited behind another's),
+// and each ends for the kill switch's reason, not for its init's death,
+// which its watcher sees first.
+func TestKillSwitchKillsEverySandboxBeforeTearingAnyDown(t *testing.T) {
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	var ids []string
+	for range 3 {
+		ids = append(ids, r.create(t, p, &api.CreateSandbox{}).ID)
+	}
+	if _, err := r.svc.KillAll(context.Background(), p, ""); err != nil {
+		t.Fatal(err)
+	}
+	r.be.mu.Lock()
+	ends := slices.Clone(r.be.ends)
+	r.be.mu.Unlock()
+	if want := []string{"kill", "kill", "kill", "destroy", "destroy", "destroy"}; !slices.Equal(ends, want) {
+		t.Errorf("the sandboxes were told %v, want %v", ends, want)
+	}
+	for _, id := range ids {
+		r.wantEnded(t, id, "kill switch (tenant acme)")
+	}
+}
+
+// A kill switch fails when the host could not remove all of a sandbox (it
+// said it was done, and answered nil), once every sandbox is ended and
+// recorded, the one left behind included.
+func TestKillSwitchFailsWhenASandboxStays(t *testing.T) {
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	stays, goes := r.create(t, p, &api.CreateSandbox{}), r.create(t, p, &api.CreateSandbox{})
+	r.be.sandbox(t, stays.ID).failDestroy = errors.New("rmdir /sys/fs/cgroup/memory/airlock/x: device or resource busy")
+	ids, err := r.svc.KillAll(context.Background(), p, "")
+	if err == nil || !strings.Contains(err.Error(), stays.ID) || !strings.Contains(err.Error(), "resource busy") || strings.Contains(err.Error(), goes.ID) {
+		t.Errorf("kill switch: %v", err)
+	}
+	if len(ids) != 2 {
+		t.Errorf("ended %v, want both", ids)
+	}
+	r.wantEnded(t, stays.ID, "kill switch (tenant acme)")
+	r.wantEnded(t, goes.ID, "kill switch (tenant acme)")
+	if ks := r.records("", "killswitch"); len(ks) != 1 {
+		t.Errorf("killswitch records: %v", ks)
+	}
+}
+
 // The kill switch of a tenant ends its live sandboxes and its creates in
 // flight, each recorded with the reason, answers once they are gone and
 // leaves other tenants' alone; the admin's ends every tenant's.

@@ -638,12 +638,35 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 	if len(pcs) > 0 {
 		s.Cfg.Log.Warn("kill switch: ending creates in flight", "tenant", tid, "creates", len(pcs))
 	}
+	// Every sandbox is killed before any is torn down: the kernel ends
+	// them all at once, and none waits behind another's teardown. Each is
+	// claimed first, so that its watcher, seeing it die, does not end it
+	// for another reason. What one left behind, or its end not recorded,
+	// fails the kill switch (once everything is ended).
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
 	ids := make([]string, 0, len(bs)+len(pcs))
 	for _, b := range bs {
 		ids = append(ids, b.Rec.ID)
 		wg.Add(1)
-		go func() { defer wg.Done(); s.end(b, reason) }()
+		if !claim(b) {
+			go func() { defer wg.Done(); <-b.Ended }()
+			continue
+		}
+		b.Inst.Kill()
+		go func() {
+			defer wg.Done()
+			// A pooled sandbox just given to a create is torn down once
+			// it is settled, as endBy does: its stored row and created
+			// record come before its end.
+			_ = b.Settled()
+			if err := s.finish(nil, b, reason); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("kill switch: sandbox %s: %w", b.Rec.ID, err))
+				mu.Unlock()
+			}
+		}()
 	}
 	for _, pc := range pcs {
 		ids = append(ids, pc.id)
@@ -654,6 +677,7 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 	slices.Sort(ids)
 	s.Cfg.Log.Warn("kill switch", "tenant", tid, "destroyed", len(ids), "in_flight", len(pcs))
 	err := s.Cfg.Audit.Commit(context.Background(), record.Who{Tenant: tid}, record.KillSwitch{Admin: t.Admin, Destroyed: ids})
+	err = errors.Join(append([]error{err}, errs...)...)
 	if poolsErr != nil {
 		err = errors.Join(err, fmt.Errorf("kill switch: the pools' records were not removed (a restart would set them again): %w", poolsErr))
 	}
@@ -670,22 +694,37 @@ func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
 	// A pooled sandbox just given to a create is ended once it is
 	// settled: its end follows its thaw and its stored row.
 	_ = b.Settled()
-	b.Mu.Lock()
-	if b.Ending {
-		b.Mu.Unlock()
+	if !claim(b) {
 		<-b.Ended
 		return
 	}
+	_ = s.finish(t, b, reason) // logged
+}
+
+// claim marks b as ending; false when someone else already ends it.
+func claim(b *core.Box) bool {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	if b.Ending {
+		return false
+	}
 	b.Ending = true
-	b.Mu.Unlock()
-	s.chargeCPU(b)
+	return true
+}
+
+// finish ends b, claimed by the caller: destroys it, records why and what
+// it used, and closes b.Ended. It answers (and logs) what the host could
+// not remove of it and what of its end could not be recorded.
+func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) error {
 	b.Agent.Close()
 	usage := b.Inst.Usage()
+	s.chargeCPU(b, usage.CPU)
 	// Killed first (a kill switch must not wait for a diff), then what
 	// changed is read from the dead sandbox's workspace.
-	err := b.Inst.Destroy()
-	if err != nil {
+	var errs []error
+	if err := b.Inst.Destroy(); err != nil {
 		s.Cfg.Log.Error("destroy", "id", b.Rec.ID, "err", err)
+		errs = append(errs, fmt.Errorf("destroy: %w", err))
 	}
 	changes := record.ReadWorkspace(b.Inst, b.Rec.ID, s.Cfg.PatchDir)
 	b.Inst.Release()
@@ -707,16 +746,19 @@ func (s *Service) endBy(t *tenant.Principal, b *core.Box, reason string) {
 	b.Mu.Unlock()
 	if err := s.Cfg.Store.PutSandbox(context.Background(), rec); err != nil {
 		s.Cfg.Log.Error("record sandbox end", "id", rec.ID, "err", err)
+		errs = append(errs, fmt.Errorf("record its end: %w", err))
 	}
 	if err := s.Cfg.Audit.Commit(context.Background(), b.WhoFor(t), record.SandboxDestroyed{
 		Reason: reason, Limits: limitsHit(usage), CPUSeconds: usage.CPU.Seconds(), MemoryPeakBytes: usage.MemoryPeak,
 		OOMKills: usage.OOMKills, PidsLimited: usage.PidsLimited, Workspace: changes,
 	}); err != nil {
 		s.Cfg.Log.Error("audit", "kind", "sandbox.destroyed", "id", rec.ID, "err", err)
+		errs = append(errs, fmt.Errorf("audit its end: %w", err))
 	}
 	s.Cfg.Metrics.Ends.WithLabelValues(endLabel(reason)).Inc()
 	s.Cfg.Log.Info("sandbox ended", "id", rec.ID, "tenant", rec.Tenant, "reason", reason)
 	close(b.Ended)
+	return errors.Join(errs...)
 }
 
 // limitsHit names the limits a sandbox's usage says it reached, as a
@@ -738,6 +780,12 @@ func (s *Service) watch(b *core.Box) {
 	case <-b.Inst.Done():
 	case <-b.Ended:
 		return
+	}
+	b.Mu.Lock()
+	ending := b.Ending
+	b.Mu.Unlock()
+	if ending {
+		return // killed by whoever ends it, who records why
 	}
 	// A command that meets its limits is stopped and the sandbox lives on;
 	// init itself can still die of the sandbox's (its own memory past the

@@ -148,6 +148,7 @@ func (i *gateInstance) Pause() error                          { return nil }
 func (i *gateInstance) Resume() error                         { return nil }
 func (i *gateInstance) Usage() lifecycle.Usage                { return lifecycle.Usage{} }
 func (i *gateInstance) LimitEvents() (int64, int64)           { return 0, 0 }
+func (i *gateInstance) CPU() time.Duration                    { return 0 }
 func (i *gateInstance) Diff(context.Context, io.Writer) error { return nil }
 func (i *gateInstance) Changes(context.Context, io.Writer, int64) (*workspace.Report, error) {
 	return &workspace.Report{}, nil
@@ -169,6 +170,7 @@ func (i *gateInstance) Destroy() error {
 	i.once.Do(func() { i.srv.Close(); close(i.done) })
 	return nil
 }
+func (i *gateInstance) Kill()    {}
 func (i *gateInstance) Release() {}
 func (i *gateInstance) destroyed() bool {
 	select {

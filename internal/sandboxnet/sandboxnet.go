@@ -133,7 +133,7 @@ func Setup(c *Config, id string, s *spec.Spec, netLog io.Writer, sink func(event
 	// own IP stack, whose rules judge them; any other wall's (gVisor's
 	// netstack writes frames on the veth itself) are judged on the host
 	// end of the veth too.
-	n, err := netns.Create(id, c.pool(), filepath.Join(c.StateDir, "nets"), netns.Ports{
+	n, err := netns.Create(id, c.pool(), LeaseDir(c.StateDir), netns.Ports{
 		Explicit: egress.PortExplicit, TransparentHTTP: egress.PortTransparentHTTP,
 		TransparentTLS: egress.PortTransparentTLS, DNS: egress.PortDNS,
 	}, s.Wall() != "container")
@@ -184,7 +184,7 @@ func Adopt(c *Config, id string, s *spec.Spec, pid int, sink func(eventlog.Event
 	if err != nil {
 		return nil, err
 	}
-	n, err := netns.Adopt(id, ns, c.pool(), filepath.Join(c.StateDir, "nets"))
+	n, err := netns.Adopt(id, ns, c.pool(), LeaseDir(c.StateDir))
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,10 @@ func (c *Config) end(id string, stop func() *Result) *Result {
 
 // Reap removes the leases, and the host side's rules, of sandboxes that
 // are gone.
-func Reap(stateDir string) error { return netns.Reap(filepath.Join(stateDir, "nets")) }
+func Reap(stateDir string) error { return netns.Reap(LeaseDir(stateDir)) }
+
+// LeaseDir is where the /30 leases of state directory stateDir live.
+func LeaseDir(stateDir string) string { return filepath.Join(stateDir, "nets") }
 
 // Close stops the proxy, removes the namespace, ends the broker session
 // and sums up; later calls return the same result. Call it once the

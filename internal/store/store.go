@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
@@ -32,7 +33,25 @@ var ErrNotFound = errors.New("not found")
 var ErrExists = errors.New("already exists")
 
 // Store is the daemon's database.
-type Store struct{ db *sql.DB }
+type Store struct {
+	db   *sql.DB
+	puts puts
+}
+
+// puts are the sandbox records being written: PutSandbox calls that come
+// while one is written wait and go in together, one transaction (a kill
+// switch ending 1,000 sandboxes wrote 1,000 transactions, one after the
+// other, through the one connection).
+type puts struct {
+	mu      sync.Mutex
+	pending []*put
+	writing bool
+}
+
+type put struct {
+	rec  Sandbox
+	done chan error
+}
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -527,13 +546,67 @@ func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	return b, err
 }
 
-// PutSandbox inserts or replaces a sandbox's record.
+// PutSandbox inserts or replaces a sandbox's record. The records of
+// concurrent calls are written together, in the order the calls came, in
+// one transaction; where that fails, each is written alone, so that each
+// call answers for its own record.
 func (s *Store) PutSandbox(ctx context.Context, b Sandbox) error {
+	p := &put{rec: b, done: make(chan error, 1)}
+	s.puts.mu.Lock()
+	s.puts.pending = append(s.puts.pending, p)
+	if s.puts.writing {
+		s.puts.mu.Unlock()
+		return <-p.done
+	}
+	// This call writes, its own and whatever comes meanwhile.
+	s.puts.writing = true
+	ctx = context.WithoutCancel(ctx) // the others' records go with it
+	for len(s.puts.pending) > 0 {
+		batch := s.puts.pending
+		s.puts.pending = nil
+		s.puts.mu.Unlock()
+		if err := s.putSandboxes(ctx, batch); err != nil {
+			for _, q := range batch {
+				q.done <- putSandbox(ctx, s.db, q.rec)
+			}
+		} else {
+			for _, q := range batch {
+				q.done <- nil
+			}
+		}
+		s.puts.mu.Lock()
+	}
+	s.puts.writing = false
+	s.puts.mu.Unlock()
+	return <-p.done
+}
+
+// putSandboxes writes batch's records in one transaction.
+func (s *Store) putSandboxes(ctx context.Context, batch []*put) error {
+	if len(batch) == 1 {
+		return putSandbox(ctx, s.db, batch[0].rec)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, p := range batch {
+		if err := putSandbox(ctx, tx, p.rec); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func putSandbox(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, b Sandbox) error {
 	var ended int64
 	if !b.Ended.IsZero() {
 		ended = b.Ended.UnixMilli()
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		b.ID, b.Tenant, b.TenantName, b.State, b.Spec, b.Metadata, b.Trigger, b.Created.UnixMilli(), b.Expires.UnixMilli(),
 		b.IdleTimeout.Milliseconds(), b.LastActive.UnixMilli(), b.InitPid, ended, b.EndReason)
 	return err

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -224,5 +226,53 @@ func TestMigratesAnOlderDatabase(t *testing.T) {
 	// A new tenant of the old name gets a new id.
 	if id, err := s.CreateTenant(ctx, Tenant{Name: "old", KeyHash: "h2", Quotas: "{}"}); err != nil || id == "old" {
 		t.Errorf("re-created: %q %v", id, err)
+	}
+}
+
+// Records put at once (a kill switch's, written together) all land, each
+// as it was put, and a record put again afterwards replaces its own.
+func TestConcurrentPutsAllLand(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 300
+	now := time.UnixMilli(time.Now().UnixMilli())
+	rec := func(i int, state string) Sandbox {
+		return Sandbox{ID: fmt.Sprintf("sb%03d", i), Tenant: "t1", TenantName: "acme", State: state, Spec: "{}", Metadata: "{}", Trigger: "{}",
+			Created: now, Expires: now.Add(time.Hour), LastActive: now, InitPid: 1000 + i, EndReason: fmt.Sprint("reason ", i)}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- s.PutSandbox(ctx, rec(i, "ended")) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutSandbox(ctx, rec(7, "running")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Sandboxes(ctx)
+	if err != nil || len(got) != n {
+		t.Fatalf("%d records (%v), want %d", len(got), err, n)
+	}
+	for _, b := range got {
+		var i int
+		fmt.Sscanf(b.ID, "sb%03d", &i)
+		want := rec(i, "ended")
+		if i == 7 {
+			want.State = "running"
+		}
+		if b != want {
+			t.Errorf("record %s: %+v, want %+v", b.ID, b, want)
+		}
 	}
 }

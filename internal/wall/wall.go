@@ -13,6 +13,7 @@
 package wall
 
 import (
+	"errors"
 	"os"
 	"time"
 
@@ -181,6 +182,8 @@ type Sandbox interface {
 	// LimitEvents are Stats' OOMKills and PidsLimited alone, at a
 	// fraction of its cost (an exec reads them twice).
 	LimitEvents() (oomKills, pidsLimited int64)
+	// CPUTime is Stats' CPUTime alone, at a fraction of its cost.
+	CPUTime() time.Duration
 	MemoryCurrent() int64
 	// Layers are descriptors on what the sandbox wrote, for the host to
 	// read (diffs, archives, snapshots); they outlive the sandbox until
@@ -225,14 +228,40 @@ type Stats struct {
 	PidsLimited int64 // forks refused by the pids limit
 }
 
-// WaitPidfd returns once the process pidfd refers to has exited (an
-// adopted sandbox's first process, which is no child of this one to wait
-// for).
-func WaitPidfd(pidfd int) {
-	pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		if _, err := unix.Poll(pfd, -1); err != unix.EINTR {
-			return
-		}
+// OpenPidfd opens a pidfd of process pid for WaitPidfd: f is in the
+// runtime's poller; fd is its number, for pidfd_send_signal, valid until f
+// is closed.
+func OpenPidfd(pid int) (f *os.File, fd int, err error) {
+	fd, err = unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, -1, err
+	}
+	return os.NewFile(uintptr(fd), "pidfd"), fd, nil
+}
+
+// WaitPidfd returns once the process of pidfd f (OpenPidfd's) has exited,
+// or f is closed. It waits in the runtime's poller, as a socket read does,
+// so that the thousand sandboxes a daemon waits for hold no thread each (a
+// blocking wait costs a host task and a thread's stacks per sandbox).
+func WaitPidfd(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return // closed
+	}
+	// Readable once the process has exited.
+	err = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		return n > 0 || err != nil && err != unix.EINTR
+	})
+	if err != nil && !errors.Is(err, os.ErrClosed) { // not in the poller: wait in a thread
+		_ = rc.Control(func(fd uintptr) {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			for {
+				if _, err := unix.Poll(pfd, -1); err != unix.EINTR {
+					return
+				}
+			}
+		})
 	}
 }

@@ -445,6 +445,11 @@ func TestDoctor(t *testing.T) {
 	if strings.Contains(r.stdout, "no network today") || !strings.Contains(r.stdout, "proxy mode") {
 		t.Errorf("doctor's nftables line is not true to proxy mode:\n%s", r.stdout)
 	}
+	for _, l := range []string{"per-host limits", "pids", "uid ranges", "subnets", "inotify", "descriptors", "memory", "namespaces", "(binds first)"} {
+		if !strings.Contains(r.stdout, l) {
+			t.Errorf("doctor does not report the per-host limit %q:\n%s", l, r.stdout)
+		}
+	}
 	r = airlock(t, "", "doctor", "--json")
 	var d struct {
 		OK     bool `json:"ok"`
@@ -452,9 +457,28 @@ func TestDoctor(t *testing.T) {
 			Name string `json:"name"`
 			OK   bool   `json:"ok"`
 		} `json:"checks"`
+		Limits []struct {
+			Name      string `json:"name"`
+			Sandboxes *int64 `json:"sandboxes"`
+			First     bool   `json:"binds_first"`
+		} `json:"limits"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || !d.OK || len(d.Checks) < 8 {
 		t.Fatalf("doctor --json: %v %s", err, r)
+	}
+	// This host holds at least one more sandbox by every limit, and one
+	// of them binds first.
+	first := 0
+	for _, l := range d.Limits {
+		if l.First {
+			first++
+		}
+		if l.Name != "inotify" && (l.Sandboxes == nil || *l.Sandboxes < 1) {
+			t.Errorf("doctor --json: the %s limit leaves room for %v sandboxes", l.Name, l.Sandboxes)
+		}
+	}
+	if len(d.Limits) < 7 || first != 1 {
+		t.Errorf("doctor --json: %d limits, %d binding first:\n%s", len(d.Limits), first, r.stdout)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli/cmdutil"
 	"github.com/airlock-sandbox/airlock/internal/doctor"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
+	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
 	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/system"
 )
@@ -24,16 +26,27 @@ func doctorCmd(g *cmdutil.Globals) *cobra.Command {
 		Short: "Check this host for every control airlock needs",
 		Long: `Doctor checks, on this host and for real where it can, every kernel feature
 airlock's controls rely on, and says what airlock refuses to do without each.
-It exits 1 when a required control is missing.`,
+It exits 1 when a required control is missing.
+
+Then it reports the per-host limits that bound how many sandboxes this host
+holds (pids, uid ranges, the subnet pool, inotify, descriptors, memory,
+namespaces): what is in use of each, what one idle sandbox takes of it, and
+how many more idle container sandboxes it leaves room for; the one that
+binds first is marked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			checks := doctor.Checks(g.StateDir, g.Runsc, g.Init)
+			pool := g.Pool
+			if !pool.IsValid() {
+				pool = sandboxnet.DefaultSubnetPool
+			}
+			limits := doctor.Limits(g.StateDir, sandboxnet.LeaseDir(g.StateDir), pool)
 			failed := false
 			for _, c := range checks {
 				failed = failed || !c.OK && c.Required
 			}
 			if asJSON {
-				if err := cmdutil.PrintJSON(g.Stdout, map[string]any{"ok": !failed, "checks": checks}); err != nil {
+				if err := cmdutil.PrintJSON(g.Stdout, map[string]any{"ok": !failed, "checks": checks, "limits": limits}); err != nil {
 					return err
 				}
 			} else {
@@ -47,6 +60,19 @@ It exits 1 when a required control is missing.`,
 					if !c.OK && c.Without != "" {
 						fmt.Fprintf(w, "\t\t-> %s\n", c.Without)
 					}
+				}
+				w.Flush()
+				fmt.Fprintln(g.Stdout, "\nper-host limits (room for more idle container sandboxes, at what one takes):")
+				w = tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
+				for _, l := range limits {
+					room := "-"
+					if l.Sandboxes != nil {
+						room = strconv.FormatInt(*l.Sandboxes, 10)
+					}
+					if l.First {
+						room += " (binds first)"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\n\t\teach: %s\n", l.Name, room, l.Detail, l.PerSandbox)
 				}
 				w.Flush()
 				if failed {

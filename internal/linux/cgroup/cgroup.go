@@ -515,18 +515,23 @@ type Stats struct {
 // Stats reads the accounting files of the cgroup and its children (the
 // commands', init's). Missing counters are left zero.
 func (c *Cgroup) Stats() Stats {
-	var s Stats
+	s := Stats{CPUTime: c.CPUTime()}
 	if c.host.Version == V2 {
-		d := c.dirs[""]
-		kv := readKV(filepath.Join(d, "cpu.stat"))
-		s.CPUTime = time.Duration(kv["usage_usec"]) * time.Microsecond
-		s.MemoryPeak = readInt(filepath.Join(d, "memory.peak"))
+		s.MemoryPeak = readInt(filepath.Join(c.dirs[""], "memory.peak"))
 	} else {
-		s.CPUTime = time.Duration(readInt(filepath.Join(c.dirs["cpuacct"], "cpuacct.usage")))
 		s.MemoryPeak = readInt(filepath.Join(c.dirs["memory"], "memory.max_usage_in_bytes"))
 	}
 	s.OOMKills, s.PidsLimited = c.LimitEvents()
 	return s
+}
+
+// CPUTime is the CPU time the sandbox used so far: Stats' CPUTime alone,
+// one file read (the daemon charges every sandbox's each second).
+func (c *Cgroup) CPUTime() time.Duration {
+	if c.host.Version == V2 {
+		return time.Duration(readKV(filepath.Join(c.dirs[""], "cpu.stat"))["usage_usec"]) * time.Microsecond
+	}
+	return time.Duration(readInt(filepath.Join(c.dirs["cpuacct"], "cpuacct.usage")))
 }
 
 // LimitEvents are the sandbox's OOM kills and refused forks so far: those

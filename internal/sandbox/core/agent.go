@@ -56,13 +56,11 @@ func NewAgent(socket string) *Agent {
 		MaxIdleConnsPerHost:    8,
 		IdleConnTimeout:        time.Minute,
 	}
-	hc := &http.Client{Transport: drainingTransport{tr}}
-	opts := []connect.ClientOption{connect.WithReadMaxBytes(maxAgentMessage), connect.WithSendMaxBytes(maxAgentMessage)}
-	const base = "http://agent"
+	r := route{tr}
 	return &Agent{
-		Proc:  processconnect.NewProcessClient(hc, base, opts...),
-		FS:    filesystemconnect.NewFilesystemClient(hc, base, opts...),
-		Files: agentpbconnect.NewAgentClient(hc, base, opts...),
+		Proc:  procClient{r},
+		FS:    fsClient{r},
+		Files: filesClient{r},
 		tr:    tr,
 		Rate:  NewLimiter(agentRate),
 	}

@@ -44,6 +44,8 @@ type Host interface {
 	// LimitEvents are Usage's OOMKills and PidsLimited alone, read at a
 	// fraction of its cost.
 	LimitEvents() (oomKills, pidsLimited int64)
+	// CPU is Usage's CPU alone, read each second for every sandbox.
+	CPU() time.Duration
 	// Diff streams the diff of /workspace to w; the walk stops where ctx
 	// ends.
 	Diff(ctx context.Context, w io.Writer) error
@@ -68,6 +70,9 @@ type Host interface {
 	// With memory, it saves the sandbox's memory too (gVisor only), and
 	// the sandbox runs on.
 	Snapshot(ctx context.Context, maxBytes int64, memory bool) (*lifecycle.SnapshotFiles, error)
+	// Kill ends every process of the sandbox at once (Destroy does too,
+	// and then removes what it held).
+	Kill()
 	// Destroy kills every process and removes what the sandbox held on the
 	// host, except what Release gives back: its workspace stays readable
 	// (Changes) in between.

@@ -137,7 +137,8 @@ type Sandbox struct {
 	// initPid is init's pid on the host.
 	initPid int
 
-	pidfd  int           // init's pidfd
+	pidfd  int           // init's pidfd, pidf's number
+	pidf   *os.File      // init's pidfd (wall.OpenPidfd)
 	exited chan struct{} // closed when init has exited
 	agent  bool
 }
@@ -289,12 +290,12 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	sb.initPid = cmd.Process.Pid
 	lap("cloned")
 	undo.Do(func() { sb.kill(); _ = cmd.Wait() })
-	if sb.pidfd, err = unix.PidfdOpen(sb.initPid, 0); err != nil {
+	if sb.pidf, sb.pidfd, err = wall.OpenPidfd(sb.initPid); err != nil {
 		return nil, fmt.Errorf("pidfd_open: %w", err)
 	}
 	// Closed and forgotten: a kill after this (an earlier undo step) must
 	// not signal whatever file the number names next.
-	undo.Do(func() { unix.Close(sb.pidfd); sb.pidfd = -1 })
+	undo.Do(func() { sb.pidf.Close(); sb.pidfd = -1 })
 
 	if !sb.agent {
 		// An OOM anywhere ends a one-shot sandbox: its command is the
@@ -313,7 +314,8 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 		// init is done with the sync socket; reap it when it ends.
 		unix.Close(sb.sock)
 		sb.sock = -1
-		go func() { _ = cmd.Wait(); close(sb.exited) }()
+		// Waited for in the poller, then reaped (at once: it has exited).
+		go func() { wall.WaitPidfd(sb.pidf); _ = cmd.Wait(); close(sb.exited) }()
 	}
 	r.used = true
 	lap("ready")
@@ -563,6 +565,9 @@ func (sb *Sandbox) Stats() wall.Stats {
 // LimitEvents are the sandbox's OOM kills and refused forks so far.
 func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.cg.LimitEvents() }
 
+// CPUTime is the CPU time the sandbox used so far.
+func (sb *Sandbox) CPUTime() time.Duration { return sb.cg.CPUTime() }
+
 // ID is the sandbox's id.
 func (sb *Sandbox) ID() string { return sb.id }
 
@@ -594,8 +599,8 @@ func (sb *Sandbox) Destroy() error {
 		if sb.sock >= 0 {
 			unix.Close(sb.sock)
 		}
-		if sb.pidfd >= 0 {
-			unix.Close(sb.pidfd)
+		if sb.pidf != nil {
+			sb.pidf.Close()
 		}
 		// The pid namespace is torn down asynchronously; Remove retries
 		// while the cgroup is still busy.

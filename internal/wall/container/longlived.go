@@ -85,13 +85,13 @@ func (rt *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 	if !rt.Live(id) {
 		return nil, gone("its lock is free (init is gone)")
 	}
-	pidfd, err := unix.PidfdOpen(pid, 0)
+	pidf, pidfd, err := wall.OpenPidfd(pid)
 	if err != nil {
 		return nil, gone(fmt.Sprintf("init pid %d: %v", pid, err))
 	}
 	defer func() {
 		if err != nil {
-			unix.Close(pidfd)
+			pidf.Close()
 		}
 	}()
 	// The pid is init's only if it sits in the sandbox's own cgroup (on
@@ -106,7 +106,7 @@ func (rt *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 	if err != nil || !strings.Contains(string(st), "\nNSpid:\t"+fmt.Sprint(pid)+"\t1\n") {
 		return nil, gone(fmt.Sprintf("pid %d is not a sandbox's init", pid))
 	}
-	sb := &Sandbox{id: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: pidfd, exited: make(chan struct{}), agent: true, initPid: pid}
+	sb := &Sandbox{id: id, rt: rt, oom: make(chan struct{}), sock: -1, pidfd: pidfd, pidf: pidf, exited: make(chan struct{}), agent: true, initPid: pid}
 	sb.cg = rt.cgroups.Open(id)
 	// From here on the pid is the sandbox's init: a failure kills it, so
 	// that nothing unadopted runs on.
@@ -137,7 +137,7 @@ func (rt *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 		sb.CloseFiles()
 		return nil, gone("init exited while being adopted")
 	}
-	go func() { wall.WaitPidfd(pidfd); close(sb.exited) }()
+	go func() { wall.WaitPidfd(pidf); close(sb.exited) }()
 	return sb, nil
 }
 

@@ -111,13 +111,13 @@ func (w *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 	if !w.Live(id) {
 		return nil, gone("its lock is free (runsc is gone)")
 	}
-	pidfd, err := unix.PidfdOpen(pid, 0)
+	pidf, pidfd, err := wall.OpenPidfd(pid)
 	if err != nil {
 		return nil, gone(fmt.Sprintf("runsc pid %d: %v", pid, err))
 	}
 	defer func() {
 		if err != nil {
-			unix.Close(pidfd)
+			pidf.Close()
 		}
 	}()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
@@ -127,7 +127,7 @@ func (w *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 	if !isRunscRun(pid, w.bundle(id), id) {
 		return nil, gone(fmt.Sprintf("pid %d is not its runsc run", pid))
 	}
-	sb := &Sandbox{id: id, w: w, pid: pid, pidfd: pidfd, agent: true, oom: make(chan struct{}), exited: make(chan struct{})}
+	sb := &Sandbox{id: id, w: w, pid: pid, pidfd: pidfd, pidf: pidf, agent: true, oom: make(chan struct{}), exited: make(chan struct{})}
 	sb.cg = w.cgroups.Open(id)
 	// From here on the pid is the sandbox's: a failure kills it, so that
 	// nothing unadopted runs on.
@@ -147,7 +147,7 @@ func (w *Wall) Adopt(id string, pid int) (_ wall.Sandbox, err error) {
 		sb.CloseFiles()
 		return nil, gone("runsc exited while being adopted")
 	}
-	go func() { wall.WaitPidfd(pidfd); close(sb.exited) }()
+	go func() { wall.WaitPidfd(pidf); close(sb.exited) }()
 	return sb, nil
 }
 

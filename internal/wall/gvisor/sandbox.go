@@ -30,8 +30,9 @@ type Sandbox struct {
 	cg      *cgroup.Cgroup
 	cmd     *exec.Cmd // nil when adopted
 	pid     int
-	pidfd   int  // an adopted runsc run's (0: none)
-	agent   bool // long-lived
+	pidfd   int      // an adopted runsc run's (0: none), pidf's number
+	pidf    *os.File // an adopted runsc run's pidfd (wall.OpenPidfd)
+	agent   bool     // long-lived
 	layers  wall.Layers
 	oom     chan struct{}
 	oomStop func()
@@ -200,6 +201,9 @@ func (sb *Sandbox) Stats() wall.Stats {
 // LimitEvents are the cgroup's OOM kills and refused forks so far.
 func (sb *Sandbox) LimitEvents() (oomKills, pidsLimited int64) { return sb.cg.LimitEvents() }
 
+// CPUTime is the CPU time runsc and the sandbox used so far.
+func (sb *Sandbox) CPUTime() time.Duration { return sb.cg.CPUTime() }
+
 // MemoryCurrent is what the cgroup uses now.
 func (sb *Sandbox) MemoryCurrent() int64 { return sb.cg.MemoryCurrent() }
 
@@ -224,8 +228,8 @@ func (sb *Sandbox) Destroy() error {
 		if sb.oomStop != nil {
 			sb.oomStop()
 		}
-		if sb.pidfd > 0 {
-			unix.Close(sb.pidfd)
+		if sb.pidf != nil {
+			sb.pidf.Close()
 		}
 		// Processes runsc left (none once its sandbox is killed).
 		err = sb.w.remove(sb.id, sb.cg)
