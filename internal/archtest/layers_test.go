@@ -122,6 +122,8 @@ var bans = []struct {
 	{[]string{"cmd/airlock-init"}, "github.com/spf13/cobra", false, "the in-sandbox binary has no command line"},
 	{[]string{"cmd/airlock-init"}, "modernc.org/sqlite", false, "the in-sandbox binary keeps no database"},
 	{[]string{"cmd/airlock-init"}, "github.com/prometheus/client_golang/prometheus", false, "the in-sandbox binary exports no metrics"},
+	{[]string{"cmd/airlock", "cmd/airlock-init"}, "github.com/moby/profiles/seccomp", false, "the seccomp filter is compiled ahead of time (internal/linux/seccomp/filter), not at every start"},
+	{[]string{"cmd/airlock", "cmd/airlock-init"}, "github.com/elastic/go-seccomp-bpf/arch", false, "the seccomp filter is compiled ahead of time (internal/linux/seccomp/filter), not at every start"},
 	{[]string{"internal/spec"}, "os/exec", false, "spec is pure"},
 	{[]string{"internal/spec"}, "net", false, "spec is pure"},
 	{[]string{"internal/spec"}, "golang.org/x/sys/unix", false, "spec is pure"},

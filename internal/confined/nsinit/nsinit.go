@@ -23,7 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/confined/nsinit/rootfs"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
-	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp/filter"
 	"golang.org/x/sys/unix"
 )
 
@@ -258,11 +258,11 @@ func confine(cfg *Config) error {
 			return err
 		}
 	}
-	prog, err := seccomp.Decode(cfg.Seccomp)
+	prog, err := filter.Decode(cfg.Seccomp)
 	if err != nil {
 		return err
 	}
-	return seccomp.Load(prog)
+	return filter.Load(prog)
 }
 
 func startAndWait(cfg *Config, readyFDs []int, master, slave *os.File) error {

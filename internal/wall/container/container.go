@@ -32,7 +32,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
-	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp/filter"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container/sealedexe"
 	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
@@ -92,10 +92,10 @@ func New(stateDir string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	if !seccomp.Supported() {
+	if !filter.Supported() {
 		return nil, errdefs.Unavailable("the kernel has no seccomp filter support")
 	}
-	prog, err := seccomp.Build()
+	prog, err := filter.Program()
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func New(stateDir string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	}
 	cg.Parent = Scope(stateDir)
 	rt.cgroups = cg
-	rt.seccomp = seccomp.Encode(prog)
+	rt.seccomp = prog
 	return rt, nil
 }
 
