@@ -122,6 +122,11 @@ func (r *Runner) Run(ctx context.Context, s *spec.Spec, stdio Stdio, o Options) 
 	defer cancel()
 	sig := newSignals(parent, cancel, o.Signals)
 	defer sig.stop()
+	if o.Audit != nil {
+		// The scanner's rules (~100 KB of TOML, parsed once), which the
+		// start record's redaction reads, are made ready meanwhile.
+		go func() { _, _ = scan.Default() }()
+	}
 	// Reap what earlier runs killed with SIGKILL left behind.
 	if removed, err := r.Lifecycle.GC(); err != nil {
 		r.Log.Warn("gc", "err", err)
