@@ -162,13 +162,22 @@ func New(ctx context.Context, o Options) (_ *System, err error) {
 		runKey = loadRunKey()
 	}
 	bin := initexe.New(o.Init, filepath.Join(o.StateDir, "init"))
+	// The two walls look at the host (its cgroups) and make their state
+	// directories side by side.
+	var gw *gvisor.Wall
+	var gerr error
+	gdone := make(chan struct{})
+	go func() {
+		defer close(gdone)
+		gw, gerr = gvisor.New(o.StateDir, o.Runsc, bin, o.Log)
+	}()
 	cw, err := container.New(o.StateDir, bin, o.Log)
+	<-gdone
 	if err != nil {
 		return nil, err
 	}
-	gw, err := gvisor.New(o.StateDir, o.Runsc, bin, o.Log)
-	if err != nil {
-		return nil, err
+	if gerr != nil {
+		return nil, gerr
 	}
 	s.Walls = []wall.Wall{cw, gw}
 	// Every create naming no wall would fail: say so now, not at the
