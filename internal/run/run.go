@@ -127,20 +127,12 @@ func (r *Runner) Run(ctx context.Context, s *spec.Spec, stdio Stdio, o Options) 
 		// start record's redaction reads, are made ready meanwhile.
 		go func() { _, _ = scan.Default() }()
 	}
-	// Reap what earlier runs killed with SIGKILL left behind, while this
-	// one is made: gc touches nothing whose lock is held (another run's
-	// gc may run beside any create), and this sandbox's id is locked
-	// before anything of it exists. The run ends after it.
-	gcDone := make(chan struct{})
-	go func() {
-		defer close(gcDone)
-		if removed, err := r.Lifecycle.GC(); err != nil {
-			r.Log.Warn("gc", "err", err)
-		} else if len(removed) > 0 {
-			r.Log.Info("gc removed dead sandboxes", "ids", removed)
-		}
-	}()
-	defer func() { <-gcDone }()
+	// Reap what earlier runs killed with SIGKILL left behind.
+	if removed, err := r.Lifecycle.GC(); err != nil {
+		r.Log.Warn("gc", "err", err)
+	} else if len(removed) > 0 {
+		r.Log.Info("gc removed dead sandboxes", "ids", removed)
+	}
 	res := &Result{SandboxID: lifecycle.NewID(), Image: s.Image}
 	st, err := newStreams(stdio)
 	if err != nil {
