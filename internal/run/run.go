@@ -123,8 +123,9 @@ func (r *Runner) Run(ctx context.Context, s *spec.Spec, stdio Stdio, o Options) 
 	sig := newSignals(parent, cancel, o.Signals)
 	defer sig.stop()
 	if o.Audit != nil {
-		// The scanner's rules (~100 KB of TOML, parsed once), which the
-		// start record's redaction reads, are made ready meanwhile.
+		// The scanner (its rules' keywords, its global allowlist's
+		// expressions compiled), which the start record's redaction
+		// reads, is made ready meanwhile.
 		go func() { _, _ = scan.Default() }()
 	}
 	// Reap what earlier runs killed with SIGKILL left behind.
