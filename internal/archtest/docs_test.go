@@ -205,6 +205,7 @@ var claims = []claim{
 	{pkg: "internal/linux/landlock", phrase: "Only x/sys and go-landlock are imported.", libs: []string{"golang.org/x/sys/...", "github.com/landlock-lsm/go-landlock/..."}},
 	{pkg: "internal/linux/lockfile", phrase: "Only x/sys is imported.", libs: []string{"golang.org/x/sys/..."}},
 	{pkg: "internal/linux/mount", phrase: "Only x/sys is imported.", libs: []string{"golang.org/x/sys/..."}},
+	{pkg: "internal/linux/seccomp/filter", phrase: "Only x/sys is imported.", libs: []string{"golang.org/x/sys/..."}},
 
 	{pkg: "internal/confined/nsinit", phrase: "imports only internal/linux/* and internal/confined/nsinit/rootfs (no net/http, nothing of the host side)", own: []string{"internal/linux/...", "internal/confined/nsinit/rootfs"}},
 	{pkg: "internal/confined/nsinit/rootfs", phrase: "like init it imports nothing of airlock but internal/linux/mount.", own: []string{"internal/linux/mount"}},

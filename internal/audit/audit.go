@@ -95,16 +95,17 @@ type Log struct {
 	key  ed25519.PrivateKey
 	opts Options
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []*Record
-	waiters []chan error // of the queued records that are waited for
-	seq     uint64       // last assigned
-	prev    string       // hash of the last assigned record
-	failed  error        // the log cannot be written: refuse work
-	closing bool
-	due     bool // FlushInterval passed: write what is queued
-	done    chan struct{}
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*Record
+	waiters  []chan error // of the queued records that are waited for
+	seq      uint64       // last assigned
+	prev     string       // hash of the last assigned record
+	failed   error        // the log cannot be written: refuse work
+	closing  bool
+	closeErr error // the closing checkpoint could not be made
+	due      bool  // FlushInterval passed: write what is queued
+	done     chan struct{}
 
 	seg     *os.File
 	segSize int64
@@ -395,8 +396,20 @@ func (l *Log) run() {
 		}
 		batch, waiters, closing := l.queue, l.waiters, l.closing
 		l.queue, l.waiters, l.due = nil, nil, false
+		if closing && l.failed == nil {
+			// The closing checkpoint goes out with the last batch: one
+			// write, one fsync.
+			l.closing = false // the checkpoint is the last record
+			cp, err := l.checkpoint(map[string]bool{"closed": true})
+			l.closing = true
+			if err != nil {
+				l.closeErr = err
+			} else {
+				batch = append(batch, cp)
+			}
+		}
 		l.mu.Unlock()
-		head, err := l.write(batch)
+		head, err := l.write(batch, closing)
 		for _, w := range waiters {
 			w <- err
 		}
@@ -425,7 +438,9 @@ func (l *Log) run() {
 	}
 }
 
-func (l *Log) write(batch []*Record) (*Head, error) {
+// write writes batch and fsyncs once; the last batch (closing) ends the
+// log and never rotates it.
+func (l *Log) write(batch []*Record, closing bool) (*Head, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
@@ -452,7 +467,7 @@ func (l *Log) write(batch []*Record) (*Head, error) {
 	}
 	l.segSize += int64(buf.Len())
 	last := batch[len(batch)-1]
-	if l.segSize >= l.opts.SegmentBytes || time.Since(l.segOpen) >= l.opts.SegmentAge {
+	if !closing && (l.segSize >= l.opts.SegmentBytes || time.Since(l.segOpen) >= l.opts.SegmentAge) {
 		return l.rotate()
 	}
 	return &Head{Seq: last.Seq, Hash: last.Hash}, nil
@@ -510,7 +525,8 @@ func (l *Log) writeOne(r *Record) error {
 	return nil
 }
 
-// Close writes what is queued and a closing checkpoint.
+// Close writes what is queued and a closing checkpoint, together (the
+// writer's last batch), and hands the checkpoint's head to OnHead.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	l.closing = true
@@ -518,10 +534,7 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	<-l.done
 	l.mu.Lock()
-	failed := l.failed
-	l.closing = false // the checkpoint below is the last record
-	cp, err := l.checkpoint(map[string]bool{"closed": true})
-	l.closing = true
+	failed, err := l.failed, l.closeErr
 	l.mu.Unlock()
 	if failed != nil {
 		l.seg.Close()
@@ -531,14 +544,7 @@ func (l *Log) Close() error {
 		l.seg.Close()
 		return err
 	}
-	err = l.writeOne(cp)
-	if cerr := l.seg.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && l.opts.OnHead != nil {
-		l.opts.OnHead(Head{Seq: cp.Seq, Hash: cp.Hash})
-	}
-	return err
+	return l.seg.Close()
 }
 
 // LoadOrCreateKey reads the ed25519 signing key at path (PEM), making one

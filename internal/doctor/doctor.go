@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/linux/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
-	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/linux/seccomp/filter"
 	"github.com/airlock-sandbox/airlock/internal/wall/container"
 	"github.com/airlock-sandbox/airlock/internal/wall/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/wall/initexe"
@@ -104,7 +104,7 @@ func Checks(stateDir, runsc, init string) []Check {
 		need("cgroups", true, "v1 hierarchies memory, cpu, cpuacct, pids, freezer (v2 has no controllers here); airlock kills a one-shot sandbox on OOM itself", refuse)
 	}
 
-	need("seccomp", seccomp.Supported(), "Docker's default profile plus airlock's denials, x86_64 only", refuse)
+	need("seccomp", filter.Supported(), "Docker's default profile plus airlock's denials, x86_64 only", refuse)
 	llOK, llDetail := true, fmt.Sprintf("ABI %d (need %d)", landlock.ABI(), landlock.MinABI)
 	for _, m := range container.Missing() {
 		if m.Control == "landlock" {

@@ -32,8 +32,8 @@ type Options struct {
 	// NetLog receives one JSON line per egress decision.
 	NetLog io.Writer
 	// BeforeStart, when set, is called with the prepared sandbox before
-	// the wall starts anything of it (the wall's BeforeStart: it may be
-	// building the sandbox meanwhile); an error stops the create (a
+	// anything of the sandbox's command runs (the wall's BeforeStart: it
+	// may be building the sandbox meanwhile); an error stops the create (a
 	// one-shot command that could not be recorded never runs).
 	BeforeStart func(*Sandbox) error
 }

@@ -13,7 +13,7 @@ import (
 // it. A restored sandbox holds what it read of the image open; nothing
 // reads it after.
 func (l *Lifecycle) RemoveCheckpoint(id string) error {
-	if !snapshotID.MatchString(id) {
+	if !snapshotID().MatchString(id) {
 		return errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
 	}
 	return os.RemoveAll(filepath.Join(snapshotDir(l.cfg.DataDir, id), snapshotMemory))

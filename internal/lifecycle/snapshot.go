@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -28,7 +29,8 @@ import (
 // inside), like an unpacked image, so any sandbox can use it. The id is
 // the digest of what was written.
 
-var snapshotID = regexp.MustCompile(`^[0-9a-f]{24}$`)
+// snapshotID is compiled at first use, not at every start of airlock.
+var snapshotID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{24}$`) })
 
 func snapshotDir(dataDir, id string) string {
 	return filepath.Join(dataDir, "snapshots", id)
@@ -37,7 +39,7 @@ func snapshotDir(dataDir, id string) string {
 // SnapshotPaths says where snapshot id's root and workspace are ("" for a
 // root it does not have).
 func (l *Lifecycle) SnapshotPaths(id string) (root, ws string, err error) {
-	if !snapshotID.MatchString(id) {
+	if !snapshotID().MatchString(id) {
 		return "", "", errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
 	}
 	dir := snapshotDir(l.cfg.DataDir, id)
@@ -57,7 +59,7 @@ func (l *Lifecycle) SnapshotPaths(id string) (root, ws string, err error) {
 
 // RemoveSnapshot deletes snapshot id's files.
 func (l *Lifecycle) RemoveSnapshot(id string) error {
-	if !snapshotID.MatchString(id) {
+	if !snapshotID().MatchString(id) {
 		return errdefs.Invalid(fmt.Sprintf("snapshot id %q", id))
 	}
 	return os.RemoveAll(snapshotDir(l.cfg.DataDir, id))
@@ -81,7 +83,7 @@ const snapshotMemory = "memory"
 
 // SnapshotHasMemory reports whether snapshot id holds a sandbox's memory.
 func (l *Lifecycle) SnapshotHasMemory(id string) bool {
-	if !snapshotID.MatchString(id) {
+	if !snapshotID().MatchString(id) {
 		return false
 	}
 	st, err := os.Lstat(filepath.Join(snapshotDir(l.cfg.DataDir, id), snapshotMemory))

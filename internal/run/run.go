@@ -122,6 +122,12 @@ func (r *Runner) Run(ctx context.Context, s *spec.Spec, stdio Stdio, o Options) 
 	defer cancel()
 	sig := newSignals(parent, cancel, o.Signals)
 	defer sig.stop()
+	if o.Audit != nil {
+		// The scanner (its rules' keywords, its global allowlist's
+		// expressions compiled), which the start record's redaction
+		// reads, is made ready meanwhile.
+		go func() { _, _ = scan.Default() }()
+	}
 	// Reap what earlier runs killed with SIGKILL left behind.
 	if removed, err := r.Lifecycle.GC(); err != nil {
 		r.Log.Warn("gc", "err", err)

@@ -48,7 +48,9 @@ const (
 	poolFills         = 2 // pooled sandboxes being made at once, all pools
 )
 
-var poolName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// poolName is compiled at first use: its repetition makes a program of
+// ~60 states, which every start of airlock built at init for nothing.
+var poolName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 // pool is one tenant's pool (its fields under Core.Mu).
 type pool struct {
@@ -230,7 +232,7 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 	if s.Cfg.Principal == nil {
 		return nil, errdefs.Unavailable("this service keeps no pools")
 	}
-	if !poolName.MatchString(name) {
+	if !poolName().MatchString(name) {
 		return nil, errdefs.Invalid(fmt.Sprintf("pool name %s: 1–63 of a-z, 0-9, _ and -, starting with a letter or digit", core.QuoteID(name)))
 	}
 	if req.Size < 1 || req.Size > maxPoolSize {

@@ -2,8 +2,10 @@
 // values, stdin and file contents given through the API, and the request
 // headers and bodies the egress proxy can read. The rules are gitleaks'
 // maintained rule set (rules/gitleaks.toml, refreshed by
-// scripts/update-scan-rules.sh), read on first use so that no process pays
-// for them at start (the sandbox's own init is this binary too), and each
+// scripts/update-scan-rules.sh), translated ahead of time into rules.go
+// (TestEmbeddedRulesAreTheTOML keeps it the file's rules; -update rewrites
+// it), so that no process parses ~100 KB of TOML (~1.5 ms of CPU, and
+// enough garbage for a collection in a short `airlock run`), and each
 // rule's regexes compiled the first time its keywords are in a text (every
 // rule has keywords: a scan of an ordinary command line compiles none, which
 // would cost an `airlock run` ~20 ms). The engine applies what that file says: keywords as a prefilter,
@@ -13,7 +15,6 @@
 package scan
 
 import (
-	_ "embed"
 	"fmt"
 	"math"
 	"regexp"
@@ -24,9 +25,6 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 )
-
-//go:embed rules/gitleaks.toml
-var gitleaksRules []byte
 
 // RuleSet names where the rules come from.
 const RuleSet = "gitleaks v8.30.1 default rules"
@@ -103,25 +101,36 @@ var (
 // Default returns the scanner of the embedded rule set, compiling it on
 // the first call.
 func Default() (*Scanner, error) {
-	// The embedded rules are not parsed here (~10 ms): a test compiles
-	// every one of them (TestRulesCompileWhenTheirKeywordsAppear).
-	defaultOnce.Do(func() { defaultScanner, defaultErr = load(gitleaksRules, false) })
+	// The embedded rules' expressions are not parsed here (~10 ms): a
+	// test compiles every one of them
+	// (TestRulesCompileWhenTheirKeywordsAppear).
+	defaultOnce.Do(func() { defaultScanner, defaultErr = build(embeddedRules, false) })
 	return defaultScanner, defaultErr
 }
 
 // New reads a gitleaks-format rule file, refusing one with an expression
 // that does not compile.
 func New(data []byte) (*Scanner, error) {
-	return load(data, true)
+	f, err := parseFile(data)
+	if err != nil {
+		return nil, err
+	}
+	return build(f, true)
 }
 
-// load reads a rule file; check parses its expressions (what parses
-// compiles: regexp.Compile fails only where syntax.Parse does).
-func load(data []byte, check bool) (*Scanner, error) {
+// parseFile reads a rule file.
+func parseFile(data []byte) (file, error) {
 	var f file
 	if err := toml.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("scan rules: %w", err)
+		return f, fmt.Errorf("scan rules: %w", err)
 	}
+	return f, nil
+}
+
+// build makes the scanner of rule file f; check parses its expressions
+// (what parses compiles: regexp.Compile fails only where syntax.Parse
+// does).
+func build(f file, check bool) (*Scanner, error) {
 	s := &Scanner{}
 	g, err := compileAllowlist(f.Allowlist)
 	if err != nil {

@@ -2,6 +2,7 @@ package system
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -55,18 +56,33 @@ func RunStateDir() string {
 	return filepath.Join(home, ".local", "state", "airlock")
 }
 
+// keyResult is a signing key, or why there is none.
+type keyResult struct {
+	key ed25519.PrivateKey
+	err error
+}
+
+// loadRunKey reads the user's audit key for runs (made on first use), on
+// a goroutine of its own.
+func loadRunKey() <-chan keyResult {
+	ch := make(chan keyResult, 1)
+	go func() {
+		k, err := audit.LoadOrCreateKey(filepath.Join(RunStateDir(), "audit.key"))
+		ch <- keyResult{k, err}
+	}()
+	return ch
+}
+
 // openRunAudit starts a run's own audit log: path, or a new file under the
-// user's state directory, signed with the user's key (made on first use).
-func openRunAudit(path string) (*audit.Log, string, error) {
-	dir := RunStateDir()
+// user's state directory, signed with the user's key (loadRunKey's).
+func openRunAudit(path string, key keyResult) (*audit.Log, string, error) {
 	if path == "" {
-		path = filepath.Join(dir, "runs", time.Now().UTC().Format("20060102T150405.000000000Z")+".audit")
+		path = filepath.Join(RunStateDir(), "runs", time.Now().UTC().Format("20060102T150405.000000000Z")+".audit")
 	}
-	key, err := audit.LoadOrCreateKey(filepath.Join(dir, "audit.key"))
-	if err != nil {
-		return nil, "", fmt.Errorf("audit key: %w", err)
+	if key.err != nil {
+		return nil, "", fmt.Errorf("audit key: %w", key.err)
 	}
-	l, err := audit.OpenFile(path, key, audit.Options{})
+	l, err := audit.OpenFile(path, key.key, audit.Options{})
 	if err != nil {
 		return nil, "", errdefs.Invalid("--audit: " + err.Error())
 	}

@@ -6,15 +6,17 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"time"
 )
 
 // The names airlock gives the logs it keeps under RunStateDir: a run's
 // file under runs/ (openRunAudit), an `airlock mcp` session's directory
-// under mcp/. Nothing else there is touched.
+// under mcp/. Nothing else there is touched. Compiled at first use, not
+// at every start of airlock.
 var (
-	runLogName     = regexp.MustCompile(`^\d{8}T\d{6}\.\d{9}Z\.audit$`)
-	mcpSessionName = regexp.MustCompile(`^\d{8}T\d{6}Z-[0-9a-f]{8}$`)
+	runLogName     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\d{8}T\d{6}\.\d{9}Z\.audit$`) })
+	mcpSessionName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\d{8}T\d{6}Z-[0-9a-f]{8}$`) })
 )
 
 // PruneLogs removes the runs' logs and the MCP sessions' directories
@@ -55,8 +57,8 @@ func PruneLogs(olderThan time.Duration) ([]string, error) {
 			removed = append(removed, p)
 		}
 	}
-	prune(filepath.Join(RunStateDir(), "runs"), runLogName, false)
-	prune(filepath.Join(RunStateDir(), "mcp"), mcpSessionName, true)
+	prune(filepath.Join(RunStateDir(), "runs"), runLogName(), false)
+	prune(filepath.Join(RunStateDir(), "mcp"), mcpSessionName(), true)
 	return removed, errors.Join(errs...)
 }
 

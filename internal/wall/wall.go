@@ -138,10 +138,11 @@ type Options struct {
 	NoFile      uint64
 	// Landlock is off only when the caller opted out of a missing one.
 	Landlock bool
-	// BeforeStart, when set, is called once by Create, on the caller's
-	// goroutine, before anything of the sandbox's command or agent runs
-	// (a wall may go on preparing the sandbox meanwhile). Its error fails
-	// Create, and nothing of the sandbox is left.
+	// BeforeStart, when set, is called once by Create (on a goroutine of
+	// its own, perhaps) before anything of the sandbox's command or agent
+	// runs; a wall may go on preparing the sandbox meanwhile, and Create
+	// returns only once it has returned. Its error fails Create, and
+	// nothing of the sandbox is left.
 	BeforeStart func() error
 }
 

@@ -3,9 +3,10 @@
 // capabilities a sandbox may hold, plus the Denied table below, plus a
 // prologue that kills any syscall made through another architecture's ABI
 // (i386, x32) and refuses the TIOCSTI/TIOCLINUX ioctls. It is compiled to
-// classic BPF on the host (compile.go; syscall numbers from go-seccomp-bpf's
-// tables) and loaded inside the sandbox by nsinit (through
-// internal/linux/seccomp/filter, which is all that init links of it).
+// classic BPF (compile.go; syscall numbers from go-seccomp-bpf's tables)
+// ahead of time: internal/linux/seccomp/filter holds the program (kept
+// current by TestProgramIsCurrent), which airlock sends to a sandbox's
+// init and init loads. No binary links this package.
 package seccomp
 
 import (
@@ -109,8 +110,15 @@ func prologue() []bpf.Instruction {
 	}
 }
 
-// Rules resolves Docker's default profile for ProfileCaps on this kernel
-// and this architecture, in order: Denied and ENOSYS first, then the
+// MinKernel is the kernel the profile is resolved for: the oldest airlock
+// runs on (its idmapped mounts need 5.12). The profile's kernel conditions
+// all lie at or below it (TestProfileKernelConditions), so the filter is
+// the same on every kernel airlock runs on and is compiled ahead of time
+// (internal/linux/seccomp/filter).
+var MinKernel = moby.KernelVersion{Kernel: 5, Major: 12}
+
+// Rules resolves Docker's default profile for ProfileCaps on MinKernel
+// and x86_64, in order: Denied and ENOSYS first, then the
 // profile's rules as it lists them.
 func Rules() ([]rule, error) {
 	names := arch.X86_64.SyscallNames
@@ -136,12 +144,8 @@ func Rules() ([]rule, error) {
 	if prof.DefaultAction != specs.ActErrno || prof.DefaultErrnoRet != nil && *prof.DefaultErrnoRet != uint(unix.EPERM) {
 		return nil, fmt.Errorf("seccomp: unexpected profile default %s", prof.DefaultAction)
 	}
-	release, err := kernelRelease()
-	if err != nil {
-		return nil, err
-	}
 	for _, sc := range prof.Syscalls {
-		if !applies(sc, release) {
+		if !applies(sc, MinKernel) {
 			continue
 		}
 		var action uint32
@@ -226,20 +230,4 @@ func conditions(args []specs.LinuxSeccompArg) ([]cond, error) {
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-func kernelRelease() (moby.KernelVersion, error) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return moby.KernelVersion{}, fmt.Errorf("uname: %w", err)
-	}
-	var k moby.KernelVersion
-	_, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &k.Kernel, &k.Major)
-	return k, err
-}
-
-// Supported reports whether this kernel offers seccomp filters.
-func Supported() bool {
-	_, _, e := unix.Syscall(unix.SYS_PRCTL, unix.PR_GET_SECCOMP, 0, 0)
-	return e != unix.EINVAL
 }

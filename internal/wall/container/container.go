@@ -32,7 +32,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/linux/landlock"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/linux/mount"
-	"github.com/airlock-sandbox/airlock/internal/linux/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/linux/seccomp/filter"
 	"github.com/airlock-sandbox/airlock/internal/wall"
 	"github.com/airlock-sandbox/airlock/internal/wall/container/sealedexe"
@@ -93,10 +92,10 @@ func New(stateDir string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	if !seccomp.Supported() {
+	if !filter.Supported() {
 		return nil, errdefs.Unavailable("the kernel has no seccomp filter support")
 	}
-	prog, err := seccomp.Build()
+	prog, err := filter.Program()
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +112,7 @@ func New(stateDir string, bin *initexe.Init, log *slog.Logger) (*Wall, error) {
 	}
 	cg.Parent = Scope(stateDir)
 	rt.cgroups = cg
-	rt.seccomp = filter.Encode(prog)
+	rt.seccomp = prog
 	return rt, nil
 }
 
@@ -214,10 +213,23 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 	}
 	sb.lock = r.lock
 	undo.Do(r.Release)
+	// What must come before the sandbox (a one-shot run's start record,
+	// scanned, signed and fsynced) is done while init is cloned and starts
+	// its runtime: init is sent its Config, and with it leave to build the
+	// root and start anything, only once BeforeStart returned nil (before
+	// that it is a process of ours waiting on the sync socket). Create
+	// never returns while BeforeStart runs.
+	before := func() error { return nil }
 	if o.BeforeStart != nil {
-		if err := o.BeforeStart(); err != nil {
-			return nil, err
+		done := make(chan error, 1)
+		go func() { done <- o.BeforeStart() }()
+		var once sync.Once
+		var berr error
+		before = func() error {
+			once.Do(func() { berr = <-done })
+			return berr
 		}
+		defer func() { _ = before() }()
 	}
 	if sb.uid, err = rt.leases.Acquire(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrResourceExhausted, err)
@@ -307,7 +319,7 @@ func (rt *Wall) Create(wr wall.Reservation, o *wall.Options) (_ wall.Sandbox, er
 		undo.Do(sb.oomStop)
 	}
 
-	if err := rt.configure(sb, o, limits.Commands != nil); err != nil {
+	if err := rt.configure(sb, o, limits.Commands != nil, before); err != nil {
 		return nil, err
 	}
 	if sb.agent {
@@ -372,9 +384,9 @@ func (rt *Wall) start(cmd *exec.Cmd, cg *cgroup.Cgroup, netns *os.File) error {
 	return startErr
 }
 
-// configure builds the idmapped trees with init's user namespace, sends the
-// Config, and waits for init to report ready.
-func (rt *Wall) configure(sb *Sandbox, o *wall.Options, commands bool) error {
+// configure builds the idmapped trees with init's user namespace, waits
+// for before, sends the Config, and waits for init to report ready.
+func (rt *Wall) configure(sb *Sandbox, o *wall.Options, commands bool, before func() error) error {
 	pid := sb.cmd.Process.Pid
 	userns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
 	if err != nil {
@@ -455,6 +467,9 @@ func (rt *Wall) configure(sb *Sandbox, o *wall.Options, commands bool) error {
 			placeFDs = append(placeFDs, int(f.Fd()))
 		}
 		cfg.CommandFDs = len(placeFDs)
+	}
+	if err := before(); err != nil {
+		return err
 	}
 	if err := nsinit.Send(sb.sock, cfg, append(append([]int{}, trees...), placeFDs...)); err != nil {
 		return fmt.Errorf("send config to init: %w", err)

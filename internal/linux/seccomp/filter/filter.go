@@ -1,9 +1,10 @@
-// Package filter carries a compiled seccomp program from the host to the
-// sandbox and installs it there: its encoding (the kernel's struct
-// sock_filter), its decoding and its load. It is what init needs of
-// seccomp, and no more: the policy and its compiler (internal/linux/seccomp,
-// with go-seccomp-bpf's syscall tables, ~160 KiB of live heap) stay on the
-// host, out of the binary every sandbox runs.
+// Package filter is airlock's seccomp filter as the kernel takes it, and
+// what loads it. The program is the one internal/linux/seccomp compiles
+// from its policy tables, compiled ahead of time into program.go
+// (TestProgramIsCurrent there fails when the tables compile to anything
+// else, and rewrites it with -update), so that neither airlock nor
+// airlock-init links Docker's profile, the syscall tables or the compiler,
+// or compiles the filter on every start. Only x/sys is imported.
 package filter
 
 import (
@@ -11,13 +12,22 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// Encode serialises a program as the kernel lays out struct sock_filter,
-// for the trip to the sandbox's init.
+// Program is the filter for this architecture (x86_64 only), encoded
+// (Encode) for the trip to a sandbox's init.
+func Program() ([]byte, error) {
+	if runtime.GOARCH != "amd64" {
+		return nil, fmt.Errorf("seccomp: architecture %s is not supported", runtime.GOARCH)
+	}
+	return slices.Clone(program), nil
+}
+
+// Encode serialises a program as the kernel lays out struct sock_filter.
 func Encode(prog []unix.SockFilter) []byte {
 	b := make([]byte, 0, 8*len(prog))
 	for _, f := range prog {
@@ -39,6 +49,12 @@ func Decode(b []byte) ([]unix.SockFilter, error) {
 		prog[i] = unix.SockFilter{Code: binary.LittleEndian.Uint16(r), Jt: r[2], Jf: r[3], K: binary.LittleEndian.Uint32(r[4:])}
 	}
 	return prog, nil
+}
+
+// Supported reports whether this kernel offers seccomp filters.
+func Supported() bool {
+	_, _, e := unix.Syscall(unix.SYS_PRCTL, unix.PR_GET_SECCOMP, 0, 0)
+	return e != unix.EINVAL
 }
 
 // Load installs prog on every thread of the calling process (TSYNC). The
