@@ -191,7 +191,8 @@ func (p *Ports) Authorize(r *http.Request, id string, port int, key func(r *http
 // sandbox id as caller t, one connection to the sandbox per request
 // (each recorded), its path and query as they are (a door that routes by
 // path strips its own prefix first). The port token and, when it signed
-// the caller in (via.Auth "key"), the Authorization header are removed;
+// the caller in (via.Auth "key") or is a key beside a token, the
+// Authorization header are removed;
 // Host is kept, X-Forwarded-* are set.
 func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principal, id string, port int, via ports.Via) {
 	var dialErr error
@@ -226,9 +227,11 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 }
 
 // scrub removes the front's credentials from a request bound for a
-// sandbox: the port token wherever it is, and the key when it was one.
+// sandbox: the port token wherever it is, and the key when it was one or
+// is one beside a token (airlock's keys and E2B-shaped aliases: a client
+// such as client.PortClient sends its key with a token URL too).
 func scrub(out *http.Request, key bool) {
-	if key {
+	if a := out.Header.Get("Authorization"); key || strings.HasPrefix(a, "Bearer airlock_") || strings.HasPrefix(a, "Bearer e2b_") {
 		out.Header.Del("Authorization")
 	}
 	out.Header.Del(TokenHeader)
