@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -227,12 +228,19 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 }
 
 // scrub removes the front's credentials from a request bound for a
-// sandbox: the port token wherever it is, and the key when it was one or
-// is one beside a token (airlock's keys and E2B-shaped aliases: a client
+// sandbox: the port token wherever it is, the key when it was one, and
+// any of airlock's keys and tokens or E2B-shaped key beside (a client
 // such as client.PortClient sends its key with a token URL too).
 func scrub(out *http.Request, key bool) {
-	if a := out.Header.Get("Authorization"); key || strings.HasPrefix(a, "Bearer airlock_") || strings.HasPrefix(a, "Bearer e2b_") {
+	if a, _ := strings.CutPrefix(out.Header.Get("Authorization"), "Bearer "); key || credential(a) {
 		out.Header.Del("Authorization")
+	}
+	// The E2B front's: its key header, and envd's access token (which
+	// opens the sandbox's ports too).
+	for _, h := range []string{"X-API-Key", "X-Access-Token"} {
+		if slices.ContainsFunc(out.Header.Values(h), credential) {
+			out.Header.Del(h)
+		}
 	}
 	out.Header.Del(TokenHeader)
 	if out.URL.RawQuery != "" {
@@ -258,6 +266,13 @@ func scrub(out *http.Request, key bool) {
 			out.Header.Set("Cookie", strings.Join(kept, "; "))
 		}
 	}
+}
+
+// credential says v is one of airlock's keys or tokens, or an
+// E2B-shaped key alias.
+func credential(v string) bool {
+	v = strings.TrimSpace(v)
+	return strings.HasPrefix(v, "airlock_") || strings.HasPrefix(v, "e2b_")
 }
 
 // Tunnel answers a raw tunnel's request (Upgrade: airlock-port): 101,
