@@ -214,7 +214,8 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 			pr.SetXForwarded()
 			scrub(pr.Out, via.Auth == "key")
 		},
-		Transport: tr,
+		Transport:      tr,
+		ModifyResponse: shield(via.Door),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if dialErr != nil {
 				err = dialErr
@@ -225,6 +226,21 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// shield is what an answer of a sandbox's server loses on its way
+// through door: on the API's ("api"), where every sandbox's ports share
+// the daemon's origin, Service-Worker-Allowed, so that a page of one
+// sandbox cannot install a service worker over the whole origin (it would
+// see every request the browser makes there: other sandboxes' pages and
+// their token URLs).
+func shield(door string) func(*http.Response) error {
+	return func(res *http.Response) error {
+		if door == "api" {
+			res.Header.Del("Service-Worker-Allowed")
+		}
+		return nil
+	}
 }
 
 // scrub removes the front's credentials from a request bound for a
