@@ -202,7 +202,8 @@ func (f *Front) sandboxTraffic(w http.ResponseWriter, r *http.Request, id string
 
 // allowed checks r's credentials for sandbox id, before anything looks
 // the sandbox up: its access token; for envd's /files, a signature made
-// with it instead; for another port, the key of the tenant that owns it.
+// with it instead (r then loses its Authorization, so that the user is
+// the signed one); for another port, the key of the tenant that owns it.
 func (f *Front) allowed(r *http.Request, id string, port int) bool {
 	if f.cfg.Tokens.CheckEnvd(id, r.Header.Get("X-Access-Token")) {
 		return true
@@ -213,7 +214,13 @@ func (f *Front) allowed(r *http.Request, id string, port int) bool {
 		if r.Method == http.MethodPost {
 			op = "write"
 		}
-		return q.Get("signature") != "" && f.cfg.Tokens.CheckSignature(id, q.Get("path"), op, q.Get("username"), q.Get("signature"), q.Get("signature_expiration"), f.cfg.Now())
+		if q.Get("signature") == "" || !f.cfg.Tokens.CheckSignature(id, q.Get("path"), op, q.Get("username"), q.Get("signature"), q.Get("signature_expiration"), f.cfg.Now()) {
+			return false
+		}
+		// The signed username is the one user the URL acts as: Basic
+		// credentials naming another are not envd's to read.
+		r.Header.Del("Authorization")
+		return true
 	}
 	if port != EnvdPort {
 		if key := apiKey(r); key != "" {

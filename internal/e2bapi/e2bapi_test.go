@@ -540,3 +540,29 @@ func TestDocsListEveryRoute(t *testing.T) {
 		}
 	}
 }
+
+// A signed /files URL acts as the user it was signed for (none: the
+// default user): a holder who adds Basic credentials naming another
+// user (root) does not reach envd with them.
+func TestSignedFileURLActsAsItsSignedUser(t *testing.T) {
+	r := newRig(t)
+	sb := r.create("key-alice", `{}`)
+	var auth []string
+	r.front.cfg.Envd = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		auth = append(auth, req.Header.Get("Authorization"))
+		w.WriteHeader(http.StatusNoContent)
+	})
+	tok := r.tokens.Envd(sb.SandboxID)
+	q := url.Values{"path": {"/home/user/a.txt"}, "signature": {sign("/home/user/a.txt", "write", "", tok, 0)}}
+	root := "Basic " + base64.StdEncoding.EncodeToString([]byte("root:"))
+	if code, _, out := r.do("POST", "/files?"+q.Encode(), "", "", "Host", "49983-"+sb.SandboxID+".e2b.test", "Authorization", root); code != http.StatusNoContent {
+		t.Fatalf("signed write: %d %s", code, out)
+	}
+	// With its access token, the caller may name any user.
+	if code, _, out := r.do("POST", "/files?path=/a", "", "", "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", tok, "Authorization", root); code != http.StatusNoContent {
+		t.Fatalf("write with the token: %d %s", code, out)
+	}
+	if len(auth) != 2 || auth[0] != "" || auth[1] != root {
+		t.Errorf("envd saw Authorization %q, want none for the signed URL and root's for the token", auth)
+	}
+}

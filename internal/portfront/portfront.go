@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -191,7 +192,8 @@ func (p *Ports) Authorize(r *http.Request, id string, port int, key func(r *http
 // sandbox id as caller t, one connection to the sandbox per request
 // (each recorded), its path and query as they are (a door that routes by
 // path strips its own prefix first). The port token and, when it signed
-// the caller in (via.Auth "key"), the Authorization header are removed;
+// the caller in (via.Auth "key") or is a key beside a token, the
+// Authorization header are removed;
 // Host is kept, X-Forwarded-* are set.
 func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principal, id string, port int, via ports.Via) {
 	var dialErr error
@@ -212,7 +214,8 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 			pr.SetXForwarded()
 			scrub(pr.Out, via.Auth == "key")
 		},
-		Transport: tr,
+		Transport:      tr,
+		ModifyResponse: shield(via.Door),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if dialErr != nil {
 				err = dialErr
@@ -225,11 +228,35 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 	rp.ServeHTTP(w, r)
 }
 
+// shield is what an answer of a sandbox's server loses on its way
+// through door: on the API's ("api"), where every sandbox's ports share
+// the daemon's origin, Service-Worker-Allowed, so that a page of one
+// sandbox cannot install a service worker over the whole origin (it would
+// see every request the browser makes there: other sandboxes' pages and
+// their token URLs).
+func shield(door string) func(*http.Response) error {
+	return func(res *http.Response) error {
+		if door == "api" {
+			res.Header.Del("Service-Worker-Allowed")
+		}
+		return nil
+	}
+}
+
 // scrub removes the front's credentials from a request bound for a
-// sandbox: the port token wherever it is, and the key when it was one.
+// sandbox: the port token wherever it is, the key when it was one, and
+// any of airlock's keys and tokens or E2B-shaped key beside (a client
+// such as client.PortClient sends its key with a token URL too).
 func scrub(out *http.Request, key bool) {
-	if key {
+	if a, _ := strings.CutPrefix(out.Header.Get("Authorization"), "Bearer "); key || credential(a) {
 		out.Header.Del("Authorization")
+	}
+	// The E2B front's: its key header, and envd's access token (which
+	// opens the sandbox's ports too).
+	for _, h := range []string{"X-API-Key", "X-Access-Token"} {
+		if slices.ContainsFunc(out.Header.Values(h), credential) {
+			out.Header.Del(h)
+		}
 	}
 	out.Header.Del(TokenHeader)
 	if out.URL.RawQuery != "" {
@@ -255,6 +282,13 @@ func scrub(out *http.Request, key bool) {
 			out.Header.Set("Cookie", strings.Join(kept, "; "))
 		}
 	}
+}
+
+// credential says v is one of airlock's keys or tokens, or an
+// E2B-shaped key alias.
+func credential(v string) bool {
+	v = strings.TrimSpace(v)
+	return strings.HasPrefix(v, "airlock_") || strings.HasPrefix(v, "e2b_")
 }
 
 // Tunnel answers a raw tunnel's request (Upgrade: airlock-port): 101,

@@ -39,6 +39,12 @@ type Service interface {
 	WatchRelative(ctx context.Context, t *tenant.Principal, id, p, user string, recursive bool, emit func(*api.WatchEvent) error) error
 }
 
+// maxMessage bounds one message of the Connect services, inflated (a
+// command's input, its arguments and environment, a path): the daemon
+// holds a message whole, and Connect's handlers take any size unless
+// told. Files move through /files, streamed.
+const maxMessage = 4 << 20
+
 // Handler serves envd for the sandbox each request was routed to
 // (WithTarget).
 type Handler struct {
@@ -61,8 +67,9 @@ type Handler struct {
 // user's home, as envd takes them.
 func New(svc Service) *Handler {
 	h := &Handler{svc: svc, mux: http.NewServeMux(), watchers: newWatchers()}
-	h.mux.Handle(processconnect.NewProcessHandler(&processes{h}))
-	h.mux.Handle(filesystemconnect.NewFilesystemHandler(&files{h}))
+	capped := connect.WithReadMaxBytes(maxMessage)
+	h.mux.Handle(processconnect.NewProcessHandler(&processes{h}, capped))
+	h.mux.Handle(filesystemconnect.NewFilesystemHandler(&files{h}, capped))
 	h.mux.HandleFunc("GET /files", h.download)
 	h.mux.HandleFunc("POST /files", h.upload)
 	h.mux.HandleFunc("GET /health", h.health)

@@ -16,7 +16,8 @@ import (
 // Bounds on polled watchers.
 const (
 	maxWatchersPerSandbox = 16
-	maxPolledEvents       = 10_000 // kept per watcher between polls
+	maxPolledEvents       = 10_000  // kept per watcher between polls
+	maxPolledBytes        = 1 << 20 // of their names, likewise
 )
 
 // watchers are the polled watchers (CreateWatcher): a watch of the
@@ -31,7 +32,8 @@ type watcher struct {
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	events []*filesystem.FilesystemEvent
-	lost   bool  // events were dropped past maxPolledEvents
+	bytes  int   // of the events' names
+	lost   bool  // events were dropped past maxPolledEvents or maxPolledBytes
 	err    error // why the watch ended, once it did
 	ended  bool
 }
@@ -90,11 +92,12 @@ func (f *files) CreateWatcher(ctx context.Context, req *connect.Request[filesyst
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			for _, e := range tr.events(ev) {
-				if len(w.events) >= maxPolledEvents {
+				if len(w.events) >= maxPolledEvents || w.bytes+len(e.Name) > maxPolledBytes {
 					w.lost = true
 					return nil
 				}
 				w.events = append(w.events, e)
+				w.bytes += len(e.Name)
 			}
 			return nil
 		})
@@ -132,10 +135,10 @@ func (f *files) GetWatcherEvents(ctx context.Context, req *connect.Request[files
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	evs := w.events
-	w.events = nil
+	w.events, w.bytes = nil, 0
 	if len(evs) == 0 && w.lost {
 		w.lost = false
-		return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("more than %d events between polls: some were lost", maxPolledEvents))
+		return nil, connect.NewError(connect.CodeDataLoss, fmt.Errorf("more than %d events (or %d bytes of names) between polls: some were lost", maxPolledEvents, maxPolledBytes))
 	}
 	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: evs}), nil
 }
