@@ -40,8 +40,9 @@ import (
 // browser opens), a header, or a cookie (for a front that gives each
 // sandbox port an origin of its own and keeps a token there, such as the
 // E2B front's <port>-<id>.<domain>; never set on the API's one origin,
-// where one sandbox's page could send another's). The front removes all
-// three, and the tenant's key, before the request reaches the sandbox.
+// where one sandbox's page could send another's). Proxy removes all
+// three, and each door the tenant's key, before the request reaches the
+// sandbox.
 const (
 	TokenParam  = "airlock_token"
 	TokenHeader = "X-Airlock-Port-Token"
@@ -190,9 +191,9 @@ func (p *Ports) Authorize(r *http.Request, id string, port int, key func(r *http
 // Proxy forwards r (HTTP, or a WebSocket or other Upgrade) to port of
 // sandbox id as caller t, one connection to the sandbox per request
 // (each recorded), its path and query as they are (a door that routes by
-// path strips its own prefix first). The port token and, when it signed
-// the caller in (via.Auth "key"), the Authorization header are removed;
-// Host is kept, X-Forwarded-* are set.
+// path strips its own prefix first). The port token is removed wherever
+// it is; the door removes the key it signed the caller in with (each
+// door has its own key headers). Host is kept, X-Forwarded-* are set.
 func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principal, id string, port int, via ports.Via) {
 	var dialErr error
 	tr := &http.Transport{
@@ -210,7 +211,7 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "sandbox"
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
-			scrub(pr.Out, via.Auth == "key")
+			scrub(pr.Out)
 		},
 		Transport: tr,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -225,12 +226,9 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 	rp.ServeHTTP(w, r)
 }
 
-// scrub removes the front's credentials from a request bound for a
-// sandbox: the port token wherever it is, and the key when it was one.
-func scrub(out *http.Request, key bool) {
-	if key {
-		out.Header.Del("Authorization")
-	}
+// scrub removes the port token from a request bound for a sandbox,
+// wherever it is.
+func scrub(out *http.Request) {
 	out.Header.Del(TokenHeader)
 	if out.URL.RawQuery != "" {
 		var kept []string
