@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/client"
 )
 
 // e2bDir is the Node test of the E2B front, with the pinned SDK
@@ -50,11 +51,15 @@ func freeLoopback(t *testing.T) string {
 
 // The unmodified E2B JS SDK (test/e2b/test.mjs) drives the daemon's E2B
 // front: create, getInfo, setTimeout, list with filters and pages, pause
-// and connect, snapshots, metrics, network fields, kill, isRunning, and
-// another tenant's key answered as a missing sandbox; the SDK signs in
-// with the tenant's E2B-shaped key. The sandbox it
-// leaves is then checked through airlock's own API: the same sandbox,
-// with the SDK's environment and metadata.
+// and connect, snapshots, metrics, network fields, kill, isRunning;
+// envd's commands (streams, exit codes, background, stdin, connect,
+// timeout), pty and files (watch, signed URLs, 80 MiB); getHost(8000)
+// reaching python's http.server; another tenant's key, a wrong token, a
+// forged signature answered as a missing sandbox. The SDK signs in with
+// the tenant's E2B-shaped key. The sandbox it leaves is then checked
+// through airlock's own API: the same sandbox, with the SDK's environment
+// and metadata; and the records of its commands and files calls are
+// those of the same calls through airlock's API.
 func TestE2BSDK(t *testing.T) {
 	dir := e2bDir(t)
 	addr := freeLoopback(t)
@@ -91,9 +96,10 @@ func TestE2BSDK(t *testing.T) {
 	t.Logf("node test.mjs:\n%s", out.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var res struct {
-		Kept string `json:"kept"`
+		Kept    string `json:"kept"`
+		Audited string `json:"audited"`
 	}
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil || res.Kept == "" {
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil || res.Kept == "" || res.Audited == "" {
 		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
 	}
 	a := d.client(t, keys[0])
@@ -131,6 +137,60 @@ func TestE2BSDK(t *testing.T) {
 	if !slices.Equal(kinds, want) {
 		t.Errorf("records of the SDK's sandbox: %v, want %v", kinds, want)
 	}
+
+	// The SDK's commands and files calls (test.mjs audited()) against
+	// the same calls through airlock's API: the same records, with the
+	// same data but for the sandbox's id and times.
+	sdk := auditOf(t, a, res.Audited)
+	// As the front makes it: no network, its E2B metadata; commands as
+	// the SDK runs them (bash -l -c, its 60 s default timeout).
+	ref, err := a.CreateSandbox(ctx, &api.CreateSandbox{TTL: "300s", Network: api.Network{Mode: "none"},
+		Metadata: map[string]string{"e2b.template": "base", "e2b.timeout": "300", "suite": runID + "-audit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout, _, end := run(t, a, ref.ID, &api.Exec{Cmd: []string{"/bin/bash", "-l", "-c", "echo audit"}, Timeout: "1m0s"}); stdout != "audit\n" || end.ExitCode != 0 {
+		t.Errorf("echo audit: %q %+v", stdout, end)
+	}
+	steps := []func() error{
+		func() error { return a.WriteFile(ctx, ref.ID, "/workspace/audit.txt", []byte("x"), 0o644) },
+		func() error { _, err := a.ReadFile(ctx, ref.ID, "/workspace/audit.txt"); return err },
+		func() error { _, err := a.ListDir(ctx, ref.ID, "/workspace", 1); return err },
+		func() error { _, err := a.Stat(ctx, ref.ID, "/workspace/audit.txt"); return err },
+		func() error { _, err := a.MakeDir(ctx, ref.ID, "/workspace/ad"); return err },
+		func() error {
+			_, err := a.Move(ctx, ref.ID, "/workspace/audit.txt", "/workspace/ad/moved.txt")
+			return err
+		},
+		func() error { return a.Remove(ctx, ref.ID, "/workspace/ad/moved.txt") },
+		func() error { return a.Destroy(ctx, ref.ID) },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	api := auditOf(t, a, ref.ID)
+	if !slices.Equal(sdk, api) {
+		t.Errorf("records of the SDK's calls:\n%s\nof the same through airlock's API:\n%s", strings.Join(sdk, "\n"), strings.Join(api, "\n"))
+	}
+}
+
+// auditOf is sandbox id's records, each its kind and its data with the
+// sandbox's id, exec and process ids, times and usage blanked.
+func auditOf(t *testing.T, c *client.Client, id string) []string {
+	t.Helper()
+	recs, err := c.Audit(context.Background(), id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vary := regexp.MustCompile(`"(exec_id|pid|init_pid|duration_ms|expires|cpu_seconds|memory_peak_bytes)":("[^"]*"|[0-9.]+)`)
+	var out []string
+	for _, r := range recs {
+		d := strings.ReplaceAll(string(r.Data), id, "ID")
+		out = append(out, r.Kind+" "+vary.ReplaceAllString(d, `"$1":_`))
+	}
+	return out
 }
 
 // Off the SDKs' plain-HTTP local set-up: the E2B front over TLS (HTTP/2),
