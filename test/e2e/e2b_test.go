@@ -258,3 +258,143 @@ func TestE2BFrontTLSHostRouting(t *testing.T) {
 		}
 	}
 }
+
+// A server inside a sandbox, through the E2B front at <port>-<id>.<domain>
+// (and the E2b-Sandbox-Id header): the owner's key (X-API-Key or
+// Authorization), the sandbox's access token or an airlock port token
+// (query, header, cookie) let a request in, and none of them reaches the
+// server, which echoes every header it is sent; the server's own headers
+// and query do. Another tenant's key, a forged token, a token for another
+// port or another sandbox answer as a missing sandbox does and reach
+// nothing. Every request let in is one port.connect record of the door
+// e2b with the proof it came with.
+func TestE2BPortsCarryNoCredentials(t *testing.T) {
+	addr := freeLoopback(t)
+	d := startDaemon(t, newDataDir(t), "--e2b-listen", addr)
+	d.waitLog(t, `"e2b":"`+addr+`"`)
+	ctx := context.Background()
+	aliceKey, bobKey := tenantKey(t, d, "e2bpa"), tenantKey(t, d, "e2bpb")
+	alice := d.client(t, aliceKey)
+	create := func() (id, token string) {
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v2/sandboxes", strings.NewReader(`{"timeout":600}`))
+		req.Header.Set("X-API-Key", aliceKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var sb struct{ SandboxID, EnvdAccessToken string }
+		if err := json.NewDecoder(res.Body).Decode(&sb); err != nil || res.StatusCode != 201 {
+			t.Fatalf("create: %d %v", res.StatusCode, err)
+		}
+		t.Cleanup(func() { _ = alice.Destroy(context.Background(), sb.SandboxID) })
+		return sb.SandboxID, sb.EnvdAccessToken
+	}
+	id, access := create()
+	other, _ := create()
+	startPortServer(t, alice, id)
+	tok, err := alice.MintPortToken(ctx, id, 8000, "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok8001, err := alice.MintPortToken(ctx, id, 8001, "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokOther, err := alice.MintPortToken(ctx, other, 8000, "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{aliceKey, bobKey, access, tok.Token}
+	host := "8000-" + id + "." + addr
+	get := func(host, path string, hdr ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Host = host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		name, host, path string
+		hdr              []string
+		wantAuth         string // the Authorization the server sees
+	}{
+		{"X-API-Key", host, "/headers?a=1", []string{"X-API-Key", aliceKey, "Authorization", "Basic app"}, "Basic app"},
+		{"Authorization", host, "/headers?a=1", []string{"Authorization", "Bearer " + aliceKey}, ""},
+		{"access token", host, "/headers?a=1", []string{"X-Access-Token", access, "X-API-Key", bobKey}, ""},
+		{"routed by header", addr, "/headers?a=1", []string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "8000", "X-API-Key", aliceKey}, ""},
+		{"token in the query", host, "/headers?airlock_token=" + tok.Token + "&a=1", nil, ""},
+		{"token in the header", host, "/headers?a=1", []string{"X-Airlock-Port-Token", tok.Token, "X-Access-Token", "wrong"}, ""},
+		{"token in a cookie", host, "/headers?a=1", []string{"Cookie", "app=1; airlock_port_token=" + tok.Token}, ""},
+	} {
+		code, body := get(c.host, c.path, c.hdr...)
+		var seen struct {
+			Path    string
+			Headers map[string]string
+		}
+		if err := json.Unmarshal([]byte(body), &seen); code != 200 || err != nil || seen.Path != "/headers?a=1" {
+			t.Errorf("%s: %d %s", c.name, code, body)
+			continue
+		}
+		for k, v := range seen.Headers {
+			for _, s := range secrets {
+				if strings.Contains(v, s) {
+					t.Errorf("%s: a credential reached the server: %s: %s", c.name, k, v)
+				}
+			}
+			if strings.HasPrefix(strings.ToLower(k), "e2b-") {
+				t.Errorf("%s: the front's routing reached the server: %s: %s", c.name, k, v)
+			}
+		}
+		if got := seen.Headers["Authorization"]; got != c.wantAuth {
+			t.Errorf("%s: the server saw Authorization %q, want %q", c.name, got, c.wantAuth)
+		}
+	}
+	// Refusals: one answer, that of a missing sandbox's port.
+	forged := tok.Token[:len(tok.Token)-2] + "AA"
+	if forged == tok.Token {
+		forged = tok.Token[:len(tok.Token)-2] + "BA"
+	}
+	wantCode, want := get("8000-ffffffffffff."+addr, "/headers", "X-API-Key", aliceKey)
+	if wantCode != 502 {
+		t.Fatalf("a missing sandbox's port: %d %s", wantCode, want)
+	}
+	for name, hdr := range map[string][]string{
+		"another tenant's key":     {"X-API-Key", bobKey},
+		"no key":                   nil,
+		"a forged token":           {"X-Airlock-Port-Token", forged},
+		"a token for another port": {"X-Airlock-Port-Token", tok8001.Token},
+		"another sandbox's token":  {"X-Airlock-Port-Token", tokOther.Token},
+		"a forged token, a key":    {"X-Airlock-Port-Token", forged, "X-API-Key", aliceKey},
+		"another's access token":   {"X-Access-Token", access + "x"},
+	} {
+		if code, body := get(host, "/headers", hdr...); code != wantCode || body != want {
+			t.Errorf("%s: %d %s, want %d %s", name, code, body, wantCode, want)
+		}
+	}
+	recs, err := alice.Audit(ctx, id, "port.connect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range recs {
+		var pc struct {
+			Port       int
+			Door, Auth string
+		}
+		_ = json.Unmarshal(rec.Data, &pc)
+		got = append(got, fmt.Sprintf("%d %s %s", pc.Port, pc.Door, pc.Auth))
+	}
+	wantRecs := []string{"8000 e2b key", "8000 e2b key", "8000 e2b access-token", "8000 e2b key", "8000 e2b token", "8000 e2b token", "8000 e2b token"}
+	if !slices.Equal(got, wantRecs) {
+		t.Errorf("port.connect records: %v, want %v", got, wantRecs)
+	}
+}
