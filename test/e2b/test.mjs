@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto'
 import http from 'node:http'
 import {
   Sandbox, SandboxNotFoundError, AuthenticationError, SandboxError, CommandExitError, TimeoutError,
-  FileNotFoundError, NotFoundError, FilesystemEventType,
+  FileNotFoundError, NotFoundError, FilesystemEventType, TemplateError,
 } from 'e2b'
 
 const run = process.env.RUN
@@ -174,6 +174,18 @@ async function envdChecks(run) {
   assert.equal(await e.files.exists('/workspace/c.txt'), false)
   ok('files: write one and many, read text, bytes and stream, list depth, exists, getInfo, makeDir, rename, remove')
 
+  // a stream body (octet-stream), plain and gzip
+  for (const gzip of [false, true]) {
+    const body = new Blob(['streamed ' + gzip]).stream()
+    await e.files.write('/tmp/s', body, { gzip })
+    assert.equal(await e.files.read('/tmp/s', { gzip }), 'streamed ' + gzip)
+  }
+  // what envd 0.6.1 does not have, the SDK refuses itself
+  await rejects(e.files.write('/tmp/m', 'y', { metadata: { a: 'b' } }), TemplateError, 'file metadata')
+  await rejects(e.files.watchDir('/workspace', () => {}, { includeEntry: true }), TemplateError, 'includeEntry')
+  assert.equal(await e.isRunning(), true)
+  ok('files: stream bodies plain and gzip; metadata and includeEntry refused by the SDK (envd 0.6.1)')
+
   // watchDir, recursive, names relative to the watched directory
   const events = []
   const wrote = waiter((ev) => ev.name === 'd/n.txt' && ev.type === FilesystemEventType.WRITE)
@@ -290,11 +302,13 @@ async function main() {
   assert.equal(await s.pause(), true)
   assert.equal(await s.pause(), false)
   assert.equal((await s.getInfo()).state, 'paused')
+  await rejects(s.commands.run('true'), SandboxError, 'a command while paused')
   const paused = await Sandbox.list({ query: { metadata: { suite: run }, state: ['paused'] } }).nextItems()
   assert.deepEqual(paused.map((x) => x.sandboxId), [s.sandboxId])
   const again = await Sandbox.connect(s.sandboxId, { timeoutMs: 300_000 })
   assert.equal(again.sandboxId, s.sandboxId)
   assert.equal((await s.getInfo()).state, 'running')
+  assert.equal((await again.commands.run('echo back')).stdout, 'back\n')
   ok('pause, pause again, connect resumes')
 
   // snapshot, and a sandbox made from it

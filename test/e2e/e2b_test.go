@@ -133,6 +133,7 @@ func TestE2BSDK(t *testing.T) {
 	want := []string{"sandbox.created", "sandbox.extended", // setTimeout
 		"sandbox.paused", "sandbox.extended", // pause, kept a day
 		"sandbox.resumed", "sandbox.extended", // connect
+		"exec.start", "exec.end", // echo back (none for the command refused while paused)
 		"sandbox.snapshot", "exec.start", "exec.end", "sandbox.destroyed"}
 	if !slices.Equal(kinds, want) {
 		t.Errorf("records of the SDK's sandbox: %v, want %v", kinds, want)
