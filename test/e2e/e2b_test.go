@@ -292,7 +292,7 @@ func TestE2BPortsCarryNoCredentials(t *testing.T) {
 		return sb.SandboxID, sb.EnvdAccessToken
 	}
 	id, access := create()
-	other, _ := create()
+	other, otherAccess := create()
 	startPortServer(t, alice, id)
 	tok, err := alice.MintPortToken(ctx, id, 8000, "10m")
 	if err != nil {
@@ -375,7 +375,8 @@ func TestE2BPortsCarryNoCredentials(t *testing.T) {
 		"a token for another port": {"X-Airlock-Port-Token", tok8001.Token},
 		"another sandbox's token":  {"X-Airlock-Port-Token", tokOther.Token},
 		"a forged token, a key":    {"X-Airlock-Port-Token", forged, "X-API-Key", aliceKey},
-		"another's access token":   {"X-Access-Token", access + "x"},
+		"a wrong access token":     {"X-Access-Token", access + "x"},
+		"another sandbox's access": {"X-Access-Token", otherAccess},
 	} {
 		if code, body := get(host, "/headers", hdr...); code != wantCode || body != want {
 			t.Errorf("%s: %d %s, want %d %s", name, code, body, wantCode, want)
