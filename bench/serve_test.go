@@ -29,6 +29,7 @@ type daemon struct {
 	cmd      *exec.Cmd
 	dir      string
 	tenant   *client.Client
+	key      string // the tenant's
 	admin    *client.Client
 	stateDir string
 }
@@ -67,6 +68,7 @@ func startServe(b *testing.B, extra ...string) *daemon {
 	if err != nil {
 		b.Fatal(err)
 	}
+	d.key = t.Key
 	d.tenant, _ = client.New(client.Config{Address: sock, Key: t.Key})
 	b.Cleanup(d.stop)
 	return d

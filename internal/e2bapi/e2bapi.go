@@ -63,8 +63,18 @@ type Tenants interface {
 }
 
 // PortProxy serves r on port of sandbox id (owned by p), a TCP server
-// inside the sandbox.
-type PortProxy func(w http.ResponseWriter, r *http.Request, p *tenant.Principal, id string, port int)
+// inside the sandbox; auth is how the caller signed in: "key" (the
+// owner's), "access-token" (the sandbox's envd token) or "token" (an
+// airlock port token). The front has removed its own headers from r
+// (X-Access-Token, X-API-Key, the Authorization that signed the caller
+// in, E2b-Sandbox-Id, E2b-Sandbox-Port); the proxy removes a port token
+// (portfront.Proxy).
+type PortProxy func(w http.ResponseWriter, r *http.Request, p *tenant.Principal, id string, port int, auth string)
+
+// PortToken signs in the caller of r to port of sandbox id by the airlock
+// port token r carries (portfront.Authorize); found is false when r
+// carries none, p nil when the token is no good for that port.
+type PortToken func(r *http.Request, id string, port int) (p *tenant.Principal, found bool)
 
 // Config configures the front.
 type Config struct {
@@ -87,8 +97,11 @@ type Config struct {
 	Envd http.Handler
 	// Ports serves a routed sandbox's other ports; nil: not served (501).
 	Ports PortProxy
-	Log   *slog.Logger
-	Now   func() time.Time
+	// PortToken checks airlock's port tokens on a sandbox's other ports;
+	// nil: none is accepted.
+	PortToken PortToken
+	Log       *slog.Logger
+	Now       func() time.Time
 }
 
 // Front is the E2B listener's handler.
@@ -171,7 +184,8 @@ func notRunning(w http.ResponseWriter) {
 // its access token (or a /files signature), another port's after the
 // owner's key or the access token.
 func (f *Front) sandboxTraffic(w http.ResponseWriter, r *http.Request, id string, port int) {
-	if port == 0 || !f.allowed(r, id, port) {
+	auth, ok := f.allowed(r, id, port)
+	if port == 0 || !ok {
 		notRunning(w)
 		return
 	}
@@ -190,7 +204,7 @@ func (f *Front) sandboxTraffic(w http.ResponseWriter, r *http.Request, id string
 			writeErr(w, http.StatusNotImplemented, "this daemon does not serve sandboxes' ports")
 			return
 		}
-		f.cfg.Ports(w, r, owner, id, port)
+		f.cfg.Ports(w, withoutCredentials(r, auth), owner, id, port, auth)
 		return
 	}
 	if f.cfg.Envd == nil {
@@ -201,38 +215,64 @@ func (f *Front) sandboxTraffic(w http.ResponseWriter, r *http.Request, id string
 }
 
 // allowed checks r's credentials for sandbox id, before anything looks
-// the sandbox up: its access token; for envd's /files, a signature made
-// with it instead (r then loses its Authorization, so that the user is
-// the signed one); for another port, the key of the tenant that owns it.
-func (f *Front) allowed(r *http.Request, id string, port int) bool {
+// the sandbox up, and says which signed the caller in: its access token;
+// for envd's /files, a signature made with it instead (r then loses its
+// Authorization, so that the user is the signed one); for another port,
+// an airlock port token for it (which, when present, decides), else the
+// key of the tenant that owns it.
+func (f *Front) allowed(r *http.Request, id string, port int) (auth string, ok bool) {
 	if f.cfg.Tokens.CheckEnvd(id, r.Header.Get("X-Access-Token")) {
-		return true
+		return "access-token", true
 	}
-	if port == EnvdPort && r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost) {
+	if port == EnvdPort {
+		if r.URL.Path != "/files" || (r.Method != http.MethodGet && r.Method != http.MethodPost) {
+			return "", false
+		}
 		q := r.URL.Query()
 		op := "read"
 		if r.Method == http.MethodPost {
 			op = "write"
 		}
 		if q.Get("signature") == "" || !f.cfg.Tokens.CheckSignature(id, q.Get("path"), op, q.Get("username"), q.Get("signature"), q.Get("signature_expiration"), f.cfg.Now()) {
-			return false
+			return "", false
 		}
 		// The signed username is the one user the URL acts as: Basic
 		// credentials naming another are not envd's to read.
 		r.Header.Del("Authorization")
-		return true
+		return "signature", true
 	}
-	if port != EnvdPort {
-		if key := apiKey(r); key != "" {
-			p, err := f.cfg.Tenants.Authenticate(r.Context(), key, r.RemoteAddr)
-			if err != nil || p.Admin {
-				return false
-			}
-			owner, _, ok := f.owner(r.Context(), id)
-			return ok && owner.ID == p.ID
+	if f.cfg.PortToken != nil {
+		if p, found := f.cfg.PortToken(r, id, port); found {
+			return "token", p != nil && !p.Admin && f.owns(r.Context(), p, id)
 		}
 	}
-	return false
+	key := apiKey(r)
+	if key == "" {
+		return "", false
+	}
+	p, err := f.cfg.Tenants.Authenticate(r.Context(), key, r.RemoteAddr)
+	return "key", err == nil && !p.Admin && f.owns(r.Context(), p, id)
+}
+
+// owns reports whether live sandbox id is p's.
+func (f *Front) owns(ctx context.Context, p *tenant.Principal, id string) bool {
+	owner, _, ok := f.owner(ctx, id)
+	return ok && owner.ID == p.ID
+}
+
+// withoutCredentials is r, bound for a sandbox's server, without the
+// front's own headers: the access token, the key (X-API-Key, and
+// Authorization when it signed the caller in) and the routing headers.
+// A port token is the proxy's to remove.
+func withoutCredentials(r *http.Request, auth string) *http.Request {
+	out := r.Clone(r.Context())
+	if auth == "key" && out.Header.Get("X-API-Key") == "" {
+		out.Header.Del("Authorization") // apiKey's second choice: it was the key
+	}
+	for _, h := range []string{"X-Access-Token", "X-API-Key", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
+		out.Header.Del(h)
+	}
+	return out
 }
 
 // admin is the principal the front looks sandboxes up as, to find their

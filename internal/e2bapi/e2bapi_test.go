@@ -32,6 +32,8 @@ type rig struct {
 	tokens  *Tokens
 	envdHit []envd.Target
 	portHit []string
+	// portSaw is the last request a port was given.
+	portSaw *http.Request
 }
 
 var (
@@ -51,8 +53,22 @@ func newRig(t *testing.T) *rig {
 			r.envdHit = append(r.envdHit, tg)
 			w.WriteHeader(http.StatusNoContent)
 		}),
-		Ports: func(w http.ResponseWriter, req *http.Request, p *tenant.Principal, id string, port int) {
-			r.portHit = append(r.portHit, fmt.Sprintf("%s %s %d", p.Tenant, id, port))
+		// A port token here is "pt <tenant> <id> <port>".
+		PortToken: func(req *http.Request, id string, port int) (*tenant.Principal, bool) {
+			tok := req.Header.Get("X-Airlock-Port-Token")
+			if tok == "" {
+				return nil, false
+			}
+			for _, p := range []*tenant.Principal{alice, bob} {
+				if tok == fmt.Sprintf("pt %s %s %d", p.ID, id, port) {
+					return p, true
+				}
+			}
+			return nil, true
+		},
+		Ports: func(w http.ResponseWriter, req *http.Request, p *tenant.Principal, id string, port int, auth string) {
+			r.portHit = append(r.portHit, fmt.Sprintf("%s %s %d %s", p.Tenant, id, port, auth))
+			r.portSaw = req
 			w.WriteHeader(http.StatusTeapot)
 		},
 	})
@@ -407,11 +423,14 @@ func TestSandboxTrafficIsRoutedByHostOrHeader(t *testing.T) {
 		}
 	}
 	// Another port: the proxy, with the owner.
-	if code, _, _ := r.do("GET", "/", "", "", "Host", "8000-"+sb.SandboxID+".e2b.test:8443", "X-Access-Token", tok); code != http.StatusTeapot || len(r.portHit) != 1 || r.portHit[0] != "alice "+sb.SandboxID+" 8000" {
+	if code, _, _ := r.do("GET", "/", "", "", "Host", "8000-"+sb.SandboxID+".e2b.test:8443", "X-Access-Token", tok); code != http.StatusTeapot || len(r.portHit) != 1 || r.portHit[0] != "alice "+sb.SandboxID+" 8000 access-token" {
 		t.Errorf("port: %d %v", code, r.portHit)
 	}
-	if code, _, _ := r.do("GET", "/", "key-alice", "", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "3000"); code != http.StatusTeapot || len(r.portHit) != 2 {
+	if code, _, _ := r.do("GET", "/", "key-alice", "", "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "3000"); code != http.StatusTeapot || len(r.portHit) != 2 || r.portHit[1] != "alice "+sb.SandboxID+" 3000 key" {
 		t.Errorf("port with the owner's key: %d %v", code, r.portHit)
+	}
+	if code, _, _ := r.do("GET", "/", "", "", "Host", "3000-"+sb.SandboxID+".e2b.test", "X-Airlock-Port-Token", "pt t-alice "+sb.SandboxID+" 3000"); code != http.StatusTeapot || len(r.portHit) != 3 || r.portHit[2] != "alice "+sb.SandboxID+" 3000 token" {
+		t.Errorf("port with a port token: %d %v", code, r.portHit)
 	}
 	// The API host, and hosts that only look alike, are the control plane.
 	for _, host := range []string{"api.e2b.test:8443", "49983-" + sb.SandboxID + ".e2b.test.evil", "x-" + sb.SandboxID + ".e2b.test"} {
@@ -439,6 +458,12 @@ func TestRefusedSandboxTrafficIsIndistinguishable(t *testing.T) {
 		"port of a missing one":    {"Host", "8000-sb999.e2b.test", "X-API-Key", "key-alice"},
 		"host route, wrong token":  {"Host", "49983-" + sb.SandboxID + ".e2b.test", "X-Access-Token", "airlock_envd_x"},
 		"another key's token mint": {"E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", NewTokens([]byte("another daemon's key, 32 bytes!!")).Envd(sb.SandboxID)},
+		"port token, another port": {"Host", "8000-" + sb.SandboxID + ".e2b.test", "X-Airlock-Port-Token", "pt t-alice " + sb.SandboxID + " 3000"},
+		// A token present decides: the owner's key beside a bad one does not let it in.
+		"port token forged, a key": {"Host", "8000-" + sb.SandboxID + ".e2b.test", "X-Airlock-Port-Token", "pt x", "X-API-Key", "key-alice"},
+		"another's port token":     {"Host", "8000-" + sb.SandboxID + ".e2b.test", "X-Airlock-Port-Token", "pt t-bob " + sb.SandboxID + " 8000"},
+		"port token on envd":       {"E2b-Sandbox-Id", sb.SandboxID, "X-Airlock-Port-Token", "pt t-alice " + sb.SandboxID + " 49983"},
+		"key on envd":              {"E2b-Sandbox-Id", sb.SandboxID, "X-API-Key", "key-alice"},
 	} {
 		code, _, out := r.do("GET", "/health", "", "", hdr...)
 		if code != http.StatusBadGateway || out != want {
@@ -447,6 +472,42 @@ func TestRefusedSandboxTrafficIsIndistinguishable(t *testing.T) {
 	}
 	if len(r.envdHit)+len(r.portHit) != 0 {
 		t.Errorf("refused requests reached envd %v or a port %v", r.envdHit, r.portHit)
+	}
+}
+
+// The front's own headers never reach a sandbox's server: the access
+// token, the key (X-API-Key; Authorization when it was the key), the
+// routing headers. The server's own Authorization, when the key came in
+// X-API-Key, does.
+func TestPortRequestsCarryNoCredentialOfTheFront(t *testing.T) {
+	r := newRig(t)
+	sb := r.create("key-alice", `{}`)
+	tok := r.tokens.Envd(sb.SandboxID)
+	for _, c := range []struct {
+		name     string
+		hdr      []string
+		wantAuth string
+	}{
+		{"access token, key beside it", []string{"X-Access-Token", tok, "X-API-Key", "key-alice", "Authorization", "Basic app"}, "Basic app"},
+		{"X-API-Key", []string{"X-API-Key", "key-alice", "Authorization", "Basic app"}, "Basic app"},
+		{"Authorization", []string{"Authorization", "Bearer key-alice"}, ""},
+		{"port token", []string{"X-Airlock-Port-Token", "pt t-alice " + sb.SandboxID + " 8000", "X-Access-Token", "wrong", "X-API-Key", "key-bob"}, ""},
+	} {
+		r.portSaw = nil
+		hdr := append([]string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8000", "X-App", "1"}, c.hdr...)
+		if code, _, out := r.do("GET", "/x", "", "", hdr...); code != http.StatusTeapot || r.portSaw == nil {
+			t.Errorf("%s: %d %s", c.name, code, out)
+			continue
+		}
+		h := r.portSaw.Header
+		for _, k := range []string{"X-Access-Token", "X-API-Key", "E2b-Sandbox-Id", "E2b-Sandbox-Port"} {
+			if h.Get(k) != "" {
+				t.Errorf("%s: %s reached the port: %v", c.name, k, h)
+			}
+		}
+		if h.Get("Authorization") != c.wantAuth || h.Get("X-App") != "1" {
+			t.Errorf("%s: the port saw %v", c.name, h)
+		}
 	}
 }
 

@@ -1039,6 +1039,9 @@ func (h *Handler) portRoutes() []route {
 			in := r.Clone(r.Context())
 			in.URL.RawPath = rest
 			in.URL.Path = "/" + r.PathValue("path")
+			if auth == "key" {
+				in.Header.Del("Authorization") // the key: never the sandbox's
+			}
 			h.ports.Proxy(w, in, p, sid, port, ports.Via{Door: "api", Auth: auth, Remote: r.RemoteAddr})
 			return nil
 		}},

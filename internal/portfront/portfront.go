@@ -41,8 +41,9 @@ import (
 // browser opens), a header, or a cookie (for a front that gives each
 // sandbox port an origin of its own and keeps a token there, such as the
 // E2B front's <port>-<id>.<domain>; never set on the API's one origin,
-// where one sandbox's page could send another's). The front removes all
-// three, and the tenant's key, before the request reaches the sandbox.
+// where one sandbox's page could send another's). Proxy removes all
+// three, and each door the tenant's key, before the request reaches the
+// sandbox.
 const (
 	TokenParam  = "airlock_token"
 	TokenHeader = "X-Airlock-Port-Token"
@@ -191,10 +192,11 @@ func (p *Ports) Authorize(r *http.Request, id string, port int, key func(r *http
 // Proxy forwards r (HTTP, or a WebSocket or other Upgrade) to port of
 // sandbox id as caller t, one connection to the sandbox per request
 // (each recorded), its path and query as they are (a door that routes by
-// path strips its own prefix first). The port token and, when it signed
-// the caller in (via.Auth "key") or is a key beside a token, the
-// Authorization header are removed;
-// Host is kept, X-Forwarded-* are set.
+// path strips its own prefix first). The port token is removed wherever
+// it is, and any of airlock's keys and tokens or an E2B-shaped key in
+// Authorization, X-API-Key or X-Access-Token; the door also removes the
+// key it signed the caller in with (each door has its own key headers).
+// Host is kept, X-Forwarded-* are set; the answer loses what shield says.
 func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principal, id string, port int, via ports.Via) {
 	var dialErr error
 	tr := &http.Transport{
@@ -212,7 +214,7 @@ func (p *Ports) Proxy(w http.ResponseWriter, r *http.Request, t *tenant.Principa
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "sandbox"
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
-			scrub(pr.Out, via.Auth == "key")
+			scrub(pr.Out)
 		},
 		Transport:      tr,
 		ModifyResponse: shield(via.Door),
@@ -244,11 +246,12 @@ func shield(door string) func(*http.Response) error {
 }
 
 // scrub removes the front's credentials from a request bound for a
-// sandbox: the port token wherever it is, the key when it was one, and
-// any of airlock's keys and tokens or E2B-shaped key beside (a client
-// such as client.PortClient sends its key with a token URL too).
-func scrub(out *http.Request, key bool) {
-	if a, _ := strings.CutPrefix(out.Header.Get("Authorization"), "Bearer "); key || credential(a) {
+// sandbox: the port token wherever it is, and any of airlock's keys and
+// tokens or an E2B-shaped key beside it (a client such as
+// client.PortClient sends its key with a token URL too); the door removes
+// the key that signed the caller in.
+func scrub(out *http.Request) {
+	if a, _ := strings.CutPrefix(out.Header.Get("Authorization"), "Bearer "); credential(a) {
 		out.Header.Del("Authorization")
 	}
 	// The E2B front's: its key header, and envd's access token (which

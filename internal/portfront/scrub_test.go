@@ -17,14 +17,14 @@ func TestScrubRemovesAKeyBesideAToken(t *testing.T) {
 	} {
 		r := httptest.NewRequest("GET", "/x?airlock_token=pt1.t.1.m", nil)
 		r.Header.Set("Authorization", v)
-		scrub(r, false)
+		scrub(r)
 		if got := r.Header.Get("Authorization"); got != "" {
 			t.Errorf("%q reached the sandbox as %q", v, got)
 		}
 	}
 	r := httptest.NewRequest("GET", "/x", nil)
 	r.Header.Set("Authorization", "Basic YXBwOnB3")
-	scrub(r, false)
+	scrub(r)
 	if r.Header.Get("Authorization") != "Basic YXBwOnB3" {
 		t.Error("the application's own Authorization was removed")
 	}
@@ -32,19 +32,17 @@ func TestScrubRemovesAKeyBesideAToken(t *testing.T) {
 
 // The E2B front's credentials (its X-API-Key, and the envd access token
 // that also opens a sandbox's ports) do not reach the sandbox either,
-// whichever way the caller signed in.
+// whichever door the request came through.
 func TestScrubRemovesE2BCredentials(t *testing.T) {
-	for _, key := range []bool{false, true} {
-		r := httptest.NewRequest("GET", "/x", nil)
-		r.Header.Set("X-API-Key", "e2b_0123456789abcdef0123456789abcdef01234567")
-		r.Header.Add("X-API-Key", "airlock_tenant_c2VjcmV0")
-		r.Header.Set("X-Access-Token", "airlock_envd_c2VjcmV0")
-		scrub(r, key)
-		if got := r.Header.Values("X-API-Key"); len(got) != 0 {
-			t.Errorf("key %v: X-API-Key %q reached the sandbox", key, got)
-		}
-		if got := r.Header.Get("X-Access-Token"); got != "" {
-			t.Errorf("key %v: X-Access-Token %q reached the sandbox", key, got)
-		}
+	r := httptest.NewRequest("GET", "/x", nil)
+	r.Header.Set("X-API-Key", "e2b_0123456789abcdef0123456789abcdef01234567")
+	r.Header.Add("X-API-Key", "airlock_tenant_c2VjcmV0")
+	r.Header.Set("X-Access-Token", "airlock_envd_c2VjcmV0")
+	scrub(r)
+	if got := r.Header.Values("X-API-Key"); len(got) != 0 {
+		t.Errorf("X-API-Key %q reached the sandbox", got)
+	}
+	if got := r.Header.Get("X-Access-Token"); got != "" {
+		t.Errorf("X-Access-Token %q reached the sandbox", got)
 	}
 }

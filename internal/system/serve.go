@@ -17,11 +17,14 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/e2bapi"
+	"github.com/airlock-sandbox/airlock/internal/e2bapi/envd"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/linux/lockfile"
 	"github.com/airlock-sandbox/airlock/internal/mcp"
+	"github.com/airlock-sandbox/airlock/internal/portfront"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/sandbox/ports"
 	"github.com/airlock-sandbox/airlock/internal/tenant"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
@@ -153,7 +156,22 @@ func (s *System) listenE2B(errc chan error) (*http.Server, error) {
 	templates := map[string]string{"base": "host"}
 	maps.Copy(templates, e.Templates)
 	front := e2bapi.New(e2bapi.Config{Sandboxes: s.Service, Tenants: s.Tenants, Tokens: tokens, Domain: domain,
-		Templates: templates, AllowInternet: e.AllowInternet, Log: o.Log})
+		Templates: templates, AllowInternet: e.AllowInternet, Log: o.Log,
+		Envd: envd.New(s.Service),
+		Ports: func(w http.ResponseWriter, r *http.Request, p *tenant.Principal, id string, port int, auth string) {
+			s.Ports.Proxy(w, r, p, id, port, ports.Via{Door: "e2b", Auth: auth, Remote: r.RemoteAddr})
+		},
+		PortToken: func(r *http.Request, id string, port int) (*tenant.Principal, bool) {
+			if tok, _ := portfront.TokenOf(r); tok == "" {
+				return nil, false
+			}
+			p, _, err := s.Ports.Authorize(r, id, port, nil)
+			if err != nil {
+				return nil, true
+			}
+			return p, true
+		},
+	})
 	srv := httpapi.Server(front)
 	if loopback(e.Listen) && e.TLSCert == "" {
 		go func() { errc <- srv.Serve(ln) }()
