@@ -129,6 +129,18 @@ func (l *Lifecycle) Create(ctx context.Context, id string, s *spec.Spec, o Optio
 		// Each command chooses its user; root inside gets the small set.
 		wo.KeepCaps = rootCaps
 		undo.Do(func() { _ = os.Remove(sb.socket) })
+		// Until its agent's socket is there, this marks the sandbox as
+		// long-lived: a daemon killed meanwhile leaves one that may live
+		// on (a gvisor sandbox's runsc run does), which the next daemon
+		// finds by it (LongLived) and ends.
+		mark := l.creatingMark(id)
+		if err = os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
+			return nil, err
+		}
+		if err = os.WriteFile(mark, nil, 0o600); err != nil {
+			return nil, err
+		}
+		defer os.Remove(mark)
 	}
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)

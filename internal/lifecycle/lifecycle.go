@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
@@ -147,8 +148,9 @@ func (l *Lifecycle) GC() ([]string, error) {
 	// A long-lived sandbox's agent socket, once its sandbox is gone (its
 	// creator died without a word).
 	socks, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "agents", "*.sock"))
-	for _, s := range socks {
-		if id := strings.TrimSuffix(filepath.Base(s), ".sock"); !l.live(id) {
+	marks, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "agents", "*"+creatingSuffix))
+	for _, s := range slices.Concat(socks, marks) {
+		if id := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(s), ".sock"), creatingSuffix); !l.live(id) {
 			_ = os.Remove(s)
 		}
 	}
@@ -162,6 +164,7 @@ func (l *Lifecycle) Discard(id string) error {
 		err = errors.Join(err, w.Discard(id))
 	}
 	_ = os.Remove(l.agentSocket(id))
+	_ = os.Remove(l.creatingMark(id))
 	err = errors.Join(err, sandboxnet.Reap(l.cfg.StateDir))
 	if err2 := checkout.GCRepos(l.cfg.DataDir+"/tmp", l.live); err2 != nil {
 		err = errors.Join(err, err2)
@@ -170,16 +173,31 @@ func (l *Lifecycle) Discard(id string) error {
 }
 
 // LongLived lists the long-lived sandboxes of this state directory: those
-// with an agent socket and a live holder.
+// with an agent socket, or being made (creatingMark), and a live holder.
 func (l *Lifecycle) LongLived() []string {
 	ents, _ := os.ReadDir(filepath.Join(l.cfg.StateDir, "agents"))
 	var ids []string
+	seen := map[string]bool{}
 	for _, en := range ents {
-		if id, ok := strings.CutSuffix(en.Name(), ".sock"); ok && l.live(id) {
+		id, ok := strings.CutSuffix(en.Name(), ".sock")
+		if !ok {
+			id, ok = strings.CutSuffix(en.Name(), creatingSuffix)
+		}
+		if ok && !seen[id] && l.live(id) {
+			seen[id] = true
 			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// creatingSuffix names the mark of a long-lived sandbox being made.
+const creatingSuffix = ".creating"
+
+// creatingMark is the file that says long-lived sandbox id is being made
+// (its agent's socket is not there yet).
+func (l *Lifecycle) creatingMark(id string) string {
+	return filepath.Join(l.cfg.StateDir, "agents", id+creatingSuffix)
 }
 
 // agentSocket is where sandbox id's agent listens on the host.

@@ -265,3 +265,47 @@ func TestGCRemovesTheStagesOfDeadSandboxesSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// A long-lived sandbox is listed as such (LongLived) from before its wall
+// starts it, not only once its agent's socket is there: a daemon killed
+// in between leaves one that may live on (a gvisor sandbox's runsc run
+// does), which the next daemon must find to end it. The mark goes with a
+// create that ends, and gc removes one whose sandbox is gone.
+func TestLongLivedListsASandboxBeingMade(t *testing.T) {
+	w := &fakeWall{}
+	l := newTestLifecycle(t, w)
+	const id = "dddddddddddd"
+	var during []string
+	sb, err := l.Create(context.Background(), id, longLived(), Options{BeforeStart: func(*Sandbox) error {
+		during = l.LongLived()
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sb.Destroy(); sb.Release() }()
+	if !slices.Equal(during, []string{id}) {
+		t.Errorf("long-lived sandboxes while %s is made: %v", id, during)
+	}
+	if _, err := os.Stat(l.creatingMark(id)); !os.IsNotExist(err) {
+		t.Errorf("the mark outlived the create: %v", err)
+	}
+
+	// What a killed daemon leaves: the mark, its sandbox's holder alive,
+	// then gone.
+	const orphan = "eeeeeeeeeeee"
+	if err := os.WriteFile(l.creatingMark(orphan), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.reserved[orphan] = true
+	if got := l.LongLived(); !slices.Contains(got, orphan) {
+		t.Errorf("a sandbox a killed daemon was making is not listed: %v", got)
+	}
+	delete(w.reserved, orphan)
+	if _, err := l.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(l.creatingMark(orphan)); !os.IsNotExist(err) {
+		t.Errorf("gc left the mark of a dead sandbox: %v", err)
+	}
+}
