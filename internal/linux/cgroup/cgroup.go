@@ -763,10 +763,26 @@ func (c *Cgroup) Remove() error {
 		if err := rmdir(d); err != nil && first == nil {
 			first = err
 		}
-		// The parent, when this was its last sandbox (busy otherwise).
-		_ = unix.Rmdir(filepath.Dir(d))
+		removeParentIfEmpty(filepath.Dir(d))
 	}
 	return first
+}
+
+// removeParentIfEmpty removes airlock's parent directory p when no
+// sandbox's cgroup is left in it. An empty one is told by its link count
+// (kernfs keeps a directory's at 2 plus its subdirectories), read without
+// the kernel's global cgroup lock; an rmdir takes that lock even to fail,
+// and a kill switch of 1,000 sandboxes would try it 4,000 times while the
+// kernel offlines their cgroups under the same lock. Two last sandboxes
+// ending together may both try; one fails, busy or gone, as a create
+// between the look and the rmdir makes it fail (Create starts again when
+// the parent goes under it).
+func removeParentIfEmpty(p string) {
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil || st.Nlink > 2 {
+		return
+	}
+	_ = unix.Rmdir(p)
 }
 
 // rmdir removes cgroup directory d, waiting briefly for dying tasks.

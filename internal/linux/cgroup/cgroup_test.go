@@ -80,6 +80,40 @@ func TestCreateLimitsAndRemove(t *testing.T) {
 	}
 }
 
+// The parent directory stays while any sandbox's cgroup is in it, and
+// goes with the last.
+func TestParentGoesWithTheLastCgroup(t *testing.T) {
+	h := testHost(t)
+	var cgs []*Cgroup
+	t.Cleanup(func() {
+		for _, cg := range cgs {
+			_ = cg.Remove()
+		}
+	})
+	for _, name := range []string{"first", "last"} {
+		cg, err := h.Create(name+"-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Pids: 16, Commands: &CommandLimits{MemoryBytes: 32 << 20, Pids: 8}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cgs = append(cgs, cg)
+	}
+	if err := cgs[0].Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if parentGone(h) {
+		t.Fatal("the parent directory went while a cgroup was in it")
+	}
+	if _, err := os.Stat(cgs[1].Dir("memory")); err != nil {
+		t.Fatalf("the other cgroup went: %v", err)
+	}
+	if err := cgs[1].Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if !parentGone(h) {
+		t.Fatal("the parent directory of the last cgroup was left")
+	}
+}
+
 // testHost is this host's cgroups under a parent of this test run's own
 // (never a live airlock's, nor another run's), or a skip where creating
 // cgroups is impossible.
