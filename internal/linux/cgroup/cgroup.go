@@ -562,10 +562,32 @@ func (c *Cgroup) LimitEvents() (oomKills, pidsLimited int64) {
 	return oomKills, pidsLimited
 }
 
-// children lists the child cgroups of directory dir.
+// children lists the child cgroups of directory dir. Only airlock makes
+// any (CommandsDir, InitDir): those are looked up by name, and the
+// directory is read (a v1 memory cgroup's holds some 50 files) only when
+// its link count (kernfs keeps a directory's at 2 plus its
+// subdirectories) says there are others, or is not kept.
 func children(dir string) []string {
-	ents, _ := os.ReadDir(dir)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return nil
+	}
+	if st.Nlink == 2 {
+		return nil
+	}
 	var out []string
+	for _, name := range []string{CommandsDir, InitDir} {
+		var sub unix.Stat_t
+		p := filepath.Join(dir, name)
+		if unix.Lstat(p, &sub) == nil && sub.Mode&unix.S_IFMT == unix.S_IFDIR {
+			out = append(out, p)
+		}
+	}
+	if st.Nlink > 2 && uint64(len(out)) == uint64(st.Nlink)-2 {
+		return out
+	}
+	ents, _ := os.ReadDir(dir)
+	out = out[:0]
 	for _, e := range ents {
 		if e.IsDir() {
 			out = append(out, filepath.Join(dir, e.Name()))

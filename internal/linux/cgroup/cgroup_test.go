@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,4 +175,42 @@ func FuzzParseKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, key string) {
 		parseKey(b, key)
 	})
+}
+
+// children finds airlock's own child cgroups by name and any other by
+// reading the directory, so that Remove leaves none behind.
+func TestChildrenFindsEveryChild(t *testing.T) {
+	h := testHost(t)
+	cg, err := h.Create("children-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Pids: 16, Commands: &CommandLimits{MemoryBytes: 32 << 20, Pids: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.Remove() })
+	dir := cg.Dir("memory")
+	want := []string{filepath.Join(dir, CommandsDir)}
+	if h.Version == V2 {
+		want = append(want, filepath.Join(dir, InitDir))
+	}
+	check := func() {
+		t.Helper()
+		got := children(dir)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("children = %q, want %q", got, want)
+		}
+	}
+	check()
+	other := filepath.Join(dir, "other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, other)
+	check()
+	if err := cg.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if !parentGone(h) {
+		t.Fatal("the cgroup or its parent was left")
+	}
 }
