@@ -165,6 +165,10 @@ const (
 type Cgroup struct {
 	host *Host
 	dirs map[string]string // controller (or "" for v2) -> directory
+	// made lists, for a cgroup Create made, the child cgroups it makes
+	// in each directory (Remove needs no look for them); nil for one
+	// Open found.
+	made map[string][]string
 }
 
 // Create makes the cgroup airlock/<name> and applies limits. On error,
@@ -173,7 +177,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	if strings.ContainsAny(name, "/.") || name == "" {
 		return nil, fmt.Errorf("cgroup name %q", name)
 	}
-	cg := &Cgroup{host: h, dirs: map[string]string{}}
+	cg := &Cgroup{host: h, dirs: map[string]string{}, made: map[string][]string{}}
 	defer func() {
 		if err != nil {
 			_ = cg.Remove()
@@ -223,6 +227,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 			return nil, err
 		}
 		for _, sub := range []string{InitDir, CommandsDir} {
+			cg.made[dir] = append(cg.made[dir], filepath.Join(dir, sub))
 			if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
 				return nil, fmt.Errorf("create cgroup %s/%s: %w", dir, sub, err)
 			}
@@ -270,6 +275,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	sub := map[string]string{}
 	for _, ctl := range commandControllers {
 		sub[ctl] = filepath.Join(cg.dirs[ctl], CommandsDir)
+		cg.made[cg.dirs[ctl]] = []string{sub[ctl]}
 		if err := os.Mkdir(sub[ctl], 0o755); err != nil && !errors.Is(err, os.ErrExist) { // co-mounted
 			return nil, fmt.Errorf("mkdir %s: %w", sub[ctl], err)
 		}
@@ -777,7 +783,11 @@ func (c *Cgroup) Remove() error {
 			continue
 		}
 		seen[d] = true
-		for _, sub := range children(d) {
+		subs, ok := c.made[d]
+		if !ok && c.made == nil {
+			subs = children(d)
+		}
+		for _, sub := range subs {
 			if err := rmdir(sub); err != nil && first == nil {
 				first = err
 			}
