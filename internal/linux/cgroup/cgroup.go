@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -165,6 +166,10 @@ const (
 type Cgroup struct {
 	host *Host
 	dirs map[string]string // controller (or "" for v2) -> directory
+	// made lists, for a cgroup Create made, the child cgroups it makes
+	// in each directory (Remove needs no look for them); nil for one
+	// Open found.
+	made map[string][]string
 }
 
 // Create makes the cgroup airlock/<name> and applies limits. On error,
@@ -173,7 +178,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	if strings.ContainsAny(name, "/.") || name == "" {
 		return nil, fmt.Errorf("cgroup name %q", name)
 	}
-	cg := &Cgroup{host: h, dirs: map[string]string{}}
+	cg := &Cgroup{host: h, dirs: map[string]string{}, made: map[string][]string{}}
 	defer func() {
 		if err != nil {
 			_ = cg.Remove()
@@ -223,6 +228,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 			return nil, err
 		}
 		for _, sub := range []string{InitDir, CommandsDir} {
+			cg.made[dir] = append(cg.made[dir], filepath.Join(dir, sub))
 			if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
 				return nil, fmt.Errorf("create cgroup %s/%s: %w", dir, sub, err)
 			}
@@ -270,6 +276,7 @@ func (h *Host) Create(name string, l Limits) (_ *Cgroup, err error) {
 	sub := map[string]string{}
 	for _, ctl := range commandControllers {
 		sub[ctl] = filepath.Join(cg.dirs[ctl], CommandsDir)
+		cg.made[cg.dirs[ctl]] = []string{sub[ctl]}
 		if err := os.Mkdir(sub[ctl], 0o755); err != nil && !errors.Is(err, os.ErrExist) { // co-mounted
 			return nil, fmt.Errorf("mkdir %s: %w", sub[ctl], err)
 		}
@@ -562,10 +569,32 @@ func (c *Cgroup) LimitEvents() (oomKills, pidsLimited int64) {
 	return oomKills, pidsLimited
 }
 
-// children lists the child cgroups of directory dir.
+// children lists the child cgroups of directory dir. Only airlock makes
+// any (CommandsDir, InitDir): those are looked up by name, and the
+// directory is read (a v1 memory cgroup's holds some 50 files) only when
+// its link count (kernfs keeps a directory's at 2 plus its
+// subdirectories) says there are others, or is not kept.
 func children(dir string) []string {
-	ents, _ := os.ReadDir(dir)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return nil
+	}
+	if st.Nlink == 2 {
+		return nil
+	}
 	var out []string
+	for _, name := range []string{CommandsDir, InitDir} {
+		var sub unix.Stat_t
+		p := filepath.Join(dir, name)
+		if unix.Lstat(p, &sub) == nil && sub.Mode&unix.S_IFMT == unix.S_IFDIR {
+			out = append(out, p)
+		}
+	}
+	if st.Nlink > 2 && uint64(len(out)) == uint64(st.Nlink)-2 {
+		return out
+	}
+	ents, _ := os.ReadDir(dir)
+	out = out[:0]
 	for _, e := range ents {
 		if e.IsDir() {
 			out = append(out, filepath.Join(dir, e.Name()))
@@ -755,7 +784,11 @@ func (c *Cgroup) Remove() error {
 			continue
 		}
 		seen[d] = true
-		for _, sub := range children(d) {
+		subs, ok := c.made[d]
+		if !ok && c.made == nil {
+			subs = children(d)
+		}
+		for _, sub := range subs {
 			if err := rmdir(sub); err != nil && first == nil {
 				first = err
 			}
@@ -763,17 +796,43 @@ func (c *Cgroup) Remove() error {
 		if err := rmdir(d); err != nil && first == nil {
 			first = err
 		}
-		// The parent, when this was its last sandbox (busy otherwise).
-		_ = unix.Rmdir(filepath.Dir(d))
+		removeParentIfEmpty(filepath.Dir(d))
 	}
 	return first
 }
+
+// removeParentIfEmpty removes airlock's parent directory p when no
+// sandbox's cgroup is left in it. An empty one is told by its link count
+// (kernfs keeps a directory's at 2 plus its subdirectories), read without
+// the kernel's global cgroup lock; an rmdir takes that lock even to fail,
+// and a kill switch of 1,000 sandboxes would try it 4,000 times while the
+// kernel offlines their cgroups under the same lock. Two last sandboxes
+// ending together may both try; one fails, busy or gone, as a create
+// between the look and the rmdir makes it fail (Create starts again when
+// the parent goes under it).
+func removeParentIfEmpty(p string) {
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil || st.Nlink > 2 {
+		return
+	}
+	_ = unix.Rmdir(p)
+}
+
+// rmdirMu lets one of this process's cgroup rmdirs into the kernel at a
+// time. The kernel runs them one at a time anyway (under the parent
+// directory's inode lock and the global cgroup mutex), and a waiter spins
+// on its CPU while the holder runs: in a kill switch of 1,000 sandboxes
+// that spinning was half of the daemon's time in rmdir, on the CPUs the
+// kernel's own teardown of the sandboxes needed.
+var rmdirMu sync.Mutex
 
 // rmdir removes cgroup directory d, waiting briefly for dying tasks.
 func rmdir(d string) error {
 	var err error
 	for i := 0; i < 200; i++ {
+		rmdirMu.Lock()
 		err = unix.Rmdir(d)
+		rmdirMu.Unlock()
 		if err == nil || errors.Is(err, unix.ENOENT) {
 			return nil
 		}

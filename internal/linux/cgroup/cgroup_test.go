@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,6 +81,40 @@ func TestCreateLimitsAndRemove(t *testing.T) {
 	}
 }
 
+// The parent directory stays while any sandbox's cgroup is in it, and
+// goes with the last.
+func TestParentGoesWithTheLastCgroup(t *testing.T) {
+	h := testHost(t)
+	var cgs []*Cgroup
+	t.Cleanup(func() {
+		for _, cg := range cgs {
+			_ = cg.Remove()
+		}
+	})
+	for _, name := range []string{"first", "last"} {
+		cg, err := h.Create(name+"-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Pids: 16, Commands: &CommandLimits{MemoryBytes: 32 << 20, Pids: 8}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cgs = append(cgs, cg)
+	}
+	if err := cgs[0].Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if parentGone(h) {
+		t.Fatal("the parent directory went while a cgroup was in it")
+	}
+	if _, err := os.Stat(cgs[1].Dir("memory")); err != nil {
+		t.Fatalf("the other cgroup went: %v", err)
+	}
+	if err := cgs[1].Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if !parentGone(h) {
+		t.Fatal("the parent directory of the last cgroup was left")
+	}
+}
+
 // testHost is this host's cgroups under a parent of this test run's own
 // (never a live airlock's, nor another run's), or a skip where creating
 // cgroups is impossible.
@@ -140,4 +175,45 @@ func FuzzParseKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, key string) {
 		parseKey(b, key)
 	})
+}
+
+// children finds airlock's own child cgroups by name and any other by
+// reading the directory, so that Remove of a cgroup found leaves none
+// behind.
+func TestChildrenFindsEveryChild(t *testing.T) {
+	h := testHost(t)
+	cg, err := h.Create("children-"+strconv.Itoa(os.Getpid()), Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Pids: 16, Commands: &CommandLimits{MemoryBytes: 32 << 20, Pids: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.Remove() })
+	dir := cg.Dir("memory")
+	want := []string{filepath.Join(dir, CommandsDir)}
+	if h.Version == V2 {
+		want = append(want, filepath.Join(dir, InitDir))
+	}
+	check := func() {
+		t.Helper()
+		got := children(dir)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("children = %q, want %q", got, want)
+		}
+	}
+	check()
+	other := filepath.Join(dir, "other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, other)
+	check()
+	// Remove of a cgroup found (gc's, an adopted sandbox's) looks for
+	// every child; one Create made knows its own.
+	if err := h.Open(filepath.Base(cg.Dir("memory"))).Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if !parentGone(h) {
+		t.Fatal("the cgroup or its parent was left")
+	}
 }
