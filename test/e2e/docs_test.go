@@ -118,6 +118,9 @@ var docRules = map[string]docRule{
 	"cd bench && sudo go test -bench Egress -benchtime 1x":                                                                                         {skip: "the benchmarks"},
 	"cd bench && sudo go test -bench PortFront -benchtime 1x":                                                                                      {skip: "the benchmarks"},
 	`claude mcp add airlock -- sudo airlock mcp --workspace "$PWD" --allow pypi`:                                                                   {skip: "needs Claude Code (TestMCPStdio drives airlock mcp with the MCP inspector)"},
+	`sudo airlock serve --e2b-listen 127.0.0.1:3000 &`:                                                                                             {skip: "a second daemon beside the walk's (TestE2BSDK serves the E2B front and drives it with the E2B SDK)"},
+	`node app.mjs    # s = await Sandbox.create(); await s.commands.run('python3 -m http.server 8000', {background: true}); s.getHost(8000)`:       {skip: "app.mjs stands for the user's program (TestE2BSDK runs the E2B SDK against the front, getHost(8000) included)"},
+	"curl --connect-to ::127.0.0.1:3000 -H \"X-API-Key: $E2B_API_KEY\" http://8000-ID.127.0.0.1:3000/   # ID: the sandbox's, from getHost":         {skip: "ID stands for a sandbox made through the E2B front (TestE2BSDK fetches getHost(8000))"},
 	`airlock run -- CMD                                   # --net none: only loopback`:                                                             {skip: "CMD stands for a command"},
 	`airlock run --workspace "$PWD" --allow pypi --allow api.example.com -- pip install -r requirements.txt`:                                       {skip: "installs from PyPI"},
 }
