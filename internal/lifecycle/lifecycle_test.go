@@ -309,3 +309,27 @@ func TestLongLivedListsASandboxBeingMade(t *testing.T) {
 		t.Errorf("gc left the mark of a dead sandbox: %v", err)
 	}
 }
+
+// A snapshot id is a caller's value: one that is not 24 hex digits names
+// no directory, and nothing outside the snapshots is read or removed.
+func TestSnapshotIDsNameOnlySnapshots(t *testing.T) {
+	l := newTestLifecycle(t, &fakeWall{})
+	victim := filepath.Join(l.cfg.DataDir, "victim")
+	if err := os.MkdirAll(filepath.Join(victim, "memory"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"../victim", "..", "", "/", "0123456789abcdef01234567/../../victim", "0123456789ABCDEF01234567", "0123456789abcdef0123456\x00", "0123456789abcdef012345678"} {
+		if _, _, err := l.SnapshotPaths(id); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("SnapshotPaths(%q): %v", id, err)
+		}
+		if err := l.RemoveSnapshot(id); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("RemoveSnapshot(%q): %v", id, err)
+		}
+		if l.SnapshotHasMemory(id) {
+			t.Errorf("SnapshotHasMemory(%q) is true", id)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(victim, "memory")); err != nil {
+		t.Errorf("the directory beside the snapshots was touched: %v", err)
+	}
+}

@@ -797,6 +797,15 @@ func e2bEnvdFiles(t *testing.T, w wallCase) {
 		if _, err := c.fs.Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: "/workspace/c.txt"})); connect.CodeOf(err) != connect.CodeNotFound {
 			t.Errorf("stat of a removed file: %v", err)
 		}
+		// Hostile values: a NUL in a path, and a listing as deep as the
+		// wire allows (what the daemon would hold of a deep tree): both
+		// refused before the agent is asked.
+		if _, err := c.fs.Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: "/workspace/a\x00/../../etc"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("stat of a path with a NUL: %v", err)
+		}
+		if _, err := c.fs.ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: "/", Depth: 1<<32 - 1})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("a listing %d deep: %v", uint32(1<<32-1), err)
+		}
 	})
 
 	t.Run("polled watcher", func(t *testing.T) {

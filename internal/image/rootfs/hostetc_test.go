@@ -51,3 +51,19 @@ func TestHostEtcTemplateConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// A link planted where the builders' lock goes is not followed: the build
+// fails and the link's target is neither made nor written.
+func TestHostEtcTemplateLockFollowsNoLink(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	target := filepath.Join(elsewhere, "victim")
+	if err := os.Symlink(target, filepath.Join(dir, ".lock")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hostEtcTemplate(dir); err == nil {
+		t.Fatal("a template was built through a planted lock link")
+	}
+	if _, err := os.Lstat(target); !os.IsNotExist(err) {
+		t.Errorf("the link's target was made: %v", err)
+	}
+}
