@@ -137,6 +137,25 @@ type CreateSandbox struct {
 	// What a made sandbox cannot be given (a workspace or repo, grants,
 	// another egress policy) makes the create an ordinary one.
 	Pool string `json:"pool,omitempty"`
+	// PoolOnly (with Pool) takes a sandbox of the pool or fails
+	// (failed_precondition) when it has none ready: nothing is made.
+	PoolOnly bool `json:"pool_only,omitempty"`
+	// ExternalID is the caller's own name for the sandbox (at most 128 of
+	// A-Za-z0-9 . _ : / -), unique among the tenant's listed sandboxes: a
+	// create naming one the tenant has (live, or ended and still on
+	// record) makes nothing and answers that sandbox (200, not 201).
+	ExternalID string `json:"external_id,omitempty"`
+}
+
+// MaxExternalID bounds CreateSandbox.ExternalID's length.
+const MaxExternalID = 128
+
+// ListSandboxes filters GET /v1/sandboxes: ExternalID, the sandboxes of
+// that external id (an ended one still on record too); All (the admin
+// key only), every tenant's.
+type ListSandboxes struct {
+	ExternalID string
+	All        bool
 }
 
 // SetPool defines (or redefines) one of the caller's pools: Size
@@ -290,6 +309,8 @@ type Sandbox struct {
 	// named or matched a pool got no sandbox of it.
 	Pool     string `json:"pool,omitempty"`
 	PoolMiss string `json:"pool_miss,omitempty"`
+	// ExternalID is the create's external_id, if it named one.
+	ExternalID string `json:"external_id,omitempty"`
 }
 
 // PausedTTL is how long a sandbox paused at its TTL (OnTTL "pause") is
@@ -527,6 +548,10 @@ type CreateTenant struct {
 	// strong: "container" (default: any wall) or "gvisor" (a create
 	// asking for less is refused, and audited as sandbox.refused).
 	Isolation string `json:"isolation,omitempty"`
+	// KeySHA256 makes the tenant's key one the caller holds, given as the
+	// lowercase hex SHA-256 of the key string (64 digits); the answer then
+	// carries no key. Without it a key is made and shown once.
+	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 
 // UpdateTenant changes a tenant's quotas or scan policy (fields left out
@@ -540,6 +565,10 @@ type UpdateTenant struct {
 	// Isolation, when set, replaces the wall the tenant is held to
 	// ("container" lifts the hold).
 	Isolation string `json:"isolation,omitempty"`
+	// KeySHA256, when set, replaces the tenant's key by the one of this
+	// SHA-256 (lowercase hex of the key string): the old key stops
+	// working at once.
+	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 
 // Tenant describes a tenant. Key is set only in the answer to its
