@@ -74,18 +74,20 @@ type nodeState struct {
 type NodeWatch struct {
 	hub *nodeHub
 	c   chan api.NodeEvent
-	err error // why it was cut off (under hub.mu), set before c is closed
+	err error  // why it was cut off (under hub.mu), set before c is closed
+	cut uint64 // the revision of its cut
 }
 
 // Events are the watcher's events after its hello; closed when it is cut
-// off (Err says why).
+// off (Cut says why).
 func (w *NodeWatch) Events() <-chan api.NodeEvent { return w.c }
 
-// Err is why the watcher was cut off, once Events is closed.
-func (w *NodeWatch) Err() error {
+// Cut is why the watcher was cut off, once Events is closed, and the
+// revision its stream's last line (which says so) takes.
+func (w *NodeWatch) Cut() (uint64, error) {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
-	return w.err
+	return w.cut, w.err
 }
 
 // Heartbeat queues a heartbeat among the watcher's events (it takes the
@@ -114,14 +116,16 @@ func (w *NodeWatch) send(ev api.NodeEvent) {
 	select {
 	case w.c <- ev:
 	default:
-		w.cut(errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("node events: this watcher left %d events unread and was cut off; watch again (its hello is the node as it is then)", nodeEventBuffer)))
+		w.cutOff(errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("node events: this watcher left %d events unread and was cut off; watch again (its hello is the node as it is then)", nodeEventBuffer)))
 	}
 }
 
-// cut ends w for err (hub.mu held).
-func (w *NodeWatch) cut(err error) {
-	delete(w.hub.subs, w)
-	w.err = err
+// cutOff ends w for err (hub.mu held).
+func (w *NodeWatch) cutOff(err error) {
+	h := w.hub
+	delete(h.subs, w)
+	h.rev++
+	w.err, w.cut = err, h.rev
 	close(w.c)
 }
 
@@ -152,7 +156,7 @@ func (s *Service) EndNodeWatches(reason string) {
 	defer h.mu.Unlock()
 	h.closed = reason
 	for w := range h.subs {
-		w.cut(errdefs.Unavailable(reason))
+		w.cutOff(errdefs.Unavailable(reason))
 	}
 }
 

@@ -111,7 +111,8 @@ func next(t *testing.T, w *NodeWatch) api.NodeEvent {
 	select {
 	case ev, ok := <-w.Events():
 		if !ok {
-			t.Fatalf("the watcher was cut off: %v", w.Err())
+			_, err := w.Cut()
+			t.Fatalf("the watcher was cut off: %v", err)
 		}
 		return ev
 	case <-time.After(10 * time.Second):
@@ -223,20 +224,25 @@ func TestNodeWatcherThatFallsBehindIsCutOff(t *testing.T) {
 	for i := range nodeEventBuffer + 1 {
 		r.svc.publishSandbox(api.NodeEventSandboxCreated, &api.Sandbox{ID: "s" + string(rune('a'+i%26))})
 	}
-	n := 0
-	for range slow.Events() {
+	n, last := 0, uint64(0)
+	for ev := range slow.Events() {
 		n++
+		last = ev.Rev
 	}
-	if n != nodeEventBuffer || !errors.Is(slow.Err(), errdefs.ErrResourceExhausted) {
-		t.Errorf("a watcher that fell behind got %d events and %v; want %d and quota_exceeded", n, slow.Err(), nodeEventBuffer)
+	rev, err := slow.Cut()
+	if n != nodeEventBuffer || !errors.Is(err, errdefs.ErrResourceExhausted) || rev <= last {
+		t.Errorf("a watcher that fell behind got %d events and %v at rev %d after %d; want %d and quota_exceeded after them", n, err, rev, last, nodeEventBuffer)
 	}
 	_, w, err := r.svc.WatchNode(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.svc.EndNodeWatches("the daemon is stopping")
-	if _, ok := <-w.Events(); ok || !errors.Is(w.Err(), errdefs.ErrUnavailable) {
-		t.Errorf("a watcher of a stopping daemon: %v", w.Err())
+	if _, ok := <-w.Events(); ok {
+		t.Error("a watcher of a stopping daemon was not cut off")
+	}
+	if _, err := w.Cut(); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("a watcher of a stopping daemon: %v", err)
 	}
 	if _, _, err := r.svc.WatchNode(admin); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("a watch of a stopping daemon: %v", err)
