@@ -108,7 +108,7 @@ The node: GET /v1/node (admin key) reports the node's name (--node-name),
 its capacity and what its sandboxes hold of it (the CPUs and memory of
 their limits, and their number: live, being made and pooled), and
 GET /v1/node/events streams its changes, for a cluster that places
-sandboxes on it (docs/kubernetes.md). Capacity given with
+sandboxes on it (docs/api.md, "Node"). Capacity given with
 --capacity-cpus, --capacity-memory or --capacity-sandboxes is held: a
 create or a pool refill that would pass it is refused (quota_exceeded,
 "node capacity: ..."), across all tenants. Not given, the CPUs and memory
