@@ -642,13 +642,15 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 		s.end(b, "its pool's sandbox could not be given to a create: "+err.Error())
 		return nil, false, err
 	}
-	s.settling.Go(func() { s.settleGiven(b, st, durable, rec) })
 	s.Mu.Lock()
 	reason := pc.killed
 	if reason == "" {
 		s.Boxes[rec.ID] = b
 	}
 	s.Mu.Unlock()
+	// Live before its settling starts: a thaw that fails at once ends it,
+	// and its end must find it among the live ones to take it out.
+	s.settling.Go(func() { s.settleGiven(b, st, durable, rec) })
 	if reason != "" {
 		s.end(b, reason)
 		return nil, true, killedError(rec.ID, reason)
