@@ -40,34 +40,46 @@ type registration struct {
 // and, with a prefix, a Secret).
 var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,229}[a-z0-9])?$`)
 
-func (o *registration) validate() error {
+// validateFlags checks what the flags say; validate also what the files hold.
+func (o *registration) validateFlags() error {
 	if !nodeNameRE.MatchString(o.Name) {
 		return fmt.Errorf("--name %q: want a DNS-1123 subdomain (lowercase letters, digits, '-', '.')", o.Name)
-	}
-	if o.AdminKey == "" {
-		return errors.New("the admin key file is empty")
 	}
 	if len(o.RuntimeClasses) == 0 {
 		return errors.New("--runtime-classes: name at least one")
 	}
 	switch {
 	case strings.HasPrefix(o.Endpoint, "unix:///"):
-		if len(o.CABundle) > 0 {
-			return errors.New("--ca-file goes with an https:// endpoint")
-		}
 	case strings.HasPrefix(o.Endpoint, "https://"):
 		if u, err := url.Parse(o.Endpoint); err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
 			return fmt.Errorf("--endpoint %q: want https://host:port", o.Endpoint)
 		}
-		if len(o.CABundle) > 0 {
-			if b, _ := pem.Decode(o.CABundle); b == nil || b.Type != "CERTIFICATE" {
-				return errors.New("--ca-file: no PEM certificate")
-			} else if _, err := x509.ParseCertificate(b.Bytes); err != nil {
-				return fmt.Errorf("--ca-file: %w", err)
-			}
-		}
 	default:
 		return fmt.Errorf("--endpoint %q: want unix:///path or https://host:port", o.Endpoint)
+	}
+	return nil
+}
+
+func (o *registration) validate() error {
+	if err := o.validateFlags(); err != nil {
+		return err
+	}
+	if o.AdminKey == "" {
+		return errors.New("the admin key file is empty")
+	}
+	switch {
+	case strings.HasPrefix(o.Endpoint, "unix:///"):
+		if len(o.CABundle) > 0 {
+			return errors.New("--ca-file goes with an https:// endpoint")
+		}
+	case len(o.CABundle) > 0:
+		b, _ := pem.Decode(o.CABundle)
+		if b == nil || b.Type != "CERTIFICATE" {
+			return errors.New("--ca-file: no PEM certificate")
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return fmt.Errorf("--ca-file: %w", err)
+		}
 	}
 	return nil
 }
@@ -97,7 +109,7 @@ func (o *registration) spec() map[string]any {
 }
 
 // apply makes the AirlockNode and its admin-key Secret match o, writing
-// only what differs. The Secret is owned by the AirlockNode, so deleting
+// the node only when it differs. The Secret is owned by the AirlockNode, so deleting
 // the node deletes its key.
 func (o *registration) apply(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) error {
 	nodes := dyn.Resource(nodesGVR)
@@ -146,34 +158,26 @@ func (o *registration) apply(ctx context.Context, kube kubernetes.Interface, dyn
 		Name:       node.GetName(),
 		UID:        node.GetUID(),
 	}
+	// The Secret is written blind, every pass: airlock-node may create and
+	// update Secrets (its own only, by admission policy) but not read them,
+	// so that a node cannot read the tenant-key master beside them.
 	secrets := kube.CoreV1().Secrets(o.Namespace)
-	sec, err := secrets.Get(ctx, o.secretName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		sec = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:            o.secretName(),
-				Namespace:       o.Namespace,
-				Labels:          map[string]string{"app.kubernetes.io/managed-by": "airlock-node"},
-				OwnerReferences: []metav1.OwnerReference{owner},
-			},
-			Type: corev1.SecretTypeOpaque,
-			Data: map[string][]byte{adminKeyField: []byte(o.AdminKey)},
-		}
-		if _, err := secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: "airlock-node"}); err != nil {
-			return fmt.Errorf("create secret %s/%s: %w", o.Namespace, o.secretName(), err)
-		}
-	case err != nil:
-		return fmt.Errorf("get secret %s/%s: %w", o.Namespace, o.secretName(), err)
-	default:
-		if string(sec.Data[adminKeyField]) == o.AdminKey && reflect.DeepEqual(sec.OwnerReferences, []metav1.OwnerReference{owner}) {
-			return nil
-		}
-		sec.Data = map[string][]byte{adminKeyField: []byte(o.AdminKey)}
-		sec.OwnerReferences = []metav1.OwnerReference{owner}
-		if _, err := secrets.Update(ctx, sec, metav1.UpdateOptions{FieldManager: "airlock-node"}); err != nil {
-			return fmt.Errorf("update secret %s/%s: %w", o.Namespace, o.secretName(), err)
-		}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            o.secretName(),
+			Namespace:       o.Namespace,
+			Labels:          map[string]string{"app.kubernetes.io/managed-by": "airlock-node"},
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{adminKeyField: []byte(o.AdminKey)},
+	}
+	_, err = secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: "airlock-node"})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{FieldManager: "airlock-node"})
+	}
+	if err != nil {
+		return fmt.Errorf("write secret %s/%s: %w", o.Namespace, o.secretName(), err)
 	}
 	return nil
 }
