@@ -160,3 +160,20 @@ func TestTenantKey(t *testing.T) {
 		t.Fatal("keys collide across nodes, namespaces or masters")
 	}
 }
+
+// A retry of the same key keeps its node (its create may be there).
+func TestPlaceRetryKeepsItsNode(t *testing.T) {
+	tr := New(Config{Log: logr.Discard()})
+	readyNode(tr, "a", 4, 8<<30)
+	readyNode(tr, "b", 4, 8<<30)
+	first, err := tr.Place(Request{Key: "uid-1", RuntimeClass: "airlock", CPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		r, err := tr.Place(Request{Key: "uid-1", RuntimeClass: "airlock", CPUs: 1})
+		if err != nil || r.Node != first.Node {
+			t.Fatalf("retry placed on %v (%v), first on %s", r, err, first.Node)
+		}
+	}
+}
