@@ -235,10 +235,9 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 			}
 		}
 	case "sandbox.created":
+		// Allocated comes from capacity events alone: the daemon counts a
+		// create from its admission, and reports that before this.
 		if sb := ev.Sandbox; sb != nil {
-			if sb.Pool == "" {
-				n.allocated = add(n.allocated, limitsOf(sb), 1)
-			}
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant}
 				delete(n.reservations, sb.ExternalID)
@@ -246,7 +245,6 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 		}
 	case "sandbox.ended":
 		if sb := ev.Sandbox; sb != nil {
-			n.allocated = add(n.allocated, limitsOf(sb), -1)
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant, Ended: true, EndReason: sb.EndReason}
 			}

@@ -121,6 +121,10 @@ func TestReservationLifetime(t *testing.T) {
 		t.Fatalf("a retry of the same key: %v", err)
 	}
 	// the node reports the sandbox: allocated takes over from the assumption.
+	tr.apply("a", &api.NodeEvent{Type: "capacity", Node: &api.Node{Capacity: api.Resources{CPUs: 1, MemoryBytes: 8 << 30}, Allocated: api.Resources{CPUs: 1, MemoryBytes: 1 << 20, Sandboxes: 1}}})
+	if s, _ := tr.Node("a"); s.Assumed.CPUs != 1 {
+		t.Fatalf("the reservation ended before the sandbox was reported: %+v", s.Assumed)
+	}
 	tr.apply("a", &api.NodeEvent{Type: "sandbox.created", Sandbox: &api.Sandbox{ID: "s1", ExternalID: "uid-1", Limits: api.Limits{CPUs: 1, MemoryBytes: 1 << 20}}})
 	s, _ := tr.Node("a")
 	if s.Assumed.CPUs != 0 || s.Allocated.CPUs != 1 {
@@ -130,6 +134,7 @@ func TestReservationLifetime(t *testing.T) {
 		t.Fatalf("DaemonSandbox: %v %v", d, ok)
 	}
 	tr.apply("a", &api.NodeEvent{Type: "sandbox.ended", Sandbox: &api.Sandbox{ID: "s1", ExternalID: "uid-1", EndReason: "ttl", Limits: api.Limits{CPUs: 1, MemoryBytes: 1 << 20}}})
+	tr.apply("a", &api.NodeEvent{Type: "capacity", Node: &api.Node{Capacity: api.Resources{CPUs: 1, MemoryBytes: 8 << 30}}})
 	if d, _ := tr.DaemonSandbox("a", "uid-1"); !d.Ended || d.EndReason != "ttl" {
 		t.Fatalf("ended: %+v", d)
 	}
