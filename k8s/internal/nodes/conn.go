@@ -174,7 +174,7 @@ func (t *Tracker) session(ctx context.Context, name string, spec v1alpha1.Airloc
 	n.byExternal = map[string]DaemonSandbox{}
 	for _, sb := range list {
 		if sb.ExternalID != "" {
-			n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant}
+			n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant, Ended: sb.Ended != nil, EndReason: sb.EndReason}
 		}
 	}
 	n.synced = true
@@ -254,7 +254,13 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 	case "pool":
 		if p := ev.Pool; p != nil {
 			k := PoolKey{p.Tenant, p.Name}
-			if old, ok := n.pools[k]; !ok || old != *p {
+			old, ok := n.pools[k]
+			switch {
+			case p.Size == 0 && p.Ready == 0 && p.Filling == 0:
+				// the pool is gone
+				delete(n.pools, k)
+				poolNS, poolChanged = p.Tenant, ok
+			case !ok || old != *p:
 				n.pools[k] = *p
 				poolNS, poolChanged = p.Tenant, true
 			}

@@ -182,3 +182,19 @@ func TestPlaceRetryKeepsItsNode(t *testing.T) {
 		}
 	}
 }
+
+// Pool events keep a node's pools; a pool of size, ready and filling 0 is
+// gone.
+func TestPoolEvents(t *testing.T) {
+	tr := New(Config{Log: logr.Discard()})
+	readyNode(tr, "a", 4, 8<<30)
+	tr.apply("a", &api.NodeEvent{Type: "pool", Pool: &api.NodePool{Tenant: "ns", Name: "swp-1", Size: 3, Ready: 2, Filling: 1}})
+	s, _ := tr.Node("a")
+	if p := s.Pools[PoolKey{"ns", "swp-1"}]; p.Ready != 2 || p.Size != 3 {
+		t.Fatalf("pools %+v", s.Pools)
+	}
+	tr.apply("a", &api.NodeEvent{Type: "pool", Pool: &api.NodePool{Tenant: "ns", Name: "swp-1"}})
+	if s, _ := tr.Node("a"); len(s.Pools) != 0 {
+		t.Fatalf("a removed pool stays: %+v", s.Pools)
+	}
+}
