@@ -137,6 +137,25 @@ type CreateSandbox struct {
 	// What a made sandbox cannot be given (a workspace or repo, grants,
 	// another egress policy) makes the create an ordinary one.
 	Pool string `json:"pool,omitempty"`
+	// PoolOnly (with Pool) takes a sandbox of the pool or fails
+	// (failed_precondition) when it has none ready: nothing is made.
+	PoolOnly bool `json:"pool_only,omitempty"`
+	// ExternalID is the caller's own name for the sandbox (at most 128 of
+	// A-Za-z0-9 . _ : / -), unique among the tenant's listed sandboxes: a
+	// create naming one the tenant has (live, or ended and still on
+	// record) makes nothing and answers that sandbox (200, not 201).
+	ExternalID string `json:"external_id,omitempty"`
+}
+
+// MaxExternalID bounds CreateSandbox.ExternalID's length.
+const MaxExternalID = 128
+
+// ListSandboxes filters GET /v1/sandboxes: ExternalID, the sandboxes of
+// that external id (an ended one still on record too); All (the admin
+// key only), every tenant's.
+type ListSandboxes struct {
+	ExternalID string
+	All        bool
 }
 
 // SetPool defines (or redefines) one of the caller's pools: Size
@@ -290,6 +309,8 @@ type Sandbox struct {
 	// named or matched a pool got no sandbox of it.
 	Pool     string `json:"pool,omitempty"`
 	PoolMiss string `json:"pool_miss,omitempty"`
+	// ExternalID is the create's external_id, if it named one.
+	ExternalID string `json:"external_id,omitempty"`
 }
 
 // PausedTTL is how long a sandbox paused at its TTL (OnTTL "pause") is
@@ -527,6 +548,10 @@ type CreateTenant struct {
 	// strong: "container" (default: any wall) or "gvisor" (a create
 	// asking for less is refused, and audited as sandbox.refused).
 	Isolation string `json:"isolation,omitempty"`
+	// KeySHA256 makes the tenant's key one the caller holds, given as the
+	// lowercase hex SHA-256 of the key string (64 digits); the answer then
+	// carries no key. Without it a key is made and shown once.
+	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 
 // UpdateTenant changes a tenant's quotas or scan policy (fields left out
@@ -540,6 +565,10 @@ type UpdateTenant struct {
 	// Isolation, when set, replaces the wall the tenant is held to
 	// ("container" lifts the hold).
 	Isolation string `json:"isolation,omitempty"`
+	// KeySHA256, when set, replaces the tenant's key by the one of this
+	// SHA-256 (lowercase hex of the key string): the old key stops
+	// working at once.
+	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 
 // Tenant describes a tenant. Key is set only in the answer to its
@@ -597,4 +626,67 @@ type AuditRecord struct {
 	Prev    string          `json:"prev"`
 	Hash    string          `json:"hash"`
 	Sig     string          `json:"sig,omitempty"`
+}
+
+// Resources are amounts of what a node hands out to sandboxes: CPUs and
+// memory of their limits, and their number (GET /v1/node).
+type Resources struct {
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	Sandboxes   int     `json:"sandboxes"`
+}
+
+// NodePool is one tenant's warm pool as the node reports it.
+type NodePool struct {
+	Tenant  string `json:"tenant"`
+	Name    string `json:"name"`
+	Size    int    `json:"size"`
+	Ready   int    `json:"ready"`
+	Filling int    `json:"filling"`
+}
+
+// AuditHead is the last record of the node's audit log on disk: its
+// sequence number and hash (`airlock audit verify --anchor SEQ:HASH`).
+type AuditHead struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// Node is what a daemon says of itself to a cluster (GET /v1/node, admin
+// key): its name, version and boot (BootID is random per start), its
+// capacity and what its sandboxes hold of it (live, being made and
+// pooled), the walls it can make, every tenant's pools, its audit log's
+// head, and Rev, the revision of its event stream it was read at.
+type Node struct {
+	Name       string     `json:"name"`
+	Version    string     `json:"version"`
+	BootID     string     `json:"boot_id"`
+	Capacity   Resources  `json:"capacity"`
+	Allocated  Resources  `json:"allocated"`
+	Isolations []string   `json:"isolations"`
+	Pools      []NodePool `json:"pools"`
+	AuditHead  *AuditHead `json:"audit_head,omitempty"`
+	Rev        uint64     `json:"rev"`
+}
+
+// Node event types (NodeEvent.Type).
+const (
+	NodeEventHello          = "hello"           // first line: Node as it is
+	NodeEventSandboxCreated = "sandbox.created" // Sandbox
+	NodeEventSandboxEnded   = "sandbox.ended"   // Sandbox, with its end reason
+	NodeEventPool           = "pool"            // Pool: its ready or filling count changed
+	NodeEventCapacity       = "capacity"        // Node as it is: Allocated (or Capacity) changed
+	NodeEventHeartbeat      = "heartbeat"       // nothing else
+	NodeEventError          = "error"           // Error: the stream's last line (cut off)
+)
+
+// NodeEvent is one line of GET /v1/node/events (NDJSON). Rev increases
+// strictly from line to line (with gaps).
+type NodeEvent struct {
+	Rev     uint64    `json:"rev"`
+	Type    string    `json:"type"`
+	Node    *Node     `json:"node,omitempty"`
+	Sandbox *Sandbox  `json:"sandbox,omitempty"`
+	Pool    *NodePool `json:"pool,omitempty"`
+	Error   *Error    `json:"error,omitempty"`
 }

@@ -86,6 +86,13 @@ type Service struct {
 	settling sync.WaitGroup
 	// auditIndex finds a tenant's records in the log (nil: no log).
 	auditIndex *audit.Index
+	// node is the node's watchers (node.go).
+	node *nodeHub
+
+	// external is the creates in flight that name an external id, by
+	// tenant and id; each channel closes when its create has answered
+	// (under Mu).
+	external map[externalKey]chan struct{}
 }
 
 // pendingCreate is a create in flight: admitted against its tenant's
@@ -102,7 +109,8 @@ type pendingCreate struct {
 // New makes the service. Call Recover before serving, then Run.
 func New(cfg Config) *Service {
 	c := core.New(cfg)
-	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
+	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}, node: newNodeHub()}
+	s.external = map[externalKey]chan struct{}{}
 	if c.Cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(c.Cfg.AuditDir)
 	}
@@ -111,8 +119,35 @@ func New(cfg Config) *Service {
 
 // Create makes a sandbox for tenant t: it takes one of t's pooled
 // sandboxes when the request names a pool or matches one (pools.go),
-// and makes one otherwise.
+// and makes one otherwise. A create naming an external id one of t's
+// sandboxes has answers that sandbox and makes nothing (CreateOnce).
 func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
+	sb, _, err := s.CreateOnce(ctx, t, req)
+	return sb, err
+}
+
+// CreateOnce is Create; existed says the request named an external id
+// that one of t's sandboxes (live, or ended and still on record) has,
+// and the answer is that sandbox: nothing was made. Creates naming the
+// same external id at once make one sandbox: the others wait for it
+// (external.go).
+func (s *Service) CreateOnce(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (sb *api.Sandbox, existed bool, err error) {
+	if err := checkCreate(req); err != nil {
+		return nil, false, err
+	}
+	if req.ExternalID != "" && !t.Admin {
+		found, release, err := s.claimExternal(ctx, t, req.ExternalID)
+		if err != nil || found != nil {
+			return found, found != nil, err
+		}
+		defer release()
+	}
+	sb, err = s.create(ctx, t, req)
+	return sb, false, err
+}
+
+// create is Create, the external id claimed (if any).
+func (s *Service) create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
 	req, err := s.withPoolDefaults(t, req)
 	if err != nil {
 		return nil, err
@@ -136,7 +171,7 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 		return nil, err
 	}
 	now := s.Cfg.Now()
-	bo := birth{expires: now.Add(ttl), idle: idle, metadata: req.Metadata, trigger: req.Trigger}
+	bo := birth{expires: now.Add(ttl), idle: idle, metadata: req.Metadata, trigger: req.Trigger, externalID: req.ExternalID}
 	pb, pc, miss, err := s.takePooled(ctx, t, req.Pool, &sp)
 	if err != nil {
 		return nil, err
@@ -148,6 +183,13 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 			return out, err
 		}
 		miss = "its pooled sandbox could not be given: " + err.Error()
+		if req.PoolOnly {
+			miss = "pool " + core.QuoteID(req.Pool) + ": " + miss
+		}
+	}
+	if req.PoolOnly {
+		// Nothing made: the caller asked for a pooled sandbox or none.
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, miss)
 	}
 	id := core.NewID()
 	ctx, pcs, err := s.admit(ctx, t, []string{id}, &sp)
@@ -212,6 +254,8 @@ type birth struct {
 	trigger  api.Trigger
 	pool     *pool
 	poolMiss string
+
+	externalID string // the create's external id ("": none)
 }
 
 // launch makes the sandbox of create pc (admitted) from sp, records and
@@ -255,7 +299,7 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	var rd record.Data = record.SandboxCreated{
 		Spec: record.Spec(*sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
 		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &bo.expires, IdleTimeout: bo.idle.String(),
-		Controls: controls, InitPID: inst.InitPid(), PoolMiss: bo.poolMiss,
+		Controls: controls, InitPID: inst.InitPid(), PoolMiss: bo.poolMiss, ExternalID: bo.externalID,
 	}
 	if bo.pool != nil {
 		state = statePooled
@@ -263,7 +307,7 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	}
 	b := &core.Box{Spec: *sp, Inst: inst, Agent: ag, Ended: make(chan struct{}), EgressRate: core.NewLimiter(core.MaxEgressRecords), Rec: store.Sandbox{
 		ID: id, Tenant: t.ID, TenantName: t.Tenant, State: state, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
-		Created: now, Expires: bo.expires, IdleTimeout: bo.idle, LastActive: now, InitPid: inst.InitPid(),
+		Created: now, Expires: bo.expires, IdleTimeout: bo.idle, LastActive: now, InitPid: inst.InitPid(), ExternalID: bo.externalID,
 	}}
 	// The audit record first, then the daemon's own: a crash in between
 	// leaves a sandbox without a record, which the next daemon ends (and
@@ -294,9 +338,13 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 		bo.pool.idle = append(bo.pool.idle, b)
 	}
 	s.Mu.Unlock()
+	s.node.changed()
 	if reason != "" {
 		s.end(b, reason)
 		return nil, killedError(id, reason)
+	}
+	if bo.pool == nil {
+		s.publishSandbox(api.NodeEventSandboxCreated, b.Describe(false))
 	}
 	go s.watch(b)
 	if bo.pool != nil {
@@ -358,12 +406,16 @@ func (s *Service) admit(ctx context.Context, t *tenant.Principal, ids []string, 
 	case q.MaxCPUs > 0 && cpus+float64(k)*sp.Limits.CPUs > q.MaxCPUs+1e-9:
 		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %g CPUs in all; its sandboxes hold %g and %s %g", t.Tenant, q.MaxCPUs, cpus, these, float64(k)*sp.Limits.CPUs))
 	}
+	if err := s.nodeRoom(k, sp); err != nil {
+		return nil, nil, err
+	}
 	// One context for them all: the kill switch ending one ends the lot.
 	ctx, cancel := context.WithCancelCause(ctx)
 	pcs := pendingCreates(ids, t.ID, sp, cancel)
 	for _, pc := range pcs {
 		s.pending[pc.id] = pc
 	}
+	s.node.changed()
 	return ctx, pcs, nil
 }
 
@@ -382,6 +434,7 @@ func (s *Service) settle(pc *pendingCreate) {
 	s.Mu.Lock()
 	delete(s.pending, pc.id)
 	s.Mu.Unlock()
+	s.node.changed()
 	pc.cancel(nil)
 	close(pc.done)
 }
@@ -626,6 +679,7 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 		p.idle = nil
 	}
 	s.pools.sized(s.Cfg.Metrics)
+	s.node.changed()
 	var pcs []*pendingCreate
 	for _, pc := range s.pending {
 		if (tid == "" || pc.tenant == tid) && pc.killed == "" {
@@ -735,11 +789,13 @@ func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) error 
 		s.Cfg.Broker.End(b.Rec.ID) // every token it held is refused from now on
 	}
 	s.Mu.Lock()
+	_, given := s.Boxes[b.Rec.ID] // a caller's: its end is told to the node's watchers
 	delete(s.Boxes, b.Rec.ID)
 	if s.pools.drop(b) {
 		s.Cfg.Metrics.PoolReady.Dec()
 	}
 	s.Mu.Unlock()
+	s.node.changed()
 	b.Mu.Lock()
 	b.Rec.State, b.Rec.Ended, b.Rec.EndReason = api.StateEnded, s.Cfg.Now(), reason
 	rec := b.Rec
@@ -757,6 +813,9 @@ func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) error 
 	}
 	s.Cfg.Metrics.Ends.WithLabelValues(endLabel(reason)).Inc()
 	s.Cfg.Log.Info("sandbox ended", "id", rec.ID, "tenant", rec.Tenant, "reason", reason)
+	if given {
+		s.publishSandbox(api.NodeEventSandboxEnded, core.DescribeRecord(rec, nil))
+	}
 	close(b.Ended)
 	return errors.Join(errs...)
 }
@@ -926,6 +985,9 @@ func (s *Service) Run(ctx context.Context) {
 	refilled := make(chan struct{})
 	go func() { s.refill(ctx); close(refilled) }()
 	defer func() { <-refilled }()
+	published := make(chan struct{})
+	go func() { s.publishNodeChanges(ctx.Done()); close(published) }()
+	defer func() { <-published }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
