@@ -18,17 +18,24 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
-//go:embed *.yaml
+//go:embed *.yaml crd/*.yaml
 var manifests embed.FS
 
-// Objects returns every object of the manifests in the order to apply
-// them: files by name (00-namespace.yaml first), documents in file order.
+// Objects returns every object of the manifests but the CRD, in the order
+// to apply them: files by name (00-namespace.yaml first), documents in
+// file order. None of them is an AirlockNode, so they may be applied
+// before the CRD is established.
 func Objects() ([]*unstructured.Unstructured, error) {
-	return decodeAll(manifests)
+	return decodeAll(manifests, "*.yaml")
 }
 
-func decodeAll(fsys fs.FS) ([]*unstructured.Unstructured, error) {
-	names, err := fs.Glob(fsys, "*.yaml")
+// CRDs returns airlock's own CustomResourceDefinitions (AirlockNode).
+func CRDs() ([]*unstructured.Unstructured, error) {
+	return decodeAll(manifests, "crd/*.yaml")
+}
+
+func decodeAll(fsys fs.FS, pattern string) ([]*unstructured.Unstructured, error) {
+	names, err := fs.Glob(fsys, pattern)
 	if err != nil {
 		return nil, err
 	}

@@ -48,20 +48,36 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	}
 }
 
+func TestCRDsAreAirlocksOwn(t *testing.T) {
+	crds, err := CRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crds) != 1 || crds[0].GetKind() != "CustomResourceDefinition" || crds[0].GetName() != "airlocknodes.airlock.dev" {
+		t.Fatalf("CRDs: %v", crds)
+	}
+	objs, _ := Objects()
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			t.Errorf("Objects holds CRD %s", o.GetName())
+		}
+	}
+}
+
 func TestDecodeRefusesBrokenDocuments(t *testing.T) {
 	for name, text := range map[string]string{
 		"no kind":  "apiVersion: v1\nmetadata:\n  name: x\n",
 		"no name":  "apiVersion: v1\nkind: ConfigMap\n",
 		"bad yaml": "apiVersion: [\n",
 	} {
-		if _, err := decodeAll(fstest.MapFS{"a.yaml": {Data: []byte(text)}}); err == nil {
+		if _, err := decodeAll(fstest.MapFS{"a.yaml": {Data: []byte(text)}}, "*.yaml"); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
 	}
 	got, err := decodeAll(fstest.MapFS{
 		"b.yaml": {Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: second\n")},
 		"a.yaml": {Data: []byte("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: first\n---\n")},
-	})
+	}, "*.yaml")
 	if err != nil || len(got) != 2 || got[0].GetName() != "first" || got[1].GetName() != "second" {
 		t.Fatalf("%v %v", got, err)
 	}

@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -16,12 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
 
-var nodesGVR = schema.GroupVersionResource{Group: "airlock.dev", Version: "v1alpha1", Resource: "airlocknodes"}
+var nodesGVR = v1alpha1.GroupVersion.WithResource("airlocknodes")
 
 // adminKeyField is the Secret's key that holds the admin key.
 const adminKeyField = "admin-key"
@@ -86,32 +86,30 @@ func (o *registration) validate() error {
 
 func (o *registration) secretName() string { return "airlock-node-" + o.Name }
 
-// spec is the part of the AirlockNode this command owns; anything else in
-// it (unschedulable, set by an operator) it leaves alone.
-func (o *registration) spec() map[string]any {
-	s := map[string]any{
-		"endpoint": o.Endpoint,
-		"adminKeySecretRef": map[string]any{
-			"namespace": o.Namespace,
-			"name":      o.secretName(),
-			"key":       adminKeyField,
+// spec is the part of the AirlockNode this command owns, as the
+// apiserver holds it; anything else in it (unschedulable, set by an
+// operator) it leaves alone.
+func (o *registration) spec() (map[string]any, error) {
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.AirlockNodeSpec{
+		Endpoint: o.Endpoint,
+		CABundle: o.CABundle,
+		AdminKeySecretRef: v1alpha1.SecretKeyRef{
+			Namespace: o.Namespace,
+			Name:      o.secretName(),
+			Key:       adminKeyField,
 		},
-	}
-	classes := make([]any, len(o.RuntimeClasses))
-	for i, c := range o.RuntimeClasses {
-		classes[i] = c
-	}
-	s["runtimeClasses"] = classes
-	if len(o.CABundle) > 0 {
-		s["caBundle"] = base64.StdEncoding.EncodeToString(o.CABundle)
-	}
-	return s
+		RuntimeClasses: o.RuntimeClasses,
+	})
 }
 
 // apply makes the AirlockNode and its admin-key Secret match o, writing
 // the node only when it differs. The Secret is owned by the AirlockNode, so deleting
 // the node deletes its key.
 func (o *registration) apply(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) error {
+	want, err := o.spec()
+	if err != nil {
+		return err
+	}
 	nodes := dyn.Resource(nodesGVR)
 	node, err := nodes.Get(ctx, o.Name, metav1.GetOptions{})
 	switch {
@@ -120,7 +118,7 @@ func (o *registration) apply(ctx context.Context, kube kubernetes.Interface, dyn
 			"apiVersion": "airlock.dev/v1alpha1",
 			"kind":       "AirlockNode",
 			"metadata":   map[string]any{"name": o.Name},
-			"spec":       o.spec(),
+			"spec":       want,
 		}}
 		if node, err = nodes.Create(ctx, node, metav1.CreateOptions{FieldManager: "airlock-node"}); err != nil {
 			return fmt.Errorf("create airlocknode %s: %w", o.Name, err)
@@ -132,7 +130,6 @@ func (o *registration) apply(ctx context.Context, kube kubernetes.Interface, dyn
 		if spec == nil {
 			spec = map[string]any{}
 		}
-		want := o.spec()
 		changed := false
 		for k, v := range want {
 			if !reflect.DeepEqual(spec[k], v) {
@@ -153,7 +150,7 @@ func (o *registration) apply(ctx context.Context, kube kubernetes.Interface, dyn
 		}
 	}
 	owner := metav1.OwnerReference{
-		APIVersion: "airlock.dev/v1alpha1",
+		APIVersion: v1alpha1.GroupVersion.String(),
 		Kind:       "AirlockNode",
 		Name:       node.GetName(),
 		UID:        node.GetUID(),
