@@ -221,6 +221,7 @@ func newWorld(t *testing.T) *world {
 			"alice create a exec box":    true,
 			"alice get a files box":      true,
 			"alice get a tunnel box":     true,
+			"alice get a ports box":      true,
 			"alice get a  box":           true,
 			"alice get a audit ":         true,
 			"alice create b exec box":    true,
@@ -341,6 +342,7 @@ func TestRefusals(t *testing.T) {
 		{"not forwarded: pause", "POST", "/v1/namespaces/a/sandboxes/box/pause", "tok-alice", 404, api.CodeNotFound},
 		{"delete the sandbox itself", "DELETE", "/v1/namespaces/a/sandboxes/box", "tok-alice", 400, api.CodeInvalidArgument},
 		{"dot segment", "GET", "/v1/namespaces/a/sandboxes/box/files/%2e%2e/%2e%2e/sb-3/exec", "tok-alice", 400, api.CodeInvalidArgument},
+		{"dot segments inside one", "GET", "/v1/namespaces/a/sandboxes/box/ports/80/..%2F..%2F..%2Fsb-3%2Fexec", "tok-alice", 400, api.CodeInvalidArgument},
 		{"encoded subresource", "POST", "/v1/namespaces/a/sandboxes/box/%65xec", "tok-alice", 400, api.CodeInvalidArgument},
 		{"bad namespace", "POST", "/v1/namespaces/A_/sandboxes/box/exec", "tok-alice", 404, api.CodeNotFound},
 	} {
