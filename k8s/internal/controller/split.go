@@ -34,22 +34,21 @@ type shareNode struct {
 	Fit int
 }
 
-// fitOn is how many entries of request req a node holds besides those
-// its allocation already counts: the whole entries its free capacity
-// (capacity - allocated, assumed included by the caller) takes, by CPU,
-// memory and (when capped: Sandboxes > 0) sandbox slots. made is how
-// many of the pool's entries the node has made (ready and filling),
-// which its allocation counts.
-func fitOn(capacity, allocated api.Resources, req api.Resources, made int) int {
+// fitOn is how many entries of request req a node can hold: the whole
+// entries its free capacity takes (free: capacity less allocated and
+// assumed, Sandboxes < 0 meaning no cap), by CPU, memory and sandbox
+// slots, and the made entries of the pool (ready and filling), which
+// its allocation already counts.
+func fitOn(free, req api.Resources, made int) int {
 	n := math.MaxInt32
 	if req.CPUs > 0 {
-		n = min(n, int(math.Floor((capacity.CPUs-allocated.CPUs)/req.CPUs+1e-9)))
+		n = min(n, int(math.Floor(free.CPUs/req.CPUs+1e-9)))
 	}
 	if req.MemoryBytes > 0 {
-		n = min(n, int((capacity.MemoryBytes-allocated.MemoryBytes)/req.MemoryBytes))
+		n = min(n, int(free.MemoryBytes/req.MemoryBytes))
 	}
-	if capacity.Sandboxes > 0 {
-		n = min(n, capacity.Sandboxes-allocated.Sandboxes)
+	if free.Sandboxes >= 0 {
+		n = min(n, free.Sandboxes)
 	}
 	return max(n, 0) + made
 }

@@ -69,19 +69,21 @@ func TestSplitReplicasCapsAtWhatNodesHold(t *testing.T) {
 }
 
 func TestFitOnCountsFreeCapacity(t *testing.T) {
-	cap := api.Resources{CPUs: 2, MemoryBytes: 4 << 30}
 	req := api.Resources{CPUs: 0.25, MemoryBytes: 256 << 20}
-	if got := fitOn(cap, api.Resources{}, req, 0); got != 8 {
-		t.Fatalf("empty node = %d, want 8 (by CPU)", got)
+	if got := fitOn(api.Resources{CPUs: 2, MemoryBytes: 4 << 30, Sandboxes: -1}, req, 0); got != 8 {
+		t.Fatalf("2 CPUs free = %d, want 8 (by CPU)", got)
 	}
 	// The pool's 3 made entries are in allocated and counted back.
-	if got := fitOn(cap, api.Resources{CPUs: 0.75, MemoryBytes: 768 << 20}, req, 3); got != 8 {
-		t.Fatalf("with 3 made = %d, want 8", got)
+	if got := fitOn(api.Resources{CPUs: 1.25, MemoryBytes: 4 << 30, Sandboxes: -1}, req, 3); got != 8 {
+		t.Fatalf("1.25 CPUs free with 3 made = %d, want 8", got)
 	}
-	if got := fitOn(api.Resources{CPUs: 2, MemoryBytes: 4 << 30, Sandboxes: 5}, api.Resources{Sandboxes: 4}, req, 0); got != 1 {
-		t.Fatalf("sandbox cap = %d, want 1", got)
+	if got := fitOn(api.Resources{CPUs: 2, MemoryBytes: 4 << 30, Sandboxes: 1}, req, 0); got != 1 {
+		t.Fatalf("one sandbox slot = %d, want 1", got)
 	}
-	if got := fitOn(cap, api.Resources{CPUs: 3}, req, 0); got != 0 {
+	if got := fitOn(api.Resources{CPUs: 2, MemoryBytes: 300 << 20, Sandboxes: -1}, req, 0); got != 1 {
+		t.Fatalf("300 MiB free = %d, want 1 (by memory)", got)
+	}
+	if got := fitOn(api.Resources{CPUs: -1, MemoryBytes: 4 << 30, Sandboxes: -1}, req, 0); got != 0 {
 		t.Fatalf("over-allocated = %d, want 0", got)
 	}
 }
