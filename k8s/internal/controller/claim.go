@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -54,7 +53,7 @@ type ClaimReconciler struct {
 	Client  client.Client
 	Scheme  *runtime.Scheme
 	Nodes   NodeView
-	Classes []string
+	Classes Classes
 	Log     logr.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
@@ -141,7 +140,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	var sb sandboxv1.Sandbox
 	err := r.Client.Get(ctx, req.NamespacedName, &sb)
 	switch {
-	case err == nil && !slices.Contains(r.Classes, blueprint.RuntimeClass(&sb.Spec.PodTemplate)):
+	case err == nil && !r.Classes.Owns(blueprint.RuntimeClass(&sb.Spec.PodTemplate)):
 		return reconcile.Result{}, nil // not the controller's
 	case err == nil && metav1.IsControlledBy(&sb, &claim):
 		return r.bound(ctx, &claim, &sb)
@@ -220,7 +219,7 @@ func (r *ClaimReconciler) resolve(ctx context.Context, claim *extv1.SandboxClaim
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: pool.Spec.TemplateRef.Name}, &tmpl); err != nil {
 		return nil, nil, client.IgnoreNotFound(err)
 	}
-	if !slices.Contains(r.Classes, blueprint.RuntimeClass(&tmpl.Spec.PodTemplate)) {
+	if !r.Classes.Owns(blueprint.RuntimeClass(&tmpl.Spec.PodTemplate)) {
 		return nil, nil, nil
 	}
 	return &pool, &tmpl, nil
@@ -383,8 +382,10 @@ func (r *ClaimReconciler) createSandbox(ctx context.Context, claim *extv1.Sandbo
 		// reconciler says so in its status.
 		return reconcile.Result{}, nil
 	}
-	sb.Status = boundSandboxStatus(sb, b.node)
-	if err := r.Client.Status().Update(ctx, sb); err != nil {
+	MarkReady(sb, b.node)
+	if err := r.Client.Status().Update(ctx, sb); err != nil && !apierrors.IsConflict(err) {
+		// (A conflict: the Sandbox reconciler saw the new Sandbox first
+		// and wrote the same status.)
 		return reconcile.Result{}, err
 	}
 	if err := r.setClaimStatus(ctx, claim, sb.Name, readyOf(claim, sb)); err != nil {
@@ -403,7 +404,7 @@ func (r *ClaimReconciler) bound(ctx context.Context, claim *extv1.SandboxClaim, 
 	if sb.DeletionTimestamp.IsZero() && sb.Status.NodeName == "" && sb.Annotations[nodes.AnnotationNode] != "" {
 		if d, ok := r.Nodes.DaemonSandbox(sb.Annotations[nodes.AnnotationNode], string(claim.UID)); ok && !d.Ended {
 			sb = sb.DeepCopy()
-			sb.Status = boundSandboxStatus(sb, sb.Annotations[nodes.AnnotationNode])
+			MarkReady(sb, sb.Annotations[nodes.AnnotationNode])
 			if err := r.Client.Status().Update(ctx, sb); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -477,20 +478,6 @@ func (r *ClaimReconciler) deleteSandboxOfGoneClaim(ctx context.Context, key type
 		return nil
 	}
 	return client.IgnoreNotFound(r.Client.Delete(ctx, &sb, client.Preconditions{UID: &sb.UID}))
-}
-
-// boundSandboxStatus is the status of a claim's Sandbox bound on node.
-func boundSandboxStatus(sb *sandboxv1.Sandbox, node string) sandboxv1.SandboxStatus {
-	st := sandboxv1.SandboxStatus{NodeName: node}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: string(sandboxv1.SandboxConditionPodScheduled), Status: metav1.ConditionTrue,
-		Reason: sandboxv1.SandboxReasonPodScheduled, Message: "bound on airlock node " + node, ObservedGeneration: sb.Generation,
-	})
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: string(sandboxv1.SandboxConditionReady), Status: metav1.ConditionTrue,
-		Reason: sandboxv1.SandboxReasonDependenciesReady, Message: "the sandbox is running", ObservedGeneration: sb.Generation,
-	})
-	return st
 }
 
 // readyOf is the claim's Ready condition from its Sandbox's.

@@ -24,28 +24,28 @@ import (
 // "p" of it, the claims given, and three fake nodes a, b, c.
 type claimFixture struct {
 	c      client.Client
-	w      *writes
-	nodes  *fakeNodes
+	w      *writeCounter
+	nodes  *fakeNodeView
 	r      *ClaimReconciler
 	pool   string // the daemon pool's name
 	policy extv1.EnvVarsInjectionPolicy
 }
 
 func newClaimFixture(t *testing.T, policy extv1.EnvVarsInjectionPolicy, objs ...client.Object) *claimFixture {
-	tmpl := template("t", policy)
+	tmpl := airlockTemplate("t", policy)
 	bp, err := blueprint.ForTemplate(tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, w := newClient(t, append([]client.Object{tmpl, warmPool("p", "t", 3)}, objs...)...)
-	f := &claimFixture{c: c, w: w, nodes: newFakeNodes(t, "a", "b", "c"), pool: daemonPoolName("p", bp.Hash)}
-	f.r = &ClaimReconciler{Client: c, Scheme: testScheme(t), Nodes: f.nodes, Classes: []string{"airlock"}}
+	c, w := countingClient(t, append([]client.Object{tmpl, testWarmPool("p", "t", 3)}, objs...)...)
+	f := &claimFixture{c: c, w: w, nodes: newFakeNodeView(t, "a", "b", "c"), pool: daemonPoolName("p", bp.Hash)}
+	f.r = &ClaimReconciler{Client: c, Scheme: controllerScheme(t), Nodes: f.nodes, Classes: Classes{"airlock": true}}
 	return f
 }
 
 func (f *claimFixture) reconcile(t *testing.T, name string) reconcile.Result {
 	t.Helper()
-	res, err := f.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+	res, err := f.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: tns, Name: name}})
 	if err != nil {
 		t.Fatalf("reconcile %s: %v", name, err)
 	}
@@ -55,7 +55,7 @@ func (f *claimFixture) reconcile(t *testing.T, name string) reconcile.Result {
 func (f *claimFixture) claim(t *testing.T, name string) *extv1.SandboxClaim {
 	t.Helper()
 	var c extv1.SandboxClaim
-	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &c); err != nil {
+	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: tns, Name: name}, &c); err != nil {
 		t.Fatal(err)
 	}
 	return &c
@@ -64,7 +64,7 @@ func (f *claimFixture) claim(t *testing.T, name string) *extv1.SandboxClaim {
 func (f *claimFixture) sandbox(t *testing.T, name string) *sandboxv1.Sandbox {
 	t.Helper()
 	var s sandboxv1.Sandbox
-	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: tns, Name: name}, &s); err != nil {
 		t.Fatal(err)
 	}
 	return &s
@@ -76,12 +76,12 @@ func readyCond(conds []metav1.Condition) *metav1.Condition {
 
 func TestWarmClaimIsThreeWrites(t *testing.T) {
 	f := newClaimFixture(t, extv1.EnvVarsInjectionPolicyAllowed, claimOf("c1", "p", extv1.EnvVar{Name: "TASK", Value: "42"}))
-	f.nodes.setPool("a", ns, f.pool, 1, 1)
-	f.nodes.setPool("b", ns, f.pool, 2, 2) // the most ready entries
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
+	f.nodes.setPool("b", tns, f.pool, 2, 2) // the most ready entries
 	f.reconcile(t, "c1")
 
 	if got := f.w.n; f.w.total() != 3 || got["create Sandbox"] != 1 || got["status Sandbox"] != 1 || got["status SandboxClaim"] != 1 {
-		t.Fatalf("writes = %v, want exactly a Sandbox create, its status and the claim's status", got)
+		t.Fatalf("writeCounter = %v, want exactly a Sandbox create, its status and the claim's status", got)
 	}
 	d := f.nodes.daemons["b"]
 	if len(d.creates) != 1 {
@@ -94,7 +94,7 @@ func TestWarmClaimIsThreeWrites(t *testing.T) {
 	if cr.Env["TASK"] != "42" || cr.Env["FOO"] != "template" {
 		t.Fatalf("bind env = %v, want the template's and the claim's", cr.Env)
 	}
-	if cr.Metadata[nodes.MetaClaim] != "c1" || cr.Metadata[nodes.MetaNamespace] != ns || cr.Metadata[nodes.MetaUID] != "claim-uid-c1" {
+	if cr.Metadata[nodes.MetaClaim] != "c1" || cr.Metadata[nodes.MetaNamespace] != tns || cr.Metadata[nodes.MetaUID] != "claim-uid-c1" {
 		t.Fatalf("bind metadata = %v", cr.Metadata)
 	}
 	sb := f.sandbox(t, "c1")
@@ -116,7 +116,7 @@ func TestWarmClaimIsThreeWrites(t *testing.T) {
 		t.Fatalf("Sandbox env %v", env)
 	}
 
-	// Bound and unchanged: another pass writes nothing and calls no node.
+	// Bound and unchanged: another pass writeCounter nothing and calls no node.
 	f.w.reset()
 	f.reconcile(t, "c1")
 	if f.w.total() != 0 || len(d.creates) != 1 {
@@ -128,15 +128,15 @@ func TestClaimGoesToTheNextNodeThenCold(t *testing.T) {
 	f := newClaimFixture(t, "", claimOf("c1", "p"), claimOf("c2", "p"))
 	// a's snapshot says 1 ready, but its daemon has none left (taken
 	// since): failed_precondition, and b has the pool's last one.
-	f.nodes.setPool("a", ns, f.pool, 2, 1)
-	f.nodes.daemons["a"].pools[ns+"/"+f.pool].ready = 0
-	f.nodes.setPool("b", ns, f.pool, 1, 1)
+	f.nodes.setPool("a", tns, f.pool, 2, 1)
+	f.nodes.daemons["a"].pools[tns+"/"+f.pool].ready = 0
+	f.nodes.setPool("b", tns, f.pool, 1, 1)
 	f.reconcile(t, "c1")
 	if sb := f.sandbox(t, "c1"); sb.Annotations[nodes.AnnotationNode] != "b" || sb.Labels[sandboxv1.SandboxLaunchTypeLabel] != "warm" {
 		t.Fatalf("c1 on %q launch %q, want warm on b", sb.Annotations[nodes.AnnotationNode], sb.Labels[sandboxv1.SandboxLaunchTypeLabel])
 	}
 	// No ready entry left anywhere: a cold create from the template.
-	f.nodes.setPool("b", ns, f.pool, 1, 0)
+	f.nodes.setPool("b", tns, f.pool, 1, 0)
 	f.reconcile(t, "c2")
 	sb := f.sandbox(t, "c2")
 	if sb.Labels[sandboxv1.SandboxLaunchTypeLabel] != "cold" || len(f.nodes.placed) != 1 || sb.Annotations[nodes.AnnotationNode] != f.nodes.placed[0] {
@@ -166,7 +166,7 @@ func TestClaimWithNoNodeIsUnschedulable(t *testing.T) {
 // has more ready entries.
 func TestReplayedBindYieldsTheSameSandbox(t *testing.T) {
 	f := newClaimFixture(t, "", claimOf("c1", "p"))
-	f.nodes.setPool("a", ns, f.pool, 2, 2)
+	f.nodes.setPool("a", tns, f.pool, 2, 2)
 	type exit struct{ code int }
 	f.r.Fault = "exit-after-bind"
 	f.r.Exit = func(code int) { panic(exit{code}) }
@@ -178,11 +178,11 @@ func TestReplayedBindYieldsTheSameSandbox(t *testing.T) {
 		}()
 		f.reconcile(t, "c1")
 	}()
-	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "c1"}, &sandboxv1.Sandbox{}); !apierrors.IsNotFound(err) {
+	if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: tns, Name: "c1"}, &sandboxv1.Sandbox{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a Sandbox was made before the crash: %v", err)
 	}
 	f.r.Fault = ""
-	f.nodes.setPool("b", ns, f.pool, 5, 5)
+	f.nodes.setPool("b", tns, f.pool, 5, 5)
 	f.reconcile(t, "c1")
 	sb := f.sandbox(t, "c1")
 	made := len(f.nodes.daemons["a"].made) + len(f.nodes.daemons["b"].made) + len(f.nodes.daemons["c"].made)
@@ -196,7 +196,7 @@ func TestReplayedBindYieldsTheSameSandbox(t *testing.T) {
 
 func TestDisallowedEnvIsRefusedBeforeAnyBind(t *testing.T) {
 	f := newClaimFixture(t, "", claimOf("c1", "p", extv1.EnvVar{Name: "X", Value: "1"}))
-	f.nodes.setPool("a", ns, f.pool, 1, 1)
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
 	f.reconcile(t, "c1")
 	c := readyCond(f.claim(t, "c1").Status.Conditions)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonEnvNotAllowed {
@@ -211,7 +211,7 @@ func TestClaimCannotWidenTheTemplatesNetwork(t *testing.T) {
 	cl := claimOf("c1", "p")
 	cl.Spec.AdditionalPodMetadata.Annotations = map[string]string{blueprint.AnnotationNetworkAllow: "evil.example"}
 	f := newClaimFixture(t, "", cl)
-	f.nodes.setPool("a", ns, f.pool, 1, 1)
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
 	f.reconcile(t, "c1")
 	c := readyCond(f.claim(t, "c1").Status.Conditions)
 	if c == nil || c.Reason != ReasonInvalidMetadata {
@@ -224,7 +224,7 @@ func TestClaimCannotWidenTheTemplatesNetwork(t *testing.T) {
 
 func TestDeletedClaimsSandboxIsDeleted(t *testing.T) {
 	f := newClaimFixture(t, "", claimOf("c1", "p"))
-	f.nodes.setPool("a", ns, f.pool, 1, 1)
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
 	f.reconcile(t, "c1")
 	if err := f.c.Delete(context.Background(), f.claim(t, "c1")); err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestExpiredClaimRetainKeepsTheClaim(t *testing.T) {
 	cl := claimOf("c1", "p")
 	cl.Spec.Lifecycle = &extv1.Lifecycle{ShutdownTime: &metav1.Time{Time: now.Add(time.Hour)}}
 	f := newClaimFixture(t, "", cl)
-	f.nodes.setPool("a", ns, f.pool, 1, 1)
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
 	f.r.Now = func() time.Time { return now }
 	res := f.reconcile(t, "c1")
 	if res.RequeueAfter != time.Hour {
@@ -268,7 +268,7 @@ func TestExpiredClaimDeletePolicyDeletesIt(t *testing.T) {
 			cl := claimOf("c1", "p")
 			cl.Spec.Lifecycle = &extv1.Lifecycle{ShutdownTime: &metav1.Time{Time: now.Add(time.Minute)}, ShutdownPolicy: policy}
 			f := newClaimFixture(t, "", cl)
-			f.nodes.setPool("a", ns, f.pool, 1, 1)
+			f.nodes.setPool("a", tns, f.pool, 1, 1)
 			f.r.Now = func() time.Time { return now }
 			f.reconcile(t, "c1")
 			now = now.Add(time.Minute)
@@ -286,7 +286,7 @@ func TestExpiredClaimDeletePolicyDeletesIt(t *testing.T) {
 				}
 				f.reconcile(t, "c1")
 			}
-			if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "c1"}, &extv1.SandboxClaim{}); !apierrors.IsNotFound(err) {
+			if err := f.c.Get(context.Background(), types.NamespacedName{Namespace: tns, Name: "c1"}, &extv1.SandboxClaim{}); !apierrors.IsNotFound(err) {
 				t.Fatalf("the claim is still there: %v", err)
 			}
 		})
@@ -299,7 +299,7 @@ func TestTTLAfterFinishedExpiresTheClaim(t *testing.T) {
 	cl := claimOf("c1", "p")
 	cl.Spec.Lifecycle = &extv1.Lifecycle{TTLSecondsAfterFinished: &ttl}
 	f := newClaimFixture(t, "", cl)
-	f.nodes.setPool("a", ns, f.pool, 1, 1)
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
 	f.r.Now = func() time.Time { return now }
 	f.reconcile(t, "c1")
 	// The Sandbox finishes (the Sandbox reconciler's write).
@@ -319,13 +319,13 @@ func TestTTLAfterFinishedExpiresTheClaim(t *testing.T) {
 }
 
 func TestClaimOfAnotherClassIsUntouched(t *testing.T) {
-	other := template("o", extv1.EnvVarsInjectionPolicyAllowed)
+	other := airlockTemplate("o", extv1.EnvVarsInjectionPolicyAllowed)
 	cls := "runc"
 	other.Spec.PodTemplate.Spec.RuntimeClassName = &cls
-	f := newClaimFixture(t, "", other, warmPool("op", "o", 1), claimOf("c1", "op"))
+	f := newClaimFixture(t, "", other, testWarmPool("op", "o", 1), claimOf("c1", "op"))
 	f.reconcile(t, "c1")
 	if f.w.total() != 0 {
-		t.Fatalf("writes %v on another class's claim", f.w.n)
+		t.Fatalf("writeCounter %v on another class's claim", f.w.n)
 	}
 }
 
@@ -347,7 +347,7 @@ func TestApplyEnvFollowsThePolicy(t *testing.T) {
 		{extv1.EnvVarsInjectionPolicyOverrides, []extv1.EnvVar{{Name: "A", Value: "1", ContainerName: "main"}}, "template"},
 		{extv1.EnvVarsInjectionPolicyDisallowed, nil, "template"},
 	} {
-		spec := template("t", tc.policy).Spec.PodTemplate.Spec
+		spec := airlockTemplate("t", tc.policy).Spec.PodTemplate.Spec
 		err := applyEnv(&spec, tc.env, tc.policy)
 		got := "error"
 		if err == nil {

@@ -15,20 +15,15 @@ import (
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 )
 
-// Claim condition reasons of this controller's own (upstream's others,
-// such as ClaimExpired, are used as upstream defines them).
+// Claim condition reasons of this controller's own besides the Sandbox
+// ones (ReasonUnsupported, ReasonUnschedulable: no node has a ready pool
+// entry or room for a cold create) and upstream's (ClaimExpired).
 const (
 	// ReasonEnvNotAllowed: the claim's env is refused by the template's
 	// envVarsInjectionPolicy.
 	ReasonEnvNotAllowed = "EnvNotAllowed"
 	// ReasonInvalidMetadata: additionalPodMetadata is refused.
 	ReasonInvalidMetadata = "InvalidMetadata"
-	// ReasonUnsupported: something the claim or its template asks cannot
-	// be given by airlock.
-	ReasonUnsupported = "Unsupported"
-	// ReasonUnschedulable: no airlock node has a ready pool entry or room
-	// for a cold create.
-	ReasonUnschedulable = "Unschedulable"
 	// ReasonSandboxNameTaken: a Sandbox of the claim's name exists that is
 	// not the claim's.
 	ReasonSandboxNameTaken = "SandboxNameTaken"

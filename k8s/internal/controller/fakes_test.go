@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -30,10 +31,10 @@ import (
 	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
 )
 
-// fakeDaemon is the part of an airlock daemon's API the reconcilers call:
+// poolDaemon is the part of an airlock daemon's API the reconcilers call:
 // creates (with pools, pool_only and external ids), PUT and DELETE of
 // pools. It serves on a unix socket.
-type fakeDaemon struct {
+type poolDaemon struct {
 	t    *testing.T
 	sock string
 
@@ -51,13 +52,13 @@ type fakePool struct {
 	ready int
 }
 
-func newFakeDaemon(t *testing.T) *fakeDaemon {
+func newPoolDaemon(t *testing.T) *poolDaemon {
 	dir, err := os.MkdirTemp("", "k2d")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &fakeDaemon{t: t, sock: filepath.Join(dir, "d.sock"), pools: map[string]*fakePool{}, byExt: map[string]*api.Sandbox{}}
+	d := &poolDaemon{t: t, sock: filepath.Join(dir, "d.sock"), pools: map[string]*fakePool{}, byExt: map[string]*api.Sandbox{}}
 	l, err := net.Listen("unix", d.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +69,13 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 	return d
 }
 
-func apiErr(w http.ResponseWriter, status int, code api.Code, msg string) {
+func fakeAPIError(w http.ResponseWriter, status int, code api.Code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(&api.Error{Code: code, Message: msg})
 }
 
-func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (d *poolDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tenant := r.Header.Get("Authorization") // the fake tracker's key is "Bearer <tenant>"
 	tenant = tenant[len("Bearer "):]
 	d.mu.Lock()
@@ -83,7 +84,7 @@ func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "POST" && r.URL.Path == "/v1/sandboxes":
 		var c api.CreateSandbox
 		if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
-			apiErr(w, 400, api.CodeInvalidArgument, err.Error())
+			fakeAPIError(w, 400, api.CodeInvalidArgument, err.Error())
 			return
 		}
 		d.creates = append(d.creates, c)
@@ -96,10 +97,10 @@ func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p := d.pools[tenant+"/"+c.Pool]
 			switch {
 			case p == nil:
-				apiErr(w, 404, api.CodeNotFound, "no pool "+c.Pool)
+				fakeAPIError(w, 404, api.CodeNotFound, "no pool "+c.Pool)
 				return
 			case p.ready == 0 && c.PoolOnly:
-				apiErr(w, 409, api.CodeFailedPrecondition, "pool "+c.Pool+" had no sandbox ready")
+				fakeAPIError(w, 409, api.CodeFailedPrecondition, "pool "+c.Pool+" had no sandbox ready")
 				return
 			case p.ready > 0:
 				p.ready--
@@ -118,11 +119,11 @@ func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Path[len("/v1/pools/"):]
 		var sp api.SetPool
 		if err := json.NewDecoder(r.Body).Decode(&sp); err != nil {
-			apiErr(w, 400, api.CodeInvalidArgument, err.Error())
+			fakeAPIError(w, 400, api.CodeInvalidArgument, err.Error())
 			return
 		}
 		if sp.Size < 1 || sp.Size > 64 {
-			apiErr(w, 400, api.CodeInvalidArgument, "size out of range")
+			fakeAPIError(w, 400, api.CodeInvalidArgument, "size out of range")
 			return
 		}
 		d.poolOps = append(d.poolOps, fmt.Sprintf("PUT %s/%s %d", tenant, name, sp.Size))
@@ -131,31 +132,31 @@ func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "DELETE" && len(r.URL.Path) > len("/v1/pools/"):
 		name := r.URL.Path[len("/v1/pools/"):]
 		if d.pools[tenant+"/"+name] == nil {
-			apiErr(w, 404, api.CodeNotFound, "no pool "+name)
+			fakeAPIError(w, 404, api.CodeNotFound, "no pool "+name)
 			return
 		}
 		d.poolOps = append(d.poolOps, fmt.Sprintf("DELETE %s/%s", tenant, name))
 		delete(d.pools, tenant+"/"+name)
 		w.WriteHeader(204)
 	default:
-		apiErr(w, 404, api.CodeNotFound, r.Method+" "+r.URL.Path)
+		fakeAPIError(w, 404, api.CodeNotFound, r.Method+" "+r.URL.Path)
 	}
 }
 
-// fakeNodes is a NodeView over fake daemons: the tests set each node's
+// fakeNodeView is a NodeView over fake daemons: the tests set each node's
 // snapshot (state, capacity, pools) as the tracker would have it.
-type fakeNodes struct {
+type fakeNodeView struct {
 	t       *testing.T
 	mu      sync.Mutex
 	snaps   []nodes.Snapshot
-	daemons map[string]*fakeDaemon
+	daemons map[string]*poolDaemon
 	placed  []string
 }
 
-func newFakeNodes(t *testing.T, names ...string) *fakeNodes {
-	f := &fakeNodes{t: t, daemons: map[string]*fakeDaemon{}}
+func newFakeNodeView(t *testing.T, names ...string) *fakeNodeView {
+	f := &fakeNodeView{t: t, daemons: map[string]*poolDaemon{}}
 	for _, n := range names {
-		f.daemons[n] = newFakeDaemon(t)
+		f.daemons[n] = newPoolDaemon(t)
 		f.snaps = append(f.snaps, nodes.Snapshot{
 			Name: n, State: nodes.StateReady, RuntimeClasses: []string{"airlock"},
 			Capacity: api.Resources{CPUs: 2, MemoryBytes: 4 << 30},
@@ -167,7 +168,7 @@ func newFakeNodes(t *testing.T, names ...string) *fakeNodes {
 
 // setPool sets what node's snapshot shows of a daemon pool (and the ready
 // entries its fake daemon holds).
-func (f *fakeNodes) setPool(node, tenant, name string, size, ready int) {
+func (f *fakeNodeView) setPool(node, tenant, name string, size, ready int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.snaps {
@@ -186,7 +187,7 @@ func (f *fakeNodes) setPool(node, tenant, name string, size, ready int) {
 
 // syncPools makes each node's snapshot show its daemon's pools (as the
 // tracker's pool events would), every entry ready.
-func (f *fakeNodes) syncPools() {
+func (f *fakeNodeView) syncPools() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.snaps {
@@ -194,8 +195,7 @@ func (f *fakeNodes) syncPools() {
 		d.mu.Lock()
 		f.snaps[i].Pools = map[nodes.PoolKey]api.NodePool{}
 		for k, p := range d.pools {
-			var tenant, name string
-			fmt.Sscanf(replaceSlash(k), "%s %s", &tenant, &name)
+			tenant, name, _ := strings.Cut(k, "/")
 			p.ready = p.def.Size
 			f.snaps[i].Pools[nodes.PoolKey{Tenant: tenant, Name: name}] = api.NodePool{Tenant: tenant, Name: name, Size: p.def.Size, Ready: p.def.Size}
 		}
@@ -203,16 +203,7 @@ func (f *fakeNodes) syncPools() {
 	}
 }
 
-func replaceSlash(s string) string {
-	for i := range s {
-		if s[i] == '/' {
-			return s[:i] + " " + s[i+1:]
-		}
-	}
-	return s
-}
-
-func (f *fakeNodes) setState(node string, s nodes.State) {
+func (f *fakeNodeView) setState(node string, s nodes.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.snaps {
@@ -222,7 +213,7 @@ func (f *fakeNodes) setState(node string, s nodes.State) {
 	}
 }
 
-func (f *fakeNodes) Nodes() []nodes.Snapshot {
+func (f *fakeNodeView) Nodes() []nodes.Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]nodes.Snapshot, len(f.snaps))
@@ -236,7 +227,7 @@ func (f *fakeNodes) Nodes() []nodes.Snapshot {
 	return out
 }
 
-func (f *fakeNodes) ReadyNodes(class string) []nodes.Snapshot {
+func (f *fakeNodeView) ReadyNodes(class string) []nodes.Snapshot {
 	var out []nodes.Snapshot
 	for _, s := range f.Nodes() {
 		if s.State == nodes.StateReady && !s.Unschedulable && s.Serves(class) {
@@ -247,7 +238,7 @@ func (f *fakeNodes) ReadyNodes(class string) []nodes.Snapshot {
 }
 
 // DaemonSandbox answers from the fake daemons, as a synced tracker would.
-func (f *fakeNodes) DaemonSandbox(node, externalID string) (nodes.DaemonSandbox, bool) {
+func (f *fakeNodeView) DaemonSandbox(node, externalID string) (nodes.DaemonSandbox, bool) {
 	d := f.daemons[node]
 	if d == nil {
 		return nodes.DaemonSandbox{}, false
@@ -262,16 +253,16 @@ func (f *fakeNodes) DaemonSandbox(node, externalID string) (nodes.DaemonSandbox,
 	return nodes.DaemonSandbox{}, false
 }
 
-func (f *fakeNodes) Tenant(_ context.Context, node, ns string) (*airlock.Client, error) {
+func (f *fakeNodeView) Tenant(_ context.Context, node, namespace string) (*airlock.Client, error) {
 	d := f.daemons[node]
 	if d == nil {
 		return nil, &api.Error{Code: api.CodeUnavailable, Message: "no node " + node}
 	}
-	return airlock.New(airlock.Config{Address: d.sock, Key: ns})
+	return airlock.New(airlock.Config{Address: d.sock, Key: namespace})
 }
 
 // Place chooses the first Ready node (the fakes have room).
-func (f *fakeNodes) Place(req nodes.Request) (string, func(), error) {
+func (f *fakeNodeView) Place(req nodes.Request) (string, func(), error) {
 	ready := f.ReadyNodes(req.RuntimeClass)
 	if len(ready) == 0 {
 		return "", nil, &nodes.UnschedulableError{Message: fmt.Sprintf("0/%d airlock nodes are available", len(f.snaps))}
@@ -282,17 +273,17 @@ func (f *fakeNodes) Place(req nodes.Request) (string, func(), error) {
 	return ready[0].Name, func() {}, nil
 }
 
-func (f *fakeNodes) PoolEvents() <-chan event.GenericEvent  { return nil }
-func (f *fakeNodes) ClaimEvents() <-chan event.GenericEvent { return nil }
+func (f *fakeNodeView) PoolEvents() <-chan event.GenericEvent  { return nil }
+func (f *fakeNodeView) ClaimEvents() <-chan event.GenericEvent { return nil }
 
-// writes counts a client's writes by kind ("create Sandbox", "status
+// writeCounter counts a client's writes by kind ("create Sandbox", "status
 // SandboxClaim", ...).
-type writes struct {
+type writeCounter struct {
 	mu sync.Mutex
 	n  map[string]int
 }
 
-func (w *writes) add(verb string, obj client.Object) {
+func (w *writeCounter) add(verb string, obj client.Object) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	kind := fmt.Sprintf("%T", obj)
@@ -300,7 +291,7 @@ func (w *writes) add(verb string, obj client.Object) {
 	w.n[verb+" "+kind]++
 }
 
-func (w *writes) total() int {
+func (w *writeCounter) total() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t := 0
@@ -310,13 +301,13 @@ func (w *writes) total() int {
 	return t
 }
 
-func (w *writes) reset() {
+func (w *writeCounter) reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.n = map[string]int{}
 }
 
-func testScheme(t *testing.T) *runtime.Scheme {
+func controllerScheme(t *testing.T) *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sandboxv1.AddToScheme, extv1.AddToScheme} {
 		if err := add(s); err != nil {
@@ -326,10 +317,10 @@ func testScheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
-// newClient is a fake apiserver holding objs, its writes counted.
-func newClient(t *testing.T, objs ...client.Object) (client.Client, *writes) {
-	w := &writes{n: map[string]int{}}
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+// newClient is a fake apiserver holding objs, its writeCounter counted.
+func countingClient(t *testing.T, objs ...client.Object) (client.Client, *writeCounter) {
+	w := &writeCounter{n: map[string]int{}}
+	c := fake.NewClientBuilder().WithScheme(controllerScheme(t)).
 		WithStatusSubresource(&sandboxv1.Sandbox{}, &extv1.SandboxClaim{}, &extv1.SandboxWarmPool{}).
 		WithIndex(&extv1.SandboxClaim{}, extv1.WarmPoolRefField, func(o client.Object) []string {
 			return []string{o.(*extv1.SandboxClaim).Spec.WarmPoolRef.Name}
@@ -366,15 +357,15 @@ func newClient(t *testing.T, objs ...client.Object) (client.Client, *writes) {
 	}), w
 }
 
-const ns = "team-a"
+const tns = "team-a"
 
 func airlockClass() *string { s := "airlock"; return &s }
 
 // template is a SandboxTemplate of class airlock with env FOO=template and
 // limits 0.5 CPU / 512 MiB.
-func template(name string, policy extv1.EnvVarsInjectionPolicy) *extv1.SandboxTemplate {
+func airlockTemplate(name string, policy extv1.EnvVarsInjectionPolicy) *extv1.SandboxTemplate {
 	return &extv1.SandboxTemplate{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("tmpl-" + name), ResourceVersion: "1"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: tns, Name: name, UID: types.UID("tmpl-" + name), ResourceVersion: "1"},
 		Spec: extv1.SandboxTemplateSpec{
 			SandboxBlueprint: sandboxv1.SandboxBlueprint{PodTemplate: sandboxv1.PodTemplate{Spec: corev1.PodSpec{
 				RuntimeClassName: airlockClass(),
@@ -391,16 +382,16 @@ func template(name string, policy extv1.EnvVarsInjectionPolicy) *extv1.SandboxTe
 	}
 }
 
-func warmPool(name, tmpl string, replicas int32) *extv1.SandboxWarmPool {
+func testWarmPool(name, tmpl string, replicas int32) *extv1.SandboxWarmPool {
 	return &extv1.SandboxWarmPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("pool-" + name), Generation: 1},
+		ObjectMeta: metav1.ObjectMeta{Namespace: tns, Name: name, UID: types.UID("pool-" + name), Generation: 1},
 		Spec:       extv1.SandboxWarmPoolSpec{Replicas: &replicas, TemplateRef: extv1.SandboxTemplateRef{Name: tmpl}},
 	}
 }
 
 func claimOf(name, pool string, env ...extv1.EnvVar) *extv1.SandboxClaim {
 	return &extv1.SandboxClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("claim-uid-" + name), Generation: 1},
+		ObjectMeta: metav1.ObjectMeta{Namespace: tns, Name: name, UID: types.UID("claim-uid-" + name), Generation: 1},
 		Spec:       extv1.SandboxClaimSpec{WarmPoolRef: extv1.SandboxWarmPoolRef{Name: pool}, Env: env},
 	}
 }

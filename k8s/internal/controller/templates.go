@@ -99,7 +99,7 @@ func (t Tracker) Place(req nodes.Request) (string, func(), error) {
 type PoolsAndClaims struct {
 	Nodes *nodes.Tracker
 	// Classes are the runtime classes the controller serves.
-	Classes []string
+	Classes Classes
 	// PoolWorkers and ClaimWorkers are each reconciler's workers.
 	PoolWorkers, ClaimWorkers int
 	Log                       logr.Logger

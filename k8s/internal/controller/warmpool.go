@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +57,7 @@ const poolRetry = 5 * time.Second
 type WarmPoolReconciler struct {
 	Client  client.Client
 	Nodes   NodeView
-	Classes []string
+	Classes Classes
 	Events  recorder.EventRecorder
 	Log     logr.Logger
 
@@ -207,7 +206,7 @@ func (r *WarmPoolReconciler) blueprintOf(ctx context.Context, pool *extv1.Sandbo
 		}
 		return nil, nil, err
 	}
-	if !slices.Contains(r.Classes, blueprint.RuntimeClass(&tmpl.Spec.PodTemplate)) {
+	if !r.Classes.Owns(blueprint.RuntimeClass(&tmpl.Spec.PodTemplate)) {
 		return nil, nil, fmt.Errorf("SandboxTemplate %q is not served by airlock (runtime class %q)", tmpl.Name, blueprint.RuntimeClass(&tmpl.Spec.PodTemplate))
 	}
 	bp, err := r.compiled.get(&tmpl)
