@@ -16,10 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -83,8 +85,10 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error 
 		Named("sandboxclaim").
 		For(&extv1.SandboxClaim{}).
 		Watches(&sandboxv1.Sandbox{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &extv1.SandboxClaim{}, handler.OnlyControllerOwner())).
-		Watches(&extv1.SandboxWarmPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfPool)).
-		Watches(&extv1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfTemplate)).
+		// A pool's or template's spec (not a pool's status, which each
+		// bind and refill changes) can make an unbound claim bindable.
+		Watches(&extv1.SandboxWarmPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfPool), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&extv1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfTemplate), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.Nodes.ClaimEvents(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
