@@ -266,3 +266,14 @@ func TestSweepRemovesOrphanedDaemonPools(t *testing.T) {
 		t.Fatalf("ops %v", ops)
 	}
 }
+
+func TestCordonedNodeLosesItsShare(t *testing.T) {
+	f := newPoolFixture(t, 4, "a", "b")
+	f.reconcile(t, "p")
+	f.nodes.syncPools()
+	f.nodes.snaps[1].Unschedulable = true
+	f.reconcile(t, "p")
+	if got := f.sizes(); got["a"] != 4 || got["b"] != 0 {
+		t.Fatalf("with b cordoned: %v, want all 4 on a", got)
+	}
+}
