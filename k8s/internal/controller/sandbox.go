@@ -181,6 +181,10 @@ func (r *SandboxReconciler) place(ctx context.Context, s *sandboxv1.Sandbox) err
 		return err
 	}
 	ext := ExternalID(s)
+	if node, d, ok := r.Nodes.Locate(ext); ok {
+		// made before, its annotations lost (a failed write, a restart).
+		return r.annotate(ctx, s, node, d.ID)
+	}
 	resv, err := r.Nodes.Place(nodes.Request{
 		Key: ext, RuntimeClass: bp.RuntimeClass, CPUs: bp.CPUs(), MemoryBytes: bp.MemoryBytes(), Waiter: s,
 	})
@@ -219,20 +223,26 @@ func (r *SandboxReconciler) place(ctx context.Context, s *sandboxv1.Sandbox) err
 		}
 		return err
 	}
+	r.Log.V(1).Info("placed", "sandbox", client.ObjectKeyFromObject(s), "node", resv.Node, "id", sb.ID)
+	// on a failed write the daemon sandbox stays: the retry finds it
+	// (Locate, or the same node's idempotent create).
+	return r.annotate(ctx, s, resv.Node, sb.ID)
+}
+
+// annotate records s's node and daemon sandbox id, and marks it Ready.
+func (r *SandboxReconciler) annotate(ctx context.Context, s *sandboxv1.Sandbox, node, id string) error {
 	patch := client.MergeFrom(s.DeepCopy())
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[nodes.AnnotationNode] = resv.Node
-	s.Annotations[nodes.AnnotationSandboxID] = sb.ID
+	s.Annotations[nodes.AnnotationNode] = node
+	s.Annotations[nodes.AnnotationSandboxID] = id
 	status := s.Status.DeepCopy()
 	if err := r.Client.Patch(ctx, s, patch); err != nil {
-		// the daemon sandbox stays: a retry's create answers it again.
 		return err
 	}
 	s.Status = *status
-	MarkReady(s, resv.Node)
-	r.Log.V(1).Info("placed", "sandbox", client.ObjectKeyFromObject(s), "node", resv.Node, "id", sb.ID)
+	MarkReady(s, node)
 	return nil
 }
 
