@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -32,7 +34,7 @@ import (
 // builds them; AIRLOCK_KUBE_BIN names their directory) with agent-sandbox's
 // CRDs from its module. Without the binaries the test skips; under CI=true
 // it fails.
-func startAPIServer(t *testing.T) *envtest.Environment {
+func startAPIServer(t testing.TB) *envtest.Environment {
 	bin := os.Getenv("AIRLOCK_KUBE_BIN")
 	if bin == "" {
 		bin = "/usr/local/lib/airlock/kube"
@@ -55,15 +57,17 @@ func startAPIServer(t *testing.T) *envtest.Environment {
 		CRDDirectoryPaths:     []string{filepath.Join(strings.TrimSpace(string(out)), "k8s", "crds")},
 		ErrorIfCRDPathMissing: true,
 	}
-	if _, err := env.Start(); err != nil {
+	cfg, err := env.Start()
+	if err != nil {
 		t.Fatalf("starting kube-apiserver and etcd: %v", err)
 	}
+	cfg.QPS = -1 // no client-side limit (as airlock-controller runs)
 	t.Cleanup(func() { env.Stop() })
 	return env
 }
 
 // eventually polls cond until it holds or a minute passes.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	last := ""
@@ -78,30 +82,36 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Fatalf("%s: not after a minute (%s)", what, last)
 }
 
-// The warm pool and claim reconcilers in a manager against a real
-// apiserver (the nodes are fake): a pool of 6 spreads over three nodes,
-// the scale subresource takes it to 9, a claim binds warm with exactly
-// three writes, its deletion deletes its Sandbox, and the pool's deletion
-// removes its daemon pools.
-func TestPoolsAndClaimsOnAnAPIServer(t *testing.T) {
+// apiFixture is the warm pool and claim reconcilers in a manager against
+// a real apiserver, on fake nodes a, b and c, with namespace tns made.
+type apiFixture struct {
+	kc    client.WithWatch // the test's own client
+	c     client.Reader    // uncached
+	view  *fakeNodeView
+	w     *writeCounter // the claim reconciler's writes
+	close func()
+}
+
+func startPoolsAndClaims(t testing.TB) *apiFixture {
 	env := startAPIServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: controllerScheme(t), Metrics: metricsserver.Options{BindAddress: "0"}})
+	skip := true // more than one manager in the test process
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: controllerScheme(t), Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	view := newFakeNodeView(t, "a", "b", "c")
-	w := &writeCounter{n: map[string]int{}}
-	counted := countWrites(mgr.GetClient(), w)
+	f := &apiFixture{c: mgr.GetAPIReader(), view: newFakeNodeView(t, "a", "b", "c"), w: &writeCounter{n: map[string]int{}}}
 	if err := indexRefs(ctx, mgr); err != nil {
 		t.Fatal(err)
 	}
 	classes := Classes{"airlock": true}
-	if err := (&WarmPoolReconciler{Client: mgr.GetClient(), Nodes: view, Classes: classes, Events: mgr.GetEventRecorder("test")}).SetupWithManager(mgr, 2); err != nil {
+	if err := (&WarmPoolReconciler{Client: mgr.GetClient(), Nodes: f.view, Classes: classes, Events: mgr.GetEventRecorder("test")}).SetupWithManager(mgr, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&ClaimReconciler{Client: counted, Scheme: mgr.GetScheme(), Nodes: view, Classes: classes}).SetupWithManager(mgr, 8); err != nil {
+	if err := (&ClaimReconciler{Client: countWrites(mgr.GetClient(), f.w), Scheme: mgr.GetScheme(), Nodes: f.view, Classes: classes}).SetupWithManager(mgr, 64); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -112,21 +122,25 @@ func TestPoolsAndClaimsOnAnAPIServer(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	})
+	if f.kc, err = client.NewWithWatch(env.Config, client.Options{Scheme: mgr.GetScheme()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tns}}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
 
-	c := mgr.GetAPIReader()
-	kc, err := client.New(env.Config, client.Options{Scheme: mgr.GetScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tns}}); err != nil {
-		t.Fatal(err)
-	}
+// makePool makes template t (env policy Allowed) and warm pool p of it,
+// and answers p's daemon pool name.
+func (f *apiFixture) makePool(t testing.TB, replicas int32) (*extv1.SandboxWarmPool, string) {
+	ctx := context.Background()
 	tmpl := airlockTemplate("t", extv1.EnvVarsInjectionPolicyAllowed)
 	tmpl.UID, tmpl.ResourceVersion = "", ""
-	pool := testWarmPool("p", "t", 6)
+	pool := testWarmPool("p", "t", replicas)
 	pool.UID = ""
 	for _, o := range []client.Object{tmpl, pool} {
-		if err := kc.Create(ctx, o); err != nil {
+		if err := f.kc.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,7 +148,19 @@ func TestPoolsAndClaimsOnAnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := daemonPoolName("p", bp.Hash)
+	return pool, daemonPoolName("p", bp.Hash)
+}
+
+// The warm pool and claim reconcilers in a manager against a real
+// apiserver (the nodes are fake): a pool of 6 spreads over three nodes,
+// the scale subresource takes it to 9, a claim binds warm with exactly
+// three writes, its deletion deletes its Sandbox, and the pool's deletion
+// removes its daemon pools.
+func TestPoolsAndClaimsOnAnAPIServer(t *testing.T) {
+	f := startPoolsAndClaims(t)
+	ctx := context.Background()
+	kc, c, view, w := f.kc, f.c, f.view, f.w
+	pool, name := f.makePool(t, 6)
 	pf := &poolFixture{nodes: view, name: name}
 	sizesAre := func(want int) func() (bool, string) {
 		return func() (bool, string) {
@@ -219,4 +245,116 @@ func TestPoolsAndClaimsOnAnAPIServer(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(pool), &extv1.SandboxWarmPool{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+}
+
+// BenchmarkWarmClaimOnAnAPIServer is a warm claim's time from its create
+// to its Ready status, one at a time, on a real apiserver with fake nodes
+// (the controller's and the apiserver's share of a claim: the daemon's
+// bind is a fake's).
+func BenchmarkWarmClaimOnAnAPIServer(b *testing.B) {
+	f := startPoolsAndClaims(b)
+	ctx := context.Background()
+	_, name := f.makePool(b, 3)
+	for _, n := range []string{"a", "b", "c"} {
+		f.view.setPool(n, tns, name, 1, 1<<20) // the share of 3 over 3 nodes, so never set again
+	}
+	var claims extv1.SandboxClaimList
+	watch, err := f.kc.Watch(ctx, &claims, client.InNamespace(tns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer watch.Stop()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		claim := claimOf(fmt.Sprintf("bench-%d", i), "p")
+		claim.UID = ""
+		start := time.Now()
+		if err := f.kc.Create(ctx, claim); err != nil {
+			b.Fatal(err)
+		}
+		for ev := range watch.ResultChan() {
+			cl, ok := ev.Object.(*extv1.SandboxClaim)
+			if r := readyCondOf(cl, ok); cl != nil && cl.Name == claim.Name && r {
+				break
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(f.w.total())/float64(b.N), "writes/claim")
+	b.Logf("writes: %v", f.w.n)
+}
+
+func readyCondOf(cl *extv1.SandboxClaim, ok bool) bool {
+	if !ok || cl == nil {
+		return false
+	}
+	r := readyCond(cl.Status.Conditions)
+	return r != nil && r.Status == metav1.ConditionTrue
+}
+
+// BenchmarkAPIFloorOnAnAPIServer is research §5.1's floor beside
+// BenchmarkWarmClaimOnAnAPIServer, in the same process and apiserver: a
+// claim's create and the three writes of its bind done inline (no
+// controller, no informer, no daemon), to the watch's Ready.
+func BenchmarkAPIFloorOnAnAPIServer(b *testing.B) {
+	env := startAPIServer(b)
+	ctx := context.Background()
+	kc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controllerScheme(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := kc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tns}}); err != nil {
+		b.Fatal(err)
+	}
+	tmpl := airlockTemplate("t", "")
+	var claims extv1.SandboxClaimList
+	watch, err := kc.Watch(ctx, &claims, client.InNamespace(tns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer watch.Stop()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		claim := claimOf(fmt.Sprintf("floor-%d", i), "p")
+		claim.UID = ""
+		start := time.Now()
+		if err := kc.Create(ctx, claim); err != nil {
+			b.Fatal(err)
+		}
+		sb := &sandboxv1.Sandbox{
+			ObjectMeta: metav1.ObjectMeta{Namespace: tns, Name: claim.Name, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: extv1.GroupVersion.String(), Kind: "SandboxClaim", Name: claim.Name, UID: claim.UID,
+			}}},
+			Spec: sandboxv1.SandboxSpec{SandboxBlueprint: tmpl.Spec.SandboxBlueprint},
+		}
+		if err := kc.Create(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+		MarkReady(sb, "a")
+		if err := kc.Status().Update(ctx, sb); err != nil {
+			b.Fatal(err)
+		}
+		claim.Status.SandboxStatus.Name = sb.Name
+		claim.Status.Conditions = []metav1.Condition{*readyCond(sb.Status.Conditions)}
+		if err := kc.Status().Update(ctx, claim); err != nil {
+			b.Fatal(err)
+		}
+		for ev := range watch.ResultChan() {
+			cl, ok := ev.Object.(*extv1.SandboxClaim)
+			if readyCondOf(cl, ok) && cl.Name == claim.Name {
+				break
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }

@@ -34,7 +34,6 @@ import (
 // creates (with pools, pool_only and external ids), PUT and DELETE of
 // pools. It serves on a unix socket.
 type poolDaemon struct {
-	t    *testing.T
 	sock string
 
 	mu      sync.Mutex
@@ -51,13 +50,13 @@ type fakePool struct {
 	ready int
 }
 
-func newPoolDaemon(t *testing.T) *poolDaemon {
+func newPoolDaemon(t testing.TB) *poolDaemon {
 	dir, err := os.MkdirTemp("", "k2d")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &poolDaemon{t: t, sock: filepath.Join(dir, "d.sock"), pools: map[string]*fakePool{}, byExt: map[string]*api.Sandbox{}}
+	d := &poolDaemon{sock: filepath.Join(dir, "d.sock"), pools: map[string]*fakePool{}, byExt: map[string]*api.Sandbox{}}
 	l, err := net.Listen("unix", d.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +144,6 @@ func (d *poolDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // fakeNodeView is a NodeView over fake daemons: the tests set each node's
 // snapshot (state, capacity, pools) as the tracker would have it.
 type fakeNodeView struct {
-	t       *testing.T
 	mu      sync.Mutex
 	snaps   []nodes.Snapshot
 	daemons map[string]*poolDaemon
@@ -155,8 +153,8 @@ type fakeNodeView struct {
 	poolEv, claimEv chan event.GenericEvent
 }
 
-func newFakeNodeView(t *testing.T, names ...string) *fakeNodeView {
-	f := &fakeNodeView{t: t, daemons: map[string]*poolDaemon{}, poolEv: make(chan event.GenericEvent, 100), claimEv: make(chan event.GenericEvent, 100)}
+func newFakeNodeView(t testing.TB, names ...string) *fakeNodeView {
+	f := &fakeNodeView{daemons: map[string]*poolDaemon{}, poolEv: make(chan event.GenericEvent, 100), claimEv: make(chan event.GenericEvent, 100)}
 	for _, n := range names {
 		f.daemons[n] = newPoolDaemon(t)
 		f.snaps = append(f.snaps, nodes.Snapshot{
@@ -316,7 +314,7 @@ func (w *writeCounter) reset() {
 	w.n = map[string]int{}
 }
 
-func controllerScheme(t *testing.T) *runtime.Scheme {
+func controllerScheme(t testing.TB) *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sandboxv1.AddToScheme, extv1.AddToScheme} {
 		if err := add(s); err != nil {
