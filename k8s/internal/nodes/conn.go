@@ -248,8 +248,8 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant, Ended: true, EndReason: sb.EndReason}
 			}
+			// the waiters are woken by the capacity event that follows
 			affected = affectedBy(sb)
-			t.wakeLocked()
 		}
 	case "pool":
 		if p := ev.Pool; p != nil {
