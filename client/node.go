@@ -65,17 +65,3 @@ func (s *NodeEventStream) Next() (*api.NodeEvent, error) {
 
 // Close stops watching.
 func (s *NodeEventStream) Close() error { return s.body.Close() }
-
-// ListSandboxes lists sandboxes by external id, or (admin key, All) every
-// tenant's.
-func (c *Client) ListSandboxes(ctx context.Context, f api.ListSandboxes) ([]*api.Sandbox, error) {
-	q := url.Values{}
-	if f.ExternalID != "" {
-		q.Set("external_id", f.ExternalID)
-	}
-	if f.All {
-		q.Set("all", "true")
-	}
-	var out []*api.Sandbox
-	return out, c.call(ctx, "GET", "/v1/sandboxes", q, nil, &out)
-}

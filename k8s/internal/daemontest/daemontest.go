@@ -338,8 +338,10 @@ func (d *Daemon) create(w http.ResponseWriter, r *http.Request) {
 	d.sandboxes[s.ID] = s
 	d.Creates++
 	cp := *s
-	d.publishLocked(api.NodeEvent{Type: "sandbox.created", Sandbox: &cp})
+	// as airlock serve: the create counts from its admission, reported
+	// before its sandbox.created.
 	d.publishLocked(api.NodeEvent{Type: "capacity", Node: d.nodeLocked()})
+	d.publishLocked(api.NodeEvent{Type: "sandbox.created", Sandbox: &cp})
 	reply(w, 201, s)
 }
 

@@ -121,6 +121,10 @@ func TestReservationLifetime(t *testing.T) {
 		t.Fatalf("a retry of the same key: %v", err)
 	}
 	// the node reports the sandbox: allocated takes over from the assumption.
+	tr.apply("a", &api.NodeEvent{Type: "capacity", Node: &api.Node{Capacity: api.Resources{CPUs: 1, MemoryBytes: 8 << 30}, Allocated: api.Resources{CPUs: 1, MemoryBytes: 1 << 20, Sandboxes: 1}}})
+	if s, _ := tr.Node("a"); s.Assumed.CPUs != 1 {
+		t.Fatalf("the reservation ended before the sandbox was reported: %+v", s.Assumed)
+	}
 	tr.apply("a", &api.NodeEvent{Type: "sandbox.created", Sandbox: &api.Sandbox{ID: "s1", ExternalID: "uid-1", Limits: api.Limits{CPUs: 1, MemoryBytes: 1 << 20}}})
 	s, _ := tr.Node("a")
 	if s.Assumed.CPUs != 0 || s.Allocated.CPUs != 1 {
@@ -130,6 +134,7 @@ func TestReservationLifetime(t *testing.T) {
 		t.Fatalf("DaemonSandbox: %v %v", d, ok)
 	}
 	tr.apply("a", &api.NodeEvent{Type: "sandbox.ended", Sandbox: &api.Sandbox{ID: "s1", ExternalID: "uid-1", EndReason: "ttl", Limits: api.Limits{CPUs: 1, MemoryBytes: 1 << 20}}})
+	tr.apply("a", &api.NodeEvent{Type: "capacity", Node: &api.Node{Capacity: api.Resources{CPUs: 1, MemoryBytes: 8 << 30}}})
 	if d, _ := tr.DaemonSandbox("a", "uid-1"); !d.Ended || d.EndReason != "ttl" {
 		t.Fatalf("ended: %+v", d)
 	}
@@ -175,5 +180,21 @@ func TestPlaceRetryKeepsItsNode(t *testing.T) {
 		if err != nil || r.Node != first.Node {
 			t.Fatalf("retry placed on %v (%v), first on %s", r, err, first.Node)
 		}
+	}
+}
+
+// Pool events keep a node's pools; a pool of size, ready and filling 0 is
+// gone.
+func TestPoolEvents(t *testing.T) {
+	tr := New(Config{Log: logr.Discard()})
+	readyNode(tr, "a", 4, 8<<30)
+	tr.apply("a", &api.NodeEvent{Type: "pool", Pool: &api.NodePool{Tenant: "ns", Name: "swp-1", Size: 3, Ready: 2, Filling: 1}})
+	s, _ := tr.Node("a")
+	if p := s.Pools[PoolKey{"ns", "swp-1"}]; p.Ready != 2 || p.Size != 3 {
+		t.Fatalf("pools %+v", s.Pools)
+	}
+	tr.apply("a", &api.NodeEvent{Type: "pool", Pool: &api.NodePool{Tenant: "ns", Name: "swp-1"}})
+	if s, _ := tr.Node("a"); len(s.Pools) != 0 {
+		t.Fatalf("a removed pool stays: %+v", s.Pools)
 	}
 }
