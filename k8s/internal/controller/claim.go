@@ -52,7 +52,10 @@ const FaultEnv = "AIRLOCK_K8S_FAULT"
 // claim's Sandbox is deleted by this reconciler (no garbage collector is
 // relied on).
 type ClaimReconciler struct {
-	Client  client.Client
+	Client client.Client
+	// Reader reads uncached (the manager's API reader); nil: the cache
+	// alone.
+	Reader  client.Reader
 	Scheme  *runtime.Scheme
 	Nodes   NodeView
 	Classes Classes
@@ -155,6 +158,11 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 
 	var sb sandboxv1.Sandbox
 	err := r.Client.Get(ctx, req.NamespacedName, &sb)
+	if apierrors.IsNotFound(err) && claim.Status.SandboxStatus.Name != "" && r.Reader != nil {
+		// Bound, and its Sandbox not in the cache: the cache may be behind
+		// the claim's (their events come apart). Not the hot path.
+		err = r.Reader.Get(ctx, req.NamespacedName, &sb)
+	}
 	switch {
 	case err == nil && !r.Classes.Owns(blueprint.RuntimeClass(&sb.Spec.PodTemplate)):
 		return reconcile.Result{}, nil // not the controller's
