@@ -45,6 +45,11 @@ const (
 	ReasonSandboxEnded  = "SandboxEnded"
 )
 
+// conflictRetry is when a reconcile whose write met a newer object (the
+// cache behind) is tried again, if the newer object's event has not
+// already brought it back.
+const conflictRetry = 200 * time.Millisecond
+
 // Classes is the set of runtime classes the controller owns.
 type Classes map[string]bool
 
@@ -133,6 +138,9 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !controllerutil.ContainsFinalizer(&s, FinalizerSandbox) {
 		controllerutil.AddFinalizer(&s, FinalizerSandbox)
 		if err := r.Client.Update(ctx, &s); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil // a stale cache
+			}
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
@@ -141,7 +149,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !equality.Semantic.DeepEqual(before, &s.Status) {
 		if uerr := r.Client.Status().Update(ctx, &s); uerr != nil {
 			if apierrors.IsConflict(uerr) {
-				return ctrl.Result{Requeue: true}, nil
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return ctrl.Result{}, client.IgnoreNotFound(uerr)
 		}
