@@ -309,6 +309,20 @@ func (r *SandboxReconciler) keep(ctx context.Context, s *sandboxv1.Sandbox, node
 		setCond(s, sandboxv1.SandboxConditionFinished, true, ReasonSandboxEnded, msg)
 		return nil
 	}
+	ready := meta.FindStatusCondition(s.Status.Conditions, string(sandboxv1.SandboxConditionReady))
+	if ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration != s.Generation {
+		// the spec changed since: a new shutdown time moves the daemon
+		// sandbox's expiry (the rest of a placed blueprint stays).
+		cl, err := r.Nodes.Tenant(ctx, node, s.Namespace)
+		if err != nil {
+			return err
+		}
+		ttl, _ := blueprint.TTL(s.Spec.ShutdownTime, r.now())
+		if _, err := cl.Extend(ctx, id, ttl); err != nil {
+			return err
+		}
+		MarkReady(s, node)
+	}
 	if !isTrue(s, sandboxv1.SandboxConditionReady) || s.Status.NodeName != node ||
 		!isTrue(s, sandboxv1.SandboxConditionPodScheduled) {
 		MarkReady(s, node)
