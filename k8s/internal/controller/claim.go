@@ -201,11 +201,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err != nil {
 		return reconcile.Result{}, r.setClaimStatus(ctx, &claim, "", notReady(&claim, ReasonUnsupported, err.Error()))
 	}
-	var shutdown *metav1.Time
-	if claim.Spec.Lifecycle != nil {
-		shutdown = claim.Spec.Lifecycle.ShutdownTime
-	}
-	ttl, expired := blueprint.TTL(shutdown, r.now())
+	ttl, expired := blueprint.TTL(claimShutdown(&claim), r.now())
 	if expired {
 		return r.expire(ctx, &claim, nil)
 	}
@@ -388,7 +384,10 @@ func (r *ClaimReconciler) createSandbox(ctx context.Context, claim *extv1.Sandbo
 			},
 			Finalizers: []string{FinalizerSandbox},
 		},
-		Spec: sandboxv1.SandboxSpec{SandboxBlueprint: *spec},
+		// The claim's shutdown time is its Sandbox's too, so that a later
+		// one moves the daemon sandbox's expiry (the Sandbox reconciler
+		// extends it); the claim's own expiry deletes the Sandbox.
+		Spec: sandboxv1.SandboxSpec{SandboxBlueprint: *spec, Lifecycle: sandboxv1.Lifecycle{ShutdownTime: claimShutdown(claim)}},
 	}
 	if err := controllerutil.SetControllerReference(claim, sb, r.Scheme); err != nil {
 		return reconcile.Result{}, err
@@ -426,6 +425,14 @@ func (r *ClaimReconciler) bound(ctx context.Context, claim *extv1.SandboxClaim, 
 	if _, expired := claimExpiry(claim, r.now()); expired {
 		return r.expire(ctx, claim, sb)
 	}
+	if want := claimShutdown(claim); sb.DeletionTimestamp.IsZero() && !want.Equal(sb.Spec.ShutdownTime) {
+		// The claim's shutdown time moved (not on the bind's path).
+		sb = sb.DeepCopy()
+		sb.Spec.ShutdownTime = want
+		if err := r.Client.Update(ctx, sb); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if len(sb.Status.Conditions) == 0 && sb.DeletionTimestamp.IsZero() {
 		// Its status is not written yet (or not in the cache yet: the
 		// bind's own write): nothing to tell the claim.
@@ -439,6 +446,14 @@ func (r *ClaimReconciler) bound(ctx context.Context, claim *extv1.SandboxClaim, 
 		return reconcile.Result{}, err
 	}
 	return r.claimResult(claim), nil
+}
+
+// claimShutdown is a copy of the claim's shutdown time, or nil.
+func claimShutdown(claim *extv1.SandboxClaim) *metav1.Time {
+	if claim.Spec.Lifecycle == nil || claim.Spec.Lifecycle.ShutdownTime == nil {
+		return nil
+	}
+	return claim.Spec.Lifecycle.ShutdownTime.DeepCopy()
 }
 
 // claimResult asks for the claim again when it expires.
