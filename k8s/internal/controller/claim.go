@@ -262,7 +262,7 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *extv1.SandboxClaim, p
 		if d, ok := r.Nodes.DaemonSandbox(n.Name, uid); ok && !d.Ended {
 			// A replay: the create with the same external id answers the
 			// sandbox made before.
-			return r.createOn(ctx, n.Name, claim.Namespace, create)
+			return r.createOn(ctx, n.Name, claim.Namespace, create, coldTimeout)
 		}
 	}
 	key := nodes.PoolKey{Tenant: claim.Namespace, Name: daemonPoolName(pool.Name, bp.Hash)}
@@ -276,7 +276,7 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *extv1.SandboxClaim, p
 		}
 		r.inflight[pk]++
 		r.mu.Unlock()
-		b, err := r.createOn(ctx, node, claim.Namespace, &warm)
+		b, err := r.createOn(ctx, node, claim.Namespace, &warm, warmTimeout)
 		r.mu.Lock()
 		if r.inflight[pk]--; r.inflight[pk] <= 0 {
 			delete(r.inflight, pk)
@@ -303,7 +303,7 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *extv1.SandboxClaim, p
 	if err != nil {
 		return nil, err
 	}
-	b, err := r.createOn(ctx, node, claim.Namespace, create)
+	b, err := r.createOn(ctx, node, claim.Namespace, create, coldTimeout)
 	if err != nil {
 		release()
 		return nil, err
@@ -350,7 +350,16 @@ func (r *ClaimReconciler) warmCandidates(class string, key nodes.PoolKey) []stri
 	return out
 }
 
-func (r *ClaimReconciler) createOn(ctx context.Context, node, ns string, create *api.CreateSandbox) (*binding, error) {
+// Timeouts of a daemon create: a warm bind answers from memory; a cold one
+// may pull and unpack an image.
+const (
+	warmTimeout = 15 * time.Second
+	coldTimeout = 5 * time.Minute
+)
+
+func (r *ClaimReconciler) createOn(ctx context.Context, node, ns string, create *api.CreateSandbox, timeout time.Duration) (*binding, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	c, err := r.Nodes.Tenant(ctx, node, ns)
 	if err != nil {
 		return nil, err

@@ -290,12 +290,7 @@ func (r *WarmPoolReconciler) apply(ctx context.Context, pool *extv1.SandboxWarmP
 		k := shares[n.Name]
 		switch {
 		case k > 0 && (!has || cur.Size != k):
-			c, err := r.Nodes.Tenant(ctx, n.Name, pool.Namespace)
-			if err == nil {
-				d := *def
-				d.Size = k
-				_, err = c.SetPool(ctx, name, &d)
-			}
+			err := r.setPool(ctx, n.Name, pool.Namespace, name, def, k)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("node %s: set pool %s: %w", n.Name, name, err))
 			}
@@ -323,7 +318,26 @@ func (r *WarmPoolReconciler) apply(ctx context.Context, pool *extv1.SandboxWarmP
 	return total, ready, err
 }
 
+// poolTimeout bounds a daemon pool's PUT or DELETE (a DELETE answers when
+// the pool's ready sandboxes are gone).
+const poolTimeout = time.Minute
+
+func (r *WarmPoolReconciler) setPool(ctx context.Context, node, ns, name string, def *api.SetPool, size int) error {
+	ctx, cancel := context.WithTimeout(ctx, poolTimeout)
+	defer cancel()
+	c, err := r.Nodes.Tenant(ctx, node, ns)
+	if err != nil {
+		return err
+	}
+	d := *def
+	d.Size = size
+	_, err = c.SetPool(ctx, name, &d)
+	return err
+}
+
 func (r *WarmPoolReconciler) deletePool(ctx context.Context, node, ns, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, poolTimeout)
+	defer cancel()
 	c, err := r.Nodes.Tenant(ctx, node, ns)
 	if err == nil {
 		err = c.DeletePool(ctx, name)
