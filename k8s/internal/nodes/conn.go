@@ -39,7 +39,8 @@ func (t *Tracker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			t.log.Info("airlock node removed", "node", req.Name)
 		}
 		t.mu.Unlock()
-		t.pools.send(poolsChanged(""))
+		// its Sandboxes are given up as on a lost node.
+		t.nodeChanged(req.Name)
 		return ctrl.Result{}, nil
 	}
 	if err != nil {
@@ -105,6 +106,11 @@ func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNod
 // connect makes the node's admin client.
 func (t *Tracker) connect(ctx context.Context, spec *v1alpha1.AirlockNodeSpec) (*airlock.Client, error) {
 	ref := spec.AdminKeySecretRef
+	if ref.Namespace != t.cfg.MasterSecret.Namespace {
+		// the controller sends the key to the node's endpoint: it reads
+		// none but the Secrets of its own namespace.
+		return nil, fmt.Errorf("admin key secret %s/%s: not in namespace %s", ref.Namespace, ref.Name, t.cfg.MasterSecret.Namespace)
+	}
 	var sec corev1.Secret
 	if err := t.cfg.Reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &sec); err != nil {
 		return nil, fmt.Errorf("admin key secret %s/%s: %w", ref.Namespace, ref.Name, err)
@@ -248,8 +254,8 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant, Ended: true, EndReason: sb.EndReason}
 			}
+			// the waiters are woken by the capacity event that follows
 			affected = affectedBy(sb)
-			t.wakeLocked()
 		}
 	case "pool":
 		if p := ev.Pool; p != nil {
