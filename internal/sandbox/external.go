@@ -14,8 +14,9 @@ import (
 // External ids. A create may name the sandbox by an id of the caller's
 // own (api.CreateSandbox.ExternalID: a cluster's object's uid), unique
 // among its tenant's listed sandboxes: the live ones (Boxes, adopted
-// ones included: the id is stored with the sandbox's row) and the ended
-// ones still on record. A create naming one of those answers it and
+// ones included: the id is stored with the sandbox's row), one ending
+// (no longer live, its end not yet stored) and the ended ones still on
+// record. A create naming one of those answers it and
 // makes nothing; creates naming the same id at once are one create, the
 // others waiting for its answer (Service.external) and then looking
 // again: they find its sandbox, or, when it failed, the next of them
@@ -85,7 +86,9 @@ func (s *Service) claimExternal(ctx context.Context, t *tenant.Principal, ext st
 		s.Mu.Unlock()
 		close(done)
 	}
-	recs, err := s.Cfg.Store.SandboxesByExternalID(ctx, t.ID, ext, api.StateEnded)
+	// Any state: a sandbox that is ending has left the live ones before
+	// its end is stored, and still holds its id.
+	recs, err := s.Cfg.Store.SandboxesByExternalID(ctx, t.ID, ext, "")
 	if err != nil {
 		release()
 		return nil, nil, err
@@ -110,7 +113,8 @@ func (s *Service) liveExternal(key externalKey) *core.Box {
 // ListSandboxes describes the sandboxes of tenant t that f selects: its
 // live ones (every tenant's for the admin, and with f.All, which only
 // the admin may ask), those of external id f.ExternalID alone when set,
-// then with its ended ones still on record.
+// then with its ended ones still on record (and one ending: no longer
+// live, its end not yet stored).
 func (s *Service) ListSandboxes(ctx context.Context, t *tenant.Principal, f api.ListSandboxes) ([]*api.Sandbox, error) {
 	if f.All && !t.Admin {
 		return nil, errdefs.New(errdefs.ErrPermissionDenied, "all=true (every tenant's sandboxes) needs the admin key")
@@ -127,7 +131,8 @@ func (s *Service) ListSandboxes(ctx context.Context, t *tenant.Principal, f api.
 	if t.Admin {
 		tid = ""
 	}
-	recs, err := s.Cfg.Store.SandboxesByExternalID(ctx, tid, f.ExternalID, api.StateEnded)
+	// Any state: an ending sandbox is no longer live, nor stored ended.
+	recs, err := s.Cfg.Store.SandboxesByExternalID(ctx, tid, f.ExternalID, "")
 	if err != nil {
 		return nil, err
 	}

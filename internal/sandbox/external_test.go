@@ -260,3 +260,46 @@ func TestPoolOnlyTakesAPooledSandboxOrNone(t *testing.T) {
 		t.Errorf("pool: %+v", pl)
 	}
 }
+
+// A sandbox that is ending (gone from the live ones, its end not yet
+// stored) still holds its external id: a repeat create in that moment
+// answers it and makes nothing, and a listing by the id shows it.
+func TestExternalIDHeldWhileItsSandboxEnds(t *testing.T) {
+	ctx := context.Background()
+	r := newLifeRig(t)
+	p := r.tenant(t, "acme", api.Quotas{}, false)
+	sb, _ := r.createOnce(t, p, &api.CreateSandbox{ExternalID: "uid-9"})
+	fh := r.be.sandbox(t, sb.ID)
+	fh.hold, fh.destroying = make(chan struct{}), make(chan struct{})
+	r.svc.Mu.Lock()
+	b := r.svc.Boxes[sb.ID]
+	r.svc.Mu.Unlock()
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- r.svc.Destroy(ctx, p, sb.ID) }()
+	<-fh.destroying // claimed, being destroyed
+	// Its end is held where it has left the live ones and is not stored.
+	b.Mu.Lock()
+	for len(r.svc.node.kick) > 0 {
+		<-r.svc.node.kick
+	}
+	close(fh.hold)
+	for r.live(sb.ID) {
+		<-r.svc.node.kick
+	}
+	before := r.be.count()
+	again, existed, err := r.svc.CreateOnce(ctx, p, &api.CreateSandbox{ExternalID: "uid-9"})
+	l, lerr := r.svc.ListSandboxes(ctx, p, api.ListSandboxes{ExternalID: "uid-9"})
+	b.Mu.Unlock()
+	if err := <-destroyed; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || !existed || again.ID != sb.ID {
+		t.Errorf("repeat while its sandbox ends: existed %v, %+v %v", existed, again, err)
+	}
+	if n := r.be.count(); n != before {
+		t.Errorf("the repeat made a sandbox (%d made, %d before)", n, before)
+	}
+	if lerr != nil || len(l) != 1 || l[0].ID != sb.ID {
+		t.Errorf("list by external id while its sandbox ends: %+v %v", l, lerr)
+	}
+}

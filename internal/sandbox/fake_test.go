@@ -264,6 +264,8 @@ type fakeHost struct {
 	hold, destroying chan struct{}
 	// log is told of each Kill ("kill") and Destroy ("destroy").
 	log func(what string)
+	// onUsage, when set, is called as Usage starts (outside mu).
+	onUsage func()
 }
 
 func newFakeHost(t *testing.T, protocol uint32) *fakeHost {
@@ -303,6 +305,12 @@ func (i *fakeHost) Resume() error {
 }
 
 func (i *fakeHost) Usage() lifecycle.Usage {
+	i.mu.Lock()
+	hook := i.onUsage
+	i.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.usage

@@ -28,8 +28,10 @@ import (
 // Events go to every watcher through a buffer of its own
 // (nodeEventBuffer lines): the daemon never waits for a watcher, and one
 // whose buffer is full is cut off, its stream ending with an error line
-// after what it had been sent. sandbox.created and sandbox.ended go out
-// where they happen; pool and capacity events are the differences
+// after what it had been sent. sandbox.created goes out under Core.Mu
+// as the sandbox becomes live, sandbox.ended once it has left the live
+// ones, so that a sandbox's end is never told before its making; pool and
+// capacity events are the differences
 // between what was last sent and the state now, computed after each
 // change (publishNodeChanges) and before a watcher's hello, so that no
 // watcher misses a change its hello did not show. Every event, a
@@ -139,7 +141,8 @@ func (h *nodeHub) publishLocked(ev api.NodeEvent) {
 	}
 }
 
-// publishSandbox tells the watchers of a sandbox made or ended.
+// publishSandbox tells the watchers of a sandbox made (under Core.Mu, as
+// it joins the live ones) or ended (after it left them).
 func (s *Service) publishSandbox(typ string, sb *api.Sandbox) {
 	h := s.node
 	h.mu.Lock()

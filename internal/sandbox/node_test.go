@@ -3,7 +3,9 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,5 +319,70 @@ func TestNodeWatchersMissNoChange(t *testing.T) {
 	}
 	if strings.Join(types, " ") != "pool capacity" {
 		t.Errorf("a pool removed with its ready sandbox told %v, want its pool and capacity events alone", types)
+	}
+}
+
+// A watcher is told of a sandbox made before it is told of its end, even
+// when the sandbox ends at once: here a pooled sandbox given to a create
+// is destroyed while the create is still describing it (reading its
+// usage), live already if the create made it so before describing it.
+func TestNodeEventsTellASandboxMadeBeforeItsEnd(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	if _, err := r.svc.SetPool(ctx, p, "warm", &api.SetPool{Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r.fillPools()
+	ready := r.readyIDs()
+	if len(ready) != 1 {
+		t.Fatalf("ready %v", ready)
+	}
+	id := ready[0]
+	_, w, err := r.svc.WatchNode(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	fh := r.be.sandbox(t, id)
+	fh.mu.Lock()
+	fh.onUsage = func() {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	fh.mu.Unlock()
+	res := make(chan createAnswer, 1)
+	go func() {
+		sb, err := r.svc.Create(ctx, p, &api.CreateSandbox{Pool: "warm"})
+		res <- createAnswer{sb, err}
+	}()
+	<-entered // the create reads its sandbox's usage for its answer
+	live := r.live(id)
+	if live {
+		if err := r.svc.Destroy(ctx, p, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	ans := <-res
+	if ans.err != nil || ans.sb.ID != id {
+		t.Fatalf("the create: %+v %v", ans.sb, ans.err)
+	}
+	if !live {
+		if err := r.svc.Destroy(ctx, p, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var told []string
+	for _, ev := range queued(w) {
+		if ev.Sandbox != nil && ev.Sandbox.ID == id {
+			told = append(told, ev.Type)
+		}
+	}
+	if !slices.Equal(told, []string{api.NodeEventSandboxCreated, api.NodeEventSandboxEnded}) {
+		t.Errorf("the watcher was told %v of %s, want sandbox.created then sandbox.ended", told, id)
 	}
 }

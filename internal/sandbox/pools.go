@@ -642,23 +642,24 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 		s.end(b, "its pool's sandbox could not be given to a create: "+err.Error())
 		return nil, false, err
 	}
+	out := b.Describe(true)
+	told := *out
+	told.Usage = nil // as a sandbox made for its create is told
 	s.Mu.Lock()
 	reason := pc.killed
 	if reason == "" {
 		s.Boxes[rec.ID] = b
+		// Told as it becomes live: its end is told after it leaves.
+		s.publishSandbox(api.NodeEventSandboxCreated, &told)
 	}
 	s.Mu.Unlock()
-	// Live before its settling starts: a thaw that fails at once ends it,
-	// and its end must find it among the live ones to take it out.
+	// Once live: a thaw that fails ends it, and its end must find it
+	// among the live ones to take it out.
 	s.settling.Go(func() { s.settleGiven(b, st, durable, rec) })
 	if reason != "" {
 		s.end(b, reason)
 		return nil, true, killedError(rec.ID, reason)
 	}
-	out := b.Describe(true)
-	told := *out
-	told.Usage = nil // as a sandbox made for its create is told
-	s.publishSandbox(api.NodeEventSandboxCreated, &told)
 	s.Cfg.Metrics.Creates.Inc()
 	s.Cfg.Metrics.CreateSeconds.Observe(time.Since(t0).Seconds())
 	s.Cfg.Log.Info("sandbox created", "id", rec.ID, "tenant", t.ID, "pool", bsp.Pool, "took", time.Since(t0))

@@ -325,12 +325,18 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	// Live from here, unless the kill switch came first: then it ends as
 	// any live sandbox would (destroyed, its end recorded).
 	// A pooled one joins its pool, unless the pool went meanwhile.
+	var told *api.Sandbox
+	if bo.pool == nil {
+		told = b.Describe(false)
+	}
 	s.Mu.Lock()
 	reason := pc.killed
 	switch {
 	case reason != "":
 	case bo.pool == nil:
 		s.Boxes[id] = b
+		// Told as it becomes live: its end is told after it leaves.
+		s.publishSandbox(api.NodeEventSandboxCreated, told)
 	case bo.pool.gone:
 		reason = "its pool " + core.QuoteID(bo.pool.name) + " was removed or redefined"
 	case len(bo.pool.idle) >= bo.pool.size:
@@ -343,9 +349,6 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	if reason != "" {
 		s.end(b, reason)
 		return nil, killedError(id, reason)
-	}
-	if bo.pool == nil {
-		s.publishSandbox(api.NodeEventSandboxCreated, b.Describe(false))
 	}
 	go s.watch(b)
 	if bo.pool != nil {

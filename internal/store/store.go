@@ -662,13 +662,18 @@ func (s *Store) SandboxByID(ctx context.Context, id string) (Sandbox, error) {
 }
 
 // SandboxesByExternalID lists the records of external id ext in the
-// given state, of tenant id tenant ("": of every tenant), oldest first.
+// given state ("": any), of tenant id tenant ("": of every tenant),
+// oldest first.
 func (s *Store) SandboxesByExternalID(ctx context.Context, tenant, ext, state string) ([]Sandbox, error) {
 	if ext == "" {
 		return nil, nil
 	}
-	q := `SELECT ` + sandboxCols + ` FROM sandboxes WHERE external_id = ? AND state = ?`
-	args := []any{ext, state}
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes WHERE external_id = ?`
+	args := []any{ext}
+	if state != "" {
+		q += ` AND state = ?`
+		args = append(args, state)
+	}
 	if tenant != "" {
 		q += ` AND tenant = ?`
 		args = append(args, tenant)
