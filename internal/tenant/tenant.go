@@ -599,18 +599,10 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 			return nil, err
 		}
 	}
-	qb, _ := json.Marshal(q)
-	if err := s.cfg.Store.UpdateTenant(ctx, cur.ID, string(qb), policy); errors.Is(err, store.ErrNotFound) {
-		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteName(name))
-	} else if err != nil {
-		return nil, err
-	}
-	if err := s.cfg.Store.SetTenantRoots(ctx, cur.ID, rootsJSON(roots)); err != nil {
-		return nil, err
-	}
-	if err := s.cfg.Store.SetTenantIsolation(ctx, cur.ID, hold); err != nil {
-		return nil, err
-	}
+	// The key first: the one write another tenant's at the same moment
+	// can refuse, before anything else is changed. Past the first write,
+	// a failure still drops the cached sign-ins, which would otherwise
+	// keep what was replaced.
 	replaced := req.KeySHA256 != "" && req.KeySHA256 != cur.KeyHash
 	if replaced {
 		if err := s.cfg.Store.SetTenantKey(ctx, cur.ID, req.KeySHA256); errors.Is(err, store.ErrExists) {
@@ -618,6 +610,22 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 		} else if err != nil {
 			return nil, err
 		}
+	}
+	failed := func(err error) (*api.Tenant, error) {
+		s.forget(cur.ID)
+		return nil, err
+	}
+	qb, _ := json.Marshal(q)
+	if err := s.cfg.Store.UpdateTenant(ctx, cur.ID, string(qb), policy); errors.Is(err, store.ErrNotFound) {
+		return failed(errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteName(name)))
+	} else if err != nil {
+		return failed(err)
+	}
+	if err := s.cfg.Store.SetTenantRoots(ctx, cur.ID, rootsJSON(roots)); err != nil {
+		return failed(err)
+	}
+	if err := s.cfg.Store.SetTenantIsolation(ctx, cur.ID, hold); err != nil {
+		return failed(err)
 	}
 	s.forget(cur.ID) // the next call loads the new settings; an old key is unknown
 	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: cur.ID}, record.TenantUpdated{Quotas: q, ScanPolicy: policy, Roots: roots, Isolation: shownHold(hold), KeyReplaced: replaced}); err != nil {
