@@ -281,14 +281,14 @@ func (s *Service) nodeRoom(k int, sp *spec.Spec) error {
 	refuse := ""
 	switch {
 	case held.Sandboxes > 0 && a.Sandboxes+k > held.Sandboxes:
-		refuse = fmt.Sprintf("sandboxes: this node holds at most %d sandboxes and holds %d", held.Sandboxes, a.Sandboxes)
+		refuse = fmt.Sprintf("sandboxes: this node holds at most %d sandboxes and has no room for more", held.Sandboxes)
 		if k > 1 {
 			refuse += fmt.Sprintf("; %s", these)
 		}
 	case held.MemoryBytes > 0 && a.MemoryBytes+int64(k)*sp.Limits.Memory > held.MemoryBytes:
-		refuse = fmt.Sprintf("memory: this node has %s for sandboxes; they hold %s and %s %s", spec.FormatSize(held.MemoryBytes), spec.FormatSize(a.MemoryBytes), these, spec.FormatSize(int64(k)*sp.Limits.Memory))
+		refuse = fmt.Sprintf("memory: this node has %s for sandboxes, too little left for the %s %s", spec.FormatSize(held.MemoryBytes), spec.FormatSize(int64(k)*sp.Limits.Memory), these)
 	case held.CPUs > 0 && a.CPUs+float64(k)*sp.Limits.CPUs > held.CPUs+1e-9:
-		refuse = fmt.Sprintf("cpus: this node has %g CPUs for sandboxes; they hold %g and %s %g", held.CPUs, a.CPUs, these, float64(k)*sp.Limits.CPUs)
+		refuse = fmt.Sprintf("cpus: this node has %g CPUs for sandboxes, too few left for the %g %s", held.CPUs, float64(k)*sp.Limits.CPUs, these)
 	}
 	if refuse == "" {
 		return nil
