@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
+	"golang.org/x/net/http/httpguts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -209,8 +210,11 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.CodeInvalidArgument, "method "+r.Method+" not allowed: change the Sandbox object instead")
 		return
 	}
+	// An Upgrade (a tunnel, a port's WebSocket) carries bytes both ways
+	// whatever its method: create, as the apiserver asks of a WebSocket
+	// exec or port-forward.
 	verb := "create"
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !isUpgrade(r) {
 		verb = "get"
 	}
 	if !s.caller(w, r, access{Verb: verb, Namespace: ns, Subresource: sub, Name: name}) {
@@ -234,6 +238,12 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func isDotSegment(s string) bool { return s == "." || s == ".." }
+
+// isUpgrade says whether r asks to switch protocols, by the rule
+// httputil.ReverseProxy relays an upgrade by.
+func isUpgrade(r *http.Request) bool {
+	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade")
+}
 
 // errNotOwned says the daemon sandbox an annotation names is not the
 // Sandbox's: answered as a missing sandbox.

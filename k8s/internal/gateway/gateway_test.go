@@ -220,7 +220,7 @@ func newWorld(t testing.TB) *world {
 		grants: map[string]bool{
 			"alice create a exec box":    true,
 			"alice get a files box":      true,
-			"alice get a tunnel box":     true,
+			"alice create a tunnel box":  true,
 			"alice get a ports box":      true,
 			"alice get a  box":           true,
 			"alice get a audit ":         true,
@@ -434,6 +434,32 @@ func TestTunnelUpgradeIsRelayed(t *testing.T) {
 	io.WriteString(conn, "hello\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "echo hello\n" {
 		t.Fatalf("through the tunnel: %q %v", line, err)
+	}
+}
+
+// An Upgrade carries bytes both ways (a tunnel, a port's WebSocket): on
+// a GET it is still checked as create, as the apiserver checks
+// pods/exec and pods/portforward over WebSocket, so that a grant to read
+// (get) is no grant to open a connection into the sandbox.
+func TestUpgradeIsCheckedAsCreate(t *testing.T) {
+	w := newWorld(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(w.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// alice may get sandboxes/ports on box, not create it.
+	fmt.Fprintf(conn, "GET /v1/namespaces/a/sandboxes/box/ports/8080/ws HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer tok-alice\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, res, 403, api.CodePermissionDenied)
+	if ra := w.kube.lastSAR.Spec.ResourceAttributes; ra.Verb != "create" || ra.Subresource != "ports" {
+		t.Fatalf("access review asked %+v", ra)
+	}
+	if n := len(w.nodeA.requests()); n != 0 {
+		t.Fatalf("%d requests reached the node", n)
 	}
 }
 
