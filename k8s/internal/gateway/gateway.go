@@ -230,7 +230,7 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if err := s.checkOwned(r.Context(), nc, key, sb); err != nil {
+	if err := s.checkOwned(r.Context(), nc, key, ns, name, sb); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -250,11 +250,14 @@ func isUpgrade(r *http.Request) bool {
 var errNotOwned = errors.New("not this Sandbox's")
 
 // checkOwned makes sure the daemon sandbox sb.ID on the node was made for
-// this Sandbox (its external_id is the Sandbox's UID, or its claim's),
+// Sandbox ns/name (its external_id is the Sandbox's UID, or its claim's),
 // since whoever may edit a Sandbox may point its annotations at another
-// sandbox of the namespace. The answer never changes for a given
+// sandbox of the namespace. Owner references are the writer's to choose
+// too, so a claim's UID counts only for the sandbox bound to a claim of
+// the Sandbox's name (its metadata, which the controller wrote): a claim's
+// Sandbox is named after it. The answer never changes for a given
 // (node, id, UIDs), so it is remembered.
-func (s *Server) checkOwned(ctx context.Context, nc *nodeConn, key string, sb Sandbox) error {
+func (s *Server) checkOwned(ctx context.Context, nc *nodeConn, key, ns, name string, sb Sandbox) error {
 	ck := strings.Join(append([]string{sb.Node, sb.ID, sb.UID}, sb.OwnerUIDs...), "\x00")
 	if _, ok := s.owned.get(ck, s.now()); ok {
 		return nil
@@ -278,12 +281,15 @@ func (s *Server) checkOwned(ctx context.Context, nc *nodeConn, key string, sb Sa
 		return fmt.Errorf("node %s: HTTP %d", sb.Node, res.StatusCode)
 	}
 	var got struct {
-		ExternalID string `json:"external_id"`
+		ExternalID string            `json:"external_id"`
+		Metadata   map[string]string `json:"metadata"`
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&got); err != nil {
 		return fmt.Errorf("node %s: %w", sb.Node, err)
 	}
-	if got.ExternalID == "" || (got.ExternalID != sb.UID && !slices.Contains(sb.OwnerUIDs, got.ExternalID)) {
+	claims := slices.Contains(sb.OwnerUIDs, got.ExternalID) &&
+		got.Metadata[nodes.MetaNamespace] == ns && got.Metadata[nodes.MetaClaim] == name
+	if got.ExternalID == "" || (got.ExternalID != sb.UID && !claims) {
 		return errNotOwned
 	}
 	s.owned.put(ck, true, s.now(), s.ownedTTL)

@@ -108,8 +108,9 @@ type fakeDaemon struct {
 	t         testing.TB
 	name      string
 	sock      string
-	sandboxes map[string][2]string // id → {key, external_id}
-	audit     map[string][]string  // tenant key → NDJSON lines
+	sandboxes map[string][2]string         // id → {key, external_id}
+	metadata  map[string]map[string]string // id → its metadata
+	audit     map[string][]string          // tenant key → NDJSON lines
 	release   chan struct{}
 	mu        sync.Mutex
 	seen      []*http.Request
@@ -117,7 +118,7 @@ type fakeDaemon struct {
 
 func startDaemon(t testing.TB, name string) *fakeDaemon {
 	d := &fakeDaemon{t: t, name: name, sock: filepath.Join(t.TempDir(), "d.sock"),
-		sandboxes: map[string][2]string{}, audit: map[string][]string{}, release: make(chan struct{})}
+		sandboxes: map[string][2]string{}, metadata: map[string]map[string]string{}, audit: map[string][]string{}, release: make(chan struct{})}
 	ln, err := net.Listen("unix", d.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func (d *fakeDaemon) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case sub == "" && r.Method == http.MethodGet:
-		json.NewEncoder(w).Encode(map[string]string{"id": id, "external_id": sb[1]})
+		json.NewEncoder(w).Encode(map[string]any{"id": id, "external_id": sb[1], "metadata": d.metadata[id]})
 	case sub == "exec":
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		io.WriteString(w, `{"type":"start"}`+"\n")
@@ -227,11 +228,15 @@ func newWorld(t testing.TB) *world {
 			"alice create b exec box":    true,
 			"alice create a exec stolen": true,
 			"alice create a exec nope":   true,
+			"alice create a exec spoof":  true,
 		},
 	}
 	w.nodeA, w.nodeB = startDaemon(t, "node-a"), startDaemon(t, "node-b")
 	w.nodeA.sandboxes["sb-1"] = [2]string{wantKey("node-a", "a"), "uid-box-a"}
 	w.nodeA.sandboxes["sb-3"] = [2]string{wantKey("node-a", "a"), "uid-other"}
+	// The sandbox claim x was bound to: its external id is the claim's UID.
+	w.nodeA.sandboxes["sb-4"] = [2]string{wantKey("node-a", "a"), "uid-claim-x"}
+	w.nodeA.metadata["sb-4"] = map[string]string{"k8s.namespace": "a", "k8s.claim": "x", "k8s.uid": "uid-claim-x"}
 	w.nodeB.sandboxes["sb-2"] = [2]string{wantKey("node-b", "b"), "uid-box-b"}
 	w.dir = &fakeDir{
 		sandboxes: map[string]Sandbox{
@@ -240,6 +245,11 @@ func newWorld(t testing.TB) *world {
 			// Someone who may edit Sandboxes in a pointed this one at
 			// another sandbox of the namespace.
 			"a/stolen": {UID: "uid-stolen", Node: "node-a", ID: "sb-3"},
+			// The Sandbox claim x made, and one whose maker gave it an
+			// owner reference to claim x's UID (an owner reference is
+			// the writer's to choose) and pointed it at x's sandbox.
+			"a/x":     {UID: "uid-sb-x", OwnerUIDs: []string{"uid-claim-x"}, Node: "node-a", ID: "sb-4"},
+			"a/spoof": {UID: "uid-spoof", OwnerUIDs: []string{"uid-claim-x"}, Node: "node-a", ID: "sb-4"},
 		},
 		nodes: map[string]Node{"node-a": w.nodeA.node(), "node-b": w.nodeB.node()},
 	}
@@ -338,6 +348,7 @@ func TestRefusals(t *testing.T) {
 		{"unknown sandbox", "POST", "/v1/namespaces/a/sandboxes/nope/exec", "tok-alice", 404, api.CodeNotFound},
 		{"no grant for it", "POST", "/v1/namespaces/a/sandboxes/other/exec", "tok-alice", 403, api.CodePermissionDenied},
 		{"annotations pointing at another sandbox", "POST", "/v1/namespaces/a/sandboxes/stolen/exec", "tok-alice", 404, api.CodeNotFound},
+		{"an owner reference to another Sandbox's claim", "POST", "/v1/namespaces/a/sandboxes/spoof/exec", "tok-alice", 404, api.CodeNotFound},
 		{"not forwarded: fork", "POST", "/v1/namespaces/a/sandboxes/box/fork", "tok-alice", 404, api.CodeNotFound},
 		{"not forwarded: pause", "POST", "/v1/namespaces/a/sandboxes/box/pause", "tok-alice", 404, api.CodeNotFound},
 		{"delete the sandbox itself", "DELETE", "/v1/namespaces/a/sandboxes/box", "tok-alice", 400, api.CodeInvalidArgument},
@@ -351,7 +362,7 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 	for _, r := range w.nodeA.requests() {
-		if r.URL.Path != "/v1/sandboxes/sb-3" || r.Method != "GET" {
+		if (r.URL.Path != "/v1/sandboxes/sb-3" && r.URL.Path != "/v1/sandboxes/sb-4") || r.Method != "GET" {
 			t.Errorf("a refused call reached the node: %s %s", r.Method, r.URL.Path)
 		}
 	}
@@ -441,6 +452,18 @@ func TestTunnelUpgradeIsRelayed(t *testing.T) {
 // a GET it is still checked as create, as the apiserver checks
 // pods/exec and pods/portforward over WebSocket, so that a grant to read
 // (get) is no grant to open a connection into the sandbox.
+// A claim's Sandbox reaches the sandbox bound to the claim (whose
+// external id is the claim's UID).
+func TestClaimsSandboxIsReached(t *testing.T) {
+	w := newWorld(t)
+	w.kube.grants["alice get a files x"] = true
+	res := w.do(t, "GET", "/v1/namespaces/a/sandboxes/x/files?path=/x", "tok-alice")
+	var got struct{ Path string }
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil || got.Path != "/v1/sandboxes/sb-4/files" {
+		t.Fatalf("HTTP %d, node saw %+v, %v", res.StatusCode, got, err)
+	}
+}
+
 func TestUpgradeIsCheckedAsCreate(t *testing.T) {
 	w := newWorld(t)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(w.srv.URL, "http://"))
