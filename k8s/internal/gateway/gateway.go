@@ -86,6 +86,9 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	ownedTTL time.Duration
+	// auditOpenTimeout is how long a node may take to start answering an
+	// audit read before it is named unreachable.
+	auditOpenTimeout time.Duration
 }
 
 // New returns a gateway.
@@ -103,14 +106,15 @@ func New(c Config) *Server {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		dir:      c.Directory,
-		master:   c.Master,
-		reviews:  newReviewer(c.Kube, c.ReviewTTL, c.CacheSize, c.Now),
-		owned:    newTTLCache[bool](c.CacheSize),
-		ownedTTL: time.Hour,
-		now:      c.Now,
-		log:      c.Log,
-		mux:      http.NewServeMux(),
+		dir:              c.Directory,
+		master:           c.Master,
+		reviews:          newReviewer(c.Kube, c.ReviewTTL, c.CacheSize, c.Now),
+		owned:            newTTLCache[bool](c.CacheSize),
+		ownedTTL:         time.Hour,
+		auditOpenTimeout: 10 * time.Second,
+		now:              c.Now,
+		log:              c.Log,
+		mux:              http.NewServeMux(),
 	}
 	s.mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -194,6 +194,7 @@ type world struct {
 	dir    *fakeDir
 	nodeA  *fakeDaemon
 	nodeB  *fakeDaemon
+	gw     *Server
 	srv    *httptest.Server
 	clock  time.Time
 	clockM sync.Mutex
@@ -259,6 +260,7 @@ func newWorld(t testing.TB) *world {
 		Master:    func(context.Context) ([]byte, error) { return master, nil },
 		Now:       w.now,
 	})
+	w.gw = gw
 	w.srv = httptest.NewServer(gw)
 	t.Cleanup(w.srv.Close)
 	return w
@@ -524,6 +526,63 @@ func TestAuditMergesTheNamespacesNodes(t *testing.T) {
 		t.Fatalf("unreachable %q", u)
 	}
 	wantError(t, w.do(t, "GET", "/v1/namespaces/b/audit", "tok-alice"), 403, api.CodePermissionDenied)
+}
+
+// A node that takes the connection and never answers (a hung daemon) is
+// named unreachable once its time is up; the others' records come
+// regardless, and the nodes are asked side by side rather than one after
+// another.
+func TestAuditDoesNotWaitForAHungNode(t *testing.T) {
+	w := newWorld(t)
+	w.gw.auditOpenTimeout = 100 * time.Millisecond
+	w.nodeA.audit[wantKey("node-a", "a")] = []string{`{"seq":1,"time":"2026-12-02T10:00:01Z"}`}
+	sock := filepath.Join(t.TempDir(), "hung.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		held []net.Conn
+	)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepted
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	w.dir.nodes["node-hung"] = Node{Name: "node-hung", Endpoint: "unix://" + sock}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", w.srv.URL+"/v1/namespaces/a/audit", nil)
+	req.Header.Set("Authorization", "Bearer tok-alice")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the audit waited for the hung node: %v", err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || !strings.Contains(string(body), `"node":"node-a"`) {
+		t.Fatalf("records %q, %v", body, err)
+	}
+	if u := res.Header.Get("X-Airlock-Audit-Unreachable"); u != "node-hung" {
+		t.Fatalf("unreachable %q", u)
+	}
 }
 
 func TestTTLCacheIsBounded(t *testing.T) {
