@@ -260,9 +260,9 @@ var errNotOwned = errors.New("not this Sandbox's")
 // too, so a claim's UID counts only for the sandbox bound to a claim of
 // the Sandbox's name (its metadata, which the controller wrote): a claim's
 // Sandbox is named after it. The answer never changes for a given
-// (node, id, UIDs), so it is remembered.
+// (node, its endpoint and CA, id, UIDs), so it is remembered.
 func (s *Server) checkOwned(ctx context.Context, nc *nodeConn, key, ns, name string, sb Sandbox) error {
-	ck := strings.Join(append([]string{sb.Node, sb.ID, sb.UID}, sb.OwnerUIDs...), "\x00")
+	ck := strings.Join(append([]string{sb.Node, nc.id, sb.ID, sb.UID}, sb.OwnerUIDs...), "\x00")
 	if _, ok := s.owned.get(ck, s.now()); ok {
 		return nil
 	}

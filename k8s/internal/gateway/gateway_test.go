@@ -466,6 +466,25 @@ func TestClaimsSandboxIsReached(t *testing.T) {
 	}
 }
 
+// That a daemon sandbox is a Sandbox's is remembered for the endpoint that
+// said so: an AirlockNode moved to another endpoint (whoever holds the
+// node's credentials may write it) is asked again.
+func TestOwnershipIsAskedAgainAtANewEndpoint(t *testing.T) {
+	w := newWorld(t)
+	if res := w.do(t, "GET", "/v1/namespaces/a/sandboxes/box/files?path=/x", "tok-alice"); res.StatusCode != 200 {
+		t.Fatalf("HTTP %d", res.StatusCode)
+	}
+	moved := startDaemon(t, "node-a")
+	moved.sandboxes["sb-1"] = [2]string{wantKey("node-a", "a"), "uid-someone-else"}
+	w.dir.nodes["node-a"] = moved.node()
+	wantError(t, w.do(t, "GET", "/v1/namespaces/a/sandboxes/box/files?path=/x", "tok-alice"), 404, api.CodeNotFound)
+	for _, r := range moved.requests() {
+		if r.URL.Path != "/v1/sandboxes/sb-1" {
+			t.Errorf("forwarded to the new endpoint: %s %s", r.Method, r.URL.Path)
+		}
+	}
+}
+
 func TestUpgradeIsCheckedAsCreate(t *testing.T) {
 	w := newWorld(t)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(w.srv.URL, "http://"))
