@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -53,18 +54,28 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	// The nodes are asked side by side: a hung one costs its open
+	// timeout once, not once per node before it.
+	opened := make([]*auditStream, len(targets))
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, n := range targets {
+		wg.Go(func() {
+			opened[i], errs[i] = s.openAudit(ctx, n, nodes.TenantKey(master, n.Name, ns), q)
+		})
+	}
+	wg.Wait()
 	var (
 		streams     []*auditStream
 		unreachable []string
 	)
-	for _, n := range targets {
-		st, err := s.openAudit(ctx, n, nodes.TenantKey(master, n.Name, ns), q)
-		if err != nil {
-			s.log.Warn("gateway: audit", "node", n.Name, "err", err)
+	for i, n := range targets {
+		if errs[i] != nil {
+			s.log.Warn("gateway: audit", "node", n.Name, "err", errs[i])
 			unreachable = append(unreachable, n.Name)
 			continue
 		}
-		if st != nil {
+		if st := opened[i]; st != nil {
 			defer st.close()
 			streams = append(streams, st)
 		}
@@ -112,17 +123,19 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 
 // auditStream is one node's answer, read a record at a time.
 type auditStream struct {
-	node string
-	res  *http.Response
-	sc   *bufio.Scanner
-	head map[string]json.RawMessage // the next record, tagged with its node; nil at the end
-	at   time.Time
-	err  error
+	node   string
+	res    *http.Response
+	cancel context.CancelFunc // ends its request
+	sc     *bufio.Scanner
+	head   map[string]json.RawMessage // the next record, tagged with its node; nil at the end
+	at     time.Time
+	err    error
 }
 
 // openAudit asks one node for the tenant's records. A node where the
 // tenant's key is unknown (the tenant never had a sandbox there) has none:
-// nil, nil.
+// nil, nil. A node that has not begun its answer within
+// s.auditOpenTimeout is given up on.
 func (s *Server) openAudit(ctx context.Context, n Node, key string, q url.Values) (*auditStream, error) {
 	nc, err := s.conns.get(n)
 	if err != nil {
@@ -132,27 +145,42 @@ func (s *Server) openAudit(ctx context.Context, n Node, key string, q url.Values
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
+	// Not a deadline on ctx: the records are read after the headers, for
+	// as long as they come.
+	ctx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
+	timer := time.AfterFunc(s.auditOpenTimeout, cancel)
 	res, err := nc.rt.RoundTrip(req)
+	if !timer.Stop() {
+		if err == nil {
+			res.Body.Close()
+		}
+		cancel()
+		return nil, fmt.Errorf("no answer in %s", s.auditOpenTimeout)
+	}
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	switch res.StatusCode {
 	case http.StatusOK:
 	case http.StatusUnauthorized:
 		res.Body.Close()
+		cancel()
 		return nil, nil
 	default:
 		res.Body.Close()
+		cancel()
 		return nil, fmt.Errorf("HTTP %d", res.StatusCode)
 	}
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	return &auditStream{node: n.Name, res: res, sc: sc}, nil
+	return &auditStream{node: n.Name, res: res, cancel: cancel, sc: sc}, nil
 }
 
 func (st *auditStream) advance() {
@@ -178,4 +206,7 @@ func (st *auditStream) advance() {
 	st.head, st.at = rec, at
 }
 
-func (st *auditStream) close() { st.res.Body.Close() }
+func (st *auditStream) close() {
+	st.res.Body.Close()
+	st.cancel()
+}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
+	"golang.org/x/net/http/httpguts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -85,6 +86,9 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	ownedTTL time.Duration
+	// auditOpenTimeout is how long a node may take to start answering an
+	// audit read before it is named unreachable.
+	auditOpenTimeout time.Duration
 }
 
 // New returns a gateway.
@@ -102,14 +106,15 @@ func New(c Config) *Server {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		dir:      c.Directory,
-		master:   c.Master,
-		reviews:  newReviewer(c.Kube, c.ReviewTTL, c.CacheSize, c.Now),
-		owned:    newTTLCache[bool](c.CacheSize),
-		ownedTTL: time.Hour,
-		now:      c.Now,
-		log:      c.Log,
-		mux:      http.NewServeMux(),
+		dir:              c.Directory,
+		master:           c.Master,
+		reviews:          newReviewer(c.Kube, c.ReviewTTL, c.CacheSize, c.Now),
+		owned:            newTTLCache[bool](c.CacheSize),
+		ownedTTL:         time.Hour,
+		auditOpenTimeout: 10 * time.Second,
+		now:              c.Now,
+		log:              c.Log,
+		mux:              http.NewServeMux(),
 	}
 	s.mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -209,8 +214,11 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.CodeInvalidArgument, "method "+r.Method+" not allowed: change the Sandbox object instead")
 		return
 	}
+	// An Upgrade (a tunnel, a port's WebSocket) carries bytes both ways
+	// whatever its method: create, as the apiserver asks of a WebSocket
+	// exec or port-forward.
 	verb := "create"
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !isUpgrade(r) {
 		verb = "get"
 	}
 	if !s.caller(w, r, access{Verb: verb, Namespace: ns, Subresource: sub, Name: name}) {
@@ -226,7 +234,7 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if err := s.checkOwned(r.Context(), nc, key, sb); err != nil {
+	if err := s.checkOwned(r.Context(), nc, key, ns, name, sb); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -235,17 +243,26 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 
 func isDotSegment(s string) bool { return s == "." || s == ".." }
 
+// isUpgrade says whether r asks to switch protocols, by the rule
+// httputil.ReverseProxy relays an upgrade by.
+func isUpgrade(r *http.Request) bool {
+	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade")
+}
+
 // errNotOwned says the daemon sandbox an annotation names is not the
 // Sandbox's: answered as a missing sandbox.
 var errNotOwned = errors.New("not this Sandbox's")
 
 // checkOwned makes sure the daemon sandbox sb.ID on the node was made for
-// this Sandbox (its external_id is the Sandbox's UID, or its claim's),
+// Sandbox ns/name (its external_id is the Sandbox's UID, or its claim's),
 // since whoever may edit a Sandbox may point its annotations at another
-// sandbox of the namespace. The answer never changes for a given
-// (node, id, UIDs), so it is remembered.
-func (s *Server) checkOwned(ctx context.Context, nc *nodeConn, key string, sb Sandbox) error {
-	ck := strings.Join(append([]string{sb.Node, sb.ID, sb.UID}, sb.OwnerUIDs...), "\x00")
+// sandbox of the namespace. Owner references are the writer's to choose
+// too, so a claim's UID counts only for the sandbox bound to a claim of
+// the Sandbox's name (its metadata, which the controller wrote): a claim's
+// Sandbox is named after it. The answer never changes for a given
+// (node, its endpoint and CA, id, UIDs), so it is remembered.
+func (s *Server) checkOwned(ctx context.Context, nc *nodeConn, key, ns, name string, sb Sandbox) error {
+	ck := strings.Join(append([]string{sb.Node, nc.id, sb.ID, sb.UID}, sb.OwnerUIDs...), "\x00")
 	if _, ok := s.owned.get(ck, s.now()); ok {
 		return nil
 	}
@@ -268,12 +285,15 @@ func (s *Server) checkOwned(ctx context.Context, nc *nodeConn, key string, sb Sa
 		return fmt.Errorf("node %s: HTTP %d", sb.Node, res.StatusCode)
 	}
 	var got struct {
-		ExternalID string `json:"external_id"`
+		ExternalID string            `json:"external_id"`
+		Metadata   map[string]string `json:"metadata"`
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&got); err != nil {
 		return fmt.Errorf("node %s: %w", sb.Node, err)
 	}
-	if got.ExternalID == "" || (got.ExternalID != sb.UID && !slices.Contains(sb.OwnerUIDs, got.ExternalID)) {
+	claims := slices.Contains(sb.OwnerUIDs, got.ExternalID) &&
+		got.Metadata[nodes.MetaNamespace] == ns && got.Metadata[nodes.MetaClaim] == name
+	if got.ExternalID == "" || (got.ExternalID != sb.UID && !claims) {
 		return errNotOwned
 	}
 	s.owned.put(ck, true, s.now(), s.ownedTTL)

@@ -108,8 +108,9 @@ type fakeDaemon struct {
 	t         testing.TB
 	name      string
 	sock      string
-	sandboxes map[string][2]string // id → {key, external_id}
-	audit     map[string][]string  // tenant key → NDJSON lines
+	sandboxes map[string][2]string         // id → {key, external_id}
+	metadata  map[string]map[string]string // id → its metadata
+	audit     map[string][]string          // tenant key → NDJSON lines
 	release   chan struct{}
 	mu        sync.Mutex
 	seen      []*http.Request
@@ -117,7 +118,7 @@ type fakeDaemon struct {
 
 func startDaemon(t testing.TB, name string) *fakeDaemon {
 	d := &fakeDaemon{t: t, name: name, sock: filepath.Join(t.TempDir(), "d.sock"),
-		sandboxes: map[string][2]string{}, audit: map[string][]string{}, release: make(chan struct{})}
+		sandboxes: map[string][2]string{}, metadata: map[string]map[string]string{}, audit: map[string][]string{}, release: make(chan struct{})}
 	ln, err := net.Listen("unix", d.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func (d *fakeDaemon) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case sub == "" && r.Method == http.MethodGet:
-		json.NewEncoder(w).Encode(map[string]string{"id": id, "external_id": sb[1]})
+		json.NewEncoder(w).Encode(map[string]any{"id": id, "external_id": sb[1], "metadata": d.metadata[id]})
 	case sub == "exec":
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		io.WriteString(w, `{"type":"start"}`+"\n")
@@ -193,6 +194,7 @@ type world struct {
 	dir    *fakeDir
 	nodeA  *fakeDaemon
 	nodeB  *fakeDaemon
+	gw     *Server
 	srv    *httptest.Server
 	clock  time.Time
 	clockM sync.Mutex
@@ -220,18 +222,22 @@ func newWorld(t testing.TB) *world {
 		grants: map[string]bool{
 			"alice create a exec box":    true,
 			"alice get a files box":      true,
-			"alice get a tunnel box":     true,
+			"alice create a tunnel box":  true,
 			"alice get a ports box":      true,
 			"alice get a  box":           true,
 			"alice get a audit ":         true,
 			"alice create b exec box":    true,
 			"alice create a exec stolen": true,
 			"alice create a exec nope":   true,
+			"alice create a exec spoof":  true,
 		},
 	}
 	w.nodeA, w.nodeB = startDaemon(t, "node-a"), startDaemon(t, "node-b")
 	w.nodeA.sandboxes["sb-1"] = [2]string{wantKey("node-a", "a"), "uid-box-a"}
 	w.nodeA.sandboxes["sb-3"] = [2]string{wantKey("node-a", "a"), "uid-other"}
+	// The sandbox claim x was bound to: its external id is the claim's UID.
+	w.nodeA.sandboxes["sb-4"] = [2]string{wantKey("node-a", "a"), "uid-claim-x"}
+	w.nodeA.metadata["sb-4"] = map[string]string{"k8s.namespace": "a", "k8s.claim": "x", "k8s.uid": "uid-claim-x"}
 	w.nodeB.sandboxes["sb-2"] = [2]string{wantKey("node-b", "b"), "uid-box-b"}
 	w.dir = &fakeDir{
 		sandboxes: map[string]Sandbox{
@@ -240,6 +246,11 @@ func newWorld(t testing.TB) *world {
 			// Someone who may edit Sandboxes in a pointed this one at
 			// another sandbox of the namespace.
 			"a/stolen": {UID: "uid-stolen", Node: "node-a", ID: "sb-3"},
+			// The Sandbox claim x made, and one whose maker gave it an
+			// owner reference to claim x's UID (an owner reference is
+			// the writer's to choose) and pointed it at x's sandbox.
+			"a/x":     {UID: "uid-sb-x", OwnerUIDs: []string{"uid-claim-x"}, Node: "node-a", ID: "sb-4"},
+			"a/spoof": {UID: "uid-spoof", OwnerUIDs: []string{"uid-claim-x"}, Node: "node-a", ID: "sb-4"},
 		},
 		nodes: map[string]Node{"node-a": w.nodeA.node(), "node-b": w.nodeB.node()},
 	}
@@ -249,6 +260,7 @@ func newWorld(t testing.TB) *world {
 		Master:    func(context.Context) ([]byte, error) { return master, nil },
 		Now:       w.now,
 	})
+	w.gw = gw
 	w.srv = httptest.NewServer(gw)
 	t.Cleanup(w.srv.Close)
 	return w
@@ -338,6 +350,7 @@ func TestRefusals(t *testing.T) {
 		{"unknown sandbox", "POST", "/v1/namespaces/a/sandboxes/nope/exec", "tok-alice", 404, api.CodeNotFound},
 		{"no grant for it", "POST", "/v1/namespaces/a/sandboxes/other/exec", "tok-alice", 403, api.CodePermissionDenied},
 		{"annotations pointing at another sandbox", "POST", "/v1/namespaces/a/sandboxes/stolen/exec", "tok-alice", 404, api.CodeNotFound},
+		{"an owner reference to another Sandbox's claim", "POST", "/v1/namespaces/a/sandboxes/spoof/exec", "tok-alice", 404, api.CodeNotFound},
 		{"not forwarded: fork", "POST", "/v1/namespaces/a/sandboxes/box/fork", "tok-alice", 404, api.CodeNotFound},
 		{"not forwarded: pause", "POST", "/v1/namespaces/a/sandboxes/box/pause", "tok-alice", 404, api.CodeNotFound},
 		{"delete the sandbox itself", "DELETE", "/v1/namespaces/a/sandboxes/box", "tok-alice", 400, api.CodeInvalidArgument},
@@ -351,7 +364,7 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 	for _, r := range w.nodeA.requests() {
-		if r.URL.Path != "/v1/sandboxes/sb-3" || r.Method != "GET" {
+		if (r.URL.Path != "/v1/sandboxes/sb-3" && r.URL.Path != "/v1/sandboxes/sb-4") || r.Method != "GET" {
 			t.Errorf("a refused call reached the node: %s %s", r.Method, r.URL.Path)
 		}
 	}
@@ -437,6 +450,63 @@ func TestTunnelUpgradeIsRelayed(t *testing.T) {
 	}
 }
 
+// An Upgrade carries bytes both ways (a tunnel, a port's WebSocket): on
+// a GET it is still checked as create, as the apiserver checks
+// pods/exec and pods/portforward over WebSocket, so that a grant to read
+// (get) is no grant to open a connection into the sandbox.
+// A claim's Sandbox reaches the sandbox bound to the claim (whose
+// external id is the claim's UID).
+func TestClaimsSandboxIsReached(t *testing.T) {
+	w := newWorld(t)
+	w.kube.grants["alice get a files x"] = true
+	res := w.do(t, "GET", "/v1/namespaces/a/sandboxes/x/files?path=/x", "tok-alice")
+	var got struct{ Path string }
+	if err := json.NewDecoder(res.Body).Decode(&got); err != nil || got.Path != "/v1/sandboxes/sb-4/files" {
+		t.Fatalf("HTTP %d, node saw %+v, %v", res.StatusCode, got, err)
+	}
+}
+
+// That a daemon sandbox is a Sandbox's is remembered for the endpoint that
+// said so: an AirlockNode moved to another endpoint (whoever holds the
+// node's credentials may write it) is asked again.
+func TestOwnershipIsAskedAgainAtANewEndpoint(t *testing.T) {
+	w := newWorld(t)
+	if res := w.do(t, "GET", "/v1/namespaces/a/sandboxes/box/files?path=/x", "tok-alice"); res.StatusCode != 200 {
+		t.Fatalf("HTTP %d", res.StatusCode)
+	}
+	moved := startDaemon(t, "node-a")
+	moved.sandboxes["sb-1"] = [2]string{wantKey("node-a", "a"), "uid-someone-else"}
+	w.dir.nodes["node-a"] = moved.node()
+	wantError(t, w.do(t, "GET", "/v1/namespaces/a/sandboxes/box/files?path=/x", "tok-alice"), 404, api.CodeNotFound)
+	for _, r := range moved.requests() {
+		if r.URL.Path != "/v1/sandboxes/sb-1" {
+			t.Errorf("forwarded to the new endpoint: %s %s", r.Method, r.URL.Path)
+		}
+	}
+}
+
+func TestUpgradeIsCheckedAsCreate(t *testing.T) {
+	w := newWorld(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(w.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// alice may get sandboxes/ports on box, not create it.
+	fmt.Fprintf(conn, "GET /v1/namespaces/a/sandboxes/box/ports/8080/ws HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer tok-alice\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, res, 403, api.CodePermissionDenied)
+	if ra := w.kube.lastSAR.Spec.ResourceAttributes; ra.Verb != "create" || ra.Subresource != "ports" {
+		t.Fatalf("access review asked %+v", ra)
+	}
+	if n := len(w.nodeA.requests()); n != 0 {
+		t.Fatalf("%d requests reached the node", n)
+	}
+}
+
 func TestAuditMergesTheNamespacesNodes(t *testing.T) {
 	w := newWorld(t)
 	rec := func(seq int, at string) string {
@@ -475,6 +545,63 @@ func TestAuditMergesTheNamespacesNodes(t *testing.T) {
 		t.Fatalf("unreachable %q", u)
 	}
 	wantError(t, w.do(t, "GET", "/v1/namespaces/b/audit", "tok-alice"), 403, api.CodePermissionDenied)
+}
+
+// A node that takes the connection and never answers (a hung daemon) is
+// named unreachable once its time is up; the others' records come
+// regardless, and the nodes are asked side by side rather than one after
+// another.
+func TestAuditDoesNotWaitForAHungNode(t *testing.T) {
+	w := newWorld(t)
+	w.gw.auditOpenTimeout = 100 * time.Millisecond
+	w.nodeA.audit[wantKey("node-a", "a")] = []string{`{"seq":1,"time":"2026-12-02T10:00:01Z"}`}
+	sock := filepath.Join(t.TempDir(), "hung.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		held []net.Conn
+	)
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepted
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	w.dir.nodes["node-hung"] = Node{Name: "node-hung", Endpoint: "unix://" + sock}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", w.srv.URL+"/v1/namespaces/a/audit", nil)
+	req.Header.Set("Authorization", "Bearer tok-alice")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the audit waited for the hung node: %v", err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || !strings.Contains(string(body), `"node":"node-a"`) {
+		t.Fatalf("records %q, %v", body, err)
+	}
+	if u := res.Header.Get("X-Airlock-Audit-Unreachable"); u != "node-hung" {
+		t.Fatalf("unreachable %q", u)
+	}
 }
 
 func TestTTLCacheIsBounded(t *testing.T) {

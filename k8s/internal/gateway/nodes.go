@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +20,7 @@ import (
 type nodeConn struct {
 	endpoint string
 	ca       string
+	id       string   // a digest of endpoint and CA: which daemon answers
 	base     *url.URL // scheme and host of every request to it
 	rt       *http.Transport
 }
@@ -58,7 +61,8 @@ func dialNode(n Node) (*nodeConn, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // an exec's headers come when its command starts
 	}
-	nc := &nodeConn{endpoint: n.Endpoint, ca: string(n.CABundle), rt: tr}
+	sum := sha256.Sum256([]byte(n.Endpoint + "\x00" + string(n.CABundle)))
+	nc := &nodeConn{endpoint: n.Endpoint, ca: string(n.CABundle), id: hex.EncodeToString(sum[:16]), rt: tr}
 	switch {
 	case strings.HasPrefix(n.Endpoint, "unix://"):
 		sock := strings.TrimPrefix(n.Endpoint, "unix://")
