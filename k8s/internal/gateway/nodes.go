@@ -60,7 +60,11 @@ func dialNode(n Node) (*nodeConn, error) {
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // an exec's headers come when its command starts
+		// A node that does not take the connection, or its handshake,
+		// fails the call in seconds, not the kernel's two minutes.
+		TLSHandshakeTimeout: 10 * time.Second,
 	}
+	dial := &net.Dialer{Timeout: 10 * time.Second}
 	sum := sha256.Sum256([]byte(n.Endpoint + "\x00" + string(n.CABundle)))
 	nc := &nodeConn{endpoint: n.Endpoint, ca: string(n.CABundle), id: hex.EncodeToString(sum[:16]), rt: tr}
 	switch {
@@ -70,8 +74,7 @@ func dialNode(n Node) (*nodeConn, error) {
 			return nil, fmt.Errorf("node %s: endpoint %q: want an absolute socket path", n.Name, n.Endpoint)
 		}
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			return dial.DialContext(ctx, "unix", sock)
 		}
 		nc.base = &url.URL{Scheme: "http", Host: "airlock"}
 	case strings.HasPrefix(n.Endpoint, "https://"):
@@ -88,6 +91,7 @@ func dialNode(n Node) (*nodeConn, error) {
 			cfg.RootCAs = pool
 		}
 		tr.TLSClientConfig = cfg
+		tr.DialContext = dial.DialContext
 		nc.base = &url.URL{Scheme: "https", Host: u.Host}
 	default:
 		return nil, fmt.Errorf("node %s: endpoint %q: want unix:// or https://", n.Name, n.Endpoint)
