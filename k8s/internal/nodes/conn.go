@@ -246,7 +246,12 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 		if sb := ev.Sandbox; sb != nil {
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant}
-				delete(n.reservations, sb.ExternalID)
+				if _, ok := n.reservations[sb.ExternalID]; ok {
+					// the allocation reported holds it now; while both
+					// counted it, others were refused: they try again.
+					delete(n.reservations, sb.ExternalID)
+					t.wakeLocked()
+				}
 			}
 		}
 	case "sandbox.ended":
