@@ -81,7 +81,8 @@ func sameConnection(a, b *v1alpha1.AirlockNodeSpec) bool {
 }
 
 // run keeps one node's connection: sessions, with backoff between failed
-// ones.
+// ones (at most a second: a returning node is fenced and Ready again
+// within about a second of answering).
 func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNodeSpec) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -93,7 +94,7 @@ func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNod
 		if reached {
 			backoff = 100 * time.Millisecond
 		} else {
-			backoff = min(backoff*2, 5*time.Second)
+			backoff = min(backoff*2, time.Second)
 		}
 		select {
 		case <-ctx.Done():
