@@ -33,6 +33,7 @@ func (t *Tracker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	err := t.cfg.Client.Get(ctx, req.NamespacedName, &an)
 	if apierrors.IsNotFound(err) || (err == nil && an.DeletionTimestamp != nil) {
 		t.mu.Lock()
+		delete(t.expected, req.Name)
 		if n := t.nodes[req.Name]; n != nil {
 			n.cancel()
 			delete(t.nodes, req.Name)
@@ -321,9 +322,7 @@ func (t *Tracker) dropped(ctx context.Context, name string, cause error) {
 	case StateLost:
 	case StateUnreachable:
 		n.message = "daemon unreachable: " + errString(cause)
-	case StatePending:
-		n.message = "not reached: " + errString(cause)
-	default:
+	default: // Pending (never reached), Ready, Fencing
 		changed = n.setState(StateUnreachable, "daemon unreachable: "+errString(cause))
 	}
 	t.mu.Unlock()
