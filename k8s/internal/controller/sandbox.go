@@ -50,6 +50,10 @@ const (
 // already brought it back.
 const conflictRetry = 200 * time.Millisecond
 
+// syncWait is when a reconcile waiting for the tracker's view (after a
+// start, or a node not reached yet) is tried again.
+const syncWait = 250 * time.Millisecond
+
 // Classes is the set of runtime classes the controller owns.
 type Classes map[string]bool
 
@@ -132,6 +136,11 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !r.Classes.Owns(blueprint.RuntimeClass(&s.Spec.PodTemplate)) {
 		return ctrl.Result{}, nil
 	}
+	if !r.Nodes.AllSynced() {
+		// just started: a node not reached yet is not a node gone, and a
+		// sandbox made before may not be in the view yet.
+		return ctrl.Result{RequeueAfter: syncWait}, nil
+	}
 	if s.DeletionTimestamp != nil {
 		return r.finalize(ctx, &s)
 	}
@@ -173,6 +182,10 @@ func (r *SandboxReconciler) reconcile(ctx context.Context, s *sandboxv1.Sandbox)
 	}
 	if node == "" || id == "" {
 		return res, r.place(ctx, s)
+	}
+	if snap, ok := r.Nodes.Node(node); ok && snap.State == nodes.StatePending {
+		// not reached yet: no news of its sandboxes
+		return ctrl.Result{RequeueAfter: syncWait}, nil
 	}
 	return res, r.keep(ctx, s, node, id)
 }
@@ -278,7 +291,9 @@ func (r *SandboxReconciler) keep(ctx context.Context, s *sandboxv1.Sandbox, node
 		setCond(s, sandboxv1.SandboxConditionFinished, true, nodes.ReasonNodeLost, msg)
 		return nil
 	}
-	if snap.State != nodes.StateReady {
+	switch snap.State {
+	case nodes.StateReady:
+	default:
 		setCond(s, sandboxv1.SandboxConditionReady, false, nodes.ReasonNodeUnreachable, "airlock node "+node+": "+snap.Message)
 		return nil
 	}

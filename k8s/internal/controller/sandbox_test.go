@@ -38,6 +38,12 @@ type harness struct {
 }
 
 func start(t *testing.T, daemons ...*daemontest.Daemon) *harness {
+	return startTracker(t, true, daemons...)
+}
+
+// startTracker starts a tracker on the daemons' AirlockNodes; connect:
+// and has it reach them.
+func startTracker(t *testing.T, connect bool, daemons ...*daemontest.Daemon) *harness {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sandboxv1.AddToScheme, extv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
@@ -67,6 +73,16 @@ func start(t *testing.T, daemons ...*daemontest.Daemon) *harness {
 	h := &harness{t: t, c: c, tr: tr, ctx: ctx, now: time.Now()}
 	h.r = &SandboxReconciler{Client: c, Nodes: tr, Classes: Classes{"airlock": true, "airlock-gvisor": true}, Log: logr.Discard(),
 		Now: func() time.Time { return h.now }}
+	if connect {
+		h.connect(daemons...)
+	}
+	return h
+}
+
+// connect has the tracker follow the daemons' AirlockNodes, and waits for
+// them Ready.
+func (h *harness) connect(daemons ...*daemontest.Daemon) {
+	t, tr, ctx := h.t, h.tr, h.ctx
 	for _, d := range daemons {
 		for {
 			res, err := tr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: d.Name}})
@@ -80,7 +96,6 @@ func start(t *testing.T, daemons ...*daemontest.Daemon) *harness {
 		}
 		h.waitFor(d.Name+" Ready", func() bool { s, _ := tr.Node(d.Name); return s.State == nodes.StateReady })
 	}
-	return h
 }
 
 func (h *harness) waitFor(what string, cond func() bool) {
@@ -454,6 +469,39 @@ func TestShutdownTimeMovedExtends(t *testing.T) {
 	}
 	h.reconcile("box")
 	if c := cond(h.get("box"), sandboxv1.SandboxConditionReady); c.ObservedGeneration != h.get("box").Generation || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready %+v", c)
+	}
+}
+
+// Just after a start, before the tracker has reached a node, a Sandbox on
+// it is neither unreachable nor lost: it waits, unchanged.
+func TestStartWaitsForTheNodes(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := startTracker(t, false, d)
+	d.SetTenant("team-a", "0000000000000000000000000000000000000000000000000000000000000000")
+	d.Add(api.Sandbox{ID: "sb1", Tenant: "team-a", State: "running", ExternalID: "uid-box"})
+	s := sandbox("box", "airlock", func(s *sandboxv1.Sandbox) {
+		s.Annotations = map[string]string{nodes.AnnotationNode: "n1", nodes.AnnotationSandboxID: "sb1"}
+		s.Finalizers = []string{FinalizerSandbox}
+	})
+	h.create(s)
+	MarkReady(s, "n1")
+	if err := h.c.Status().Update(h.ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	rv := h.get("box").ResourceVersion
+	if res := h.reconcile("box"); res.RequeueAfter == 0 {
+		t.Fatal("no retry while the tracker has not reached the node")
+	}
+	if got := h.get("box"); got.ResourceVersion != rv {
+		t.Fatalf("written before the node was reached: %+v", got.Status.Conditions)
+	}
+	h.connect(d)
+	h.waitFor("the view complete", h.tr.AllSynced)
+	if res := h.reconcile("box"); res.RequeueAfter != 0 {
+		t.Fatalf("still waiting: %+v", res)
+	}
+	if c := cond(h.get("box"), sandboxv1.SandboxConditionReady); c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready %+v", c)
 	}
 }

@@ -33,6 +33,7 @@ func (t *Tracker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	err := t.cfg.Client.Get(ctx, req.NamespacedName, &an)
 	if apierrors.IsNotFound(err) || (err == nil && an.DeletionTimestamp != nil) {
 		t.mu.Lock()
+		delete(t.expected, req.Name)
 		if n := t.nodes[req.Name]; n != nil {
 			n.cancel()
 			delete(t.nodes, req.Name)
@@ -81,7 +82,8 @@ func sameConnection(a, b *v1alpha1.AirlockNodeSpec) bool {
 }
 
 // run keeps one node's connection: sessions, with backoff between failed
-// ones.
+// ones (at most a second: a returning node is fenced and Ready again
+// within about a second of answering).
 func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNodeSpec) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -93,7 +95,7 @@ func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNod
 		if reached {
 			backoff = 100 * time.Millisecond
 		} else {
-			backoff = min(backoff*2, 5*time.Second)
+			backoff = min(backoff*2, time.Second)
 		}
 		select {
 		case <-ctx.Done():
@@ -246,7 +248,12 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 		if sb := ev.Sandbox; sb != nil {
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant}
-				delete(n.reservations, sb.ExternalID)
+				if _, ok := n.reservations[sb.ExternalID]; ok {
+					// the allocation reported holds it now; while both
+					// counted it, others were refused: they try again.
+					delete(n.reservations, sb.ExternalID)
+					t.wakeLocked()
+				}
 			}
 		}
 	case "sandbox.ended":
@@ -315,9 +322,7 @@ func (t *Tracker) dropped(ctx context.Context, name string, cause error) {
 	case StateLost:
 	case StateUnreachable:
 		n.message = "daemon unreachable: " + errString(cause)
-	case StatePending:
-		n.message = "not reached: " + errString(cause)
-	default:
+	default: // Pending (never reached), Ready, Fencing
 		changed = n.setState(StateUnreachable, "daemon unreachable: "+errString(cause))
 	}
 	t.mu.Unlock()

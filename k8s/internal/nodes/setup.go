@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +39,16 @@ func (t *Tracker) Start(ctx context.Context) error {
 	for _, f := range []*feed{t.sandboxes, t.claims, t.pools} {
 		go f.run(ctx)
 	}
+	var list v1alpha1.AirlockNodeList
+	if err := t.cfg.Client.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing AirlockNodes: %w", err)
+	}
+	t.mu.Lock()
+	for _, an := range list.Items {
+		t.expected[an.Name] = true
+	}
+	t.listed = true
+	t.mu.Unlock()
 	if _, err := t.Master(ctx); err != nil {
 		t.log.Error(err, "tenant key master (tried again at first use)")
 	}
@@ -53,6 +64,7 @@ func (t *Tracker) Start(ctx context.Context) error {
 			t.writeStatuses(ctx)
 		case <-tick.C:
 			t.checkLost()
+			t.expireReservations()
 			t.writeStatuses(ctx)
 		case <-sweep.C:
 			go t.sweepAll(ctx)

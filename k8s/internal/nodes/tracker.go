@@ -22,7 +22,9 @@
 //   - Node, Nodes and ReadyNodes give snapshots of the nodes' states, with
 //     each node's pools keyed by PoolKey{tenant, daemon pool name}.
 //   - DaemonSandbox looks up what a node holds for an external id; Locate
-//     finds a live one on any node.
+//     finds a live one on any node. AllSynced says whether the view is
+//     complete yet (after a start, every node tried once): reconcilers
+//     wait for it before they place, bind or give up anything.
 //   - SandboxEvents, ClaimEvents and PoolEvents are channels for
 //     controller-runtime's source.Channel: the Sandboxes and SandboxClaims
 //     a node change or a daemon sandbox's end affects, those waiting for
@@ -197,9 +199,13 @@ type Tracker struct {
 	masterOnce sync.Mutex
 	master     []byte
 
-	mu      sync.Mutex
-	nodes   map[string]*node
-	waiters map[waiterKey]client.Object
+	mu    sync.Mutex
+	nodes map[string]*node
+	// listed: the AirlockNodes at start are known (expected); until each
+	// has been tried once the tracker's view is not complete.
+	listed   bool
+	expected map[string]bool
+	waiters  map[waiterKey]client.Object
 	// statusKick wakes the status writer.
 	statusKick chan struct{}
 
@@ -230,6 +236,7 @@ func New(cfg Config) *Tracker {
 		cfg:        cfg,
 		log:        cfg.Log,
 		nodes:      map[string]*node{},
+		expected:   map[string]bool{},
 		waiters:    map[waiterKey]client.Object{},
 		statusKick: make(chan struct{}, 1),
 		sandboxes:  newFeed(),
@@ -314,6 +321,25 @@ func (t *Tracker) Locate(externalID string) (node string, d DaemonSandbox, ok bo
 		}
 	}
 	return "", DaemonSandbox{}, false
+}
+
+// AllSynced reports whether every AirlockNode has been tried once since
+// the tracker started: each Ready and listed, or found unreachable. Until
+// then a node's absence from the view (Node, Locate, DaemonSandbox) may only
+// mean the tracker has not reached it yet: reconcilers wait for it before
+// they place, bind or give up anything.
+func (t *Tracker) AllSynced() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.listed {
+		return false
+	}
+	for name := range t.expected {
+		if n := t.nodes[name]; n == nil || n.state == StatePending || (n.state == StateReady && !n.synced) {
+			return false
+		}
+	}
+	return true
 }
 
 // Synced reports whether node's sandboxes have been listed since it was
