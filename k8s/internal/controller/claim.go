@@ -155,6 +155,12 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if !claim.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.deleteSandboxOfGoneClaim(ctx, req.NamespacedName, claim.UID)
 	}
+	if !r.Nodes.AllSynced() {
+		// Just started: a bind made before the restart, its Sandbox never
+		// written, is found by its external id only once its node is in
+		// the view; binding now would make a second sandbox.
+		return reconcile.Result{RequeueAfter: syncWait}, nil
+	}
 
 	var sb sandboxv1.Sandbox
 	err := r.Client.Get(ctx, req.NamespacedName, &sb)

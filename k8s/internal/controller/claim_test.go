@@ -194,6 +194,31 @@ func TestReplayedBindYieldsTheSameSandbox(t *testing.T) {
 	}
 }
 
+// A controller just started has not reached every node: a claim bound
+// before the restart, its Sandbox never written, would not be found by
+// its external id on a node not yet in the view, and a bind then would
+// make it a second sandbox. The claim waits for the view.
+func TestClaimWaitsForTheNodesView(t *testing.T) {
+	f := newClaimFixture(t, "", claimOf("c1", "p"))
+	f.nodes.setPool("a", tns, f.pool, 2, 2)
+	f.nodes.mu.Lock()
+	f.nodes.unsynced = true
+	f.nodes.mu.Unlock()
+	if res := f.reconcile(t, "c1"); res.RequeueAfter == 0 {
+		t.Fatalf("a claim reconciled before the view was complete was not requeued: %+v", res)
+	}
+	if n := len(f.nodes.daemons["a"].creates); n != 0 {
+		t.Fatalf("%d creates before the view was complete", n)
+	}
+	f.nodes.mu.Lock()
+	f.nodes.unsynced = false
+	f.nodes.mu.Unlock()
+	f.reconcile(t, "c1")
+	if sb := f.sandbox(t, "c1"); sb.Annotations[nodes.AnnotationNode] != "a" {
+		t.Fatalf("bound on %q, want a", sb.Annotations[nodes.AnnotationNode])
+	}
+}
+
 func TestDisallowedEnvIsRefusedBeforeAnyBind(t *testing.T) {
 	f := newClaimFixture(t, "", claimOf("c1", "p", extv1.EnvVar{Name: "X", Value: "1"}))
 	f.nodes.setPool("a", tns, f.pool, 1, 1)

@@ -151,6 +151,8 @@ type fakeNodeView struct {
 	// poolEv and claimEv are the tracker's feeds; syncPools sends a
 	// node-level pool event.
 	poolEv, claimEv chan event.GenericEvent
+	// unsynced: the view is not complete yet (a controller just started).
+	unsynced bool
 }
 
 func newFakeNodeView(t testing.TB, names ...string) *fakeNodeView {
@@ -282,6 +284,12 @@ func (f *fakeNodeView) Place(req nodes.Request) (string, func(), error) {
 
 func (f *fakeNodeView) PoolEvents() <-chan event.GenericEvent  { return f.poolEv }
 func (f *fakeNodeView) ClaimEvents() <-chan event.GenericEvent { return f.claimEv }
+
+func (f *fakeNodeView) AllSynced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.unsynced
+}
 
 // writeCounter counts a client's writes by kind ("create Sandbox", "status
 // SandboxClaim", ...).

@@ -81,6 +81,10 @@ type NodeView interface {
 	Place(req nodes.Request) (node string, release func(), err error)
 	PoolEvents() <-chan event.GenericEvent
 	ClaimEvents() <-chan event.GenericEvent
+	// AllSynced says every node has been reached once since the
+	// controller started: until then a claim's earlier bind, or a pool's
+	// sandboxes, may be on a node not in the view yet.
+	AllSynced() bool
 }
 
 // Tracker is a *nodes.Tracker as a NodeView.

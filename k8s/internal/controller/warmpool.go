@@ -150,6 +150,11 @@ func (r *WarmPoolReconciler) poolsOfTenant(ctx context.Context, o client.Object)
 // Reconcile brings one warm pool's daemon pools and status to its spec, or
 // (empty name) sweeps its namespace.
 func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if !r.Nodes.AllSynced() {
+		// Just started: a node not reached yet is not a node gone; its
+		// share must not move, nor its daemon pools be swept.
+		return reconcile.Result{RequeueAfter: syncWait}, nil
+	}
 	if req.Name == "" {
 		pending, err := r.sweep(ctx, req.Namespace)
 		if err == nil && pending {

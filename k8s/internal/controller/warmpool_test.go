@@ -285,3 +285,26 @@ func TestCordonedNodeLosesItsShare(t *testing.T) {
 		t.Fatalf("with b cordoned: %v, want all 4 on a", got)
 	}
 }
+
+// A controller just started has not reached every node: a node not in
+// the view yet is not a node gone, so no share moves and nothing is set
+// until the view is complete.
+func TestWarmPoolWaitsForTheNodesView(t *testing.T) {
+	f := newPoolFixture(t, 6, "a", "b", "c")
+	f.nodes.mu.Lock()
+	f.nodes.unsynced = true
+	f.nodes.mu.Unlock()
+	if res := f.reconcile(t, "p"); res.RequeueAfter == 0 {
+		t.Fatalf("a pool reconciled before the view was complete was not requeued: %+v", res)
+	}
+	if got := f.sizes(); got["a"]+got["b"]+got["c"] != 0 {
+		t.Fatalf("daemon pools set before the view was complete: %v", got)
+	}
+	f.nodes.mu.Lock()
+	f.nodes.unsynced = false
+	f.nodes.mu.Unlock()
+	f.reconcile(t, "p")
+	if got := f.sizes(); got["a"] != 2 || got["b"] != 2 || got["c"] != 2 {
+		t.Fatalf("daemon pools %v, want 2 on each node", got)
+	}
+}
