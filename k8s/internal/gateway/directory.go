@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
 	"sort"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -64,6 +65,10 @@ type Directory interface {
 type informerDirectory struct {
 	sandboxes cache.GenericLister
 	nodes     cache.GenericLister
+	// direct reads a Sandbox the informer does not have yet, or has
+	// without its placement: the informer lags the apiserver, and a
+	// client that saw its Sandbox Ready calls at once.
+	direct metadata.Getter
 }
 
 // NewInformerDirectory starts watching Sandboxes and AirlockNodes and
@@ -86,16 +91,32 @@ func NewInformerDirectory(ctx context.Context, cfg *rest.Config) (Directory, err
 	if !cache.WaitForCacheSync(ctx.Done(), si.Informer().HasSynced, ni.Informer().HasSynced) {
 		return nil, fmt.Errorf("informers: %w", context.Cause(ctx))
 	}
-	return &informerDirectory{sandboxes: si.Lister(), nodes: ni.Lister()}, nil
+	return &informerDirectory{sandboxes: si.Lister(), nodes: ni.Lister(), direct: mc.Resource(sandboxesGVR)}, nil
 }
 
 func (d *informerDirectory) Sandbox(namespace, name string) (Sandbox, bool) {
-	o, err := d.sandboxes.ByNamespace(namespace).Get(name)
+	if o, err := d.sandboxes.ByNamespace(namespace).Get(name); err == nil {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+			if s, ok := sandboxOf(m); ok && s.Node != "" && s.ID != "" {
+				return s, true
+			}
+		}
+	}
+	// Not in the informer yet, or not placed there yet: the apiserver's
+	// word (only a caller the access review allowed gets here).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := d.direct.Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return Sandbox{}, false
 	}
-	m, ok := o.(*metav1.PartialObjectMetadata)
-	if !ok || m.DeletionTimestamp != nil {
+	return sandboxOf(m)
+}
+
+// sandboxOf is what the gateway needs of a Sandbox's metadata; false for
+// one being deleted.
+func sandboxOf(m *metav1.PartialObjectMetadata) (Sandbox, bool) {
+	if m.DeletionTimestamp != nil {
 		return Sandbox{}, false
 	}
 	s := Sandbox{UID: string(m.UID), Node: m.Annotations[annotationNode], ID: m.Annotations[annotationSandboxID]}
