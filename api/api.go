@@ -137,6 +137,13 @@ type CreateSandbox struct {
 	// What a made sandbox cannot be given (a workspace or repo, grants,
 	// another egress policy) makes the create an ordinary one.
 	Pool string `json:"pool,omitempty"`
+	// ExternalID is the caller's key for the sandbox (at most 128 of
+	// A-Za-z0-9._:/-): a repeat of a create with an ExternalID the tenant
+	// already holds answers that sandbox.
+	ExternalID string `json:"external_id,omitempty"`
+	// PoolOnly, with Pool: no ready sandbox in the pool is
+	// failed_precondition, not a cold create.
+	PoolOnly bool `json:"pool_only,omitempty"`
 }
 
 // SetPool defines (or redefines) one of the caller's pools: Size
@@ -288,8 +295,9 @@ type Sandbox struct {
 	// Pool names the pool the sandbox was taken from ("": made for its
 	// create). PoolMiss, in a create's answer, says why a create that
 	// named or matched a pool got no sandbox of it.
-	Pool     string `json:"pool,omitempty"`
-	PoolMiss string `json:"pool_miss,omitempty"`
+	Pool       string `json:"pool,omitempty"`
+	PoolMiss   string `json:"pool_miss,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
 }
 
 // PausedTTL is how long a sandbox paused at its TTL (OnTTL "pause") is
@@ -527,6 +535,9 @@ type CreateTenant struct {
 	// strong: "container" (default: any wall) or "gvisor" (a create
 	// asking for less is refused, and audited as sandbox.refused).
 	Isolation string `json:"isolation,omitempty"`
+	// KeySHA256 is the lowercase hex SHA-256 of a key the caller holds,
+	// made the tenant's key (the answer then carries no key).
+	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 
 // UpdateTenant changes a tenant's quotas or scan policy (fields left out
@@ -540,6 +551,9 @@ type UpdateTenant struct {
 	// Isolation, when set, replaces the wall the tenant is held to
 	// ("container" lifts the hold).
 	Isolation string `json:"isolation,omitempty"`
+	// KeySHA256, when set, replaces the tenant's key by the one of this
+	// hash.
+	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 
 // Tenant describes a tenant. Key is set only in the answer to its
