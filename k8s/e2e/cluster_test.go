@@ -27,6 +27,8 @@ import (
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1alpha1 "github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
 )
 
 // The identities of the token file. Every one but alice and mallory is in
@@ -59,11 +61,15 @@ type cluster struct {
 	api      *proc
 	nodes    []*node
 	crdPaths []string
+
+	controller *proc
+	gateway    *proc
+	gatewayURL string
 }
 
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, sandboxv1beta1.AddToScheme, extv1beta1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme, sandboxv1beta1.AddToScheme, extv1beta1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -100,6 +106,9 @@ func startCluster(kubeBin string) (*cluster, error) {
 	if err := c.build(); err != nil {
 		return c, err
 	}
+	if err := c.buildK8s(); err != nil {
+		return c, err
+	}
 	reapStaleRuns(dir, c.bin("airlock"))
 	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
 		return c, err
@@ -113,7 +122,24 @@ func startCluster(kubeBin string) (*cluster, error) {
 	if err := c.setupAccess(); err != nil {
 		return c, err
 	}
-	return c, c.startNodes()
+	if err := c.startNodes(); err != nil {
+		return c, err
+	}
+	for _, n := range c.nodes {
+		if err := c.register(n); err != nil {
+			return c, err
+		}
+	}
+	if err := c.startController(); err != nil {
+		return c, err
+	}
+	if err := c.startGateway(); err != nil {
+		return c, err
+	}
+	if err := c.gatewayUp(); err != nil {
+		return c, err
+	}
+	return c, c.nodesReady()
 }
 
 func (c *cluster) bin(name string) string { return filepath.Join(c.binDir, name) }
@@ -355,6 +381,8 @@ func (c *cluster) setupAccess() error {
 // stop ends everything the run started, by PID, the nodes' sandboxes
 // first, and removes the run's directory.
 func (c *cluster) stop() {
+	c.gateway.stop()
+	c.controller.stop()
 	for _, n := range c.nodes {
 		n.stop()
 	}
