@@ -15,7 +15,7 @@ import (
 )
 
 // LabelClaimUID is the label on a claim's Sandbox naming the claim's UID.
-const LabelClaimUID = "agents.x-k8s.io/claim-uid"
+const LabelClaimUID = extv1.SandboxIDLabel
 
 // sweep ends node name's sandboxes (list) that the cluster gave up on: one
 // whose Sandbox is NodeLost or placed on another node, and one whose
