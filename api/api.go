@@ -612,3 +612,66 @@ type AuditRecord struct {
 	Hash    string          `json:"hash"`
 	Sig     string          `json:"sig,omitempty"`
 }
+
+// Resources are amounts of what a node hands out to sandboxes: CPUs and
+// memory of their limits, and their number (GET /v1/node).
+type Resources struct {
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	Sandboxes   int     `json:"sandboxes"`
+}
+
+// NodePool is one tenant's warm pool as the node reports it.
+type NodePool struct {
+	Tenant  string `json:"tenant"`
+	Name    string `json:"name"`
+	Size    int    `json:"size"`
+	Ready   int    `json:"ready"`
+	Filling int    `json:"filling"`
+}
+
+// AuditHead is the last record of the node's audit log on disk: its
+// sequence number and hash (`airlock audit verify --anchor SEQ:HASH`).
+type AuditHead struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// Node is what a daemon says of itself to a cluster (GET /v1/node, admin
+// key): its name, version and boot (BootID is random per start), its
+// capacity and what its sandboxes hold of it (live, being made and
+// pooled), the walls it can make, every tenant's pools, its audit log's
+// head, and Rev, the revision of its event stream it was read at.
+type Node struct {
+	Name       string     `json:"name"`
+	Version    string     `json:"version"`
+	BootID     string     `json:"boot_id"`
+	Capacity   Resources  `json:"capacity"`
+	Allocated  Resources  `json:"allocated"`
+	Isolations []string   `json:"isolations"`
+	Pools      []NodePool `json:"pools"`
+	AuditHead  *AuditHead `json:"audit_head,omitempty"`
+	Rev        uint64     `json:"rev"`
+}
+
+// Node event types (NodeEvent.Type).
+const (
+	NodeEventHello          = "hello"           // first line: Node as it is
+	NodeEventSandboxCreated = "sandbox.created" // Sandbox
+	NodeEventSandboxEnded   = "sandbox.ended"   // Sandbox, with its end reason
+	NodeEventPool           = "pool"            // Pool: its ready or filling count changed
+	NodeEventCapacity       = "capacity"        // Node as it is: Allocated (or Capacity) changed
+	NodeEventHeartbeat      = "heartbeat"       // nothing else
+	NodeEventError          = "error"           // Error: the stream's last line (cut off)
+)
+
+// NodeEvent is one line of GET /v1/node/events (NDJSON). Rev increases
+// strictly from line to line (with gaps).
+type NodeEvent struct {
+	Rev     uint64    `json:"rev"`
+	Type    string    `json:"type"`
+	Node    *Node     `json:"node,omitempty"`
+	Sandbox *Sandbox  `json:"sandbox,omitempty"`
+	Pool    *NodePool `json:"pool,omitempty"`
+	Error   *Error    `json:"error,omitempty"`
+}

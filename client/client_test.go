@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 )
@@ -66,5 +69,56 @@ func TestExecsKeepTheirConnection(t *testing.T) {
 	}
 	if n := cl.n.Load(); n != 1 {
 		t.Fatalf("the daemon accepted %d connections for 5 execs, want 1", n)
+	}
+}
+
+// A node event stream reads each line as an event, and its error line as
+// the daemon's error; a stream cut without one is unexpected.
+func TestNodeEventsEndWithTheDaemonsError(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cut atomic.Bool
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/node/events" || r.URL.Query().Get("heartbeat") != "250ms" {
+			http.Error(w, `{"code":"not_found","message":"`+r.URL.String()+`"}`, 404)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		_, _ = w.Write([]byte(`{"rev":1,"type":"hello","node":{"name":"n"}}` + "\n" + `{"rev":3,"type":"heartbeat"}` + "\n"))
+		if !cut.Load() {
+			_, _ = w.Write([]byte(`{"rev":4,"type":"error","error":{"code":"quota_exceeded","message":"fell behind"}}` + "\n"))
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	c, err := New(Config{Address: sock, Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cutShort := range []bool{false, true} {
+		cut.Store(cutShort)
+		s, err := c.NodeEvents(context.Background(), 250*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hello, err := s.Next()
+		if err != nil || hello.Type != api.NodeEventHello || hello.Node.Name != "n" {
+			t.Fatalf("hello %+v, %v", hello, err)
+		}
+		if hb, err := s.Next(); err != nil || hb.Type != api.NodeEventHeartbeat || hb.Rev != 3 {
+			t.Fatalf("heartbeat %+v, %v", hb, err)
+		}
+		_, err = s.Next()
+		var ae *api.Error
+		switch {
+		case cutShort && !errors.Is(err, io.ErrUnexpectedEOF):
+			t.Errorf("a stream cut short: %v", err)
+		case !cutShort && (!errors.As(err, &ae) || ae.Code != api.CodeQuotaExceeded):
+			t.Errorf("a stream ended by the daemon: %v", err)
+		}
+		s.Close()
 	}
 }

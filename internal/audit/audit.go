@@ -104,6 +104,7 @@ type Log struct {
 	failed   error        // the log cannot be written: refuse work
 	closing  bool
 	closeErr error // the closing checkpoint could not be made
+	head     Head  // the last record on disk (Head)
 	due      bool  // FlushInterval passed: write what is queued
 	done     chan struct{}
 
@@ -240,6 +241,7 @@ func (l *Log) resume(path string) error {
 		return nil
 	}
 	l.seq, l.prev = last.Seq, last.Hash
+	l.head = Head{Seq: last.Seq, Hash: last.Hash}
 	if last.Kind == KindCheckpoint {
 		return nil
 	}
@@ -251,7 +253,11 @@ func (l *Log) resume(path string) error {
 	if _, err := f.WriteAt(append(b, '\n'), good); err != nil {
 		return err
 	}
-	return f.Sync()
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	l.head = Head{Seq: cp.Seq, Hash: cp.Hash}
+	return nil
 }
 
 func (l *Log) openSegment() error {
@@ -346,6 +352,14 @@ func (l *Log) queueWaited(r Record) (chan error, error) {
 	return ch, nil
 }
 
+// Head is the last record on disk (zero: none yet): what a copy of the
+// log kept elsewhere can be anchored to (VerifyAnchored).
+func (l *Log) Head() Head {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head
+}
+
 // Failed reports why the log stopped, or nil.
 func (l *Log) Failed() error {
 	l.mu.Lock()
@@ -421,6 +435,9 @@ func (l *Log) run() {
 			l.opts.Export.Export(out)
 		}
 		if err == nil && head != nil {
+			l.mu.Lock()
+			l.head = *head
+			l.mu.Unlock()
 			select {
 			case heads <- *head:
 			default:

@@ -376,3 +376,82 @@ func TestQueuedRecordIsInOrderAndDurableWhenSaid(t *testing.T) {
 		t.Fatalf("first record on disk: %+v %v (%q)", first, err, b)
 	}
 }
+
+// An anchor (a head read earlier and kept elsewhere) holds the log to
+// what was seen: the log that holds it verifies; one cut below it, or
+// rewritten before it with a chain made whole again, verifies without the
+// anchor (an open segment, no head kept apart) and fails with it.
+func TestAnchorHoldsTheLogToWhatWasSeen(t *testing.T) {
+	l, dir, key, head := newLog(t, Options{})
+	pub := key.Public().(ed25519.PublicKey)
+	for range 10 {
+		if err := l.Commit(context.Background(), Record{Kind: "exec.start", Data: json.RawMessage(`{"argv":["true"]}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	anchor := l.Head()
+	if anchor.Seq != 10 || anchor.Hash == "" {
+		t.Fatalf("head after ten committed records: %+v", anchor)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readHead(head); got.Seq != 11 || l.Head() != got {
+		t.Errorf("head after close %+v, told %+v; want the closing checkpoint's, seq 11", l.Head(), got)
+	}
+	if _, err := VerifyAnchored(dir, pub, nil, false, &anchor); err != nil {
+		t.Fatalf("the intact log: %v", err)
+	}
+	if _, err := VerifyAnchored(dir, pub, nil, false, &Head{Seq: 12, Hash: anchor.Hash}); err == nil {
+		t.Error("an anchor past the log's end verified")
+	}
+	segs, err := Segments(dir)
+	if err != nil || len(segs) != 1 {
+		t.Fatal(segs, err)
+	}
+	orig, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(orig, []byte("\n"))
+	lines = lines[:10] // the ten records; the checkpoint is cut: an open segment
+	cases := map[string][][]byte{
+		"cut below the anchor": lines[:6],
+		"rewritten before the anchor": func() [][]byte {
+			out := make([][]byte, len(lines))
+			prev := ""
+			for i, ln := range lines {
+				var r Record
+				if err := json.Unmarshal(ln, &r); err != nil {
+					t.Fatal(err)
+				}
+				if i == 3 {
+					r.Data = json.RawMessage(`{"argv":["false"]}`)
+				}
+				if i > 0 {
+					r.Prev = prev
+				}
+				r.Hash, _ = r.digest()
+				prev = r.Hash
+				b, _ := json.Marshal(&r)
+				out[i] = append(b, '\n')
+			}
+			return out
+		}(),
+	}
+	for name, ls := range cases {
+		if err := os.WriteFile(segs[0], bytes.Join(ls, nil), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Verify(dir, pub, nil, true); err != nil {
+			t.Fatalf("%s: the chain itself should hold (the anchor alone can tell): %v", name, err)
+		}
+		_, err := VerifyAnchored(dir, pub, nil, true, &anchor)
+		var ve *VerifyError
+		if !errors.As(err, &ve) {
+			t.Errorf("%s: verified against the anchor: %v", name, err)
+			continue
+		}
+		t.Logf("%s: %v", name, ve)
+	}
+}

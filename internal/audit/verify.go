@@ -40,6 +40,15 @@ type Summary struct {
 // boundary fails too. open says the newest segment may still be written to
 // (a live daemon's); otherwise it must end with a checkpoint as well.
 func Verify(dir string, pub ed25519.PublicKey, head *Head, open bool) (*Summary, error) {
+	return VerifyAnchored(dir, pub, head, open, nil)
+}
+
+// VerifyAnchored is Verify, and when anchor is given (a head read from
+// the daemon earlier and kept elsewhere: GET /v1/node's audit_head),
+// the log must hold record anchor.Seq with hash anchor.Hash: a log cut
+// below the anchor, or rewritten at or before it (however well its chain
+// was remade), fails.
+func VerifyAnchored(dir string, pub ed25519.PublicKey, head *Head, open bool, anchor *Head) (*Summary, error) {
 	segs, err := Segments(dir)
 	if err != nil {
 		return nil, err
@@ -50,9 +59,17 @@ func Verify(dir string, pub ed25519.PublicKey, head *Head, open bool) (*Summary,
 	s := &Summary{Segments: len(segs)}
 	var prev string
 	var seq uint64
-	var atHead string // the hash of the record at head.Seq
+	var atHead, atAnchor string // the hashes of the records at head.Seq and anchor.Seq
+	seen := func(r *Record) {
+		if head != nil && r.Seq == head.Seq {
+			atHead = r.Hash
+		}
+		if anchor != nil && r.Seq == anchor.Seq {
+			atAnchor = r.Hash
+		}
+	}
 	for i, path := range segs {
-		last, err := verifySegment(path, pub, &prev, &seq, s, head, &atHead)
+		last, err := verifySegment(path, pub, &prev, &seq, s, seen)
 		if err != nil {
 			return nil, err
 		}
@@ -71,10 +88,17 @@ func Verify(dir string, pub ed25519.PublicKey, head *Head, open bool) (*Summary,
 	case atHead != head.Hash:
 		return nil, &VerifyError{File: segs[len(segs)-1], Seq: head.Seq, Reason: "the record at the head kept apart has another hash: the log was rewritten"}
 	}
+	switch {
+	case anchor == nil:
+	case seq < anchor.Seq:
+		return nil, &VerifyError{File: segs[len(segs)-1], Seq: seq, Reason: fmt.Sprintf("the log ends at seq %d, before the anchor's seq %d: records were removed from the end", seq, anchor.Seq)}
+	case atAnchor != anchor.Hash:
+		return nil, &VerifyError{File: segs[len(segs)-1], Seq: anchor.Seq, Reason: fmt.Sprintf("the record at the anchor's seq %d has another hash than the anchor: the log was rewritten", anchor.Seq)}
+	}
 	return s, nil
 }
 
-func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64, s *Summary, head *Head, atHead *string) (*Record, error) {
+func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64, s *Summary, seen func(*Record)) (*Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -134,9 +158,7 @@ func verifySegment(path string, pub ed25519.PublicKey, prev *string, seq *uint64
 			return nil, bad(&r, "a signature on a record that is not a checkpoint")
 		}
 		*seq, *prev = r.Seq, r.Hash
-		if head != nil && r.Seq == head.Seq {
-			*atHead = r.Hash
-		}
+		seen(&r)
 		s.Records++
 		last = &r
 	}

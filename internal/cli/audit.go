@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -48,13 +49,25 @@ on the daemon's host, as root.
 }
 
 func auditVerifyCmd(g *globals) *cobra.Command {
-	var pubFile string
+	var pubFile, anchorFlag string
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "verify [DIR | RUN-LOG-FILE]",
 		Short: "Check the log's chain, order, signatures and completeness; name the first bad record",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `verify checks the log's chain, order, signatures and completeness, and
+names the first bad record (exit 1).
+
+With --anchor SEQ:HASH (a head read from the daemon earlier and kept
+elsewhere: audit_head of GET /v1/node, which a cluster records), the log
+must also hold record SEQ with that hash: a log cut below the anchor, or
+rewritten at or before it, fails, even where its chain was made whole
+again.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			anchor, err := parseAnchor(anchorFlag)
+			if err != nil {
+				return err
+			}
 			dir := system.AuditDir(g.dataDir)
 			if len(args) == 1 {
 				dir = args[0]
@@ -70,7 +83,7 @@ func auditVerifyCmd(g *globals) *cobra.Command {
 			if fi, err := os.Stat(dir); err == nil && fi.Mode().IsRegular() {
 				head, live = nil, false // a finished run's log must end with its closing checkpoint
 			}
-			s, err := audit.Verify(dir, pub, head, live || head != nil)
+			s, err := audit.VerifyAnchored(dir, pub, head, live || head != nil, anchor)
 			var ve *audit.VerifyError
 			if errors.As(err, &ve) {
 				if asJSON {
@@ -84,19 +97,36 @@ func auditVerifyCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printJSON(g.stdout, map[string]any{"ok": true, "segments": s.Segments, "records": s.Records, "checkpoints": s.Checkpoints, "head": s.Head, "head_checked": head != nil})
+				return printJSON(g.stdout, map[string]any{"ok": true, "segments": s.Segments, "records": s.Records, "checkpoints": s.Checkpoints, "head": s.Head, "head_checked": head != nil, "anchor_checked": anchor != nil})
 			}
 			fmt.Fprintf(g.stdout, "ok: %d records in %d segments, %d signed checkpoints, head seq %d", s.Records, s.Segments, s.Checkpoints, s.Head.Seq)
 			if head == nil {
 				fmt.Fprint(g.stdout, " (no head kept apart to check the end against)")
+			}
+			if anchor != nil {
+				fmt.Fprintf(g.stdout, "; anchor seq %d holds", anchor.Seq)
 			}
 			fmt.Fprintln(g.stdout)
 			return nil
 		},
 	}
 	c.Flags().StringVar(&pubFile, "pubkey", "", "the audit public key (PEM; default: derived from DATA_DIR/audit.key)")
+	c.Flags().StringVar(&anchorFlag, "anchor", "", "SEQ:HASH: fail unless the log holds record SEQ with this hash (a head seen earlier: GET /v1/node's audit_head)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
+}
+
+// parseAnchor reads --anchor SEQ:HASH ("": none).
+func parseAnchor(v string) (*audit.Head, error) {
+	if v == "" {
+		return nil, nil
+	}
+	seqText, hash, _ := strings.Cut(v, ":")
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if err != nil || seq == 0 || len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return nil, errdefs.Invalid(fmt.Sprintf("--anchor %q: want SEQ:HASH, a record's sequence number (from 1) and its hash (64 lowercase hex digits), as GET /v1/node's audit_head gives them", v))
+	}
+	return &audit.Head{Seq: seq, Hash: hash}, nil
 }
 
 func auditPublicKey(g *globals, dir, pubFile string) (ed25519.PublicKey, error) {

@@ -370,7 +370,7 @@ func pid(r *http.Request) (uint32, error) {
 
 // routes is every route of the API, one group per resource.
 func (h *Handler) routes() []route {
-	return slices.Concat(h.daemonRoutes(), h.auditRoutes(), h.tenantRoutes(), h.mcpSpecRoutes(), h.secretRoutes(), h.poolRoutes(),
+	return slices.Concat(h.daemonRoutes(), h.nodeRoutes(), h.auditRoutes(), h.tenantRoutes(), h.mcpSpecRoutes(), h.secretRoutes(), h.poolRoutes(),
 		h.sandboxRoutes(), h.processRoutes(), h.fileRoutes(), h.workspaceRoutes(), h.snapshotRoutes(), h.portRoutes())
 }
 

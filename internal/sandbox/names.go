@@ -17,6 +17,10 @@ type Backend = core.Backend
 // Config configures the service.
 type Config = core.Config
 
+// NodeConfig describes the node a daemon runs on, and the capacity it
+// holds sandboxes to.
+type NodeConfig = core.NodeConfig
+
 // Metrics are the service's Prometheus metrics.
 type Metrics = core.Metrics
 

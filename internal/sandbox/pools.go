@@ -55,6 +55,7 @@ var poolName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(
 // pool is one tenant's pool (its fields under Core.Mu).
 type pool struct {
 	tenant, name string
+	tenantName   string // as the node reports it (node.go)
 	def          api.SetPool
 	sp           spec.Spec // what each of its sandboxes is made from: no Env, Pool set
 	size         int
@@ -311,7 +312,7 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 			ending = old.idle
 			old.idle = nil
 		}
-		p = &pool{tenant: t.ID, name: name, sp: sp}
+		p = &pool{tenant: t.ID, tenantName: t.Tenant, name: name, sp: sp}
 		if ps == nil {
 			ps = map[string]*pool{}
 			s.pools.by[t.ID] = ps
@@ -326,6 +327,7 @@ func (s *Service) setPool(ctx context.Context, t *tenant.Principal, name string,
 	s.pools.sized(s.Cfg.Metrics)
 	out := p.describe()
 	s.Mu.Unlock()
+	s.node.changed()
 	s.Cfg.Metrics.PoolReady.Sub(float64(len(ending)))
 	s.endAll(ending, "pool "+core.QuoteID(name)+" was redefined")
 	s.pools.wake()
@@ -504,6 +506,7 @@ func (s *Service) DeletePool(ctx context.Context, t *tenant.Principal, name stri
 	ending := p.idle
 	p.idle = nil
 	s.Mu.Unlock()
+	s.node.changed()
 	s.Cfg.Metrics.PoolReady.Sub(float64(len(ending)))
 	s.endAll(ending, "pool "+core.QuoteID(name)+" was removed")
 	return nil
@@ -594,6 +597,7 @@ func (s *Service) takePooled(_ context.Context, t *tenant.Principal, named strin
 	s.Cfg.Metrics.PoolHits.Inc()
 	s.Cfg.Metrics.PoolReady.Dec()
 	s.pools.wake()
+	s.node.changed()
 	// In flight from here to its answer: the kill switch ends it too.
 	pc := pendingCreates([]string{b.Rec.ID}, t.ID, &b.Spec, func(error) {})[0]
 	s.pending[pc.id] = pc
@@ -648,10 +652,14 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 		s.end(b, reason)
 		return nil, true, killedError(rec.ID, reason)
 	}
+	out := b.Describe(true)
+	told := *out
+	told.Usage = nil // as a sandbox made for its create is told
+	s.publishSandbox(api.NodeEventSandboxCreated, &told)
 	s.Cfg.Metrics.Creates.Inc()
 	s.Cfg.Metrics.CreateSeconds.Observe(time.Since(t0).Seconds())
 	s.Cfg.Log.Info("sandbox created", "id", rec.ID, "tenant", t.ID, "pool", bsp.Pool, "took", time.Since(t0))
-	return b.Describe(true), true, nil
+	return out, true, nil
 }
 
 // settleGiven finishes what give left of pooled sandbox b (record rec): it
@@ -748,6 +756,9 @@ func (s *Service) needs(k int) []*pool {
 		s.pools.served = best.tenant
 		out = append(out, best)
 	}
+	if len(out) > 0 {
+		s.node.changed()
+	}
 	return out
 }
 
@@ -755,6 +766,7 @@ func (s *Service) needs(k int) []*pool {
 // as its tenant now is.
 func (s *Service) fill(ctx context.Context, p *pool) {
 	err := s.fillOne(ctx, p)
+	defer s.node.changed()
 	s.Mu.Lock()
 	defer s.Mu.Unlock()
 	p.filling--

@@ -86,6 +86,8 @@ type Service struct {
 	settling sync.WaitGroup
 	// auditIndex finds a tenant's records in the log (nil: no log).
 	auditIndex *audit.Index
+	// node is the node's watchers (node.go).
+	node *nodeHub
 }
 
 // pendingCreate is a create in flight: admitted against its tenant's
@@ -102,7 +104,7 @@ type pendingCreate struct {
 // New makes the service. Call Recover before serving, then Run.
 func New(cfg Config) *Service {
 	c := core.New(cfg)
-	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
+	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}, node: newNodeHub()}
 	if c.Cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(c.Cfg.AuditDir)
 	}
@@ -294,9 +296,13 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 		bo.pool.idle = append(bo.pool.idle, b)
 	}
 	s.Mu.Unlock()
+	s.node.changed()
 	if reason != "" {
 		s.end(b, reason)
 		return nil, killedError(id, reason)
+	}
+	if bo.pool == nil {
+		s.publishSandbox(api.NodeEventSandboxCreated, b.Describe(false))
 	}
 	go s.watch(b)
 	if bo.pool != nil {
@@ -358,12 +364,16 @@ func (s *Service) admit(ctx context.Context, t *tenant.Principal, ids []string, 
 	case q.MaxCPUs > 0 && cpus+float64(k)*sp.Limits.CPUs > q.MaxCPUs+1e-9:
 		return nil, nil, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("quota: tenant %s may use %g CPUs in all; its sandboxes hold %g and %s %g", t.Tenant, q.MaxCPUs, cpus, these, float64(k)*sp.Limits.CPUs))
 	}
+	if err := s.nodeRoom(k, sp); err != nil {
+		return nil, nil, err
+	}
 	// One context for them all: the kill switch ending one ends the lot.
 	ctx, cancel := context.WithCancelCause(ctx)
 	pcs := pendingCreates(ids, t.ID, sp, cancel)
 	for _, pc := range pcs {
 		s.pending[pc.id] = pc
 	}
+	s.node.changed()
 	return ctx, pcs, nil
 }
 
@@ -382,6 +392,7 @@ func (s *Service) settle(pc *pendingCreate) {
 	s.Mu.Lock()
 	delete(s.pending, pc.id)
 	s.Mu.Unlock()
+	s.node.changed()
 	pc.cancel(nil)
 	close(pc.done)
 }
@@ -626,6 +637,7 @@ func (s *Service) killAll(t *tenant.Principal, tid, reason string) ([]string, er
 		p.idle = nil
 	}
 	s.pools.sized(s.Cfg.Metrics)
+	s.node.changed()
 	var pcs []*pendingCreate
 	for _, pc := range s.pending {
 		if (tid == "" || pc.tenant == tid) && pc.killed == "" {
@@ -735,11 +747,13 @@ func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) error 
 		s.Cfg.Broker.End(b.Rec.ID) // every token it held is refused from now on
 	}
 	s.Mu.Lock()
+	_, given := s.Boxes[b.Rec.ID] // a caller's: its end is told to the node's watchers
 	delete(s.Boxes, b.Rec.ID)
 	if s.pools.drop(b) {
 		s.Cfg.Metrics.PoolReady.Dec()
 	}
 	s.Mu.Unlock()
+	s.node.changed()
 	b.Mu.Lock()
 	b.Rec.State, b.Rec.Ended, b.Rec.EndReason = api.StateEnded, s.Cfg.Now(), reason
 	rec := b.Rec
@@ -757,6 +771,9 @@ func (s *Service) finish(t *tenant.Principal, b *core.Box, reason string) error 
 	}
 	s.Cfg.Metrics.Ends.WithLabelValues(endLabel(reason)).Inc()
 	s.Cfg.Log.Info("sandbox ended", "id", rec.ID, "tenant", rec.Tenant, "reason", reason)
+	if given {
+		s.publishSandbox(api.NodeEventSandboxEnded, core.DescribeRecord(rec, nil))
+	}
 	close(b.Ended)
 	return errors.Join(errs...)
 }
@@ -926,6 +943,9 @@ func (s *Service) Run(ctx context.Context) {
 	refilled := make(chan struct{})
 	go func() { s.refill(ctx); close(refilled) }()
 	defer func() { <-refilled }()
+	published := make(chan struct{})
+	go func() { s.publishNodeChanges(ctx.Done()); close(published) }()
+	defer func() { <-published }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

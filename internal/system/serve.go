@@ -82,6 +82,9 @@ func (s *System) Serve(ctx context.Context) error {
 		}
 	}
 	o.Log.Info("shutting down; sandboxes keep running for the next daemon")
+	// The node's event streams never end on their own: they are cut
+	// (with a line saying so) for the servers' shutdown not to wait.
+	svc.EndNodeWatches("the daemon is stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
 	for _, srv := range servers {

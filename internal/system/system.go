@@ -115,6 +115,10 @@ type Options struct {
 	// (sandbox.Config; "": container). A daemon whose default is gvisor
 	// does not start without a usable runsc.
 	DefaultIsolation string
+	// Node is the node the daemon reports (GET /v1/node): its name and
+	// capacity, and the part of it sandboxes are held to; its version,
+	// walls and audit head are the system's.
+	Node sandbox.NodeConfig
 	// E2B is the E2B front's listener ("": none; internal/e2bapi).
 	E2B     E2BOptions
 	Version string // airlock's, for MCP clients
@@ -164,6 +168,9 @@ type System struct {
 	Runner   *run.Runner // OneShot
 	registry *prometheus.Registry
 	closers  cleanup.Stack
+	// isolations are the walls sandboxes can be made on here (runsc
+	// found for gvisor).
+	isolations []string
 }
 
 // New builds a system for o.Mode. Close gives everything back.
@@ -203,6 +210,14 @@ func New(ctx context.Context, o Options) (_ *System, err error) {
 		return nil, gerr
 	}
 	s.Walls = []wall.Wall{cw, gw}
+	if o.Mode == Daemon {
+		// The node reports the walls it can make sandboxes on (a look at
+		// runsc, remembered in the state directory once checked).
+		s.isolations = []string{cw.Name()}
+		if gw.Runsc().Err == nil {
+			s.isolations = append(s.isolations, gw.Name())
+		}
+	}
 	// Every create naming no wall would fail: say so now, not at the
 	// first create.
 	if o.DefaultIsolation == gw.Name() {
@@ -334,13 +349,23 @@ func (s *System) service(ctx context.Context) (err error) {
 		// roots, which never touch the daemon's directories (Reserved).
 		HostPaths:        o.Mode == Embedded,
 		DefaultIsolation: o.DefaultIsolation,
+		Node:             o.Node,
 	}
+	cfg.Node.Version, cfg.Node.Isolations = o.Version, s.isolations
 	tcfg := tenant.Config{Store: s.Store, Log: o.Log,
 		Reserved: []string{o.StateDir, o.DataDir, o.Files, filepath.Dir(o.Database), filepath.Dir(o.AdminKeyFile), filepath.Dir(o.Socket)},
 	}
 	if s.Audit != nil {
 		s.Recorder = record.New(s.Audit, o.Log)
 		cfg.AuditDir, cfg.PatchDir = AuditDir(o.Files), filepath.Join(AuditDir(o.Files), "patches")
+		l := s.Audit
+		cfg.Node.AuditHead = func() *api.AuditHead {
+			h := l.Head()
+			if h.Seq == 0 {
+				return nil // nothing on disk yet
+			}
+			return &api.AuditHead{Seq: h.Seq, Hash: h.Hash}
+		}
 	}
 	cfg.Audit, scfg.Audit, tcfg.Audit = s.Recorder, s.Recorder, s.Recorder
 	s.Secrets = secret.New(scfg)

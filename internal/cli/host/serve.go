@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 	"github.com/airlock-sandbox/airlock/internal/sandbox"
 	"github.com/airlock-sandbox/airlock/internal/sandboxnet"
+	"github.com/airlock-sandbox/airlock/internal/spec"
 	"github.com/airlock-sandbox/airlock/internal/system"
 )
 
@@ -48,6 +51,10 @@ type serveFile struct {
 	E2BTLSKey                   string   `yaml:"e2b_tls_key"`
 	E2BTemplates                []string `yaml:"e2b_template"`
 	E2BAllowInternet            []string `yaml:"e2b_allow_internet"`
+	NodeName                    string   `yaml:"node_name"`
+	CapacityCPUs                float64  `yaml:"capacity_cpus"`
+	CapacityMemory              string   `yaml:"capacity_memory"`
+	CapacitySandboxes           int      `yaml:"capacity_sandboxes"`
 }
 
 func loadServeFile(path string) (*serveFile, error) {
@@ -75,6 +82,7 @@ func serveCmd(g *cmdutil.Globals, version string) *cobra.Command {
 		registries                                                                  []string
 		e2b                                                                         system.E2BOptions
 		e2bTemplates                                                                []string
+		node                                                                        nodeFlags
 	)
 	c := &cobra.Command{
 		Use:   "serve",
@@ -95,6 +103,19 @@ A tenant names host paths (--workspace, --repo, a rootfs, oci: or
 docker-archive: image) only under the roots the admin grants it
 (airlock tenant create NAME --root DIR), and pulls images only from the
 registries listed with --registry.
+
+The node: GET /v1/node (admin key) reports the node's name (--node-name),
+its capacity and what its sandboxes hold of it (the CPUs and memory of
+their limits, and their number: live, being made and pooled), and
+GET /v1/node/events streams its changes, for a cluster that places
+sandboxes on it (docs/api.md, "Node"). Capacity given with
+--capacity-cpus, --capacity-memory or --capacity-sandboxes is held: a
+create or a pool refill that would pass it is refused (quota_exceeded,
+"node capacity: ..."), across all tenants. Not given, the CPUs and memory
+reported are the host's, and nothing is held to them (a sandbox's limits
+are ceilings, not reservations):
+
+  sudo airlock serve --node-name node-a --capacity-cpus 8 --capacity-memory 16GiB
 
 Stopping the daemon (SIGTERM) leaves every sandbox running; the next
 daemon adopts them. The API is documented in docs/api.md.`,
@@ -180,6 +201,9 @@ daemon adopts them. The API is documented in docs/api.md.`,
 			o.Socket, o.TCP, o.TLSCert, o.TLSKey, o.AdminKeyFile, o.NoAudit, o.OTLPEndpoint, o.Version = socket, tcp, cert, key, adminKey, noAudit, otlp, version
 			o.SocketGroup, o.DefaultIsolation, o.E2B = socketGroup, defaultIsolation, e2b
 			o.MCPSessionTimeout, o.MaxBackground, o.MaxBackgroundPerTenant, o.Registries = mcpIdle, maxBackground, maxBackgroundTenant, registries
+			if o.Node, err = node.config(cmd, fc); err != nil {
+				return err
+			}
 			o.Ready = func(file string, created bool) {
 				if created {
 					fmt.Fprintf(g.Stderr, "airlock: wrote a new admin key to %s (root only); it manages tenants and the kill switch\n", file)
@@ -197,7 +221,8 @@ daemon adopts them. The API is documented in docs/api.md.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&config, "config", "", "config file (YAML): socket, socket_group, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries, default_isolation, e2b_listen, e2b_domain, e2b_tls_cert, e2b_tls_key, e2b_template, e2b_allow_internet")
+	f.StringVar(&config, "config", "", "config file (YAML): socket, socket_group, tcp, tls_cert, tls_key, admin_key_file, log_level, subnet_pool, egress_allow_net, image_cache_size, otlp_endpoint, max_background_execs, max_background_execs_per_tenant, registries, default_isolation, e2b_listen, e2b_domain, e2b_tls_cert, e2b_tls_key, e2b_template, e2b_allow_internet, node_name, capacity_cpus, capacity_memory, capacity_sandboxes")
+	node.add(c)
 	f.StringArrayVar(&registries, "registry", nil, "a registry (HOST[:PORT]) tenants' images may be pulled from, through the egress address guard (repeatable; none by default)")
 	f.StringVar(&socket, "socket", api.DefaultSocket, "unix socket to serve the API on (root only, unless --socket-group)")
 	f.StringVar(&socketGroup, "socket-group", "", "a group (name or gid) whose members may open the socket (mode 0660), so that clients need no root: an API key is still needed for every call")
@@ -237,4 +262,75 @@ func parseTemplates(vals []string) (map[string]string, error) {
 		out[name] = image
 	}
 	return out, nil
+}
+
+// nodeFlags are serve's --node-name and --capacity-* flags.
+type nodeFlags struct {
+	name      string
+	cpus      float64
+	memory    string
+	sandboxes int
+}
+
+// add defines the flags on c.
+func (n *nodeFlags) add(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&n.name, "node-name", "", "the node's name in GET /v1/node (default: the host's name)")
+	f.Float64Var(&n.cpus, "capacity-cpus", 0, "CPUs the node's sandboxes may hold in all (the sum of their cpus limits, pooled and being made included): a create or pool refill past it is refused (default: the host's CPUs, reported but not held)")
+	f.StringVar(&n.memory, "capacity-memory", "", "memory the node's sandboxes may hold in all (the sum of their memory limits), e.g. 16GiB: a create or pool refill past it is refused (default: the host's memory, reported but not held)")
+	f.IntVar(&n.sandboxes, "capacity-sandboxes", 0, "sandboxes the node may hold at once, all tenants', pooled and being made included (0: no cap)")
+}
+
+// config is the node the flags (or the config file's keys, which the
+// flags given win over) describe: what is given is held; the CPUs and
+// memory not given are the host's, reported only.
+func (n nodeFlags) config(cmd *cobra.Command, fc *serveFile) (sandbox.NodeConfig, error) {
+	var c sandbox.NodeConfig
+	changed := cmd.Flags().Changed
+	if !changed("node-name") && fc.NodeName != "" {
+		n.name = fc.NodeName
+	}
+	if !changed("capacity-cpus") && fc.CapacityCPUs != 0 {
+		n.cpus = fc.CapacityCPUs
+	}
+	if !changed("capacity-memory") && fc.CapacityMemory != "" {
+		n.memory = fc.CapacityMemory
+	}
+	if !changed("capacity-sandboxes") && fc.CapacitySandboxes != 0 {
+		n.sandboxes = fc.CapacitySandboxes
+	}
+	c.Name = n.name
+	if c.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return c, fmt.Errorf("--node-name not given, and the host's name: %w", err)
+		}
+		c.Name = h
+	}
+	switch {
+	case n.cpus < 0 || math.IsNaN(n.cpus) || math.IsInf(n.cpus, 0):
+		return c, errdefs.Invalid(fmt.Sprintf("--capacity-cpus %g: a positive number of CPUs", n.cpus))
+	case n.sandboxes < 0:
+		return c, errdefs.Invalid(fmt.Sprintf("--capacity-sandboxes %d: 0 (no cap) or more", n.sandboxes))
+	}
+	c.Held.CPUs, c.Held.Sandboxes = n.cpus, n.sandboxes
+	if n.memory != "" {
+		m, err := spec.ParseSize(n.memory)
+		if err != nil || m <= 0 {
+			return c, errdefs.Invalid(fmt.Sprintf("--capacity-memory %q: a size, e.g. 16GiB", n.memory))
+		}
+		c.Held.MemoryBytes = m
+	}
+	c.Capacity = c.Held
+	if c.Capacity.CPUs == 0 {
+		c.Capacity.CPUs = float64(runtime.NumCPU())
+	}
+	if c.Capacity.MemoryBytes == 0 {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return c, fmt.Errorf("sysinfo: %w", err)
+		}
+		c.Capacity.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
+	}
+	return c, nil
 }

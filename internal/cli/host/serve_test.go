@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/errdefs"
 )
 
@@ -55,6 +58,53 @@ func TestE2BTemplatesAreNameImagePairs(t *testing.T) {
 	for _, bad := range []string{"base", "=host", "base="} {
 		if _, err := parseTemplates([]string{bad}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%q: %v, want invalid argument", bad, err)
+		}
+	}
+}
+
+// The node's capacity given (by flag, or by the config file's keys,
+// which a flag given wins over) is held; the CPUs and memory not given
+// are the host's, reported only; nonsense is refused.
+func TestNodeCapacityFlags(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		file    serveFile
+		held    api.Resources
+		name    string
+		refused bool
+	}{
+		{args: nil, held: api.Resources{}},
+		{args: []string{"--node-name", "a", "--capacity-cpus", "2", "--capacity-memory", "1GiB", "--capacity-sandboxes", "3"}, name: "a", held: api.Resources{CPUs: 2, MemoryBytes: 1 << 30, Sandboxes: 3}},
+		{args: []string{"--capacity-cpus", "4"}, file: serveFile{NodeName: "b", CapacityCPUs: 1, CapacityMemory: "512MiB", CapacitySandboxes: 5}, name: "b", held: api.Resources{CPUs: 4, MemoryBytes: 512 << 20, Sandboxes: 5}},
+		{args: []string{"--capacity-cpus", "-1"}, refused: true},
+		{args: []string{"--capacity-memory", "lots"}, refused: true},
+		{args: []string{"--capacity-sandboxes", "-2"}, refused: true},
+	} {
+		var n nodeFlags
+		cmd := &cobra.Command{}
+		n.add(cmd)
+		if err := cmd.ParseFlags(c.args); err != nil {
+			t.Fatal(err)
+		}
+		nc, err := n.config(cmd, &c.file)
+		if c.refused {
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("%v: %v, want invalid_argument", c.args, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if nc.Held != c.held {
+			t.Errorf("%v: held %+v, want %+v", c.args, nc.Held, c.held)
+		}
+		if host, _ := os.Hostname(); c.name == "" && nc.Name != host || c.name != "" && nc.Name != c.name {
+			t.Errorf("%v: name %q", c.args, nc.Name)
+		}
+		if nc.Capacity.Sandboxes != c.held.Sandboxes || nc.Capacity.CPUs <= 0 || nc.Capacity.MemoryBytes <= 0 ||
+			c.held.CPUs != 0 && nc.Capacity.CPUs != c.held.CPUs || c.held.MemoryBytes != 0 && nc.Capacity.MemoryBytes != c.held.MemoryBytes {
+			t.Errorf("%v: capacity %+v, held %+v", c.args, nc.Capacity, c.held)
 		}
 	}
 }

@@ -147,6 +147,25 @@ type Config struct {
 	// roots, hold): the pools' refills are admitted as it. Nil: pools
 	// cannot be set.
 	Principal func(ctx context.Context, id string) (*tenant.Principal, error)
+	// Node is what the daemon says of its node (GET /v1/node) and the
+	// capacity it holds every create and pool refill to.
+	Node NodeConfig
+}
+
+// NodeConfig describes the node a daemon runs on (internal/sandbox,
+// node.go).
+type NodeConfig struct {
+	Name, Version string
+	// Isolations are the walls the node can make sandboxes on.
+	Isolations []string
+	// Capacity is what the node reports it may hand out; Held is the part
+	// of it every create and pool refill is held to, across all tenants (a
+	// zero field holds nothing: the host's CPUs and memory are reported
+	// by default without holding sandboxes to them).
+	Capacity, Held api.Resources
+	// AuditHead is the audit log's last record on disk (nil, or answering
+	// nil: no log).
+	AuditHead func() *api.AuditHead
 }
 
 // Core holds every live sandbox of every tenant. Tenants are keyed by
