@@ -137,13 +137,25 @@ type CreateSandbox struct {
 	// What a made sandbox cannot be given (a workspace or repo, grants,
 	// another egress policy) makes the create an ordinary one.
 	Pool string `json:"pool,omitempty"`
-	// ExternalID is the caller's key for the sandbox (at most 128 of
-	// A-Za-z0-9._:/-): a repeat of a create with an ExternalID the tenant
-	// already holds answers that sandbox.
-	ExternalID string `json:"external_id,omitempty"`
-	// PoolOnly, with Pool: no ready sandbox in the pool is
-	// failed_precondition, not a cold create.
+	// PoolOnly (with Pool) takes a sandbox of the pool or fails
+	// (failed_precondition) when it has none ready: nothing is made.
 	PoolOnly bool `json:"pool_only,omitempty"`
+	// ExternalID is the caller's own name for the sandbox (at most 128 of
+	// A-Za-z0-9 . _ : / -), unique among the tenant's listed sandboxes: a
+	// create naming one the tenant has (live, or ended and still on
+	// record) makes nothing and answers that sandbox (200, not 201).
+	ExternalID string `json:"external_id,omitempty"`
+}
+
+// MaxExternalID bounds CreateSandbox.ExternalID's length.
+const MaxExternalID = 128
+
+// ListSandboxes filters GET /v1/sandboxes: ExternalID, the sandboxes of
+// that external id (an ended one still on record too); All (the admin
+// key only), every tenant's.
+type ListSandboxes struct {
+	ExternalID string
+	All        bool
 }
 
 // SetPool defines (or redefines) one of the caller's pools: Size
@@ -295,8 +307,9 @@ type Sandbox struct {
 	// Pool names the pool the sandbox was taken from ("": made for its
 	// create). PoolMiss, in a create's answer, says why a create that
 	// named or matched a pool got no sandbox of it.
-	Pool       string `json:"pool,omitempty"`
-	PoolMiss   string `json:"pool_miss,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+	PoolMiss string `json:"pool_miss,omitempty"`
+	// ExternalID is the create's external_id, if it named one.
 	ExternalID string `json:"external_id,omitempty"`
 }
 
@@ -535,8 +548,9 @@ type CreateTenant struct {
 	// strong: "container" (default: any wall) or "gvisor" (a create
 	// asking for less is refused, and audited as sandbox.refused).
 	Isolation string `json:"isolation,omitempty"`
-	// KeySHA256 is the lowercase hex SHA-256 of a key the caller holds,
-	// made the tenant's key (the answer then carries no key).
+	// KeySHA256 makes the tenant's key one the caller holds, given as the
+	// lowercase hex SHA-256 of the key string (64 digits); the answer then
+	// carries no key. Without it a key is made and shown once.
 	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 
@@ -552,7 +566,8 @@ type UpdateTenant struct {
 	// ("container" lifts the hold).
 	Isolation string `json:"isolation,omitempty"`
 	// KeySHA256, when set, replaces the tenant's key by the one of this
-	// hash.
+	// SHA-256 (lowercase hex of the key string): the old key stops
+	// working at once.
 	KeySHA256 string `json:"key_sha256,omitempty"`
 }
 

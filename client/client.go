@@ -136,7 +136,8 @@ func (c *Client) Health(ctx context.Context) error {
 	return c.call(ctx, "GET", "/v1/health", nil, nil, nil)
 }
 
-// CreateSandbox makes a sandbox (tenant key).
+// CreateSandbox makes a sandbox (tenant key); one naming an external id
+// one of the tenant's sandboxes has answers that sandbox, making nothing.
 func (c *Client) CreateSandbox(ctx context.Context, req *api.CreateSandbox) (*api.Sandbox, error) {
 	var out api.Sandbox
 	return &out, c.call(ctx, "POST", "/v1/sandboxes", nil, req, &out)
@@ -219,6 +220,21 @@ func (c *Client) DeletePool(ctx context.Context, name string) error {
 func (c *Client) Sandboxes(ctx context.Context) ([]*api.Sandbox, error) {
 	var out []*api.Sandbox
 	return out, c.call(ctx, "GET", "/v1/sandboxes", nil, nil, &out)
+}
+
+// ListSandboxes lists the sandboxes f selects: the caller's of external
+// id f.ExternalID (an ended one still on record too), or with f.All
+// (admin key) every tenant's.
+func (c *Client) ListSandboxes(ctx context.Context, f api.ListSandboxes) ([]*api.Sandbox, error) {
+	q := url.Values{}
+	if f.ExternalID != "" {
+		q.Set("external_id", f.ExternalID)
+	}
+	if f.All {
+		q.Set("all", "true")
+	}
+	var out []*api.Sandbox
+	return out, c.call(ctx, "GET", "/v1/sandboxes", q, nil, &out)
 }
 
 // Sandbox describes one sandbox.

@@ -612,15 +612,27 @@ func (h *Handler) sandboxRoutes() []route {
 			if stream {
 				return createStream(w, r, func(ctx context.Context) (*api.Sandbox, error) { return s.Create(ctx, p, &req) })
 			}
-			sb, err := s.Create(r.Context(), p, &req)
+			sb, existed, err := s.CreateOnce(r.Context(), p, &req)
 			if err != nil {
 				return err
 			}
-			writeJSON(w, http.StatusCreated, sb)
+			status := http.StatusCreated
+			if existed {
+				status = http.StatusOK // its external id's sandbox: nothing made
+			}
+			writeJSON(w, status, sb)
 			return nil
 		}},
 		{"GET /v1/sandboxes", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {
-			writeJSON(w, http.StatusOK, s.List(r.Context(), p))
+			all, err := queryBool(r, "all")
+			if err != nil {
+				return err
+			}
+			sbs, err := s.ListSandboxes(r.Context(), p, api.ListSandboxes{ExternalID: query(r, "external_id"), All: all})
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, sbs)
 			return nil
 		}},
 		{"GET /v1/sandboxes/{id}", true, func(w http.ResponseWriter, r *http.Request, p *tenant.Principal) error {

@@ -14,6 +14,8 @@ func TestScrubRemovesAKeyBesideAToken(t *testing.T) {
 		"Bearer airlock_tenant_c2VjcmV0c2VjcmV0c2VjcmV0",
 		"Bearer e2b_0123456789abcdef0123456789abcdef01234567",
 		"Bearer airlock_envd_c2VjcmV0",
+		// A key a cluster's controller gives a tenant: airlock_ and 64 hex.
+		"Bearer airlock_3f1c9a7be2d04c6a8f5e1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6a",
 	} {
 		r := httptest.NewRequest("GET", "/x?airlock_token=pt1.t.1.m", nil)
 		r.Header.Set("Authorization", v)
@@ -37,6 +39,7 @@ func TestScrubRemovesE2BCredentials(t *testing.T) {
 	r := httptest.NewRequest("GET", "/x", nil)
 	r.Header.Set("X-API-Key", "e2b_0123456789abcdef0123456789abcdef01234567")
 	r.Header.Add("X-API-Key", "airlock_tenant_c2VjcmV0")
+	r.Header.Add("X-API-Key", "airlock_3f1c9a7be2d04c6a8f5e1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6a")
 	r.Header.Set("X-Access-Token", "airlock_envd_c2VjcmV0")
 	scrub(r)
 	if got := r.Header.Values("X-API-Key"); len(got) != 0 {

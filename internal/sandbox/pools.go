@@ -625,6 +625,7 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 	trig, _ := json.Marshal(bo.trigger)
 	b.Rec.State, b.Rec.Spec, b.Rec.Metadata, b.Rec.Trigger = api.StateRunning, string(specJSON), string(meta), string(trig)
 	b.Rec.Created, b.Rec.Expires, b.Rec.IdleTimeout, b.Rec.LastActive = now, bo.expires, bo.idle, now
+	b.Rec.ExternalID = bo.externalID
 	rec, bsp := b.Rec, b.Spec
 	st := core.NewSettle()
 	b.Settle = st
@@ -634,7 +635,7 @@ func (s *Service) give(ctx context.Context, t *tenant.Principal, pc *pendingCrea
 	durable, err := s.Cfg.Audit.Queue(b.Who(), record.SandboxCreated{
 		Spec: record.Spec(bsp), Image: bsp.Image, ImageDigest: b.Inst.ImageDigest(), PolicySHA256: record.PolicyHash(bsp.Net.Allow, bsp.Net.Deny),
 		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &rec.Expires, IdleTimeout: bo.idle.String(),
-		Controls: record.ControlsOf(b.Inst.Wall(), b.Inst.WallVersion(), b.Inst.Degraded()), InitPID: b.Inst.InitPid(), Pool: bsp.Pool,
+		Controls: record.ControlsOf(b.Inst.Wall(), b.Inst.WallVersion(), b.Inst.Degraded()), InitPID: b.Inst.InitPid(), Pool: bsp.Pool, ExternalID: bo.externalID,
 	})
 	if err != nil {
 		st.Finish(err)

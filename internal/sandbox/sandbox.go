@@ -88,6 +88,11 @@ type Service struct {
 	auditIndex *audit.Index
 	// node is the node's watchers (node.go).
 	node *nodeHub
+
+	// external is the creates in flight that name an external id, by
+	// tenant and id; each channel closes when its create has answered
+	// (under Mu).
+	external map[externalKey]chan struct{}
 }
 
 // pendingCreate is a create in flight: admitted against its tenant's
@@ -105,6 +110,7 @@ type pendingCreate struct {
 func New(cfg Config) *Service {
 	c := core.New(cfg)
 	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}, node: newNodeHub()}
+	s.external = map[externalKey]chan struct{}{}
 	if c.Cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(c.Cfg.AuditDir)
 	}
@@ -113,8 +119,35 @@ func New(cfg Config) *Service {
 
 // Create makes a sandbox for tenant t: it takes one of t's pooled
 // sandboxes when the request names a pool or matches one (pools.go),
-// and makes one otherwise.
+// and makes one otherwise. A create naming an external id one of t's
+// sandboxes has answers that sandbox and makes nothing (CreateOnce).
 func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
+	sb, _, err := s.CreateOnce(ctx, t, req)
+	return sb, err
+}
+
+// CreateOnce is Create; existed says the request named an external id
+// that one of t's sandboxes (live, or ended and still on record) has,
+// and the answer is that sandbox: nothing was made. Creates naming the
+// same external id at once make one sandbox: the others wait for it
+// (external.go).
+func (s *Service) CreateOnce(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (sb *api.Sandbox, existed bool, err error) {
+	if err := checkCreate(req); err != nil {
+		return nil, false, err
+	}
+	if req.ExternalID != "" && !t.Admin {
+		found, release, err := s.claimExternal(ctx, t, req.ExternalID)
+		if err != nil || found != nil {
+			return found, found != nil, err
+		}
+		defer release()
+	}
+	sb, err = s.create(ctx, t, req)
+	return sb, false, err
+}
+
+// create is Create, the external id claimed (if any).
+func (s *Service) create(ctx context.Context, t *tenant.Principal, req *api.CreateSandbox) (*api.Sandbox, error) {
 	req, err := s.withPoolDefaults(t, req)
 	if err != nil {
 		return nil, err
@@ -138,7 +171,7 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 		return nil, err
 	}
 	now := s.Cfg.Now()
-	bo := birth{expires: now.Add(ttl), idle: idle, metadata: req.Metadata, trigger: req.Trigger}
+	bo := birth{expires: now.Add(ttl), idle: idle, metadata: req.Metadata, trigger: req.Trigger, externalID: req.ExternalID}
 	pb, pc, miss, err := s.takePooled(ctx, t, req.Pool, &sp)
 	if err != nil {
 		return nil, err
@@ -150,6 +183,13 @@ func (s *Service) Create(ctx context.Context, t *tenant.Principal, req *api.Crea
 			return out, err
 		}
 		miss = "its pooled sandbox could not be given: " + err.Error()
+		if req.PoolOnly {
+			miss = "pool " + core.QuoteID(req.Pool) + ": " + miss
+		}
+	}
+	if req.PoolOnly {
+		// Nothing made: the caller asked for a pooled sandbox or none.
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, miss)
 	}
 	id := core.NewID()
 	ctx, pcs, err := s.admit(ctx, t, []string{id}, &sp)
@@ -214,6 +254,8 @@ type birth struct {
 	trigger  api.Trigger
 	pool     *pool
 	poolMiss string
+
+	externalID string // the create's external id ("": none)
 }
 
 // launch makes the sandbox of create pc (admitted) from sp, records and
@@ -257,7 +299,7 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	var rd record.Data = record.SandboxCreated{
 		Spec: record.Spec(*sp), Image: sp.Image, ImageDigest: inst.ImageDigest(), PolicySHA256: record.PolicyHash(sp.Net.Allow, sp.Net.Deny),
 		Metadata: bo.metadata, Trigger: bo.trigger, Expires: &bo.expires, IdleTimeout: bo.idle.String(),
-		Controls: controls, InitPID: inst.InitPid(), PoolMiss: bo.poolMiss,
+		Controls: controls, InitPID: inst.InitPid(), PoolMiss: bo.poolMiss, ExternalID: bo.externalID,
 	}
 	if bo.pool != nil {
 		state = statePooled
@@ -265,7 +307,7 @@ func (s *Service) launch(ctx context.Context, t *tenant.Principal, pc *pendingCr
 	}
 	b := &core.Box{Spec: *sp, Inst: inst, Agent: ag, Ended: make(chan struct{}), EgressRate: core.NewLimiter(core.MaxEgressRecords), Rec: store.Sandbox{
 		ID: id, Tenant: t.ID, TenantName: t.Tenant, State: state, Spec: string(specJSON), Metadata: string(meta), Trigger: string(trig),
-		Created: now, Expires: bo.expires, IdleTimeout: bo.idle, LastActive: now, InitPid: inst.InitPid(),
+		Created: now, Expires: bo.expires, IdleTimeout: bo.idle, LastActive: now, InitPid: inst.InitPid(), ExternalID: bo.externalID,
 	}}
 	// The audit record first, then the daemon's own: a crash in between
 	// leaves a sandbox without a record, which the next daemon ends (and

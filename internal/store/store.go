@@ -131,11 +131,14 @@ var migrations = []struct{ table, column, def, fill string }{
 	{"tenants", "roots", "TEXT NOT NULL DEFAULT ''", ""},
 	// The wall a tenant is held to ("": any).
 	{"tenants", "isolation", "TEXT NOT NULL DEFAULT ''", ""},
+	// The create's external id ("": none).
+	{"sandboxes", "external_id", "TEXT NOT NULL DEFAULT ''", ""},
 }
 
 // indexes need the migrated columns.
 const indexes = `CREATE UNIQUE INDEX IF NOT EXISTS tenants_id ON tenants (id);
-CREATE INDEX IF NOT EXISTS snapshots_content ON snapshots (content);`
+CREATE INDEX IF NOT EXISTS snapshots_content ON snapshots (content);
+CREATE INDEX IF NOT EXISTS sandboxes_external ON sandboxes (external_id);`
 
 func migrate(db *sql.DB) error {
 	for _, m := range migrations {
@@ -508,6 +511,16 @@ func (s *Store) SetTenantIsolation(ctx context.Context, id, isolation string) er
 	return affected(s.db.ExecContext(ctx, `UPDATE tenants SET isolation = ? WHERE id = ?`, isolation, id))
 }
 
+// SetTenantKey replaces tenant id's key (its hash); ErrExists if another
+// tenant has that key.
+func (s *Store) SetTenantKey(ctx context.Context, id, keyHash string) error {
+	err := affected(s.db.ExecContext(ctx, `UPDATE tenants SET key_hash = ? WHERE id = ?`, keyHash, id))
+	if err != nil && isConstraint(err) {
+		return fmt.Errorf("tenant key: %w", ErrExists)
+	}
+	return err
+}
+
 // SetTenantCPU records tenant id's CPU budget period and use in it.
 func (s *Store) SetTenantCPU(ctx context.Context, id string, start time.Time, used time.Duration) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE tenants SET cpu_period_start = ?, cpu_used_ns = ? WHERE id = ?`, start.UnixMilli(), int64(used), id)
@@ -531,14 +544,15 @@ type Sandbox struct {
 	InitPid     int
 	Ended       time.Time
 	EndReason   string
+	ExternalID  string // the create's external id ("": none)
 }
 
-const sandboxCols = `id, tenant, tenant_name, state, spec, metadata, trigger_record, created, expires, idle_timeout_ms, last_active, init_pid, ended, end_reason`
+const sandboxCols = `id, tenant, tenant_name, state, spec, metadata, trigger_record, created, expires, idle_timeout_ms, last_active, init_pid, ended, end_reason, external_id`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var b Sandbox
 	var created, expires, idle, last, ended int64
-	err := sc.Scan(&b.ID, &b.Tenant, &b.TenantName, &b.State, &b.Spec, &b.Metadata, &b.Trigger, &created, &expires, &idle, &last, &b.InitPid, &ended, &b.EndReason)
+	err := sc.Scan(&b.ID, &b.Tenant, &b.TenantName, &b.State, &b.Spec, &b.Metadata, &b.Trigger, &created, &expires, &idle, &last, &b.InitPid, &ended, &b.EndReason, &b.ExternalID)
 	b.Created, b.Expires, b.IdleTimeout, b.LastActive = time.UnixMilli(created), time.UnixMilli(expires), time.Duration(idle)*time.Millisecond, time.UnixMilli(last)
 	if ended != 0 {
 		b.Ended = time.UnixMilli(ended)
@@ -606,9 +620,9 @@ func putSandbox(ctx context.Context, db interface {
 	if !b.Ended.IsZero() {
 		ended = b.Ended.UnixMilli()
 	}
-	_, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		b.ID, b.Tenant, b.TenantName, b.State, b.Spec, b.Metadata, b.Trigger, b.Created.UnixMilli(), b.Expires.UnixMilli(),
-		b.IdleTimeout.Milliseconds(), b.LastActive.UnixMilli(), b.InitPid, ended, b.EndReason)
+		b.IdleTimeout.Milliseconds(), b.LastActive.UnixMilli(), b.InitPid, ended, b.EndReason, b.ExternalID)
 	return err
 }
 
@@ -645,6 +659,34 @@ func (s *Store) SandboxByID(ctx context.Context, id string) (Sandbox, error) {
 		return Sandbox{}, ErrNotFound
 	}
 	return b, err
+}
+
+// SandboxesByExternalID lists the records of external id ext in the
+// given state, of tenant id tenant ("": of every tenant), oldest first.
+func (s *Store) SandboxesByExternalID(ctx context.Context, tenant, ext, state string) ([]Sandbox, error) {
+	if ext == "" {
+		return nil, nil
+	}
+	q := `SELECT ` + sandboxCols + ` FROM sandboxes WHERE external_id = ? AND state = ?`
+	args := []any{ext, state}
+	if tenant != "" {
+		q += ` AND tenant = ?`
+		args = append(args, tenant)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		b, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
 }
 
 // PruneEnded deletes records of sandboxes that ended before t.

@@ -158,7 +158,8 @@ func TestDeletedTenantLeavesNothingToItsName(t *testing.T) {
 }
 
 // A database an earlier version made (tenants without scan_policy or id,
-// snapshots without content, sandboxes without tenant_name) is brought up
+// snapshots without content, sandboxes without tenant_name or
+// external_id) is brought up
 // to date on open, its rows kept: a tenant of then keeps its name as its
 // id, so what it owned (keyed by that name) stays its own.
 func TestMigratesAnOlderDatabase(t *testing.T) {
@@ -196,8 +197,19 @@ func TestMigratesAnOlderDatabase(t *testing.T) {
 	if tn, err := s.TenantByName(ctx, "old"); err != nil || tn.Isolation != "gvisor" {
 		t.Errorf("the migrated isolation column: %+v %v", tn, err)
 	}
-	if sbs, err := s.Sandboxes(ctx); err != nil || len(sbs) != 1 || sbs[0].Tenant != "old" || sbs[0].TenantName != "old" {
+	if sbs, err := s.Sandboxes(ctx); err != nil || len(sbs) != 1 || sbs[0].Tenant != "old" || sbs[0].TenantName != "old" || sbs[0].ExternalID != "" {
 		t.Errorf("sandboxes: %+v %v", sbs, err)
+	}
+	// The external id column: written, and found by.
+	sb := Sandbox{ID: "sb2", Tenant: "old", State: "ended", Spec: "{}", Metadata: "{}", Trigger: "{}", ExternalID: "uid-1"}
+	if err := s.PutSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.SandboxesByExternalID(ctx, "old", "uid-1", "ended"); err != nil || len(got) != 1 || got[0].ID != "sb2" || got[0].ExternalID != "uid-1" {
+		t.Errorf("by external id: %+v %v", got, err)
+	}
+	if got, _ := s.SandboxesByExternalID(ctx, "other", "uid-1", "ended"); len(got) != 0 {
+		t.Errorf("another tenant's by external id: %+v", got)
 	}
 	if sn, err := s.SnapshotOf(ctx, "old", "0123456789abcdef01234567"); err != nil || sn.Content != sn.ID {
 		t.Errorf("snapshot: %+v %v", sn, err)

@@ -134,14 +134,17 @@ type Config struct {
 type Service struct {
 	cfg  Config
 	mu   sync.Mutex
-	keys map[string]*Principal // key hash → who (cache; keys never change)
+	keys map[string]*Principal // key hash → who (cache; forget drops a changed tenant's)
 	// ids caches ByID's principals (an E2B front asks it for every
 	// request of a sandbox's own traffic); an update or deletion of a
 	// tenant drops its entry, as it drops its keys'.
 	ids map[string]*Principal
 	// deleted holds, per tenant id, the mark its principals share (set:
 	// the tenant has been deleted since the daemon started).
-	deleted   map[string]*atomic.Bool
+	deleted map[string]*atomic.Bool
+	// gen counts the changes to tenants that drop cached principals
+	// (forget): a sign-in that saw it move caches nothing it read.
+	gen       uint64
 	authFails authFailures
 }
 
@@ -227,32 +230,56 @@ func (s *Service) Authenticate(ctx context.Context, key, remote string) (*Princi
 		return nil, errdefs.New(errdefs.ErrUnauthenticated, "no API key: send Authorization: Bearer <key>")
 	}
 	h := store.HashKey(key)
-	s.mu.Lock()
-	p, ok := s.keys[h]
-	s.mu.Unlock()
-	if !ok {
-		var err error
-		p, err = s.authenticate(ctx, h)
-		if errors.Is(err, store.ErrNotFound) {
-			// Who tried is unknown; the key's digest prefix ties attempts
-			// together without keeping anything usable.
-			s.authFailed(remote, record.AuthFailed{KeySHA256Prefix: h[:12]})
-			return nil, errdefs.New(errdefs.ErrUnauthenticated, "unknown API key")
+	for {
+		s.mu.Lock()
+		p, ok := s.keys[h]
+		gen := s.gen
+		s.mu.Unlock()
+		if !ok {
+			var err error
+			p, err = s.authenticate(ctx, h)
+			if errors.Is(err, store.ErrNotFound) {
+				// Who tried is unknown; the key's digest prefix ties attempts
+				// together without keeping anything usable.
+				s.authFailed(remote, record.AuthFailed{KeySHA256Prefix: h[:12]})
+				return nil, errdefs.New(errdefs.ErrUnauthenticated, "unknown API key")
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
+		// A tenant deleted while its key was being looked up must not stay
+		// cached; one changed meanwhile (its key replaced) is looked up
+		// again: what was read may be its old key.
+		s.mu.Lock()
+		if s.gen != gen {
+			s.mu.Unlock()
+			continue
+		}
+		err := p.Err()
 		if err != nil {
-			return nil, err
+			delete(s.keys, h)
+		} else {
+			s.keys[h] = p
 		}
+		s.mu.Unlock()
+		return p, err
 	}
-	// A tenant deleted while its key was being looked up must not stay
-	// cached.
+}
+
+// forget drops tenant id's signed-in principals from the caches, and
+// makes every sign-in under way, which may have read the tenant as it
+// was (its old key), look again.
+func (s *Service) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := p.Err(); err != nil {
-		delete(s.keys, h)
-		return nil, err
+	for h, kp := range s.keys {
+		if !kp.Admin && kp.ID == id {
+			delete(s.keys, h)
+		}
 	}
-	s.keys[h] = p
-	return p, nil
+	delete(s.ids, id)
+	s.gen++
 }
 
 // authenticate looks a key's hash up in the store (store.ErrNotFound:
@@ -324,6 +351,7 @@ func (s *Service) E2BKey(ctx context.Context, p *Principal, name string) (*api.E
 		}
 		s.mu.Lock()
 		delete(s.keys, old)
+		s.gen++
 		s.mu.Unlock()
 	}
 	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: tn.ID}, record.TenantE2BKey{Name: name, Replaced: old != ""}); err != nil {
@@ -441,21 +469,74 @@ func (s *Service) Create(ctx context.Context, p *Principal, req *api.CreateTenan
 		return nil, err
 	}
 	hold := holdOf(req.Isolation)
-	key := newKey("tenant")
+	// The caller's key (by its digest), or one made here and shown once.
+	key, keyHash := "", req.KeySHA256
+	if keyHash != "" {
+		if err := validKeySHA256(keyHash); err != nil {
+			return nil, err
+		}
+		if err := s.keyFree(ctx, keyHash, ""); err != nil {
+			return nil, err
+		}
+	} else {
+		key = newKey("tenant")
+		keyHash = store.HashKey(key)
+	}
 	q, _ := json.Marshal(req.Quotas)
 	now := s.cfg.Now()
-	id, err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: store.HashKey(key), Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy, Roots: rootsJSON(roots), Isolation: hold})
+	id, err := s.cfg.Store.CreateTenant(ctx, store.Tenant{Name: req.Name, KeyHash: keyHash, Quotas: string(q), Created: now, CPUPeriodStart: now, ScanPolicy: req.ScanPolicy, Roots: rootsJSON(roots), Isolation: hold})
 	if errors.Is(err, store.ErrExists) {
+		if _, nerr := s.cfg.Store.TenantByName(ctx, req.Name); nerr != nil && key == "" {
+			return nil, errKeyInUse() // the name is free: the key is the one taken
+		}
 		return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: id}, record.TenantCreated{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots, Isolation: shownHold(hold)}); err != nil {
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: id}, record.TenantCreated{Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots, Isolation: shownHold(hold), CallerKey: key == ""}); err != nil {
 		return nil, err
 	}
 	s.cfg.Log.Info("tenant created", "tenant", req.Name, "id", id)
 	return &api.Tenant{ID: id, Name: req.Name, Quotas: req.Quotas, ScanPolicy: req.ScanPolicy, Roots: roots, Isolation: shownHold(hold), Created: now, Key: key}, nil
+}
+
+// validKeySHA256 refuses a key digest that is not 64 lowercase hex
+// digits.
+func validKeySHA256(h string) error {
+	ok := len(h) == 64
+	for i := 0; ok && i < len(h); i++ {
+		ok = '0' <= h[i] && h[i] <= '9' || 'a' <= h[i] && h[i] <= 'f'
+	}
+	if !ok {
+		return errdefs.Invalid("key_sha256: want the lowercase hex SHA-256 of the key (64 digits of 0-9a-f)")
+	}
+	return nil
+}
+
+func errKeyInUse() error {
+	return errdefs.New(errdefs.ErrAlreadyExists, "key_sha256: that key is already in use")
+}
+
+// keyFree refuses key digest h when a key of the daemon's signs in with
+// it: the admin's, a tenant's but tenant id self's, or an E2B alias.
+func (s *Service) keyFree(ctx context.Context, h, self string) error {
+	admin, err := s.cfg.Store.Meta(ctx, adminKeyMeta)
+	if err != nil {
+		return err
+	}
+	alias, err := s.cfg.Store.Meta(ctx, e2bKeyMeta+h)
+	if err != nil {
+		return err
+	}
+	t, err := s.cfg.Store.TenantByKey(ctx, h)
+	switch {
+	case err == nil && t.ID != self, h == admin, alias != "":
+		return errKeyInUse()
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return err
+	}
+	return nil
 }
 
 // Update changes a tenant's quotas, scan policy or roots; its key's next
@@ -503,6 +584,14 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 		}
 		hold = holdOf(req.Isolation)
 	}
+	if req.KeySHA256 != "" {
+		if err := validKeySHA256(req.KeySHA256); err != nil {
+			return nil, err
+		}
+		if err := s.keyFree(ctx, req.KeySHA256, cur.ID); err != nil {
+			return nil, err
+		}
+	}
 	qb, _ := json.Marshal(q)
 	if err := s.cfg.Store.UpdateTenant(ctx, cur.ID, string(qb), policy); errors.Is(err, store.ErrNotFound) {
 		return nil, errdefs.New(errdefs.ErrNotFound, "no tenant "+quoteName(name))
@@ -515,15 +604,16 @@ func (s *Service) Update(ctx context.Context, p *Principal, name string, req *ap
 	if err := s.cfg.Store.SetTenantIsolation(ctx, cur.ID, hold); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	for h, kp := range s.keys {
-		if !kp.Admin && kp.ID == cur.ID {
-			delete(s.keys, h) // the next call loads the new settings
+	replaced := req.KeySHA256 != "" && req.KeySHA256 != cur.KeyHash
+	if replaced {
+		if err := s.cfg.Store.SetTenantKey(ctx, cur.ID, req.KeySHA256); errors.Is(err, store.ErrExists) {
+			return nil, errKeyInUse()
+		} else if err != nil {
+			return nil, err
 		}
 	}
-	delete(s.ids, cur.ID)
-	s.mu.Unlock()
-	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: cur.ID}, record.TenantUpdated{Quotas: q, ScanPolicy: policy, Roots: roots, Isolation: shownHold(hold)}); err != nil {
+	s.forget(cur.ID) // the next call loads the new settings; an old key is unknown
+	if err := s.cfg.Audit.Commit(ctx, record.Who{Tenant: cur.ID}, record.TenantUpdated{Quotas: q, ScanPolicy: policy, Roots: roots, Isolation: shownHold(hold), KeyReplaced: replaced}); err != nil {
 		return nil, err
 	}
 	return &api.Tenant{ID: cur.ID, Name: name, Quotas: q, ScanPolicy: policy, Roots: roots, Isolation: shownHold(hold), Created: cur.Created}, nil
@@ -588,13 +678,8 @@ func (s *Service) Delete(ctx context.Context, p *Principal, name string) error {
 	// answers; then what it has, live or being made, is destroyed.
 	s.mu.Lock()
 	s.mark(tn.ID).Store(true)
-	for h, kp := range s.keys {
-		if !kp.Admin && kp.ID == tn.ID {
-			delete(s.keys, h)
-		}
-	}
-	delete(s.ids, tn.ID)
 	s.mu.Unlock()
+	s.forget(tn.ID)
 	ids, err := s.cfg.Sandboxes.EndTenant(p, tn.ID, "kill switch (tenant "+name+" deleted)")
 	if err != nil {
 		return err

@@ -54,7 +54,8 @@ type Controls struct {
 // in a run's record, which is made before init exists. Pool names the
 // pool the sandbox was taken from (made ahead: its sandbox.pooled record
 // came first); PoolMiss says why a create that named or matched a pool
-// was made afresh.
+// was made afresh. ExternalID is the create's external id, if it named
+// one.
 type SandboxCreated struct {
 	Spec         spec.Spec  `json:"spec"`
 	Image        string     `json:"image"`
@@ -68,6 +69,7 @@ type SandboxCreated struct {
 	InitPID      int        `json:"init_pid"`
 	Pool         string     `json:"pool,omitempty"`
 	PoolMiss     string     `json:"pool_miss,omitempty"`
+	ExternalID   string     `json:"external_id,omitempty"`
 }
 
 // SandboxPooled is a sandbox made ahead for a tenant's pool, frozen until
@@ -343,6 +345,10 @@ type PortConnect struct {
 }
 
 // TenantCreated, TenantUpdated, TenantDeleted: a tenant's life.
+// CallerKey: the tenant's key is one its creator holds (given by its
+// SHA-256), not one the daemon made; KeyReplaced: the update replaced
+// the tenant's key (the old one stopped working). Never the key or its
+// digest.
 type (
 	TenantCreated struct {
 		Name       string   `json:"name"`
@@ -350,12 +356,14 @@ type (
 		ScanPolicy string   `json:"scan_policy"`
 		Roots      []string `json:"roots"`
 		Isolation  string   `json:"isolation"`
+		CallerKey  bool     `json:"caller_key,omitempty"`
 	}
 	TenantUpdated struct {
-		Quotas     any      `json:"quotas"`
-		ScanPolicy string   `json:"scan_policy"`
-		Roots      []string `json:"roots"`
-		Isolation  string   `json:"isolation"`
+		Quotas      any      `json:"quotas"`
+		ScanPolicy  string   `json:"scan_policy"`
+		Roots       []string `json:"roots"`
+		Isolation   string   `json:"isolation"`
+		KeyReplaced bool     `json:"key_replaced,omitempty"`
 	}
 	TenantDeleted struct {
 		Name      string   `json:"name"`

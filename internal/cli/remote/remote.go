@@ -101,6 +101,8 @@ in the header only on requests the grant's rules cover:
 	f.StringArrayVar(&inputs, "input", nil, "trigger record: input KEY=VALUE (repeatable)")
 	f.StringArrayVar(&req.AllowDegraded, "allow-degraded", nil, "run without a degradable control (landlock) on a host that lacks it")
 	f.StringVar(&req.Pool, "pool", "", "take a sandbox made ahead in this pool of yours (airlock pool); a create whose spec cannot be given to one is made afresh")
+	f.BoolVar(&req.PoolOnly, "pool-only", false, "with --pool: fail rather than make a sandbox afresh when the pool has none ready")
+	f.StringVar(&req.ExternalID, "external-id", "", "your own id for the sandbox (A-Za-z0-9._:/-, at most 128): if one of your sandboxes has it, print that one's id and make nothing")
 	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, _ []string) error {
 		var err error
 		if req.Metadata, err = cmdutil.KVMap("--meta", meta); err != nil {
@@ -139,12 +141,18 @@ func relay(ctx context.Context) func(*api.Progress) {
 }
 
 func psCmd(g *cmdutil.Globals) *cobra.Command {
+	var filter api.ListSandboxes
 	c := &cobra.Command{
 		Use:   "ps [SANDBOX]",
 		Short: "List your sandboxes, or the running commands of one",
 		Args:  cobra.MaximumNArgs(1),
 	}
+	c.Flags().BoolVar(&filter.All, "all", false, "every tenant's sandboxes (admin key)")
+	c.Flags().StringVar(&filter.ExternalID, "external-id", "", "only the sandboxes of this external id (an ended one still on record too)")
 	return onDaemon(g, c, true, func(ctx context.Context, cl *client.Client, k *cmdutil.Conn, args []string) error {
+		if len(args) == 1 && (filter.All || filter.ExternalID != "") {
+			return errdefs.Invalid("--all and --external-id list sandboxes: give no SANDBOX")
+		}
 		if len(args) == 1 {
 			ps, err := cl.Processes(ctx, args[0])
 			return k.Show(ps, err, func() error {
@@ -161,7 +169,7 @@ func psCmd(g *cmdutil.Globals) *cobra.Command {
 				return w.Flush()
 			})
 		}
-		sbs, err := cl.Sandboxes(ctx)
+		sbs, err := cl.ListSandboxes(ctx, filter)
 		return k.Show(sbs, err, func() error {
 			w := tabwriter.NewWriter(g.Stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTENANT\tSTATE\tIMAGE\tCREATED\tEXPIRES")

@@ -291,7 +291,7 @@ func DescribeRecord(r store.Sandbox, u *lifecycle.Usage) *api.Sandbox {
 	_ = json.Unmarshal([]byte(r.Spec), &sp)
 	out := &api.Sandbox{
 		ID: r.ID, Tenant: r.TenantName, TenantID: r.Tenant, State: r.State, Isolation: sp.Wall(), Image: sp.Image, Created: r.Created, Expires: r.Expires,
-		LastActive: r.LastActive, EndReason: r.EndReason, Pool: sp.Pool, OnTTL: sp.OnTTL,
+		LastActive: r.LastActive, EndReason: r.EndReason, Pool: sp.Pool, OnTTL: sp.OnTTL, ExternalID: r.ExternalID,
 		Limits:  api.Limits{MemoryBytes: sp.Limits.Memory, DiskBytes: sp.Limits.Disk, CPUs: sp.Limits.CPUs, Pids: sp.Limits.Pids},
 		Network: api.Network{Mode: sp.NetMode(), Allow: sp.Net.Allow, Deny: sp.Net.Deny, EgressBytes: sp.Net.EgressBytes, MaxConns: sp.Net.MaxConns},
 	}

@@ -41,6 +41,9 @@ func (s *Keeper) SetMCPSpec(ctx context.Context, p *tenant.Principal, spec *api.
 	if p.Admin {
 		return errdefs.New(errdefs.ErrPermissionDenied, "MCP specs belong to tenants: use a tenant's key")
 	}
+	if spec.ExternalID != "" {
+		return errdefs.Invalid("external_id: an MCP spec makes many sandboxes, and an external id names one")
+	}
 	sp, _, _, err := core.SpecOf(spec)
 	if err != nil {
 		return err
