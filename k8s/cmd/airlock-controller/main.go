@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -40,6 +41,7 @@ func run() error {
 		sweepInterval  = flag.Duration("sweep-interval", time.Minute, "time between two orphan sweeps of each node")
 		sandboxWorkers = flag.Int("sandbox-workers", 32, "Sandboxes reconciled at once")
 		claimWorkers   = flag.Int("claim-workers", 64, "SandboxClaims reconciled at once")
+		poolWorkers    = flag.Int("warmpool-workers", 4, "SandboxWarmPools reconciled at once")
 		masterSecret   = flag.String("master-secret", "airlock-system/airlock-master", "NAMESPACE/NAME of the Secret holding the tenant key master (made if missing)")
 		metricsAddr    = flag.String("metrics-bind-address", "0", `address of the metrics endpoint ("0": none)`)
 		leaderElect    = flag.Bool("leader-elect", false, "elect a leader among controller replicas (a Lease in the master secret's namespace)")
@@ -65,7 +67,6 @@ func run() error {
 	if !ok || ns == "" || name == "" {
 		return fmt.Errorf("--master-secret %q: want NAMESPACE/NAME", *masterSecret)
 	}
-	_ = claimWorkers // K2: the claim reconciler's workers (below)
 
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sandboxv1.AddToScheme, extv1.AddToScheme, v1alpha1.AddToScheme} {
@@ -105,8 +106,11 @@ func run() error {
 	}).SetupWithManager(mgr, *sandboxWorkers); err != nil {
 		return err
 	}
-	// The warm pool and claim reconcilers (K2) are set up here, with
-	// *claimWorkers for claims.
+	if err := controller.SetupPoolsAndClaims(context.Background(), mgr, controller.PoolsAndClaims{
+		Nodes: tracker, Classes: owned, PoolWorkers: *poolWorkers, ClaimWorkers: *claimWorkers, Log: log,
+	}); err != nil {
+		return err
+	}
 
 	log.Info("starting", "runtime-classes", *classes, "node-lost-timeout", *lostTimeout)
 	return mgr.Start(ctrl.SetupSignalHandler())
