@@ -48,7 +48,7 @@ func (c *cluster) startController(extra ...string) error {
 		"--kubeconfig", c.kubeconfig(userController),
 		"--runtime-classes", "airlock,airlock-gvisor",
 		"--node-lost-timeout", nodeLostTimeout, "--sweep-interval", sweepInterval,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--leader-elect=false")
+		"--metrics-bind-address", "0")
 	return err
 }
 
