@@ -86,6 +86,7 @@ func startCluster(kubeBin string) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{dir: dir, kubeBin: kubeBin, binDir: filepath.Join(dir, "bin"), scheme: newScheme(), tokens: map[string]string{}}
+	env = c
 	// The run's claim on its directory, before anything else: a run
 	// starting meanwhile reaps only directories whose owner is gone.
 	if c.lock, err = os.Create(filepath.Join(dir, "owner.lock")); err != nil {

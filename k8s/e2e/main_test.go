@@ -24,7 +24,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // suitePrefix names this suite's run directories (under os.TempDir()), so
@@ -59,6 +61,9 @@ func runMain(m *testing.M) int {
 		fmt.Println("k8s e2e: skipped:", why)
 		return 0
 	}
+	// The suite's clients log nothing (controller-runtime's complain
+	// without a logger).
+	ctrllog.SetLogger(logr.Discard())
 	c, err := startCluster(kubeBin)
 	if c != nil {
 		defer c.stop()
@@ -70,7 +75,6 @@ func runMain(m *testing.M) int {
 		}
 		return 1
 	}
-	env = c
 	code := m.Run()
 	if code != 0 {
 		c.dumpLogs()
