@@ -424,6 +424,12 @@ func (l *Log) run() {
 		}
 		l.mu.Unlock()
 		head, err := l.write(batch, closing)
+		if err == nil && head != nil {
+			// Before the waiters hear: a record committed is within Head.
+			l.mu.Lock()
+			l.head = *head
+			l.mu.Unlock()
+		}
 		for _, w := range waiters {
 			w <- err
 		}
@@ -435,9 +441,6 @@ func (l *Log) run() {
 			l.opts.Export.Export(out)
 		}
 		if err == nil && head != nil {
-			l.mu.Lock()
-			l.head = *head
-			l.mu.Unlock()
 			select {
 			case heads <- *head:
 			default:

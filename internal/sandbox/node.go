@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -216,6 +217,10 @@ func (s *Service) nodeOf(st nodeState, rev uint64) *api.Node {
 // Core.Mu).
 func (s *Service) nodeStateLocked() nodeState {
 	st := nodeState{alloc: s.allocatedLocked(), pools: []api.NodePool{}}
+	// A sum of fractions differs in its last bits with the order it was
+	// added in (a map's): reported to a millionth, it is the same sum
+	// each time.
+	st.alloc.CPUs = math.Round(st.alloc.CPUs*1e6) / 1e6
 	for _, byName := range s.pools.by {
 		for _, p := range byName {
 			st.pools = append(st.pools, api.NodePool{Tenant: p.tenantName, Name: p.name, Size: p.size, Ready: len(p.idle), Filling: p.filling})

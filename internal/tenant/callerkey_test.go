@@ -80,8 +80,12 @@ func TestTenantWithCallerKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A repeated create (a controller's) is told the tenant exists.
+	if _, err := s.Create(ctx, admin, &api.CreateTenant{Name: "ns-a", KeySHA256: d1}); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), "tenant ns-a exists") {
+		t.Errorf("a repeated create: %v", err)
+	}
 	for name, d := range map[string]string{"its own": d1, "another tenant's": store.HashKey(other.Key), "the admin's": adminHash, "an E2B alias": store.HashKey(alias.Key)} {
-		if _, err := s.Create(ctx, admin, &api.CreateTenant{Name: "again", KeySHA256: d}); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		if _, err := s.Create(ctx, admin, &api.CreateTenant{Name: "again", KeySHA256: d}); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), "key is already in use") {
 			t.Errorf("create with %s key: %v, want already exists", name, err)
 		}
 		if name == "its own" {

@@ -475,6 +475,13 @@ func (s *Service) Create(ctx context.Context, p *Principal, req *api.CreateTenan
 		if err := validKeySHA256(keyHash); err != nil {
 			return nil, err
 		}
+		// A name taken says so first: a repeated create (a controller's)
+		// finds its tenant, and its key, taken.
+		if _, err := s.cfg.Store.TenantByName(ctx, req.Name); err == nil {
+			return nil, errdefs.New(errdefs.ErrAlreadyExists, "tenant "+req.Name+" exists")
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
 		if err := s.keyFree(ctx, keyHash, ""); err != nil {
 			return nil, err
 		}

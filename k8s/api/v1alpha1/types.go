@@ -80,7 +80,7 @@ type DaemonInfo struct {
 
 // AuditHead anchors the daemon's audit chain in etcd.
 type AuditHead struct {
-	Seq        uint64      `json:"seq"`
+	Seq        int64       `json:"seq"`
 	Hash       string      `json:"hash"`
 	ObservedAt metav1.Time `json:"observedAt"`
 }

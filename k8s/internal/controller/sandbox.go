@@ -181,28 +181,32 @@ func (r *SandboxReconciler) place(ctx context.Context, s *sandboxv1.Sandbox) err
 		return err
 	}
 	ext := ExternalID(s)
-	resv, err := r.Nodes.Place(nodes.Request{
-		Key: ext, RuntimeClass: bp.RuntimeClass, CPUs: bp.CPUs(), MemoryBytes: bp.MemoryBytes(), Waiter: s,
-	})
-	var un *nodes.UnschedulableError
-	if errors.As(err, &un) {
-		unschedulable(s, un.Message)
-		return nil
+	if node, d, ok := r.Nodes.Locate(ext); ok {
+		// made before, its annotations lost (a failed write, a restart).
+		return r.annotate(ctx, s, node, d.ID)
 	}
-	if err != nil {
-		return err
-	}
-	cl, err := r.Nodes.Tenant(ctx, resv.Node, s.Namespace)
-	if err != nil {
-		resv.Release()
-		return err
-	}
-	ttl, _ := blueprint.TTL(s.Spec.ShutdownTime, r.now())
-	body := bp.Body(ext, map[string]string{
-		nodes.MetaNamespace: s.Namespace, nodes.MetaName: s.Name, nodes.MetaUID: string(s.UID),
-	}, ttl)
-	sb, err := cl.CreateSandbox(ctx, body)
-	if err != nil {
+	// A node may refuse for capacity the tracker has not heard of yet:
+	// the next node is tried.
+	var tried []string
+	for {
+		resv, err := r.Nodes.Place(nodes.Request{
+			Key: ext, RuntimeClass: bp.RuntimeClass, CPUs: bp.CPUs(), MemoryBytes: bp.MemoryBytes(), Waiter: s, Exclude: tried,
+		})
+		var un *nodes.UnschedulableError
+		if errors.As(err, &un) {
+			unschedulable(s, un.Message)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		sb, err := r.create(ctx, s, bp, resv.Node, ext)
+		if err == nil {
+			r.Log.V(1).Info("placed", "sandbox", client.ObjectKeyFromObject(s), "node", resv.Node, "id", sb.ID)
+			// on a failed write the daemon sandbox stays: the retry finds
+			// it (Locate, or the same node's idempotent create).
+			return r.annotate(ctx, s, resv.Node, sb.ID)
+		}
 		resv.Release()
 		var ae *api.Error
 		if !errors.As(err, &ae) {
@@ -210,29 +214,42 @@ func (r *SandboxReconciler) place(ctx context.Context, s *sandboxv1.Sandbox) err
 		}
 		switch ae.Code {
 		case api.CodeQuotaExceeded:
-			r.Nodes.Wait(s)
-			unschedulable(s, fmt.Sprintf("airlock node %s: %s", resv.Node, ae.Message))
-			return nil
+			tried = append(tried, resv.Node)
+			continue
 		case api.CodeInvalidArgument, api.CodePermissionDenied, api.CodeFailedPrecondition, api.CodeNotFound, api.CodeSecretDetected:
 			setCond(s, sandboxv1.SandboxConditionReady, false, ReasonCreateFailed, fmt.Sprintf("airlock node %s: %s", resv.Node, ae.Message))
 			return nil
 		}
 		return err
 	}
+}
+
+// create makes s's daemon sandbox on node.
+func (r *SandboxReconciler) create(ctx context.Context, s *sandboxv1.Sandbox, bp *blueprint.Blueprint, node, ext string) (*api.Sandbox, error) {
+	cl, err := r.Nodes.Tenant(ctx, node, s.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	ttl, _ := blueprint.TTL(s.Spec.ShutdownTime, r.now())
+	return cl.CreateSandbox(ctx, bp.Body(ext, map[string]string{
+		nodes.MetaNamespace: s.Namespace, nodes.MetaName: s.Name, nodes.MetaUID: string(s.UID),
+	}, ttl))
+}
+
+// annotate records s's node and daemon sandbox id, and marks it Ready.
+func (r *SandboxReconciler) annotate(ctx context.Context, s *sandboxv1.Sandbox, node, id string) error {
 	patch := client.MergeFrom(s.DeepCopy())
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[nodes.AnnotationNode] = resv.Node
-	s.Annotations[nodes.AnnotationSandboxID] = sb.ID
+	s.Annotations[nodes.AnnotationNode] = node
+	s.Annotations[nodes.AnnotationSandboxID] = id
 	status := s.Status.DeepCopy()
 	if err := r.Client.Patch(ctx, s, patch); err != nil {
-		// the daemon sandbox stays: a retry's create answers it again.
 		return err
 	}
 	s.Status = *status
-	MarkReady(s, resv.Node)
-	r.Log.V(1).Info("placed", "sandbox", client.ObjectKeyFromObject(s), "node", resv.Node, "id", sb.ID)
+	MarkReady(s, node)
 	return nil
 }
 

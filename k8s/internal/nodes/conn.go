@@ -174,7 +174,7 @@ func (t *Tracker) session(ctx context.Context, name string, spec v1alpha1.Airloc
 	n.byExternal = map[string]DaemonSandbox{}
 	for _, sb := range list {
 		if sb.ExternalID != "" {
-			n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant}
+			n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant, Ended: sb.Ended != nil, EndReason: sb.EndReason}
 		}
 	}
 	n.synced = true
@@ -235,10 +235,9 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 			}
 		}
 	case "sandbox.created":
+		// Allocated comes from capacity events alone: the daemon counts a
+		// create from its admission, and reports that before this.
 		if sb := ev.Sandbox; sb != nil {
-			if sb.Pool == "" {
-				n.allocated = add(n.allocated, limitsOf(sb), 1)
-			}
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant}
 				delete(n.reservations, sb.ExternalID)
@@ -246,17 +245,22 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 		}
 	case "sandbox.ended":
 		if sb := ev.Sandbox; sb != nil {
-			n.allocated = add(n.allocated, limitsOf(sb), -1)
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant, Ended: true, EndReason: sb.EndReason}
 			}
+			// the waiters are woken by the capacity event that follows
 			affected = affectedBy(sb)
-			t.wakeLocked()
 		}
 	case "pool":
 		if p := ev.Pool; p != nil {
 			k := PoolKey{p.Tenant, p.Name}
-			if old, ok := n.pools[k]; !ok || old != *p {
+			old, ok := n.pools[k]
+			switch {
+			case p.Size == 0 && p.Ready == 0 && p.Filling == 0:
+				// the pool is gone
+				delete(n.pools, k)
+				poolNS, poolChanged = p.Tenant, ok
+			case !ok || old != *p:
 				n.pools[k] = *p
 				poolNS, poolChanged = p.Tenant, true
 			}

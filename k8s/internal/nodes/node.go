@@ -89,7 +89,7 @@ func (n *node) snapshot() Snapshot {
 	now := time.Now()
 	for _, r := range n.reservations {
 		if now.Before(r.expires) {
-			s.Assumed = add(s.Assumed, r.req, 1)
+			s.Assumed = add(s.Assumed, r.req)
 		}
 	}
 	return s
@@ -137,20 +137,8 @@ func (n *node) setNode(d *api.Node) {
 	n.statusDirty = true
 }
 
-func add(a, b api.Resources, sign int) api.Resources {
-	s := float64(sign)
-	a.CPUs += s * b.CPUs
-	a.MemoryBytes += int64(sign) * b.MemoryBytes
-	a.Sandboxes += sign * b.Sandboxes
-	a.CPUs = max(a.CPUs, 0)
-	a.MemoryBytes = max(a.MemoryBytes, 0)
-	a.Sandboxes = max(a.Sandboxes, 0)
-	return a
-}
-
-// limitsOf is what a sandbox counts against its node's capacity.
-func limitsOf(sb *api.Sandbox) api.Resources {
-	return api.Resources{CPUs: sb.Limits.CPUs, MemoryBytes: sb.Limits.MemoryBytes, Sandboxes: 1}
+func add(a, b api.Resources) api.Resources {
+	return api.Resources{CPUs: a.CPUs + b.CPUs, MemoryBytes: a.MemoryBytes + b.MemoryBytes, Sandboxes: a.Sandboxes + b.Sandboxes}
 }
 
 // sortedNodes returns the nodes in name order; t.mu held.

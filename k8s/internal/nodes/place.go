@@ -64,7 +64,8 @@ func (e *UnschedulableError) Error() string { return e.Message }
 
 // Place chooses a node for req among the Ready, schedulable nodes serving
 // its runtime class that have room for it (capacity less allocated less
-// reserved), preferring the least allocated, and reserves req there. With
+// reserved), preferring the least allocated (or, for a retry of the same
+// Key, the node of its earlier reservation), and reserves req there. With
 // no such node it answers an *UnschedulableError and remembers req.Waiter.
 func (t *Tracker) Place(req Request) (*Reservation, error) {
 	t.mu.Lock()
@@ -73,14 +74,18 @@ func (t *Tracker) Place(req Request) (*Reservation, error) {
 	want := api.Resources{CPUs: req.CPUs, MemoryBytes: req.MemoryBytes, Sandboxes: 1}
 	reasons := map[string]int{}
 	var best []*node
+	fits := map[*node]bool{}
 	bestScore := 0.0
 	nodes := t.sortedNodes()
+	var prev *node
 	for _, n := range nodes {
 		n.expire(now)
-		if req.Key != "" {
+		if _, ok := n.reservations[req.Key]; ok && req.Key != "" {
 			// a retry of the same object: its earlier reservation is
-			// not counted against it.
+			// not counted against it, and its node is kept if it fits
+			// (its create may have been made there).
 			delete(n.reservations, req.Key)
+			prev = n
 		}
 		s := n.snapshot()
 		var why []string
@@ -111,6 +116,7 @@ func (t *Tracker) Place(req Request) (*Reservation, error) {
 			}
 			continue
 		}
+		fits[n] = true
 		sc := score(&s, want)
 		switch {
 		case len(best) == 0 || sc < bestScore-1e-9:
@@ -126,6 +132,9 @@ func (t *Tracker) Place(req Request) (*Reservation, error) {
 		return nil, &UnschedulableError{Message: unschedulable(len(nodes), reasons)}
 	}
 	n := best[rand.IntN(len(best))]
+	if prev != nil && fits[prev] {
+		n = prev
+	}
 	r := &reservation{req: want, expires: now.Add(assumeTTL)}
 	key := req.Key
 	if key == "" {

@@ -90,7 +90,7 @@ func (n *node) status(now time.Time) v1alpha1.AirlockNodeStatus {
 		return a.Tenant < b.Tenant || a.Tenant == b.Tenant && a.Name < b.Name
 	})
 	if n.auditHead != nil {
-		st.AuditHead = &v1alpha1.AuditHead{Seq: n.auditHead.Seq, Hash: n.auditHead.Hash, ObservedAt: metav1.NewTime(now)}
+		st.AuditHead = &v1alpha1.AuditHead{Seq: int64(n.auditHead.Seq), Hash: n.auditHead.Hash, ObservedAt: metav1.NewTime(now)}
 	}
 	if !n.lastEvent.IsZero() {
 		ts := metav1.NewTime(n.lastEvent)

@@ -21,7 +21,8 @@
 //     (or its key set) on the node on first use.
 //   - Node, Nodes and ReadyNodes give snapshots of the nodes' states, with
 //     each node's pools keyed by PoolKey{tenant, daemon pool name}.
-//   - DaemonSandbox looks up what a node holds for an external id.
+//   - DaemonSandbox looks up what a node holds for an external id; Locate
+//     finds a live one on any node.
 //   - SandboxEvents, ClaimEvents and PoolEvents are channels for
 //     controller-runtime's source.Channel: the Sandboxes and SandboxClaims
 //     a node change or a daemon sandbox's end affects, those waiting for
@@ -300,6 +301,19 @@ func (t *Tracker) DaemonSandbox(node, externalID string) (DaemonSandbox, bool) {
 	}
 	d, ok := n.byExternal[externalID]
 	return d, ok
+}
+
+// Locate finds the live daemon sandbox of externalID on any synced node
+// (a create whose answer was lost before it was recorded).
+func (t *Tracker) Locate(externalID string) (node string, d DaemonSandbox, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.sortedNodes() {
+		if d, ok := n.byExternal[externalID]; ok && n.synced && !d.Ended {
+			return n.name, d, true
+		}
+	}
+	return "", DaemonSandbox{}, false
 }
 
 // Synced reports whether node's sandboxes have been listed since it was
