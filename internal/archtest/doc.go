@@ -9,6 +9,9 @@
 //     names the chain (a → b → c). knownOnlyTo lists the packages only
 //     named packages may import (the container wall: internal/system and
 //     internal/doctor), bans the libraries a package must not reach.
+//   - no Kubernetes (layers_test.go): no package of the module reaches a
+//     library under k8s.io/ or sigs.k8s.io/; the cluster side is the k8s/
+//     module of its own.
 //   - the packages table of docs/architecture.md (docs_test.go): every
 //     package of the module has one row; every package of the module a
 //     row's packages import is named in its imports column, and every

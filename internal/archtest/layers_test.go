@@ -300,3 +300,57 @@ func withImport(g graph, p, imp string) graph {
 	out[p] = &cp
 	return out
 }
+
+// kubernetesPrefixes name Kubernetes' libraries, which only the k8s/
+// module (a module of its own, outside this build) may use: the daemon,
+// the CLI and the SDK never link them (docs/kubernetes.md).
+var kubernetesPrefixes = []string{"k8s.io/", "sigs.k8s.io/"}
+
+func TestNoKubernetesInTheMainModule(t *testing.T) {
+	for _, p := range checkNoPrefix(moduleGraph(t), kubernetesPrefixes) {
+		t.Errorf("%s (Kubernetes belongs in the k8s/ module)", p)
+	}
+}
+
+// checkNoPrefix returns every import of a library named by prefixes that
+// the module's packages make, or reach through a library (with the chain
+// from one of them).
+func checkNoPrefix(g graph, prefixes []string) []string {
+	var problems []string
+	names := make([]string, 0, len(g))
+	for q := range g {
+		names = append(names, q)
+	}
+	slices.Sort(names)
+	for _, q := range names {
+		for _, imp := range g[q].Imports {
+			if !slices.ContainsFunc(prefixes, func(pre string) bool { return strings.HasPrefix(imp, pre) }) {
+				continue
+			}
+			if g[q].Own {
+				problems = append(problems, fmt.Sprintf("%s imports %s", q, imp))
+				continue
+			}
+			for _, p := range g.own() {
+				if c := g.path(p, q); c != nil {
+					problems = append(problems, fmt.Sprintf("%s reaches %s: %s", p, imp, chain(append(c, imp))))
+					break
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// The rule bites: the real module with one package importing client-go
+// fails it, and so does a library that pulls Kubernetes in underneath.
+func TestNoKubernetesRuleBites(t *testing.T) {
+	g := withImport(moduleGraph(t), "internal/httpapi", "k8s.io/client-go/kubernetes")
+	wantProblem(t, checkNoPrefix(g, kubernetesPrefixes), "internal/httpapi imports k8s.io/client-go/kubernetes")
+	deep := fake(map[string][]string{"internal/service": {"example.com/lib"}}, nil)
+	deep["example.com/lib"].Imports = []string{"sigs.k8s.io/yaml"}
+	wantProblem(t, checkNoPrefix(deep, kubernetesPrefixes), "internal/service → example.com/lib → sigs.k8s.io/yaml")
+	if p := checkNoPrefix(fake(small, nil), kubernetesPrefixes); p != nil {
+		t.Fatalf("a module without Kubernetes: %q", p)
+	}
+}

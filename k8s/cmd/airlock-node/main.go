@@ -55,23 +55,30 @@ func run() error {
 		}
 		o.Name = h
 	}
-	key, err := os.ReadFile(*keyFile)
-	if err != nil {
-		return err
-	}
-	o.AdminKey = strings.TrimSpace(string(key))
-	if *caFile != "" {
-		if o.CABundle, err = os.ReadFile(*caFile); err != nil {
-			return err
-		}
-	}
 	for c := range strings.SplitSeq(*classes, ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			o.RuntimeClasses = append(o.RuntimeClasses, c)
 		}
 	}
-	if err := o.validate(); err != nil {
+	if err := o.validateFlags(); err != nil {
 		return err
+	}
+	// The key and CA are read on every pass: beside a daemon that is
+	// starting for the first time, the key file comes a moment later, and
+	// either file may be replaced.
+	load := func() error {
+		key, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return err
+		}
+		o.AdminKey = strings.TrimSpace(string(key))
+		o.CABundle = nil
+		if *caFile != "" {
+			if o.CABundle, err = os.ReadFile(*caFile); err != nil {
+				return err
+			}
+		}
+		return o.validate()
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -89,12 +96,19 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *once {
+		if err := load(); err != nil {
+			return err
+		}
 		return o.apply(ctx, kube, dyn)
 	}
 	t := time.NewTicker(*every)
 	defer t.Stop()
 	for {
-		if err := o.apply(ctx, kube, dyn); err != nil {
+		err := load()
+		if err == nil {
+			err = o.apply(ctx, kube, dyn)
+		}
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}

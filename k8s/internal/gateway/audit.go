@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
 )
 
 // audit answers GET /v1/namespaces/{ns}/audit: the records of tenant ns
@@ -34,7 +35,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 			q.Set(k, v)
 		}
 	}
-	nodes := s.dir.Nodes()
+	targets := s.dir.Nodes()
 	if name := r.URL.Query().Get("sandbox"); name != "" {
 		sb, ok := s.dir.Sandbox(ns, name)
 		n, nok := s.dir.Node(sb.Node)
@@ -42,7 +43,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 			writeError(w, api.CodeNotFound, fmt.Sprintf("no sandbox %q in namespace %s", name, ns))
 			return
 		}
-		nodes = []Node{n}
+		targets = []Node{n}
 		q.Set("sandbox", sb.ID)
 	}
 	master, err := s.master(r.Context())
@@ -56,8 +57,8 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		streams     []*auditStream
 		unreachable []string
 	)
-	for _, n := range nodes {
-		st, err := s.openAudit(ctx, n, tenantKey(master, n.Name, ns), q)
+	for _, n := range targets {
+		st, err := s.openAudit(ctx, n, nodes.TenantKey(master, n.Name, ns), q)
 		if err != nil {
 			s.log.Warn("gateway: audit", "node", n.Name, "err", err)
 			unreachable = append(unreachable, n.Name)

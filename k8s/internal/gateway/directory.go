@@ -2,13 +2,14 @@ package gateway
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
 	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -27,7 +28,7 @@ const (
 
 var (
 	sandboxesGVR = schema.GroupVersionResource{Group: sandboxGroup, Version: "v1beta1", Resource: "sandboxes"}
-	nodesGVR     = schema.GroupVersionResource{Group: "airlock.dev", Version: "v1alpha1", Resource: "airlocknodes"}
+	nodesGVR     = v1alpha1.GroupVersion.WithResource("airlocknodes")
 )
 
 // Sandbox is what the gateway knows of one Sandbox object.
@@ -130,20 +131,14 @@ func (d *informerDirectory) Nodes() []Node {
 	return out
 }
 
-// nodeFrom reads an AirlockNode's spec.endpoint and spec.caBundle (base64
-// in JSON, as every []byte field).
+// nodeFrom reads an AirlockNode's endpoint and CA.
 func nodeFrom(u *unstructured.Unstructured) (Node, bool) {
-	ep, _, _ := unstructured.NestedString(u.Object, "spec", "endpoint")
-	if ep == "" || u.GetDeletionTimestamp() != nil {
+	var an v1alpha1.AirlockNode
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &an); err != nil {
 		return Node{}, false
 	}
-	n := Node{Name: u.GetName(), Endpoint: ep}
-	if ca, _, _ := unstructured.NestedString(u.Object, "spec", "caBundle"); ca != "" {
-		b, err := base64.StdEncoding.DecodeString(ca)
-		if err != nil {
-			return Node{}, false
-		}
-		n.CABundle = b
+	if an.Spec.Endpoint == "" || an.DeletionTimestamp != nil {
+		return Node{}, false
 	}
-	return n, true
+	return Node{Name: an.Name, Endpoint: an.Spec.Endpoint, CABundle: an.Spec.CABundle}, true
 }

@@ -13,9 +13,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +28,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -293,15 +291,7 @@ func (s *Server) nodeFor(ctx context.Context, node, ns string) (*nodeConn, strin
 	if err != nil {
 		return nil, "", err
 	}
-	return nc, tenantKey(master, node, ns), nil
-}
-
-// tenantKey is namespace ns's key on node: "airlock_" +
-// hex(HMAC-SHA256(master, node + "/" + ns)), as the controller provisions it.
-func tenantKey(master []byte, node, ns string) string {
-	m := hmac.New(sha256.New, master)
-	io.WriteString(m, node+"/"+ns)
-	return "airlock_" + hex.EncodeToString(m.Sum(nil))
+	return nc, nodes.TenantKey(master, node, ns), nil
 }
 
 // fail answers an error that is the gateway's or a node's, not the caller's.
@@ -354,7 +344,8 @@ func writeError(w http.ResponseWriter, code api.Code, msg string) {
 
 // SecretMaster returns a Config.Master that reads the master key from
 // Secret namespace/airlock-master (key master), and keeps it once read: the
-// controller makes it once and never changes it.
+// controller makes it once and never changes it. The gateway never makes
+// it: until the controller has, requests answer unavailable.
 func SecretMaster(kube kubernetes.Interface, namespace string) func(context.Context) ([]byte, error) {
 	var (
 		mu     sync.Mutex
@@ -373,10 +364,12 @@ func SecretMaster(kube kubernetes.Interface, namespace string) func(context.Cont
 		if err != nil {
 			return nil, fmt.Errorf("secret %s/%s: %w", namespace, MasterSecret, err)
 		}
-		if len(sec.Data["master"]) < 32 {
-			return nil, fmt.Errorf("secret %s/%s: key master holds %d bytes, want 32", namespace, MasterSecret, len(sec.Data["master"]))
+		// The controller's rule (nodes.Tracker.Master), so that both
+		// derive keys from the same master or neither does.
+		if m := sec.Data[nodes.MasterKey]; len(m) < 16 {
+			return nil, fmt.Errorf("secret %s/%s: key %s holds %d bytes, want at least 16", namespace, MasterSecret, nodes.MasterKey, len(m))
 		}
-		master = sec.Data["master"]
+		master = sec.Data[nodes.MasterKey]
 		return master, nil
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -488,5 +489,21 @@ func TestTTLCacheIsBounded(t *testing.T) {
 	}
 	if _, ok := c.get("9", t0.Add(time.Minute)); ok {
 		t.Fatal("an expired entry answered")
+	}
+}
+
+func TestNodeFromReadsTheAirlockNode(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "airlock.dev/v1alpha1", "kind": "AirlockNode",
+		"metadata": map[string]any{"name": "n1"},
+		"spec":     map[string]any{"endpoint": "https://10.0.0.1:8443", "caBundle": "LS0tLS1CRUdJTg=="},
+	}}
+	n, ok := nodeFrom(u)
+	if !ok || n.Name != "n1" || n.Endpoint != "https://10.0.0.1:8443" || string(n.CABundle) != "-----BEGIN" {
+		t.Fatalf("%+v %v", n, ok)
+	}
+	unstructured.RemoveNestedField(u.Object, "spec", "endpoint")
+	if _, ok := nodeFrom(u); ok {
+		t.Fatal("a node without an endpoint was used")
 	}
 }
