@@ -231,7 +231,7 @@ func (c *cluster) startControlPlane() error {
 		"--service-account-key-file="+p("sa.pub"), "--service-account-signing-key-file="+p("sa.key"),
 		"--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
 		"--disable-admission-plugins=ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,MutatingAdmissionPolicy",
-		"--enable-priority-and-fairness=false", "--cert-dir="+filepath.Join(c.dir, "apiserver-certs"), "--v=1")
+		"--enable-priority-and-fairness=false", "--endpoint-reconciler-type=none", "--cert-dir="+filepath.Join(c.dir, "apiserver-certs"), "--v=1")
 	if err != nil {
 		return err
 	}

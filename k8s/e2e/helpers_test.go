@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,10 +129,27 @@ func conditionIs(conds []metav1.Condition, typ string, status metav1.ConditionSt
 	return c != nil && c.Status == status
 }
 
+// describe is one line an object: its name, node and conditions.
 func describe(objs []client.Object) string {
-	s := ""
+	var b strings.Builder
 	for _, o := range objs {
-		s += fmt.Sprintf("  %s/%s: %+v\n", o.GetNamespace(), o.GetName(), o)
+		fmt.Fprintf(&b, "  %s/%s node=%s", o.GetNamespace(), o.GetName(), o.GetAnnotations()["airlock.dev/node"])
+		if o.GetDeletionTimestamp() != nil {
+			b.WriteString(" deleting")
+		}
+		if v := reflect.ValueOf(o).Elem().FieldByName("Status"); v.IsValid() {
+			if cs := v.FieldByName("Conditions"); cs.IsValid() {
+				for _, c := range cs.Interface().([]metav1.Condition) {
+					fmt.Fprintf(&b, " %s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+				}
+			}
+			for _, f := range []string{"Replicas", "ReadyReplicas"} {
+				if fv := v.FieldByName(f); fv.IsValid() {
+					fmt.Fprintf(&b, " %s=%v", f, fv.Interface())
+				}
+			}
+		}
+		b.WriteString("\n")
 	}
-	return s
+	return b.String()
 }

@@ -78,6 +78,11 @@ func runMain(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		c.dumpLogs()
+		if keep := os.Getenv("AIRLOCK_K8S_E2E_LOGS"); keep != "" {
+			if out, err := exec.Command("cp", "-r", filepath.Join(c.dir, "logs"), keep).CombinedOutput(); err != nil {
+				fmt.Printf("k8s e2e: keep the logs: %v %s\n", err, out)
+			}
+		}
 	}
 	return code
 }
