@@ -176,7 +176,8 @@ func daemonSandboxes(t testing.TB, tenant string) map[string][]*api.Sandbox {
 	return out
 }
 
-// sandboxesOf lists the node's sandboxes of tenant.
+// sandboxesOf lists the node's live sandboxes of tenant (not those ended
+// and still on record).
 func (n *node) sandboxesOf(t testing.TB, tenant string) []*api.Sandbox {
 	t.Helper()
 	all, err := n.admin.ListSandboxes(context.Background(), api.ListSandboxes{All: true})
@@ -185,7 +186,7 @@ func (n *node) sandboxesOf(t testing.TB, tenant string) []*api.Sandbox {
 	}
 	var out []*api.Sandbox
 	for _, s := range all {
-		if s.Tenant == tenant {
+		if s.Tenant == tenant && s.State != api.StateEnded {
 			out = append(out, s)
 		}
 	}
