@@ -16,10 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -66,7 +68,16 @@ type ClaimReconciler struct {
 	// inflight counts binds under way per node and daemon pool, so that
 	// concurrent claims spread over the nodes' ready entries.
 	inflight map[poolOnNode]int
+	// written is the last status each claim was given here: a pass that
+	// reads the claim from a cache that has not caught up with it (the
+	// Sandbox's events come first) writes it no second time.
+	written  map[types.NamespacedName]writtenStatus
 	compiled templateCache
+}
+
+type writtenStatus struct {
+	uid    types.UID
+	status extv1.SandboxClaimStatus
 }
 
 type poolOnNode struct {
@@ -83,8 +94,10 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error 
 		Named("sandboxclaim").
 		For(&extv1.SandboxClaim{}).
 		Watches(&sandboxv1.Sandbox{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &extv1.SandboxClaim{}, handler.OnlyControllerOwner())).
-		Watches(&extv1.SandboxWarmPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfPool)).
-		Watches(&extv1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfTemplate)).
+		// A pool's or template's spec (not a pool's status, which each
+		// bind and refill changes) can make an unbound claim bindable.
+		Watches(&extv1.SandboxWarmPool{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfPool), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&extv1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfTemplate), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.Nodes.ClaimEvents(), &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(r)
@@ -129,6 +142,9 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	var claim extv1.SandboxClaim
 	if err := r.Client.Get(ctx, req.NamespacedName, &claim); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.mu.Lock()
+			delete(r.written, req.NamespacedName)
+			r.mu.Unlock()
 			return reconcile.Result{}, r.deleteSandboxOfGoneClaim(ctx, req.NamespacedName, "")
 		}
 		return reconcile.Result{}, err
@@ -394,21 +410,18 @@ func (r *ClaimReconciler) createSandbox(ctx context.Context, claim *extv1.Sandbo
 	return r.claimResult(claim), nil
 }
 
-// bound keeps a bound claim's status (and a Sandbox whose status was never
-// written: the controller died between its create and its status) and
+// bound keeps a bound claim's status, from its Sandbox's (a Sandbox whose
+// status was never written, the controller having died between its
+// create and its status, is given it by the Sandbox reconciler), and
 // enforces the claim's lifecycle.
 func (r *ClaimReconciler) bound(ctx context.Context, claim *extv1.SandboxClaim, sb *sandboxv1.Sandbox) (reconcile.Result, error) {
 	if _, expired := claimExpiry(claim, r.now()); expired {
 		return r.expire(ctx, claim, sb)
 	}
-	if sb.DeletionTimestamp.IsZero() && sb.Status.NodeName == "" && sb.Annotations[nodes.AnnotationNode] != "" {
-		if d, ok := r.Nodes.DaemonSandbox(sb.Annotations[nodes.AnnotationNode], string(claim.UID)); ok && !d.Ended {
-			sb = sb.DeepCopy()
-			MarkReady(sb, sb.Annotations[nodes.AnnotationNode])
-			if err := r.Client.Status().Update(ctx, sb); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
+	if len(sb.Status.Conditions) == 0 && sb.DeletionTimestamp.IsZero() {
+		// Its status is not written yet (or not in the cache yet: the
+		// bind's own write): nothing to tell the claim.
+		return r.claimResult(claim), nil
 	}
 	ready := readyOf(claim, sb)
 	if !sb.DeletionTimestamp.IsZero() {
@@ -520,12 +533,25 @@ func (r *ClaimReconciler) setClaimStatus(ctx context.Context, claim *extv1.Sandb
 	if equalClaimStatus(st, &claim.Status) {
 		return nil
 	}
+	key := client.ObjectKeyFromObject(claim)
+	r.mu.Lock()
+	last, ok := r.written[key]
+	r.mu.Unlock()
+	if ok && last.uid == claim.UID && equalClaimStatus(st, &last.status) {
+		return nil // written already; the cache is behind
+	}
 	c := claim.DeepCopy()
 	c.Status = *st
 	if err := r.Client.Status().Update(ctx, c); err != nil {
 		return err
 	}
 	claim.Status = c.Status
+	r.mu.Lock()
+	if r.written == nil {
+		r.written = map[types.NamespacedName]writtenStatus{}
+	}
+	r.written[key] = writtenStatus{claim.UID, *c.Status.DeepCopy()}
+	r.mu.Unlock()
 	return nil
 }
 

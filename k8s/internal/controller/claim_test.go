@@ -383,3 +383,26 @@ func TestMergePodMetadataRefusesSystemKeys(t *testing.T) {
 		}
 	}
 }
+
+// A pass that sees the claim's new Sandbox before its status (the cache
+// shows the create before the status write) leaves the claim as the bind
+// wrote it: it made a Ready claim SandboxNotReady, a write, and Ready
+// again, another.
+func TestBoundClaimIsNotRegressedByASandboxWithoutStatus(t *testing.T) {
+	f := newClaimFixture(t, "", claimOf("c1", "p"))
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
+	f.reconcile(t, "c1")
+	sb := f.sandbox(t, "c1")
+	sb.Status = sandboxv1.SandboxStatus{}
+	if err := f.c.Status().Update(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	f.w.reset()
+	f.reconcile(t, "c1")
+	if f.w.total() != 0 {
+		t.Fatalf("writes %v", f.w.n)
+	}
+	if r := readyCond(f.claim(t, "c1").Status.Conditions); r == nil || r.Status != metav1.ConditionTrue {
+		t.Fatalf("claim Ready %+v", r)
+	}
+}

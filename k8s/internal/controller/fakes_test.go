@@ -20,7 +20,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -35,7 +34,6 @@ import (
 // creates (with pools, pool_only and external ids), PUT and DELETE of
 // pools. It serves on a unix socket.
 type poolDaemon struct {
-	t    *testing.T
 	sock string
 
 	mu      sync.Mutex
@@ -52,13 +50,13 @@ type fakePool struct {
 	ready int
 }
 
-func newPoolDaemon(t *testing.T) *poolDaemon {
+func newPoolDaemon(t testing.TB) *poolDaemon {
 	dir, err := os.MkdirTemp("", "k2d")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &poolDaemon{t: t, sock: filepath.Join(dir, "d.sock"), pools: map[string]*fakePool{}, byExt: map[string]*api.Sandbox{}}
+	d := &poolDaemon{sock: filepath.Join(dir, "d.sock"), pools: map[string]*fakePool{}, byExt: map[string]*api.Sandbox{}}
 	l, err := net.Listen("unix", d.sock)
 	if err != nil {
 		t.Fatal(err)
@@ -146,15 +144,17 @@ func (d *poolDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // fakeNodeView is a NodeView over fake daemons: the tests set each node's
 // snapshot (state, capacity, pools) as the tracker would have it.
 type fakeNodeView struct {
-	t       *testing.T
 	mu      sync.Mutex
 	snaps   []nodes.Snapshot
 	daemons map[string]*poolDaemon
 	placed  []string
+	// poolEv and claimEv are the tracker's feeds; syncPools sends a
+	// node-level pool event.
+	poolEv, claimEv chan event.GenericEvent
 }
 
-func newFakeNodeView(t *testing.T, names ...string) *fakeNodeView {
-	f := &fakeNodeView{t: t, daemons: map[string]*poolDaemon{}}
+func newFakeNodeView(t testing.TB, names ...string) *fakeNodeView {
+	f := &fakeNodeView{daemons: map[string]*poolDaemon{}, poolEv: make(chan event.GenericEvent, 100), claimEv: make(chan event.GenericEvent, 100)}
 	for _, n := range names {
 		f.daemons[n] = newPoolDaemon(t)
 		f.snaps = append(f.snaps, nodes.Snapshot{
@@ -186,8 +186,15 @@ func (f *fakeNodeView) setPool(node, tenant, name string, size, ready int) {
 }
 
 // syncPools makes each node's snapshot show its daemon's pools (as the
-// tracker's pool events would), every entry ready.
+// tracker's pool events would), every entry ready, and sends a node-level
+// pool event.
 func (f *fakeNodeView) syncPools() {
+	defer func() {
+		select {
+		case f.poolEv <- event.GenericEvent{Object: &corev1.Namespace{}}:
+		default:
+		}
+	}()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.snaps {
@@ -273,8 +280,8 @@ func (f *fakeNodeView) Place(req nodes.Request) (string, func(), error) {
 	return ready[0].Name, func() {}, nil
 }
 
-func (f *fakeNodeView) PoolEvents() <-chan event.GenericEvent  { return nil }
-func (f *fakeNodeView) ClaimEvents() <-chan event.GenericEvent { return nil }
+func (f *fakeNodeView) PoolEvents() <-chan event.GenericEvent  { return f.poolEv }
+func (f *fakeNodeView) ClaimEvents() <-chan event.GenericEvent { return f.claimEv }
 
 // writeCounter counts a client's writes by kind ("create Sandbox", "status
 // SandboxClaim", ...).
@@ -307,7 +314,7 @@ func (w *writeCounter) reset() {
 	w.n = map[string]int{}
 }
 
-func controllerScheme(t *testing.T) *runtime.Scheme {
+func controllerScheme(t testing.TB) *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sandboxv1.AddToScheme, extv1.AddToScheme} {
 		if err := add(s); err != nil {
@@ -329,32 +336,56 @@ func countingClient(t *testing.T, objs ...client.Object) (client.Client, *writeC
 			return []string{o.(*extv1.SandboxWarmPool).Spec.TemplateRef.Name}
 		}).
 		WithObjects(objs...).Build()
-	return interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			w.add("create", obj)
-			return c.Create(ctx, obj, opts...)
-		},
-		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			w.add("update", obj)
-			return c.Update(ctx, obj, opts...)
-		},
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-			w.add("patch", obj)
-			return c.Patch(ctx, obj, p, opts...)
-		},
-		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			w.add("delete", obj)
-			return c.Delete(ctx, obj, opts...)
-		},
-		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			w.add(sub, obj)
-			return c.SubResource(sub).Update(ctx, obj, opts...)
-		},
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-			w.add(sub, obj)
-			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
-		},
-	}), w
+	return countWrites(c, w), w
+}
+
+// countWrites is c with its writes counted in w.
+func countWrites(c client.Client, w *writeCounter) client.Client {
+	return &counting{Client: c, w: w}
+}
+
+type counting struct {
+	client.Client
+	w *writeCounter
+}
+
+func (c *counting) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.w.add("create", obj)
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c *counting) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	c.w.add("update", obj)
+	return c.Client.Update(ctx, obj, opts...)
+}
+
+func (c *counting) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+	c.w.add("patch", obj)
+	return c.Client.Patch(ctx, obj, p, opts...)
+}
+
+func (c *counting) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c.w.add("delete", obj)
+	return c.Client.Delete(ctx, obj, opts...)
+}
+
+func (c *counting) Status() client.SubResourceWriter {
+	return &countingStatus{SubResourceWriter: c.Client.Status(), w: c.w}
+}
+
+type countingStatus struct {
+	client.SubResourceWriter
+	w *writeCounter
+}
+
+func (s *countingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	s.w.add("status", obj)
+	return s.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+func (s *countingStatus) Patch(ctx context.Context, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+	s.w.add("status", obj)
+	return s.SubResourceWriter.Patch(ctx, obj, p, opts...)
 }
 
 const tns = "team-a"

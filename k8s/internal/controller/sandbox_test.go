@@ -94,6 +94,22 @@ func (h *harness) waitFor(what string, cond func() bool) {
 	}
 }
 
+// awaitEvent waits for the tracker to send Sandbox name.
+func (h *harness) awaitEvent(name string) {
+	h.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-h.tr.SandboxEvents():
+			if ev.Object.GetName() == name {
+				return
+			}
+		case <-timeout:
+			h.t.Fatalf("no event for Sandbox %s", name)
+		}
+	}
+}
+
 func sandbox(name, class string, edit func(*sandboxv1.Sandbox)) *sandboxv1.Sandbox {
 	s := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID("uid-" + name)}}
 	s.Spec.PodTemplate.Spec = corev1.PodSpec{RuntimeClassName: &class, Containers: []corev1.Container{{Name: "main", Image: "host"}}}
@@ -233,12 +249,7 @@ func TestUnschedulableIsRetriedWhenCapacityFrees(t *testing.T) {
 		t.Fatal("c was placed past capacity")
 	}
 	d.End(h.get("a").Annotations[nodes.AnnotationSandboxID], "ttl")
-	for {
-		ev := <-h.tr.SandboxEvents()
-		if ev.Object.GetName() == "c" {
-			break
-		}
-	}
+	h.awaitEvent("c")
 	h.reconcile("c")
 	if cond(h.get("c"), sandboxv1.SandboxConditionReady).Status != metav1.ConditionTrue {
 		t.Fatalf("c after capacity freed: %+v", h.get("c").Status)
@@ -396,5 +407,24 @@ func TestClaimMadeSandboxIsOnlyKept(t *testing.T) {
 	h.reconcile("claimed")
 	if f := cond(h.get("claimed"), sandboxv1.SandboxConditionFinished); f.Status != metav1.ConditionTrue {
 		t.Fatalf("the claim's Sandbox did not finish: %+v", f)
+	}
+}
+
+// A removed AirlockNode's Sandboxes are given up as on a lost node.
+func TestRemovedNodeGivesItsSandboxesUp(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := start(t, d)
+	h.create(sandbox("box", "airlock", nil))
+	h.reconcile("box")
+	if err := h.c.Delete(h.ctx, &v1alpha1.AirlockNode{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.tr.Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.awaitEvent("box")
+	h.reconcile("box")
+	if f := cond(h.get("box"), sandboxv1.SandboxConditionFinished); f.Status != metav1.ConditionTrue || f.Reason != nodes.ReasonNodeLost {
+		t.Fatalf("Finished %+v", f)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,7 +169,9 @@ func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err != nil {
 		// The template is gone, no longer the controller's or refused:
 		// the pool holds nothing; the sweep removes its daemon pools.
-		r.Events.Eventf(&pool, tmpl, corev1.EventTypeWarning, "TemplateUnusable", "Split", "%v", err)
+		if pool.Status.Replicas != 0 || pool.Status.ObservedGeneration != pool.Generation {
+			r.Events.Eventf(&pool, tmpl, corev1.EventTypeWarning, "TemplateUnusable", "Split", "%v", err)
+		}
 	} else {
 		total, ready, setErr = r.apply(ctx, &pool, bp)
 		if int(want) > total && setErr == nil && int32(total) != pool.Status.Replicas {
@@ -217,7 +220,8 @@ func (r *WarmPoolReconciler) blueprintOf(ctx context.Context, pool *extv1.Sandbo
 }
 
 // apply sets the pool's share on every Ready node serving its class and
-// removes it from those that get none; it returns the shares' sum and
+// removes it from those that get none (and from Ready nodes that may not
+// hold it: cordoned, or not serving the class); it returns the shares' sum and
 // the ready entries on those nodes.
 func (r *WarmPoolReconciler) apply(ctx context.Context, pool *extv1.SandboxWarmPool, bp *blueprint.Blueprint) (total, ready int, err error) {
 	want := 1
@@ -261,6 +265,14 @@ func (r *WarmPoolReconciler) apply(ctx context.Context, pool *extv1.SandboxWarmP
 		}
 		if has && k > 0 {
 			ready += min(cur.Ready, k)
+		}
+	}
+	// Ready nodes that may not hold it (cordoned, another class) keep none.
+	for _, n := range r.Nodes.Nodes() {
+		if _, has := n.Pools[key]; has && n.State == nodes.StateReady && !slices.ContainsFunc(readyNodes, func(s nodes.Snapshot) bool { return s.Name == n.Name }) {
+			if err := r.deletePool(ctx, n.Name, pool.Namespace, name); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if len(errs) > 0 {

@@ -180,8 +180,9 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The rest of the path as the caller escaped it (a port's path may
-	// hold %2F), checked segment by segment: no dot segments, which the
-	// daemon would resolve to another route.
+	// hold %2F), with no dot segment either as sent or once decoded
+	// ("..%2F.."): the daemon's router would resolve one to another of
+	// the sandbox's routes, or another sandbox's.
 	rest, found := strings.CutPrefix(r.URL.EscapedPath(), "/v1/namespaces/"+ns+"/sandboxes/"+name)
 	if !found || (rest != "" && !strings.HasPrefix(rest, "/")) {
 		writeError(w, api.CodeNotFound, "no route "+r.URL.Path)
@@ -192,7 +193,7 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 		segs := strings.Split(rest[1:], "/")
 		for i, seg := range segs {
 			dec, err := url.PathUnescape(seg)
-			if err != nil || dec == "." || dec == ".." || (i == 0 && dec != seg) {
+			if err != nil || (i == 0 && dec != seg) || slices.ContainsFunc(strings.Split(dec, "/"), isDotSegment) {
 				writeError(w, api.CodeInvalidArgument, "bad path")
 				return
 			}
@@ -231,6 +232,8 @@ func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	s.forward(w, r, nc, key, sb.Node, "/v1/sandboxes/"+sb.ID+rest)
 }
+
+func isDotSegment(s string) bool { return s == "." || s == ".." }
 
 // errNotOwned says the daemon sandbox an annotation names is not the
 // Sandbox's: answered as a missing sandbox.

@@ -105,7 +105,7 @@ func (d *fakeDir) Nodes() []Node {
 // request's path and headers, and answers exec as a stream whose second
 // line waits for release.
 type fakeDaemon struct {
-	t         *testing.T
+	t         testing.TB
 	name      string
 	sock      string
 	sandboxes map[string][2]string // id → {key, external_id}
@@ -115,7 +115,7 @@ type fakeDaemon struct {
 	seen      []*http.Request
 }
 
-func startDaemon(t *testing.T, name string) *fakeDaemon {
+func startDaemon(t testing.TB, name string) *fakeDaemon {
 	d := &fakeDaemon{t: t, name: name, sock: filepath.Join(t.TempDir(), "d.sock"),
 		sandboxes: map[string][2]string{}, audit: map[string][]string{}, release: make(chan struct{})}
 	ln, err := net.Listen("unix", d.sock)
@@ -213,7 +213,7 @@ func (w *world) advance(d time.Duration) {
 // newWorld: user alice may exec and read files of a/box, and read a's
 // audit; bob may do nothing. a/box lives on node-a as daemon sandbox
 // sb-1; b/box (another namespace, same name) on node-b as sb-2.
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	w := &world{clock: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
 	w.kube = &fakeKube{
 		tokens: map[string]string{"tok-alice": "alice", "tok-bob": "bob"},
@@ -221,6 +221,7 @@ func newWorld(t *testing.T) *world {
 			"alice create a exec box":    true,
 			"alice get a files box":      true,
 			"alice get a tunnel box":     true,
+			"alice get a ports box":      true,
 			"alice get a  box":           true,
 			"alice get a audit ":         true,
 			"alice create b exec box":    true,
@@ -341,6 +342,7 @@ func TestRefusals(t *testing.T) {
 		{"not forwarded: pause", "POST", "/v1/namespaces/a/sandboxes/box/pause", "tok-alice", 404, api.CodeNotFound},
 		{"delete the sandbox itself", "DELETE", "/v1/namespaces/a/sandboxes/box", "tok-alice", 400, api.CodeInvalidArgument},
 		{"dot segment", "GET", "/v1/namespaces/a/sandboxes/box/files/%2e%2e/%2e%2e/sb-3/exec", "tok-alice", 400, api.CodeInvalidArgument},
+		{"dot segments inside one", "GET", "/v1/namespaces/a/sandboxes/box/ports/80/..%2F..%2F..%2Fsb-3%2Fexec", "tok-alice", 400, api.CodeInvalidArgument},
 		{"encoded subresource", "POST", "/v1/namespaces/a/sandboxes/box/%65xec", "tok-alice", 400, api.CodeInvalidArgument},
 		{"bad namespace", "POST", "/v1/namespaces/A_/sandboxes/box/exec", "tok-alice", 404, api.CodeNotFound},
 	} {
@@ -506,4 +508,42 @@ func TestNodeFromReadsTheAirlockNode(t *testing.T) {
 	if _, ok := nodeFrom(u); ok {
 		t.Fatal("a node without an endpoint was used")
 	}
+}
+
+// BenchmarkGatewayGet is one small call through the gateway with its
+// reviews cached, beside the same call straight to the (fake) daemon: the
+// gateway's own cost per call.
+func BenchmarkGatewayGet(b *testing.B) {
+	w := newWorld(b)
+	gw := w.srv.Client()
+	direct := &http.Client{Transport: mustConn(b, w.nodeA.node()).rt}
+	key := wantKey("node-a", "a")
+	get := func(c *http.Client, url, auth string) {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", auth)
+		res, err := c.Do(req)
+		if err != nil || res.StatusCode != 200 {
+			b.Fatalf("%v %v", res, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	b.Run("gateway", func(b *testing.B) {
+		for b.Loop() {
+			get(gw, w.srv.URL+"/v1/namespaces/a/sandboxes/box/files?path=/x", "Bearer tok-alice")
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			get(direct, "http://airlock/v1/sandboxes/sb-1/files?path=/x", "Bearer "+key)
+		}
+	})
+}
+
+func mustConn(b *testing.B, n Node) *nodeConn {
+	nc, err := dialNode(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return nc
 }

@@ -39,7 +39,8 @@ func (t *Tracker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			t.log.Info("airlock node removed", "node", req.Name)
 		}
 		t.mu.Unlock()
-		t.pools.send(poolsChanged(""))
+		// its Sandboxes are given up as on a lost node.
+		t.nodeChanged(req.Name)
 		return ctrl.Result{}, nil
 	}
 	if err != nil {

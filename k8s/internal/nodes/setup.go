@@ -5,7 +5,9 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1alpha1 "github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
 )
@@ -19,7 +21,8 @@ func (t *Tracker) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("airlocknode").
-		For(&v1alpha1.AirlockNode{}).
+		// status writes (the tracker's own) change no generation
+		For(&v1alpha1.AirlockNode{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(t)
 }
