@@ -6,10 +6,16 @@ import (
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
 )
 
 // TestClusterUp: the harness itself — the apiserver serves agent-sandbox's
-// four kinds and airlock's own, and every node's daemon answers.
+// four kinds and airlock's own, every node's daemon answers, and each is
+// registered (airlock-node) as the AirlockNode of its name and endpoint,
+// Ready.
 func TestClusterUp(t *testing.T) {
 	ctx := context.Background()
 	want := map[string]bool{
@@ -42,6 +48,14 @@ func TestClusterUp(t *testing.T) {
 	for _, n := range env.nodes {
 		if err := n.admin.Health(ctx); err != nil {
 			t.Errorf("%s: %v", n.name, err)
+		}
+		an := &v1alpha1.AirlockNode{}
+		if err := env.c.Get(ctx, client.ObjectKey{Name: n.name}, an); err != nil {
+			t.Errorf("%s: %v", n.name, err)
+			continue
+		}
+		if an.Spec.Endpoint != n.endpoint() || !conditionIs(an.Status.Conditions, v1alpha1.ConditionReady, metav1.ConditionTrue) {
+			t.Errorf("AirlockNode %s: endpoint %q, conditions %+v", n.name, an.Spec.Endpoint, an.Status.Conditions)
 		}
 	}
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"testing"
@@ -14,15 +16,20 @@ import (
 	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
 )
 
-// tenantClient is a daemon client of node n with the key the controller
-// derives for namespace ns there.
-func tenantClient(t testing.TB, n *node, ns string) *airlock.Client {
+// tenantKey is the key the controller derives for namespace ns on node n.
+func tenantKey(t testing.TB, n *node, ns string) string {
 	t.Helper()
 	sec := &corev1.Secret{}
 	if err := env.c.Get(context.Background(), client.ObjectKey{Namespace: systemNamespace, Name: "airlock-master"}, sec); err != nil {
 		t.Fatal(err)
 	}
-	c, err := airlock.New(airlock.Config{Address: n.sock, Key: nodes.TenantKey(sec.Data["master"], n.name, ns)})
+	return nodes.TenantKey(sec.Data["master"], n.name, ns)
+}
+
+// tenantClient is a daemon client of node n as namespace ns's tenant.
+func tenantClient(t testing.TB, n *node, ns string) *airlock.Client {
+	t.Helper()
+	c, err := airlock.New(airlock.Config{Address: n.sock, Key: tenantKey(t, n, ns)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +55,14 @@ func TestNamespacesAreTenants(t *testing.T) {
 	if got, err := tenantClient(t, nb, "b").Sandbox(context.Background(), idB); err != nil || got.ID != idB {
 		t.Fatalf("b's own key on %s: %v %v", nb.name, got, err)
 	}
+	// Tenant a on b's node, as the controller makes it there before a's
+	// first sandbox (it may have already).
+	aKey := tenantKey(t, nb, "a")
+	sum := sha256.Sum256([]byte(aKey))
 	var ae *api.Error
+	if _, err := nb.admin.CreateTenant(context.Background(), &api.CreateTenant{Name: "a", KeySHA256: hex.EncodeToString(sum[:])}); err != nil && (!errors.As(err, &ae) || ae.Code != api.CodeAlreadyExists) {
+		t.Fatal(err)
+	}
 	if _, err := tenantClient(t, nb, "a").Sandbox(context.Background(), idB); !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
 		t.Errorf("a's key on %s finds b's sandbox: %v", nb.name, err)
 	}
