@@ -67,9 +67,11 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	dir, err := gateway.NewInformerDirectory(syncCtx, cfg)
-	cancel()
+	// The informers live as long as the gateway: they stop when the
+	// context given them ends (a context cancelled once they had synced
+	// left the gateway with the Sandboxes of its start, and a 404 for
+	// every one made later).
+	dir, err := gateway.NewInformerDirectory(ctx, cfg)
 	if err != nil {
 		return err
 	}
