@@ -45,6 +45,11 @@ const (
 	ReasonSandboxEnded  = "SandboxEnded"
 )
 
+// conflictRetry is when a reconcile whose write met a newer object (the
+// cache behind) is tried again, if the newer object's event has not
+// already brought it back.
+const conflictRetry = 200 * time.Millisecond
+
 // Classes is the set of runtime classes the controller owns.
 type Classes map[string]bool
 
@@ -133,6 +138,9 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !controllerutil.ContainsFinalizer(&s, FinalizerSandbox) {
 		controllerutil.AddFinalizer(&s, FinalizerSandbox)
 		if err := r.Client.Update(ctx, &s); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil // a stale cache
+			}
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
@@ -141,7 +149,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !equality.Semantic.DeepEqual(before, &s.Status) {
 		if uerr := r.Client.Status().Update(ctx, &s); uerr != nil {
 			if apierrors.IsConflict(uerr) {
-				return ctrl.Result{Requeue: true}, nil
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return ctrl.Result{}, client.IgnoreNotFound(uerr)
 		}
@@ -300,6 +308,20 @@ func (r *SandboxReconciler) keep(ctx context.Context, s *sandboxv1.Sandbox, node
 		setCond(s, sandboxv1.SandboxConditionReady, false, ReasonSandboxEnded, msg)
 		setCond(s, sandboxv1.SandboxConditionFinished, true, ReasonSandboxEnded, msg)
 		return nil
+	}
+	ready := meta.FindStatusCondition(s.Status.Conditions, string(sandboxv1.SandboxConditionReady))
+	if ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration != s.Generation {
+		// the spec changed since: a new shutdown time moves the daemon
+		// sandbox's expiry (the rest of a placed blueprint stays).
+		cl, err := r.Nodes.Tenant(ctx, node, s.Namespace)
+		if err != nil {
+			return err
+		}
+		ttl, _ := blueprint.TTL(s.Spec.ShutdownTime, r.now())
+		if _, err := cl.Extend(ctx, id, ttl); err != nil {
+			return err
+		}
+		MarkReady(s, node)
 	}
 	if !isTrue(s, sandboxv1.SandboxConditionReady) || s.Status.NodeName != node ||
 		!isTrue(s, sandboxv1.SandboxConditionPodScheduled) {

@@ -428,3 +428,32 @@ func TestRemovedNodeGivesItsSandboxesUp(t *testing.T) {
 		t.Fatalf("Finished %+v", f)
 	}
 }
+
+// A shutdown time moved after placement moves the daemon sandbox's expiry
+// (else the daemon would end it at the first one).
+func TestShutdownTimeMovedExtends(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := start(t, d)
+	h.now = time.Now()
+	at := metav1.NewTime(h.now.Add(time.Hour))
+	h.create(sandbox("box", "airlock", func(s *sandboxv1.Sandbox) { s.Spec.ShutdownTime = &at }))
+	h.reconcile("box")
+	if exp := d.Sandboxes()[0].Expires; exp.Sub(h.now) > time.Hour+time.Minute {
+		t.Fatalf("expiry %v, want in an hour", exp)
+	}
+	s := h.get("box")
+	later := metav1.NewTime(h.now.Add(3 * time.Hour))
+	s.Spec.ShutdownTime = &later
+	s.Generation++ // the apiserver's doing; the fake client keeps it
+	if err := h.c.Update(h.ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile("box")
+	if exp := d.Sandboxes()[0].Expires; exp.Sub(h.now) < 3*time.Hour-time.Minute {
+		t.Fatalf("expiry %v after the shutdown time moved to %v", exp, later)
+	}
+	h.reconcile("box")
+	if c := cond(h.get("box"), sandboxv1.SandboxConditionReady); c.ObservedGeneration != h.get("box").Generation || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready %+v", c)
+	}
+}

@@ -77,6 +77,7 @@ func (d *Daemon) Up() {
 	mux.HandleFunc("POST /v1/sandboxes", d.create)
 	mux.HandleFunc("GET /v1/sandboxes/{id}", d.get)
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", d.destroy)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/extend", d.extend)
 	mux.HandleFunc("POST /v1/tenants", d.admin(d.createTenant))
 	mux.HandleFunc("PATCH /v1/tenants/{name}", d.admin(d.updateTenant))
 	d.mu.Lock()
@@ -335,6 +336,9 @@ func (d *Daemon) create(w http.ResponseWriter, r *http.Request) {
 		Image: req.Image, Created: time.Now(), Limits: req.Limits, Network: req.Network, Metadata: req.Metadata,
 		ExternalID: req.ExternalID,
 	}
+	if ttl, err := time.ParseDuration(req.TTL); err == nil {
+		s.Expires = s.Created.Add(ttl)
+	}
 	d.sandboxes[s.ID] = s
 	d.Creates++
 	cp := *s
@@ -368,6 +372,28 @@ func (d *Daemon) get(w http.ResponseWriter, r *http.Request) {
 		d.mu.Unlock()
 		reply(w, 200, &cp)
 	}
+}
+
+func (d *Daemon) extend(w http.ResponseWriter, r *http.Request) {
+	s, ok := d.lookup(w, r)
+	if !ok {
+		return
+	}
+	var req api.Extend
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		fail(w, 400, api.CodeInvalidArgument, err.Error())
+		return
+	}
+	ttl, err := time.ParseDuration(req.TTL)
+	if err != nil {
+		fail(w, 400, api.CodeInvalidArgument, "ttl: "+req.TTL)
+		return
+	}
+	d.mu.Lock()
+	s.Expires = time.Now().Add(ttl)
+	cp := *s
+	d.mu.Unlock()
+	reply(w, 200, &cp)
 }
 
 func (d *Daemon) destroy(w http.ResponseWriter, r *http.Request) {

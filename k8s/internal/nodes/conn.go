@@ -81,7 +81,8 @@ func sameConnection(a, b *v1alpha1.AirlockNodeSpec) bool {
 }
 
 // run keeps one node's connection: sessions, with backoff between failed
-// ones.
+// ones (at most a second: a returning node is fenced and Ready again
+// within about a second of answering).
 func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNodeSpec) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -93,7 +94,7 @@ func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNod
 		if reached {
 			backoff = 100 * time.Millisecond
 		} else {
-			backoff = min(backoff*2, 5*time.Second)
+			backoff = min(backoff*2, time.Second)
 		}
 		select {
 		case <-ctx.Done():
@@ -106,6 +107,11 @@ func (t *Tracker) run(ctx context.Context, name string, spec v1alpha1.AirlockNod
 // connect makes the node's admin client.
 func (t *Tracker) connect(ctx context.Context, spec *v1alpha1.AirlockNodeSpec) (*airlock.Client, error) {
 	ref := spec.AdminKeySecretRef
+	if ref.Namespace != t.cfg.MasterSecret.Namespace {
+		// the controller sends the key to the node's endpoint: it reads
+		// none but the Secrets of its own namespace.
+		return nil, fmt.Errorf("admin key secret %s/%s: not in namespace %s", ref.Namespace, ref.Name, t.cfg.MasterSecret.Namespace)
+	}
 	var sec corev1.Secret
 	if err := t.cfg.Reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &sec); err != nil {
 		return nil, fmt.Errorf("admin key secret %s/%s: %w", ref.Namespace, ref.Name, err)
@@ -241,7 +247,12 @@ func (t *Tracker) apply(name string, ev *api.NodeEvent) {
 		if sb := ev.Sandbox; sb != nil {
 			if sb.ExternalID != "" {
 				n.byExternal[sb.ExternalID] = DaemonSandbox{ID: sb.ID, Tenant: sb.Tenant}
-				delete(n.reservations, sb.ExternalID)
+				if _, ok := n.reservations[sb.ExternalID]; ok {
+					// the allocation reported holds it now; while both
+					// counted it, others were refused: they try again.
+					delete(n.reservations, sb.ExternalID)
+					t.wakeLocked()
+				}
 			}
 		}
 	case "sandbox.ended":

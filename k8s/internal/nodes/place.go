@@ -144,6 +144,23 @@ func (t *Tracker) Place(req Request) (*Reservation, error) {
 	return &Reservation{Node: n.name, t: t, key: key, res: r}, nil
 }
 
+// expireReservations drops the reservations past their time, and sends
+// the waiters again if any was.
+func (t *Tracker) expireReservations() {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	expired := false
+	for _, n := range t.nodes {
+		before := len(n.reservations)
+		n.expire(now)
+		expired = expired || len(n.reservations) < before
+	}
+	if expired {
+		t.wakeLocked()
+	}
+}
+
 // score is how allocated the node would be with want on it: the mean of its
 // CPU and memory fractions (lower is better).
 func score(s *Snapshot, want api.Resources) float64 {

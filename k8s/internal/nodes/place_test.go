@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/airlock-sandbox/airlock/api"
 	v1alpha1 "github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
@@ -196,5 +199,48 @@ func TestPoolEvents(t *testing.T) {
 	tr.apply("a", &api.NodeEvent{Type: "pool", Pool: &api.NodePool{Tenant: "ns", Name: "swp-1"}})
 	if s, _ := tr.Node("a"); len(s.Pools) != 0 {
 		t.Fatalf("a removed pool stays: %+v", s.Pools)
+	}
+}
+
+// While a create is both reserved and in the node's reported allocation
+// (admitted, not yet reported made), others are refused; when the node
+// reports it made, or the reservation expires, they are sent again.
+func TestWaitersWokenWhenReservationEnds(t *testing.T) {
+	for _, how := range []string{"reported", "expired"} {
+		t.Run(how, func(t *testing.T) {
+			tr := New(Config{Log: logr.Discard()})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go tr.sandboxes.run(ctx)
+			readyNode(tr, "a", 2, 8<<30)
+			if _, err := tr.Place(Request{Key: "uid-a", RuntimeClass: "airlock", CPUs: 1}); err != nil {
+				t.Fatal(err)
+			}
+			tr.apply("a", &api.NodeEvent{Type: "capacity", Node: &api.Node{Capacity: api.Resources{CPUs: 2, MemoryBytes: 8 << 30}, Allocated: api.Resources{CPUs: 1, Sandboxes: 1}}})
+			waiter := &sandboxv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}}
+			if _, err := tr.Place(Request{Key: "uid-b", RuntimeClass: "airlock", CPUs: 1, Waiter: waiter}); err == nil {
+				t.Fatal("placed while counted twice")
+			}
+			switch how {
+			case "reported":
+				tr.apply("a", &api.NodeEvent{Type: "sandbox.created", Sandbox: &api.Sandbox{ID: "s1", ExternalID: "uid-a"}})
+			case "expired":
+				tr.mu.Lock()
+				tr.nodes["a"].reservations["uid-a"].expires = time.Now().Add(-time.Second)
+				tr.mu.Unlock()
+				tr.expireReservations()
+			}
+			select {
+			case ev := <-tr.SandboxEvents():
+				if ev.Object.GetName() != "b" {
+					t.Fatalf("sent %s", ev.Object.GetName())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not sent")
+			}
+			if _, err := tr.Place(Request{Key: "uid-b", RuntimeClass: "airlock", CPUs: 1}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

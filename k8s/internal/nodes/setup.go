@@ -53,6 +53,7 @@ func (t *Tracker) Start(ctx context.Context) error {
 			t.writeStatuses(ctx)
 		case <-tick.C:
 			t.checkLost()
+			t.expireReservations()
 			t.writeStatuses(ctx)
 		case <-sweep.C:
 			go t.sweepAll(ctx)

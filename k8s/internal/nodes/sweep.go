@@ -59,8 +59,13 @@ func (t *Tracker) sweep(ctx context.Context, name string, cl *airlock.Client, li
 			continue
 		}
 		why := ""
+		// an object of another namespace than the sandbox's tenant is
+		// not its own
 		s := byUID[types.UID(ext)]
-		if c := claimUID[types.UID(ext)]; s == nil && c != nil {
+		if s != nil && s.Namespace != d.Tenant {
+			s = nil
+		}
+		if c := claimUID[types.UID(ext)]; s == nil && c != nil && c.Namespace == d.Tenant {
 			s = byName[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}]
 			if s != nil && s.Labels[LabelClaimUID] != string(c.UID) {
 				s = nil

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,7 +209,13 @@ func TestOrphanSweep(t *testing.T) {
 	for i, ext := range []string{"uid-live", "uid-moved", "uid-claim", "uid-orphan", ""} {
 		d.Add(api.Sandbox{ID: "sb" + string(rune('0'+i)), Tenant: "a", State: "running", ExternalID: ext})
 	}
+	// another tenant's sandbox naming a's Sandbox's UID is not that
+	// Sandbox's.
+	d.Add(api.Sandbox{ID: "sbx", Tenant: "b", State: "running", ExternalID: "uid-live"})
 	h.tr.sweepAll(h.ctx)
+	if !hasID(d, "sbx") {
+		t.Error("another tenant's sandbox was ended at the first sweep")
+	}
 	for ext, want := range map[string]bool{"uid-live": true, "uid-moved": false, "uid-claim": true, "uid-orphan": true} {
 		if hasExternal(d, ext) != want {
 			t.Errorf("after one sweep: %s there %v, want %v", ext, !want, want)
@@ -220,8 +227,37 @@ func TestOrphanSweep(t *testing.T) {
 			t.Errorf("after two sweeps: %s there %v, want %v", ext, !want, want)
 		}
 	}
+	if hasID(d, "sbx") {
+		t.Error("another tenant's sandbox naming a's Sandbox's UID stays")
+	}
 	if len(d.Sandboxes()) != 3 {
 		t.Fatalf("left %+v", d.Sandboxes())
+	}
+}
+
+func hasID(d *daemontest.Daemon, id string) bool {
+	for _, s := range d.Sandboxes() {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// The controller reads no admin key Secret outside its own namespace (it
+// would send its value to the node's endpoint).
+func TestAdminKeyOnlyFromOwnNamespace(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 1 << 30})
+	objs := nodeObjects(d)
+	an := objs[0].(*v1alpha1.AirlockNode)
+	an.Spec.AdminKeySecretRef.Namespace = "team-a"
+	sec := objs[1].(*corev1.Secret)
+	sec.Namespace = "team-a"
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).WithStatusSubresource(&v1alpha1.AirlockNode{}).Build()
+	tr := New(Config{Client: c, Reader: c, MasterSecret: master, Log: logr.Discard()})
+	_, err := tr.connect(context.Background(), &an.Spec)
+	if err == nil || !strings.Contains(err.Error(), "not in namespace airlock-system") {
+		t.Fatalf("connect: %v", err)
 	}
 }
 
