@@ -52,7 +52,10 @@ const FaultEnv = "AIRLOCK_K8S_FAULT"
 // claim's Sandbox is deleted by this reconciler (no garbage collector is
 // relied on).
 type ClaimReconciler struct {
-	Client  client.Client
+	Client client.Client
+	// Reader reads uncached (the manager's API reader); nil: the cache
+	// alone.
+	Reader  client.Reader
 	Scheme  *runtime.Scheme
 	Nodes   NodeView
 	Classes Classes
@@ -155,6 +158,11 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 
 	var sb sandboxv1.Sandbox
 	err := r.Client.Get(ctx, req.NamespacedName, &sb)
+	if apierrors.IsNotFound(err) && claim.Status.SandboxStatus.Name != "" && r.Reader != nil {
+		// Bound, and its Sandbox not in the cache: the cache may be behind
+		// the claim's (their events come apart). Not the hot path.
+		err = r.Reader.Get(ctx, req.NamespacedName, &sb)
+	}
 	switch {
 	case err == nil && !r.Classes.Owns(blueprint.RuntimeClass(&sb.Spec.PodTemplate)):
 		return reconcile.Result{}, nil // not the controller's
@@ -193,11 +201,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err != nil {
 		return reconcile.Result{}, r.setClaimStatus(ctx, &claim, "", notReady(&claim, ReasonUnsupported, err.Error()))
 	}
-	var shutdown *metav1.Time
-	if claim.Spec.Lifecycle != nil {
-		shutdown = claim.Spec.Lifecycle.ShutdownTime
-	}
-	ttl, expired := blueprint.TTL(shutdown, r.now())
+	ttl, expired := blueprint.TTL(claimShutdown(&claim), r.now())
 	if expired {
 		return r.expire(ctx, &claim, nil)
 	}
@@ -258,7 +262,7 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *extv1.SandboxClaim, p
 		if d, ok := r.Nodes.DaemonSandbox(n.Name, uid); ok && !d.Ended {
 			// A replay: the create with the same external id answers the
 			// sandbox made before.
-			return r.createOn(ctx, n.Name, claim.Namespace, create)
+			return r.createOn(ctx, n.Name, claim.Namespace, create, coldTimeout)
 		}
 	}
 	key := nodes.PoolKey{Tenant: claim.Namespace, Name: daemonPoolName(pool.Name, bp.Hash)}
@@ -272,7 +276,7 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *extv1.SandboxClaim, p
 		}
 		r.inflight[pk]++
 		r.mu.Unlock()
-		b, err := r.createOn(ctx, node, claim.Namespace, &warm)
+		b, err := r.createOn(ctx, node, claim.Namespace, &warm, warmTimeout)
 		r.mu.Lock()
 		if r.inflight[pk]--; r.inflight[pk] <= 0 {
 			delete(r.inflight, pk)
@@ -299,7 +303,7 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *extv1.SandboxClaim, p
 	if err != nil {
 		return nil, err
 	}
-	b, err := r.createOn(ctx, node, claim.Namespace, create)
+	b, err := r.createOn(ctx, node, claim.Namespace, create, coldTimeout)
 	if err != nil {
 		release()
 		return nil, err
@@ -346,7 +350,16 @@ func (r *ClaimReconciler) warmCandidates(class string, key nodes.PoolKey) []stri
 	return out
 }
 
-func (r *ClaimReconciler) createOn(ctx context.Context, node, ns string, create *api.CreateSandbox) (*binding, error) {
+// Timeouts of a daemon create: a warm bind answers from memory; a cold one
+// may pull and unpack an image.
+const (
+	warmTimeout = 15 * time.Second
+	coldTimeout = 5 * time.Minute
+)
+
+func (r *ClaimReconciler) createOn(ctx context.Context, node, ns string, create *api.CreateSandbox, timeout time.Duration) (*binding, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	c, err := r.Nodes.Tenant(ctx, node, ns)
 	if err != nil {
 		return nil, err
@@ -380,7 +393,10 @@ func (r *ClaimReconciler) createSandbox(ctx context.Context, claim *extv1.Sandbo
 			},
 			Finalizers: []string{FinalizerSandbox},
 		},
-		Spec: sandboxv1.SandboxSpec{SandboxBlueprint: *spec},
+		// The claim's shutdown time is its Sandbox's too, so that a later
+		// one moves the daemon sandbox's expiry (the Sandbox reconciler
+		// extends it); the claim's own expiry deletes the Sandbox.
+		Spec: sandboxv1.SandboxSpec{SandboxBlueprint: *spec, Lifecycle: sandboxv1.Lifecycle{ShutdownTime: claimShutdown(claim)}},
 	}
 	if err := controllerutil.SetControllerReference(claim, sb, r.Scheme); err != nil {
 		return reconcile.Result{}, err
@@ -418,6 +434,14 @@ func (r *ClaimReconciler) bound(ctx context.Context, claim *extv1.SandboxClaim, 
 	if _, expired := claimExpiry(claim, r.now()); expired {
 		return r.expire(ctx, claim, sb)
 	}
+	if want := claimShutdown(claim); sb.DeletionTimestamp.IsZero() && !want.Equal(sb.Spec.ShutdownTime) {
+		// The claim's shutdown time moved (not on the bind's path).
+		sb = sb.DeepCopy()
+		sb.Spec.ShutdownTime = want
+		if err := r.Client.Update(ctx, sb); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if len(sb.Status.Conditions) == 0 && sb.DeletionTimestamp.IsZero() {
 		// Its status is not written yet (or not in the cache yet: the
 		// bind's own write): nothing to tell the claim.
@@ -431,6 +455,14 @@ func (r *ClaimReconciler) bound(ctx context.Context, claim *extv1.SandboxClaim, 
 		return reconcile.Result{}, err
 	}
 	return r.claimResult(claim), nil
+}
+
+// claimShutdown is a copy of the claim's shutdown time, or nil.
+func claimShutdown(claim *extv1.SandboxClaim) *metav1.Time {
+	if claim.Spec.Lifecycle == nil || claim.Spec.Lifecycle.ShutdownTime == nil {
+		return nil
+	}
+	return claim.Spec.Lifecycle.ShutdownTime.DeepCopy()
 }
 
 // claimResult asks for the claim again when it expires.

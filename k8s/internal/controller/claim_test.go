@@ -406,3 +406,31 @@ func TestBoundClaimIsNotRegressedByASandboxWithoutStatus(t *testing.T) {
 		t.Fatalf("claim Ready %+v", r)
 	}
 }
+
+// A claim's later shutdown time is its Sandbox's, which the Sandbox
+// reconciler gives the daemon sandbox (its expiry extended).
+func TestClaimShutdownTimeMovesItsSandboxs(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	cl := claimOf("c1", "p")
+	cl.Spec.Lifecycle = &extv1.Lifecycle{ShutdownTime: &metav1.Time{Time: now.Add(time.Hour)}}
+	f := newClaimFixture(t, "", cl)
+	f.nodes.setPool("a", tns, f.pool, 1, 1)
+	f.r.Now = func() time.Time { return now }
+	f.reconcile(t, "c1")
+	if sb := f.sandbox(t, "c1"); sb.Spec.ShutdownTime == nil || !sb.Spec.ShutdownTime.Time.Equal(now.Add(time.Hour)) {
+		t.Fatalf("Sandbox shutdownTime %v, want the claim's", sb.Spec.ShutdownTime)
+	}
+	c := f.claim(t, "c1")
+	c.Spec.Lifecycle.ShutdownTime = &metav1.Time{Time: now.Add(2 * time.Hour)}
+	if err := f.c.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	f.w.reset()
+	f.reconcile(t, "c1")
+	if sb := f.sandbox(t, "c1"); sb.Spec.ShutdownTime == nil || !sb.Spec.ShutdownTime.Time.Equal(now.Add(2*time.Hour)) {
+		t.Fatalf("Sandbox shutdownTime %v after the claim's moved", sb.Spec.ShutdownTime)
+	}
+	if f.w.n["update Sandbox"] != 1 {
+		t.Fatalf("writes %v", f.w.n)
+	}
+}

@@ -120,7 +120,7 @@ func SetupPoolsAndClaims(ctx context.Context, mgr ctrl.Manager, c PoolsAndClaims
 		return err
 	}
 	cl := &ClaimReconciler{
-		Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Nodes: view, Classes: c.Classes,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Nodes: view, Classes: c.Classes,
 		Log: c.Log.WithName("claim"),
 	}
 	return cl.SetupWithManager(mgr, c.ClaimWorkers)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -62,8 +63,25 @@ type WarmPoolReconciler struct {
 	Events  recorder.EventRecorder
 	Log     logr.Logger
 
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+
 	compiled templateCache
+
+	mu sync.Mutex
+	// lastStatus is when each pool's status was last written.
+	lastStatus map[types.NamespacedName]time.Time
 }
+
+func (r *WarmPoolReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// readyEvery is how often a warm pool's readyReplicas alone is written.
+const readyEvery = 2 * time.Second
 
 // SetupWithManager registers the reconciler with workers workers.
 func (r *WarmPoolReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
@@ -141,6 +159,11 @@ func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	}
 	var pool extv1.SandboxWarmPool
 	if err := r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.mu.Lock()
+			delete(r.lastStatus, req.NamespacedName)
+			r.mu.Unlock()
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
@@ -189,13 +212,31 @@ func (r *WarmPoolReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		Selector:           sandboxv1.SandboxWarmPoolLabel + "=" + pool.Name,
 		ObservedGeneration: pool.Generation,
 	}
+	var res reconcile.Result
 	if st != pool.Status {
-		pool.Status = st
-		if err := r.Client.Status().Update(ctx, &pool); err != nil {
-			return reconcile.Result{}, errors.Join(setErr, err)
+		// A change of readyReplicas alone (each claim's bind, each
+		// refill) is written at most every readyEvery, so that a burst of
+		// claims does not bring a pool status write each.
+		onlyReady := st.Replicas == pool.Status.Replicas && st.Selector == pool.Status.Selector && st.ObservedGeneration == pool.Status.ObservedGeneration
+		r.mu.Lock()
+		last := r.lastStatus[req.NamespacedName]
+		r.mu.Unlock()
+		if wait := readyEvery - r.now().Sub(last); onlyReady && wait > 0 {
+			res.RequeueAfter = wait
+		} else {
+			pool.Status = st
+			if err := r.Client.Status().Update(ctx, &pool); err != nil {
+				return reconcile.Result{}, errors.Join(setErr, err)
+			}
+			r.mu.Lock()
+			if r.lastStatus == nil {
+				r.lastStatus = map[types.NamespacedName]time.Time{}
+			}
+			r.lastStatus[req.NamespacedName] = r.now()
+			r.mu.Unlock()
 		}
 	}
-	return reconcile.Result{}, setErr
+	return res, setErr
 }
 
 // blueprintOf resolves the pool's template: nil when it is not the
@@ -249,12 +290,7 @@ func (r *WarmPoolReconciler) apply(ctx context.Context, pool *extv1.SandboxWarmP
 		k := shares[n.Name]
 		switch {
 		case k > 0 && (!has || cur.Size != k):
-			c, err := r.Nodes.Tenant(ctx, n.Name, pool.Namespace)
-			if err == nil {
-				d := *def
-				d.Size = k
-				_, err = c.SetPool(ctx, name, &d)
-			}
+			err := r.setPool(ctx, n.Name, pool.Namespace, name, def, k)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("node %s: set pool %s: %w", n.Name, name, err))
 			}
@@ -282,7 +318,26 @@ func (r *WarmPoolReconciler) apply(ctx context.Context, pool *extv1.SandboxWarmP
 	return total, ready, err
 }
 
+// poolTimeout bounds a daemon pool's PUT or DELETE (a DELETE answers when
+// the pool's ready sandboxes are gone).
+const poolTimeout = time.Minute
+
+func (r *WarmPoolReconciler) setPool(ctx context.Context, node, ns, name string, def *api.SetPool, size int) error {
+	ctx, cancel := context.WithTimeout(ctx, poolTimeout)
+	defer cancel()
+	c, err := r.Nodes.Tenant(ctx, node, ns)
+	if err != nil {
+		return err
+	}
+	d := *def
+	d.Size = size
+	_, err = c.SetPool(ctx, name, &d)
+	return err
+}
+
 func (r *WarmPoolReconciler) deletePool(ctx context.Context, node, ns, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, poolTimeout)
+	defer cancel()
 	c, err := r.Nodes.Tenant(ctx, node, ns)
 	if err == nil {
 		err = c.DeletePool(ctx, name)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -26,7 +27,8 @@ type poolFixture struct {
 	nodes  *fakeNodeView
 	r      *WarmPoolReconciler
 	events *events.FakeRecorder
-	name   string // pool "p"'s daemon pool name
+	name   string    // pool "p"'s daemon pool name
+	now    time.Time // the reconciler's clock
 }
 
 func newPoolFixture(t *testing.T, replicas int32, nodeNames ...string) *poolFixture {
@@ -37,7 +39,8 @@ func newPoolFixture(t *testing.T, replicas int32, nodeNames ...string) *poolFixt
 	}
 	c, _ := countingClient(t, tmpl, testWarmPool("p", "t", replicas))
 	f := &poolFixture{c: c, nodes: newFakeNodeView(t, nodeNames...), events: events.NewFakeRecorder(100), name: daemonPoolName("p", bp.Hash)}
-	f.r = &WarmPoolReconciler{Client: c, Nodes: f.nodes, Classes: Classes{"airlock": true}, Events: f.events}
+	f.now = time.Now()
+	f.r = &WarmPoolReconciler{Client: c, Nodes: f.nodes, Classes: Classes{"airlock": true}, Events: f.events, Now: func() time.Time { return f.now }}
 	return f
 }
 
@@ -103,8 +106,13 @@ func TestWarmPoolSpreadsScalesAndReportsStatus(t *testing.T) {
 		t.Fatalf("daemon pool spec %+v", d)
 	}
 
-	// The nodes fill (their pool events); readyReplicas follows.
+	// The nodes fill (their pool events); readyReplicas follows, written
+	// at most every readyEvery.
 	f.nodes.syncPools()
+	if res := f.reconcile(t, "p"); res.RequeueAfter <= 0 || res.RequeueAfter > readyEvery || f.pool(t).Status.ReadyReplicas != 0 {
+		t.Fatalf("readyReplicas written at once after the last status write (requeue %v)", res.RequeueAfter)
+	}
+	f.now = f.now.Add(readyEvery)
 	f.reconcile(t, "p")
 	if p := f.pool(t); p.Status.ReadyReplicas != 6 {
 		t.Fatalf("readyReplicas %d, want 6", p.Status.ReadyReplicas)
