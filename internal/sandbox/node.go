@@ -191,7 +191,7 @@ func (s *Service) WatchNode(t *tenant.Principal) (*api.NodeEvent, *NodeWatch, er
 	if h.closed != "" {
 		return nil, nil, errdefs.Unavailable(h.closed)
 	}
-	// The watchers there are hear of what changed before this hello.
+	// The watchers there hear of what changed before this hello.
 	s.syncNodeLocked(st)
 	w := &NodeWatch{hub: h, c: make(chan api.NodeEvent, nodeEventBuffer)}
 	h.subs[w] = struct{}{}

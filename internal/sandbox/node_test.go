@@ -248,3 +248,74 @@ func TestNodeWatcherThatFallsBehindIsCutOff(t *testing.T) {
 		t.Errorf("a watch of a stopping daemon: %v", err)
 	}
 }
+
+// queued is what w has been sent and not read yet.
+func queued(w *NodeWatch) []api.NodeEvent {
+	var out []api.NodeEvent
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// A watcher joining tells the watchers there what changed since they were
+// last told, before its hello (so that a later change back is told too);
+// a pooled sandbox is no sandbox of anyone's: its making and its end are
+// pool events, never sandbox events.
+func TestNodeWatchersMissNoChange(t *testing.T) {
+	ctx := context.Background()
+	r, p := poolRig(t, api.Quotas{})
+	if _, err := r.svc.SetPool(ctx, p, "warm", &api.SetPool{Size: 1, Limits: api.Limits{Pids: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	helloA, a, err := r.svc.WatchNode(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if ps := helloA.Node.Pools; len(ps) != 1 || ps[0].Ready != 0 {
+		t.Fatalf("first hello's pools %+v", ps)
+	}
+	r.fillPools() // no publisher runs: only a join tells a
+	helloB, b, err := r.svc.WatchNode(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if ps := helloB.Node.Pools; len(ps) != 1 || ps[0].Ready != 1 || helloB.Node.Allocated.Sandboxes != 1 {
+		t.Fatalf("second hello %+v", helloB.Node)
+	}
+	evs := queued(a)
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+		if ev.Rev >= helloB.Rev {
+			t.Errorf("%s at rev %d, not before the hello at %d", ev.Type, ev.Rev, helloB.Rev)
+		}
+	}
+	if len(evs) != 2 || evs[0].Type != api.NodeEventPool || evs[0].Pool.Ready != 1 || evs[1].Type != api.NodeEventCapacity || evs[1].Node.Allocated.Sandboxes != 1 {
+		t.Errorf("the first watcher was told %v, want the pool's ready sandbox and what it holds", types)
+	}
+	if err := r.svc.DeletePool(ctx, p, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	_, c, err := r.svc.WatchNode(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	types = nil
+	for _, ev := range queued(b) {
+		types = append(types, ev.Type)
+	}
+	if strings.Join(types, " ") != "pool capacity" {
+		t.Errorf("a pool removed with its ready sandbox told %v, want its pool and capacity events alone", types)
+	}
+}

@@ -81,13 +81,12 @@ type Service struct {
 	forking map[string]int            // forks in flight, by the content of their files (under Mu)
 	cpu     map[string]*cpuBudget     // by tenant id (under Mu)
 	pools   poolSet                   // the tenants' pools (under Mu)
+	node    *nodeHub                  // the node's watchers (node.go)
 	// settling counts the pooled sandboxes given to creates whose
 	// thaw, durable record and stored row are still to come (give).
 	settling sync.WaitGroup
 	// auditIndex finds a tenant's records in the log (nil: no log).
 	auditIndex *audit.Index
-	// node is the node's watchers (node.go).
-	node *nodeHub
 
 	// external is the creates in flight that name an external id, by
 	// tenant and id; each channel closes when its create has answered
@@ -109,11 +108,12 @@ type pendingCreate struct {
 // New makes the service. Call Recover before serving, then Run.
 func New(cfg Config) *Service {
 	c := core.New(cfg)
-	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}, node: newNodeHub()}
+	s := &Service{Core: c, Commands: execs.New(c), Files: files.New(c), Keeper: snapshots.New(c), Ports: ports.New(c), pending: map[string]*pendingCreate{}, pools: newPoolSet(), forking: map[string]int{}, cpu: map[string]*cpuBudget{}}
 	s.external = map[externalKey]chan struct{}{}
 	if c.Cfg.AuditDir != "" {
 		s.auditIndex = audit.NewIndex(c.Cfg.AuditDir)
 	}
+	s.node = newNodeHub()
 	return s
 }
 
