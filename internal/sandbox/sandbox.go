@@ -1,7 +1,8 @@
 // Package sandbox is the long-lived sandboxes' lifecycle: the registry of
 // live sandboxes per tenant, their state machine (running ⇄ paused →
 // ended), quotas and CPU budgets, TTL and idle expiry, the kill switch,
-// re-adoption after a daemon restart, and the audit records a caller may
+// re-adoption after a daemon restart, creates made once per external id
+// (external.go), and the audit records a caller may
 // read. Its Service is built of parts whose calls are its own: the state
 // they share, the agent client and the scan of every call
 // (internal/sandbox/core), commands (internal/sandbox/execs), files
