@@ -119,16 +119,9 @@ func TestNodeKilled(t *testing.T) {
 			t.Errorf("claim %s bound on the killed node %s", c.Name, victim.name)
 		}
 	}
-	waitPool(t, ns, "swp", 6)
-	_, ready := poolShares(t, ns)
-	total := 0
-	for _, k := range ready {
-		total += k
-	}
-	if total != 6 {
-		t.Errorf("the other nodes hold %d ready entries of the pool's 6: %v", total, ready)
-	}
+	waitReadyEntries(t, ns, 6)
 	restored := time.Since(t0)
+	waitPool(t, ns, "swp", 6)
 
 	waitList(t, &sandboxv1beta1.SandboxList{}, "the victim's Sandboxes Finished NodeLost", onVictim(func(s *sandboxv1beta1.Sandbox) bool {
 		f := condition(s.Status.Conditions, string(sandboxv1beta1.SandboxConditionFinished))

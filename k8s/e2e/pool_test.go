@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,54 @@ func poolShares(t testing.TB, tenant string) (size, ready map[string]int) {
 		}
 	}
 	return size, ready
+}
+
+// waitReadyEntries waits until the running nodes hold want ready entries
+// of tenant's daemon pools: it looks at once and again at every event of
+// any of their event streams (a heartbeat at least every second). A pool's
+// status may lag its nodes (its readyReplicas is written at most every
+// few seconds).
+func waitReadyEntries(t testing.TB, tenant string, want int) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	kick := make(chan struct{}, 1)
+	for _, n := range env.nodes {
+		if n.p.exited() {
+			continue
+		}
+		st, err := n.admin.NodeEvents(ctx, time.Second)
+		if err != nil {
+			t.Fatalf("%s: events: %v", n.name, err)
+		}
+		defer st.Close()
+		go func() {
+			for {
+				if _, err := st.Next(); err != nil {
+					return
+				}
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	for {
+		_, ready := poolShares(t, tenant)
+		total := 0
+		for _, k := range ready {
+			total += k
+		}
+		if total == want {
+			return ready
+		}
+		select {
+		case <-kick:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %d ready entries of %s's pools: %v; last %v", want, tenant, ctx.Err(), ready)
+		}
+	}
 }
 
 // TestWarmPoolSpreadsAndScales: a warm pool of 6 on three equal nodes is
