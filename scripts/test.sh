@@ -27,6 +27,11 @@ if [ -x ../shared/tools/netguard ]; then ../shared/tools/netguard; fi
 # they fail rather than skip without it.
 ./scripts/runsc.sh
 
+# kube-apiserver and etcd for the k8s module's real-cluster tests (k8s/e2e;
+# built once per pin): under CI=true they fail rather than skip without them.
+./scripts/kube.sh
+export AIRLOCK_KUBE_BIN=/usr/local/lib/airlock/kube
+
 # The E2B SDK at its pinned version, for the E2B front's test (TestE2BSDK).
 # Without it TestE2BSDK skips (under CI=true it fails).
 if command -v npm >/dev/null; then
@@ -38,6 +43,11 @@ unformatted=$(gofmt -l cmd internal test bench api client)
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 go vet ./...
 go test -count=1 -timeout 40m ./...
+# The cluster side: a module of its own (k8s/), its tests against a real
+# kube-apiserver, etcd and three airlock daemons.
+unformatted=$(cd k8s && gofmt -l .)
+if [ -n "$unformatted" ]; then echo "gofmt needed in k8s/: $unformatted" >&2; exit 1; fi
+(cd k8s && go vet ./... && go test -count=1 -timeout 30m ./...)
 # A count, not a duration: Go 1.26's fuzz coordinator can report its own
 # -fuzztime deadline as a failure (golang/go#75804, fixed in Go 1.27).
 for f in "FuzzFilterMatchesRules ./internal/linux/seccomp 200000" "FuzzCleanName ./internal/image/unpack 200000" "FuzzValidate ./internal/spec 200000" \

@@ -19,7 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/k8s/internal/gateway"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 )
 
 func main() {
@@ -31,12 +31,11 @@ func main() {
 
 func run() error {
 	var (
-		kubeconfig = flag.String("kubeconfig", "", "kubeconfig file (default: in-cluster)")
-		listen     = flag.String("listen", ":8443", "address to serve on")
-		tlsCert    = flag.String("tls-cert", "", "TLS certificate (PEM); without it and --tls-key the gateway serves plain HTTP, on a loopback address only")
-		tlsKey     = flag.String("tls-key", "", "TLS key (PEM)")
-		namespace  = flag.String("namespace", "airlock-system", "namespace of the Secret airlock-master")
-		reviewTTL  = flag.Duration("review-ttl", 10*time.Second, "how long a TokenReview or SubjectAccessReview answer is reused")
+		listen    = flag.String("listen", ":8443", "address to serve on")
+		tlsCert   = flag.String("tls-cert", "", "TLS certificate (PEM); without it and --tls-key the gateway serves plain HTTP, on a loopback address only")
+		tlsKey    = flag.String("tls-key", "", "TLS key (PEM)")
+		namespace = flag.String("namespace", "airlock-system", "namespace of the Secret airlock-master")
+		reviewTTL = flag.Duration("review-ttl", 10*time.Second, "how long a TokenReview or SubjectAccessReview answer is reused")
 	)
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -55,7 +54,10 @@ func run() error {
 		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	// --kubeconfig is controller-runtime's flag (its config package, which
+	// the node packages link, registers it): a file, else $KUBECONFIG, else
+	// in-cluster.
+	cfg, err := ctrlconfig.GetConfig()
 	if err != nil {
 		return err
 	}
@@ -65,9 +67,11 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	dir, err := gateway.NewInformerDirectory(syncCtx, cfg)
-	cancel()
+	// The informers live as long as the gateway: they stop when the
+	// context given them ends (a context cancelled once they had synced
+	// left the gateway with the Sandboxes of its start, and a 404 for
+	// every one made later).
+	dir, err := gateway.NewInformerDirectory(ctx, cfg)
 	if err != nil {
 		return err
 	}
