@@ -104,6 +104,14 @@ func ExternalID(s *sandboxv1.Sandbox) string {
 	return string(s.UID)
 }
 
+// claimsFirstStatus says s is a Sandbox a claim made (placed, the
+// claim its controller) whose status the claim has not written yet.
+func claimsFirstStatus(s *sandboxv1.Sandbox) bool {
+	ref := metav1.GetControllerOf(s)
+	return ref != nil && ref.Kind == "SandboxClaim" && ref.APIVersion == extv1.GroupVersion.String() &&
+		len(s.Status.Conditions) == 0 && s.Annotations[nodes.AnnotationNode] != "" && s.Annotations[nodes.AnnotationSandboxID] != ""
+}
+
 // MarkReady sets s's status as placed on node and Ready, as the Sandbox
 // reconciler keeps it (a claim's bind writes it so, in its one status
 // write).
@@ -152,6 +160,13 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			}
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
+	}
+	if claimsFirstStatus(&s) {
+		// A claim's bind writes this Sandbox's first status in its own
+		// one write (MarkReady); writing it here too is a second write
+		// on the warm-claim path, and the loser's a conflict. The
+		// status's event brings the Sandbox back here.
+		return ctrl.Result{}, nil
 	}
 	before := s.Status.DeepCopy()
 	res, err := r.reconcile(ctx, &s)

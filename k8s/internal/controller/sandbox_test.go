@@ -408,11 +408,18 @@ func TestClaimMadeSandboxIsOnlyKept(t *testing.T) {
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxClaim", Name: "claimed", UID: "uid-claim", Controller: &yes}}
 	})
 	h.create(s)
+	// Before the claim's status write: the claim writes the first status,
+	// not this reconciler (one write a warm claim, not two).
+	rv := h.get("claimed").ResourceVersion
+	h.reconcile("claimed")
+	if got := h.get("claimed"); got.ResourceVersion != rv || len(got.Status.Conditions) != 0 {
+		t.Fatalf("the reconciler wrote a claim's Sandbox's first status (rv %s → %s)", rv, got.ResourceVersion)
+	}
 	MarkReady(s, "n1")
 	if err := h.c.Status().Update(h.ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	rv := h.get("claimed").ResourceVersion
+	rv = h.get("claimed").ResourceVersion
 	h.reconcile("claimed")
 	if got := h.get("claimed"); got.ResourceVersion != rv || d.Creates != 1 {
 		t.Fatalf("wrote (rv %s → %s) or created (%d)", rv, got.ResourceVersion, d.Creates)
