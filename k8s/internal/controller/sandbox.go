@@ -54,6 +54,10 @@ const conflictRetry = 200 * time.Millisecond
 // start, or a node not reached yet) is tried again.
 const syncWait = 250 * time.Millisecond
 
+// claimStatusWait is how long a claim's new Sandbox is left to its
+// claim's bind for its first status (claimsFirstStatus).
+const claimStatusWait = 3 * time.Second
+
 // Classes is the set of runtime classes the controller owns.
 type Classes map[string]bool
 
@@ -163,10 +167,13 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if claimsFirstStatus(&s) {
 		// A claim's bind writes this Sandbox's first status in its own
-		// one write (MarkReady); writing it here too is a second write
-		// on the warm-claim path, and the loser's a conflict. The
-		// status's event brings the Sandbox back here.
-		return ctrl.Result{}, nil
+		// one write (MarkReady) right after making it; writing it here
+		// too is a second write on the warm-claim path (the loser's a
+		// conflict). Past claimStatusWait it is written here: the
+		// controller that made it died before its status write.
+		if age := r.now().Sub(s.CreationTimestamp.Time); age < claimStatusWait {
+			return ctrl.Result{RequeueAfter: claimStatusWait - age}, nil
+		}
 	}
 	before := s.Status.DeepCopy()
 	res, err := r.reconcile(ctx, &s)

@@ -407,14 +407,24 @@ func TestClaimMadeSandboxIsOnlyKept(t *testing.T) {
 		s.Finalizers = []string{FinalizerSandbox}
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: extv1.GroupVersion.String(), Kind: "SandboxClaim", Name: "claimed", UID: "uid-claim", Controller: &yes}}
 	})
+	s.CreationTimestamp = metav1.NewTime(time.Now())
 	h.create(s)
-	// Before the claim's status write: the claim writes the first status,
-	// not this reconciler (one write a warm claim, not two).
+	// Just made: the claim's bind writes the first status, not this
+	// reconciler (one write a warm claim, not two).
 	rv := h.get("claimed").ResourceVersion
 	h.reconcile("claimed")
 	if got := h.get("claimed"); got.ResourceVersion != rv || len(got.Status.Conditions) != 0 {
 		t.Fatalf("the reconciler wrote a claim's Sandbox's first status (rv %s → %s)", rv, got.ResourceVersion)
 	}
+	// Left without one past the wait (its controller died before the
+	// write): the reconciler writes it, or the claim would wait forever.
+	h.r.Now = func() time.Time { return time.Now().Add(claimStatusWait) }
+	h.reconcile("claimed")
+	if c := cond(h.get("claimed"), sandboxv1.SandboxConditionReady); c.Status != metav1.ConditionTrue {
+		t.Fatalf("a claim's Sandbox left without status is not made Ready: %+v", c)
+	}
+	h.r.Now = nil
+	s = h.get("claimed")
 	MarkReady(s, "n1")
 	if err := h.c.Status().Update(h.ctx, s); err != nil {
 		t.Fatal(err)
