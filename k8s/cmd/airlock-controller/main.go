@@ -12,10 +12,14 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -23,6 +27,7 @@ import (
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	v1alpha1 "github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/k8s/internal/blueprint"
 	"github.com/airlock-sandbox/airlock/k8s/internal/controller"
 	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
 )
@@ -86,6 +91,12 @@ func run() error {
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "airlock-controller",
 		LeaderElectionNamespace: ns,
+		// The cache holds only the Secrets grants may name (labelled
+		// airlock.dev/grant=true), not every Secret of the cluster; the
+		// master and admin keys are read uncached.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{blueprint.LabelGrant: "true"})},
+		}},
 	})
 	if err != nil {
 		return err
@@ -101,13 +112,17 @@ func run() error {
 	if err := tracker.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	grants := &controller.GrantSecrets{Reader: mgr.GetClient(), Tenants: tracker, Log: log.WithName("grantsecret")}
+	if err := grants.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	if err := (&controller.SandboxReconciler{
-		Client: mgr.GetClient(), Nodes: tracker, Classes: owned, Log: log.WithName("sandbox"),
+		Client: mgr.GetClient(), Nodes: tracker, Classes: owned, Grants: grants, Log: log.WithName("sandbox"),
 	}).SetupWithManager(mgr, *sandboxWorkers); err != nil {
 		return err
 	}
 	if err := controller.SetupPoolsAndClaims(context.Background(), mgr, controller.PoolsAndClaims{
-		Nodes: tracker, Classes: owned, PoolWorkers: *poolWorkers, ClaimWorkers: *claimWorkers, Log: log,
+		Nodes: tracker, Classes: owned, Grants: grants, PoolWorkers: *poolWorkers, ClaimWorkers: *claimWorkers, Log: log,
 	}); err != nil {
 		return err
 	}

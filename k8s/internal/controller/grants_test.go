@@ -1,0 +1,207 @@
+package controller
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/k8s/internal/blueprint"
+	"github.com/airlock-sandbox/airlock/k8s/internal/daemontest"
+)
+
+// the value the tests' Secrets hold; it must never show outside the daemon.
+const grantValue = "ghp_k8sGrantValueNeverShown0123456789"
+
+// logBuffer collects every log line at every verbosity.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func withGrantSecrets(h *harness) *logBuffer {
+	lb := &logBuffer{}
+	log := funcr.New(func(prefix, args string) {
+		lb.mu.Lock()
+		lb.b.WriteString(prefix + " " + args + "\n")
+		lb.mu.Unlock()
+	}, funcr.Options{Verbosity: 10})
+	h.r.Log = log
+	h.r.Grants = &GrantSecrets{Reader: h.c, Tenants: h.tr, Log: log}
+	return lb
+}
+
+func grantSecret(name string, labelled bool, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}, Data: map[string][]byte{}}
+	if labelled {
+		s.Labels = map[string]string{blueprint.LabelGrant: "true"}
+	}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+func grantSandbox(name, secret string) *sandboxv1.Sandbox {
+	return sandbox(name, "airlock", func(s *sandboxv1.Sandbox) {
+		s.Spec.PodTemplate.ObjectMeta.Annotations = map[string]string{
+			blueprint.AnnotationGrants: `[{"secret": "` + secret + `", "host": "api.github.com", "allow": ["GET /repos/**"], "env": "GH_TOKEN"}]`,
+		}
+	})
+}
+
+// noValue fails when the Secret's value shows in the Sandbox (status,
+// annotations) or the log.
+func noValue(t *testing.T, h *harness, name string, lb *logBuffer) {
+	t.Helper()
+	j, err := json.Marshal(h.get(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(j), grantValue) || strings.Contains(lb.String(), grantValue) {
+		t.Fatalf("the Secret's value shows:\nsandbox %s\nlog %s", j, lb)
+	}
+}
+
+// A Sandbox whose grants name a labelled Secret: the key's value is the
+// daemon secret of the namespace's tenant on the node before the create
+// (the fake daemon, like airlock serve, refuses a create whose grant names
+// a secret it lacks), its trailing line break dropped.
+func TestGrantSecretIsPushedBeforeTheCreate(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := start(t, d)
+	lb := withGrantSecrets(h)
+	if err := h.c.Create(h.ctx, grantSecret("gh", true, map[string]string{"token": grantValue + "\n"})); err != nil {
+		t.Fatal(err)
+	}
+	h.create(grantSandbox("box", "gh/token"))
+	h.reconcile("box")
+	s := h.get("box")
+	if cond(s, sandboxv1.SandboxConditionReady).Status != metav1.ConditionTrue || s.Annotations["airlock.dev/node"] != "n1" {
+		t.Fatalf("not Ready: %+v", s.Status)
+	}
+	v, version, ok := d.Secret("team-a", blueprint.DaemonSecretName("gh", "token"))
+	if !ok || v != grantValue || version != 1 {
+		t.Fatalf("daemon secret %q v%d %v", v, version, ok)
+	}
+	// a second Sandbox on the node: the unchanged value is not sent again
+	h.create(grantSandbox("box2", "gh/token"))
+	h.reconcile("box2")
+	if _, version, _ := d.Secret("team-a", blueprint.DaemonSecretName("gh", "token")); version != 1 {
+		t.Fatalf("an unchanged value was pushed again (version %d)", version)
+	}
+	noValue(t, h, "box", lb)
+}
+
+// A Secret without the label airlock.dev/grant=true, a missing one, or one
+// without the key is refused: no push, no create, Ready=False
+// GrantSecretUnavailable, tried again later.
+func TestGrantSecretWithoutTheLabelIsRefused(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := start(t, d)
+	lb := withGrantSecrets(h)
+	for _, s := range []*corev1.Secret{
+		grantSecret("unlabelled", false, map[string]string{"token": grantValue}),
+		grantSecret("labelled", true, map[string]string{"token": grantValue}),
+	} {
+		if err := h.c.Create(h.ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ sandbox, secret, why string }{
+		{"unlabelled", "unlabelled/token", "none labelled airlock.dev/grant=true"},
+		{"missing", "nope/token", "none labelled airlock.dev/grant=true"},
+		{"nokey", "labelled/other", `has no key "other"`},
+	} {
+		h.create(grantSandbox(tc.sandbox, tc.secret))
+		res := h.reconcile(tc.sandbox)
+		s := h.get(tc.sandbox)
+		c := cond(s, sandboxv1.SandboxConditionReady)
+		if c.Status != metav1.ConditionFalse || c.Reason != ReasonGrantSecret || !strings.Contains(c.Message, tc.why) {
+			t.Fatalf("%s: Ready %+v", tc.sandbox, c)
+		}
+		if res.RequeueAfter != grantRetry || s.Annotations["airlock.dev/node"] != "" {
+			t.Fatalf("%s: requeue %v, annotations %v", tc.sandbox, res.RequeueAfter, s.Annotations)
+		}
+		noValue(t, h, tc.sandbox, lb)
+	}
+	if d.Creates != 0 {
+		t.Fatalf("%d daemon sandboxes made", d.Creates)
+	}
+	for _, n := range []string{"unlabelled", "labelled"} {
+		if _, _, ok := d.Secret("team-a", blueprint.DaemonSecretName(n, "token")); ok {
+			t.Fatalf("secret %s was pushed", n)
+		}
+	}
+}
+
+// A labelled Secret's new value reaches every node holding a copy; an
+// unchanged Secret is not pushed again; a Secret that loses its label (or
+// is deleted) has its copies removed, so its grants fail closed.
+func TestGrantSecretUpdateIsPushedAgain(t *testing.T) {
+	d1 := daemontest.Start(t, "n1", api.Resources{CPUs: 0.25, MemoryBytes: 4 << 30})
+	d2 := daemontest.Start(t, "n2", api.Resources{CPUs: 0.25, MemoryBytes: 4 << 30})
+	h := start(t, d1, d2)
+	lb := withGrantSecrets(h)
+	sec := grantSecret("gh", true, map[string]string{"token": grantValue})
+	if err := h.c.Create(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} { // one a node: each node gets a copy
+		h.create(grantSandbox(n, "gh/token"))
+		h.reconcile(n)
+	}
+	name := blueprint.DaemonSecretName("gh", "token")
+	for _, d := range []*daemontest.Daemon{d1, d2} {
+		if v, _, ok := d.Secret("team-a", name); !ok || v != grantValue {
+			t.Fatalf("%s holds %q %v", d.Name, v, ok)
+		}
+	}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "gh"}}
+	if _, err := h.r.Grants.Reconcile(h.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, v, _ := d1.Secret("team-a", name); v != 1 {
+		t.Fatalf("an unchanged Secret was pushed again (version %d)", v)
+	}
+	rotated := grantValue + "-rotated"
+	sec.Data["token"] = []byte(rotated)
+	if err := h.c.Update(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.r.Grants.Reconcile(h.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*daemontest.Daemon{d1, d2} {
+		if v, version, _ := d.Secret("team-a", name); v != rotated || version != 2 {
+			t.Fatalf("%s holds %q v%d after the update", d.Name, v, version)
+		}
+	}
+	sec.Labels = nil
+	if err := h.c.Update(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.r.Grants.Reconcile(h.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []*daemontest.Daemon{d1, d2} {
+		if _, _, ok := d.Secret("team-a", name); ok {
+			t.Fatalf("%s keeps the copy of a Secret without the label", d.Name)
+		}
+	}
+	if strings.Contains(lb.String(), rotated) || strings.Contains(lb.String(), grantValue) {
+		t.Fatalf("a value is in the log:\n%s", lb)
+	}
+}
