@@ -2,18 +2,24 @@ package controller
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/k8s/internal/blueprint"
@@ -203,5 +209,137 @@ func TestGrantSecretUpdateIsPushedAgain(t *testing.T) {
 	}
 	if strings.Contains(lb.String(), rotated) || strings.Contains(lb.String(), grantValue) {
 		t.Fatalf("a value is in the log:\n%s", lb)
+	}
+}
+
+// serveSecret is the fake daemon's POST /v1/secrets and PUT
+// /v1/secrets/{name}; d.mu is held.
+func (d *poolDaemon) serveSecret(w http.ResponseWriter, r *http.Request, tenant string) {
+	if d.secrets == nil {
+		d.secrets = map[string]string{}
+	}
+	var body api.AddSecret
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		fakeAPIError(w, 400, api.CodeInvalidArgument, err.Error())
+		return
+	}
+	name, status := body.Name, 201
+	if r.Method == "PUT" {
+		name, status = strings.TrimPrefix(r.URL.Path, "/v1/secrets/"), 200
+		if _, ok := d.secrets[tenant+"/"+name]; !ok {
+			fakeAPIError(w, 404, api.CodeNotFound, "no secret "+name)
+			return
+		}
+	} else if _, ok := d.secrets[tenant+"/"+name]; ok {
+		fakeAPIError(w, 409, api.CodeAlreadyExists, "secret "+name+" exists")
+		return
+	}
+	d.secrets[tenant+"/"+name] = body.Value
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(&api.Secret{Name: name, Version: 1})
+}
+
+func templateWithGrants() *extv1.SandboxTemplate {
+	tmpl := airlockTemplate("t", "")
+	tmpl.Spec.PodTemplate.ObjectMeta.Annotations = map[string]string{
+		blueprint.AnnotationGrants: `[{"secret": "gh/token", "host": "api.github.com", "allow": ["GET /**"]}]`,
+	}
+	return tmpl
+}
+
+// A warm pool of a template with grants makes no daemon pool (a pooled
+// sandbox cannot hold grants) and says so in an Event.
+func TestWarmPoolOfATemplateWithGrantsHoldsNone(t *testing.T) {
+	c, _ := countingClient(t, templateWithGrants(), testWarmPool("p", "t", 3))
+	fn := newFakeNodeView(t, "a", "b")
+	rec := events.NewFakeRecorder(10)
+	r := &WarmPoolReconciler{Client: c, Nodes: fn, Classes: Classes{"airlock": true}, Events: rec}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: tns, Name: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	for n, d := range fn.daemons {
+		if len(d.poolOps) != 0 {
+			t.Fatalf("node %s: pool calls %v", n, d.poolOps)
+		}
+	}
+	var p extv1.SandboxWarmPool
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: tns, Name: "p"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Replicas != 0 || p.Status.ObservedGeneration != p.Generation {
+		t.Fatalf("status %+v", p.Status)
+	}
+	select {
+	case ev := <-rec.Events:
+		if !strings.Contains(ev, "TemplateUnusable") || !strings.Contains(ev, "a pooled sandbox cannot hold grants") {
+			t.Fatalf("event %q", ev)
+		}
+	default:
+		t.Fatal("no event")
+	}
+}
+
+// A claim of such a pool is made cold, its Secret pushed to the node first.
+func TestClaimOfATemplateWithGrantsGoesColdWithItsSecret(t *testing.T) {
+	sec := grantSecret("gh", true, map[string]string{"token": grantValue})
+	sec.Namespace = tns
+	c, _ := countingClient(t, templateWithGrants(), testWarmPool("p", "t", 3), claimOf("c1", "p"), sec)
+	fn := newFakeNodeView(t, "a")
+	r := &ClaimReconciler{Client: c, Scheme: controllerScheme(t), Nodes: fn, Classes: Classes{"airlock": true},
+		Grants: &GrantSecrets{Reader: c, Tenants: fn, Log: logr.Discard()}}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: tns, Name: "c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var sb sandboxv1.Sandbox
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: tns, Name: "c1"}, &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sb.Labels[sandboxv1.SandboxLaunchTypeLabel] != "cold" {
+		t.Fatalf("launch %q", sb.Labels[sandboxv1.SandboxLaunchTypeLabel])
+	}
+	d := fn.daemons["a"]
+	if v := d.secrets[tns+"/"+blueprint.DaemonSecretName("gh", "token")]; v != grantValue {
+		t.Fatalf("daemon secret %q", v)
+	}
+	if last := d.creates[len(d.creates)-1]; len(last.Grants) != 1 || last.Grants[0].Secret != blueprint.DaemonSecretName("gh", "token") {
+		t.Fatalf("create grants %+v", last.Grants)
+	}
+	j, _ := json.Marshal([]any{sb, claimStatus(t, c, "c1")})
+	if strings.Contains(string(j), grantValue) {
+		t.Fatalf("the value shows: %s", j)
+	}
+}
+
+func claimStatus(t *testing.T, c client.Client, name string) extv1.SandboxClaimStatus {
+	var cl extv1.SandboxClaim
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: tns, Name: name}, &cl); err != nil {
+		t.Fatal(err)
+	}
+	return cl.Status
+}
+
+// A claim whose template's grant names an unlabelled Secret is refused:
+// no create, claim Ready=False GrantSecretUnavailable, tried again later.
+func TestClaimWithAnUnlabelledGrantSecretIsRefused(t *testing.T) {
+	sec := grantSecret("gh", false, map[string]string{"token": grantValue})
+	sec.Namespace = tns
+	c, _ := countingClient(t, templateWithGrants(), testWarmPool("p", "t", 3), claimOf("c1", "p"), sec)
+	fn := newFakeNodeView(t, "a")
+	r := &ClaimReconciler{Client: c, Scheme: controllerScheme(t), Nodes: fn, Classes: Classes{"airlock": true},
+		Grants: &GrantSecrets{Reader: c, Tenants: fn, Log: logr.Discard()}}
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: tns, Name: "c1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := claimStatus(t, c, "c1")
+	rc := readyCond(st.Conditions)
+	if rc == nil || rc.Status != metav1.ConditionFalse || rc.Reason != ReasonGrantSecret || res.RequeueAfter != grantRetry {
+		t.Fatalf("Ready %+v, requeue %v", rc, res.RequeueAfter)
+	}
+	if d := fn.daemons["a"]; len(d.creates) != 0 || len(d.secrets) != 0 {
+		t.Fatalf("creates %d, secrets %v", len(d.creates), d.secrets)
+	}
+	if j, _ := json.Marshal(st); strings.Contains(string(j), grantValue) {
+		t.Fatalf("the value shows: %s", j)
 	}
 }
