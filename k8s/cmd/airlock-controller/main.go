@@ -112,7 +112,7 @@ func run() error {
 	if err := tracker.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	grants := &controller.GrantSecrets{Reader: mgr.GetClient(), Tenants: tracker, Log: log.WithName("grantsecret")}
+	grants := &controller.GrantSecrets{Reader: mgr.GetClient(), Tenants: tracker, Nodes: tracker, Log: log.WithName("grantsecret")}
 	if err := grants.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	airlock "github.com/airlock-sandbox/airlock/client"
 
 	"github.com/airlock-sandbox/airlock/k8s/internal/blueprint"
+	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
 )
 
 // ReasonGrantSecret is the Ready=False reason of a Sandbox or claim whose
@@ -55,10 +56,16 @@ type GrantSecrets struct {
 	// labelled ones.
 	Reader  client.Reader
 	Tenants TenantClients
-	Log     logr.Logger
+	// Nodes lists the nodes (nodes.Tracker). When set, the first time
+	// this process sees a Secret, the Ready nodes are asked which of its
+	// keys they hold (the copies a controller before a restart pushed), so
+	// that a value changed meanwhile reaches them too.
+	Nodes interface{ Nodes() []nodes.Snapshot }
+	Log   logr.Logger
 
 	mu     sync.Mutex
 	copies map[copyKey]*secretCopy
+	seen   map[types.NamespacedName]bool // Secrets discovered
 }
 
 // copyKey is one daemon secret on one node.
@@ -189,6 +196,9 @@ func (g *GrantSecrets) sync(ctx context.Context, node, ns string, c *secretCopy,
 // of one of its keys, and removes the copies of a Secret that is gone, lost
 // its label or the key.
 func (g *GrantSecrets) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if err := g.discover(ctx, req.NamespacedName); err != nil {
+		return ctrl.Result{}, err
+	}
 	g.mu.Lock()
 	var keys []copyKey
 	var cs []*secretCopy
@@ -207,6 +217,61 @@ func (g *GrantSecrets) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		c.mu.Unlock()
 	}
 	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// discover, the first time Secret key is seen here, records the copies of
+// its keys the Ready nodes hold, to be pushed again by Reconcile.
+func (g *GrantSecrets) discover(ctx context.Context, key types.NamespacedName) error {
+	if g.Nodes == nil {
+		return nil
+	}
+	g.mu.Lock()
+	done := g.seen[key]
+	g.mu.Unlock()
+	if done {
+		return nil
+	}
+	var sec corev1.Secret
+	if err := g.Reader.Get(ctx, key, &sec); err != nil || sec.Labels[blueprint.LabelGrant] != "true" {
+		return client.IgnoreNotFound(err) // nothing to push (a copy made before stays: see docs)
+	}
+	want := map[string]blueprint.SecretRef{}
+	for k := range sec.Data {
+		d := blueprint.DaemonSecretName(key.Name, k)
+		want[d] = blueprint.SecretRef{Name: key.Name, Key: k, Daemon: d}
+	}
+	for _, n := range g.Nodes.Nodes() {
+		if n.State != nodes.StateReady {
+			continue
+		}
+		cl, err := g.Tenants.Tenant(ctx, n.Name, key.Namespace)
+		if err != nil {
+			return err
+		}
+		held, err := cl.Secrets(ctx)
+		if err != nil {
+			return fmt.Errorf("node %s: listing tenant %s's secrets: %w", n.Name, key.Namespace, err)
+		}
+		for _, s := range held {
+			ref, ok := want[s.Name]
+			if !ok {
+				continue
+			}
+			c := g.entry(copyKey{n.Name, key.Namespace, s.Name}, ref)
+			c.mu.Lock()
+			if !c.held {
+				c.held, c.cl = true, nil // pushed again: its value is not known here
+			}
+			c.mu.Unlock()
+		}
+	}
+	g.mu.Lock()
+	if g.seen == nil {
+		g.seen = map[types.NamespacedName]bool{}
+	}
+	g.seen[key] = true
+	g.mu.Unlock()
+	return nil
 }
 
 // SetupWithManager watches Secrets through the manager's cache, which

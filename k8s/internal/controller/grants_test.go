@@ -343,3 +343,33 @@ func TestClaimWithAnUnlabelledGrantSecretIsRefused(t *testing.T) {
 		t.Fatalf("the value shows: %s", j)
 	}
 }
+
+// A controller started afresh (no memory of its pushes) finds the copies
+// the nodes hold when it first sees their Secret, and pushes the Secret's
+// value changed meanwhile.
+func TestGrantSecretChangedWhileTheControllerWasDownIsPushed(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := start(t, d)
+	lb := withGrantSecrets(h)
+	sec := grantSecret("gh", true, map[string]string{"token": grantValue})
+	if err := h.c.Create(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	h.create(grantSandbox("box", "gh/token"))
+	h.reconcile("box")
+	rotated := grantValue + "-rotated"
+	sec.Data["token"] = []byte(rotated)
+	if err := h.c.Update(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	fresh := &GrantSecrets{Reader: h.c, Tenants: h.tr, Nodes: h.tr, Log: h.r.Grants.Log}
+	if _, err := fresh.Reconcile(h.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "gh"}}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := d.Secret("team-a", blueprint.DaemonSecretName("gh", "token")); v != rotated {
+		t.Fatalf("the node holds %q", v)
+	}
+	if strings.Contains(lb.String(), grantValue) {
+		t.Fatalf("a value is in the log:\n%s", lb)
+	}
+}

@@ -3,6 +3,7 @@ package daemontest
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -14,9 +15,24 @@ type storedSecret struct {
 	version int
 }
 
-// handleSecrets serves the tenant secret calls of docs/api.md (POST, PUT,
-// DELETE /v1/secrets) on mux.
+// handleSecrets serves the tenant secret calls of docs/api.md (GET, POST,
+// PUT, DELETE /v1/secrets) on mux.
 func (d *Daemon) handleSecrets(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/secrets", func(w http.ResponseWriter, r *http.Request) {
+		tenant, ok := d.secretCall(w, r, nil)
+		if !ok {
+			return
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		out := []*api.Secret{}
+		for k, s := range d.secrets {
+			if name, found := strings.CutPrefix(k, tenant+"/"); found {
+				out = append(out, &api.Secret{Name: name, Version: s.version})
+			}
+		}
+		reply(w, 200, out)
+	})
 	mux.HandleFunc("POST /v1/secrets", func(w http.ResponseWriter, r *http.Request) {
 		var req api.AddSecret
 		tenant, ok := d.secretCall(w, r, &req)
