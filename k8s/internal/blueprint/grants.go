@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -23,6 +24,10 @@ const AnnotationGrants = "airlock.dev/grants"
 // other Secret for grants.
 const LabelGrant = "airlock.dev/grant"
 
+// AnnotationGrantHosts on a Secret lists (comma-separated) the only hosts
+// grants of its keys may name; without it, any host.
+const AnnotationGrantHosts = "airlock.dev/grant-hosts"
+
 // SecretRef is one key of a Kubernetes Secret that a blueprint's grants
 // use, and the daemon secret it is pushed to.
 type SecretRef struct {
@@ -30,6 +35,8 @@ type SecretRef struct {
 	Key  string // its data key
 	// Daemon is the daemon secret's name: DaemonSecretName(Name, Key).
 	Daemon string
+	// Hosts are the hosts the blueprint's grants of it name.
+	Hosts []string
 }
 
 // DaemonSecretName is the name of the daemon secret holding key of Secret
@@ -63,7 +70,7 @@ func parseGrants(v string) ([]api.Grant, []SecretRef, []Field) {
 		return nil, nil, bad("names no grant")
 	}
 	var refs []SecretRef
-	seen := map[string]bool{}
+	seen := map[string]int{} // daemon name → index in refs
 	for i := range grants {
 		g := &grants[i]
 		name, key, ok := strings.Cut(g.Secret, "/")
@@ -85,9 +92,14 @@ func parseGrants(v string) ([]api.Grant, []SecretRef, []Field) {
 			g.Env = defaultGrantEnv(name, key)
 		}
 		g.Secret = d
-		if !seen[d] {
-			seen[d] = true
+		j, ok := seen[d]
+		if !ok {
+			j = len(refs)
+			seen[d] = j
 			refs = append(refs, SecretRef{Name: name, Key: key, Daemon: d})
+		}
+		if !slices.Contains(refs[j].Hosts, g.Host) {
+			refs[j].Hosts = append(refs[j].Hosts, g.Host)
 		}
 	}
 	return grants, refs, nil

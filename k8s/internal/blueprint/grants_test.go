@@ -37,7 +37,7 @@ func TestGrantsMapping(t *testing.T) {
 	if !reflect.DeepEqual(bp.Create.Grants, want) {
 		t.Fatalf("grants:\n got %+v\nwant %+v", bp.Create.Grants, want)
 	}
-	wantRefs := []SecretRef{{"gh-token", "token", gh}, {"api.keys", "Api_Key.v1", api1}}
+	wantRefs := []SecretRef{{"gh-token", "token", gh, []string{"api.github.com", "github.com"}}, {"api.keys", "Api_Key.v1", api1, []string{"api.example.com"}}}
 	if !reflect.DeepEqual(bp.Secrets, wantRefs) {
 		t.Fatalf("secrets: got %+v, want %+v", bp.Secrets, wantRefs)
 	}

@@ -106,6 +106,11 @@ func (g *GrantSecrets) Push(ctx context.Context, node, ns string, refs []bluepri
 		return &GrantError{"grants of Kubernetes Secrets are not served by this controller"}
 	}
 	for _, ref := range refs {
+		// the hosts this create's grants name (a copy on the node is
+		// shared by the tenant's sandboxes there)
+		if _, err := g.value(ctx, ns, ref, true); err != nil {
+			return err
+		}
 		c := g.entry(copyKey{node, ns, ref.Daemon}, ref)
 		c.mu.Lock()
 		err := g.sync(ctx, node, ns, c, true)
@@ -117,8 +122,10 @@ func (g *GrantSecrets) Push(ctx context.Context, node, ns string, refs []bluepri
 	return nil
 }
 
-// value reads ref's value in namespace ns from the cache.
-func (g *GrantSecrets) value(ctx context.Context, ns string, ref blueprint.SecretRef) (string, error) {
+// value reads ref's value in namespace ns from the cache; checkHosts
+// refuses it when the Secret's AnnotationGrantHosts leaves out one of
+// ref.Hosts.
+func (g *GrantSecrets) value(ctx context.Context, ns string, ref blueprint.SecretRef, checkHosts bool) (string, error) {
 	var sec corev1.Secret
 	err := g.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &sec)
 	if apierrors.IsNotFound(err) || err == nil && sec.Labels[blueprint.LabelGrant] != "true" {
@@ -126,6 +133,17 @@ func (g *GrantSecrets) value(ctx context.Context, ns string, ref blueprint.Secre
 	}
 	if err != nil {
 		return "", err
+	}
+	if list, ok := sec.Annotations[blueprint.AnnotationGrantHosts]; ok && checkHosts {
+		allowed := map[string]bool{}
+		for _, h := range strings.Split(list, ",") {
+			allowed[strings.TrimSpace(h)] = true
+		}
+		for _, h := range ref.Hosts {
+			if !allowed[h] {
+				return "", &GrantError{fmt.Sprintf("Secret %s/%s may be granted to %s only (%s), not to %q", ns, ref.Name, list, blueprint.AnnotationGrantHosts, h)}
+			}
+		}
 	}
 	v, ok := sec.Data[ref.Key]
 	if !ok {
@@ -148,7 +166,7 @@ func (g *GrantSecrets) value(ctx context.Context, ns string, ref blueprint.Secre
 // gone. forCreate makes a missing Secret a *GrantError instead. c.mu is
 // held.
 func (g *GrantSecrets) sync(ctx context.Context, node, ns string, c *secretCopy, forCreate bool) error {
-	v, err := g.value(ctx, ns, c.ref)
+	v, err := g.value(ctx, ns, c.ref, false)
 	var ge *GrantError
 	if errors.As(err, &ge) && !forCreate {
 		if !c.held {

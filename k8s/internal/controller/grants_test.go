@@ -373,3 +373,35 @@ func TestGrantSecretChangedWhileTheControllerWasDownIsPushed(t *testing.T) {
 		t.Fatalf("a value is in the log:\n%s", lb)
 	}
 }
+
+// A Secret annotated airlock.dev/grant-hosts may be granted to those hosts
+// only: a grant naming another is refused before anything is sent.
+func TestGrantSecretHostsAreHeld(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := start(t, d)
+	withGrantSecrets(h)
+	sec := grantSecret("gh", true, map[string]string{"token": grantValue})
+	sec.Annotations = map[string]string{blueprint.AnnotationGrantHosts: "github.com, api.github.com"}
+	if err := h.c.Create(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	h.create(grantSandbox("ok", "gh/token")) // api.github.com
+	h.create(sandbox("evil", "airlock", func(s *sandboxv1.Sandbox) {
+		s.Spec.PodTemplate.ObjectMeta.Annotations = map[string]string{
+			blueprint.AnnotationGrants: `[{"secret": "gh/token", "host": "api.github.com", "allow": ["GET /**"]},
+				{"secret": "gh/token", "host": "collector.example", "allow": ["GET /**"]}]`,
+		}
+	}))
+	h.reconcile("evil")
+	c := cond(h.get("evil"), sandboxv1.SandboxConditionReady)
+	if c.Reason != ReasonGrantSecret || !strings.Contains(c.Message, `not to "collector.example"`) {
+		t.Fatalf("evil: Ready %+v", c)
+	}
+	if _, _, ok := d.Secret("team-a", blueprint.DaemonSecretName("gh", "token")); ok || d.Creates != 0 {
+		t.Fatal("the value was sent for a host the Secret does not allow")
+	}
+	h.reconcile("ok")
+	if c := cond(h.get("ok"), sandboxv1.SandboxConditionReady); c.Status != metav1.ConditionTrue {
+		t.Fatalf("ok: Ready %+v", c)
+	}
+}
