@@ -12,14 +12,11 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -27,7 +24,6 @@ import (
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	v1alpha1 "github.com/airlock-sandbox/airlock/k8s/api/v1alpha1"
-	"github.com/airlock-sandbox/airlock/k8s/internal/blueprint"
 	"github.com/airlock-sandbox/airlock/k8s/internal/controller"
 	"github.com/airlock-sandbox/airlock/k8s/internal/nodes"
 )
@@ -94,9 +90,7 @@ func run() error {
 		// The cache holds only the Secrets grants may name (labelled
 		// airlock.dev/grant=true), not every Secret of the cluster; the
 		// master and admin keys are read uncached.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{blueprint.LabelGrant: "true"})},
-		}},
+		Cache: cache.Options{ByObject: controller.SecretCache()},
 	})
 	if err != nil {
 		return err

@@ -12,8 +12,10 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -292,9 +294,18 @@ func (g *GrantSecrets) discover(ctx context.Context, key types.NamespacedName) e
 	return nil
 }
 
+// SecretCache is the manager's cache option for Secrets: only those
+// labelled blueprint.LabelGrant "true" are listed, watched and kept, not
+// every Secret of the cluster.
+func SecretCache() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{blueprint.LabelGrant: "true"})},
+	}
+}
+
 // SetupWithManager watches Secrets through the manager's cache, which
-// must hold only the labelled ones (the controller's cache options: a
-// Secret that loses its label leaves the cache, a delete here).
+// must hold only the labelled ones (SecretCache: a Secret that loses its
+// label leaves the cache, a delete here).
 func (g *GrantSecrets) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("grantsecret").

@@ -212,11 +212,21 @@ func TestGrantSecretUpdateIsPushedAgain(t *testing.T) {
 	}
 }
 
-// serveSecret is the fake daemon's POST /v1/secrets and PUT
+// serveSecret is the fake daemon's POST /v1/secrets, PUT and DELETE
 // /v1/secrets/{name}; d.mu is held.
 func (d *poolDaemon) serveSecret(w http.ResponseWriter, r *http.Request, tenant string) {
 	if d.secrets == nil {
 		d.secrets = map[string]string{}
+	}
+	if r.Method == "DELETE" {
+		name := strings.TrimPrefix(r.URL.Path, "/v1/secrets/")
+		if _, ok := d.secrets[tenant+"/"+name]; !ok {
+			fakeAPIError(w, 404, api.CodeNotFound, "no secret "+name)
+			return
+		}
+		delete(d.secrets, tenant+"/"+name)
+		w.WriteHeader(204)
+		return
 	}
 	var body api.AddSecret
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
