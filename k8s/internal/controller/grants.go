@@ -204,7 +204,9 @@ func (g *GrantSecrets) sync(ctx context.Context, node, ns string, c *secretCopy,
 		}
 	}
 	if err != nil {
-		c.held = false
+		// the node may still hold an older value (held stays, so that
+		// the Secret's removal removes it): pushed again next time.
+		c.cl = nil
 		return fmt.Errorf("node %s: pushing Secret %s/%s key %q: %w", node, ns, c.ref.Name, c.ref.Key, err)
 	}
 	c.held, c.cl, c.sum = true, cl, sum

@@ -415,3 +415,36 @@ func TestGrantSecretHostsAreHeld(t *testing.T) {
 		t.Fatalf("ok: Ready %+v", c)
 	}
 }
+
+// A push that fails (the node down) leaves the node's older copy known:
+// the Secret's later removal still removes it there.
+func TestGrantSecretCopyIsRemovedAfterAFailedPush(t *testing.T) {
+	d := daemontest.Start(t, "n1", api.Resources{CPUs: 2, MemoryBytes: 4 << 30})
+	h := start(t, d)
+	withGrantSecrets(h)
+	sec := grantSecret("gh", true, map[string]string{"token": grantValue})
+	if err := h.c.Create(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	h.create(grantSandbox("box", "gh/token"))
+	h.reconcile("box")
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "gh"}}
+	sec.Data["token"] = []byte(grantValue + "-2")
+	if err := h.c.Update(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	d.Down()
+	if _, err := h.r.Grants.Reconcile(h.ctx, req); err == nil {
+		t.Fatal("a push to a node that is down succeeded")
+	}
+	d.Up()
+	if err := h.c.Delete(h.ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.r.Grants.Reconcile(h.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, ok := d.Secret("team-a", blueprint.DaemonSecretName("gh", "token")); ok {
+		t.Fatalf("the node keeps the copy of a deleted Secret (%d bytes)", len(v))
+	}
+}
