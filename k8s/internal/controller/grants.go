@@ -31,6 +31,9 @@ import (
 // cannot put in a header). It is tried again every grantRetry.
 const ReasonGrantSecret = "GrantSecretUnavailable"
 
+// maxSecretBytes is the daemon's limit on a secret's value (docs/api.md).
+const maxSecretBytes = 16 << 10
+
 // grantRetry is when a Sandbox or claim waiting for its grants' Secrets is
 // tried again.
 const grantRetry = 30 * time.Second
@@ -156,6 +159,8 @@ func (g *GrantSecrets) value(ctx context.Context, ns string, ref blueprint.Secre
 	switch {
 	case s == "":
 		return "", &GrantError{fmt.Sprintf("Secret %s/%s key %q is empty", ns, ref.Name, ref.Key)}
+	case len(s) > maxSecretBytes:
+		return "", &GrantError{fmt.Sprintf("Secret %s/%s key %q holds %d bytes: a daemon secret is at most %d", ns, ref.Name, ref.Key, len(s), maxSecretBytes)}
 	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return "", &GrantError{fmt.Sprintf("Secret %s/%s key %q holds a control character: a grant's value goes into a request header", ns, ref.Name, ref.Key)}
 	}

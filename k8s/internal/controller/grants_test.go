@@ -120,7 +120,7 @@ func TestGrantSecretWithoutTheLabelIsRefused(t *testing.T) {
 	lb := withGrantSecrets(h)
 	for _, s := range []*corev1.Secret{
 		grantSecret("unlabelled", false, map[string]string{"token": grantValue}),
-		grantSecret("labelled", true, map[string]string{"token": grantValue}),
+		grantSecret("labelled", true, map[string]string{"token": grantValue, "big": strings.Repeat("x", 16<<10+1), "nl": "a\nb"}),
 	} {
 		if err := h.c.Create(h.ctx, s); err != nil {
 			t.Fatal(err)
@@ -130,6 +130,8 @@ func TestGrantSecretWithoutTheLabelIsRefused(t *testing.T) {
 		{"unlabelled", "unlabelled/token", "none labelled airlock.dev/grant=true"},
 		{"missing", "nope/token", "none labelled airlock.dev/grant=true"},
 		{"nokey", "labelled/other", `has no key "other"`},
+		{"big", "labelled/big", "a daemon secret is at most 16384"},
+		{"nl", "labelled/nl", "holds a control character"},
 	} {
 		h.create(grantSandbox(tc.sandbox, tc.secret))
 		res := h.reconcile(tc.sandbox)
