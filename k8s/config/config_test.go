@@ -186,6 +186,8 @@ func TestRBACGrantsWhatEachPartCallsAndNoMore(t *testing.T) {
 		{"airlock-controller", "", "", "namespaces", "watch", ""},
 		{"airlock-controller", "airlock-system", "", "secrets", "create", "airlock-master"},
 		{"airlock-controller", "airlock-system", "", "secrets", "get", "airlock-node-n1"},
+		{"airlock-controller", "a", "", "secrets", "list", ""}, // grants' Secrets, by label
+		{"airlock-controller", "a", "", "secrets", "watch", ""},
 	} {
 		if !r.allows(c.sa, c.ns, c.group, c.resource, c.verb, c.name) {
 			t.Errorf("%s may not %s %s %s/%s %s", c.sa, c.verb, c.ns, c.group, c.resource, c.name)
@@ -199,6 +201,8 @@ func TestRBACGrantsWhatEachPartCallsAndNoMore(t *testing.T) {
 		{"airlock-node", "airlock-system", "", "secrets", "list", ""},
 		{"airlock-node", "", "airlock.dev", "airlocknodes", "delete", ""},
 		{"airlock-controller", "a", "", "secrets", "get", "x"}, // only airlock-system's
+		{"airlock-controller", "a", "", "secrets", "update", "x"},
+		{"airlock-controller", "a", "", "secrets", "create", ""},
 		{"airlock-controller", "", "", "pods", "create", ""},
 	} {
 		if r.allows(c.sa, c.ns, c.group, c.resource, c.verb, c.name) {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -86,6 +87,10 @@ func run() error {
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "airlock-controller",
 		LeaderElectionNamespace: ns,
+		// The cache holds only the Secrets grants may name (labelled
+		// airlock.dev/grant=true), not every Secret of the cluster; the
+		// master and admin keys are read uncached.
+		Cache: cache.Options{ByObject: controller.SecretCache()},
 	})
 	if err != nil {
 		return err
@@ -101,13 +106,17 @@ func run() error {
 	if err := tracker.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	grants := &controller.GrantSecrets{Reader: mgr.GetClient(), Tenants: tracker, Nodes: tracker, Log: log.WithName("grantsecret")}
+	if err := grants.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	if err := (&controller.SandboxReconciler{
-		Client: mgr.GetClient(), Nodes: tracker, Classes: owned, Log: log.WithName("sandbox"),
+		Client: mgr.GetClient(), Nodes: tracker, Classes: owned, Grants: grants, Log: log.WithName("sandbox"),
 	}).SetupWithManager(mgr, *sandboxWorkers); err != nil {
 		return err
 	}
 	if err := controller.SetupPoolsAndClaims(context.Background(), mgr, controller.PoolsAndClaims{
-		Nodes: tracker, Classes: owned, PoolWorkers: *poolWorkers, ClaimWorkers: *claimWorkers, Log: log,
+		Nodes: tracker, Classes: owned, Grants: grants, PoolWorkers: *poolWorkers, ClaimWorkers: *claimWorkers, Log: log,
 	}); err != nil {
 		return err
 	}

@@ -2,7 +2,9 @@
 // bodies (docs/kubernetes.md, "PodSpec fields"): containers[0]'s image, env
 // and cpu/memory/ephemeral-storage limits, the hostname, the runtime class
 // as the wall, and the pod template annotation airlock.dev/network-allow as
-// a proxy egress allow-list. Every other PodSpec and Container field is
+// a proxy egress allow-list, and airlock.dev/grants as grants whose secrets
+// are keys of labelled Kubernetes Secrets (grants.go). Every other PodSpec
+// and Container field is
 // either ignored, because it means nothing for a sandbox and ignoring it
 // weakens nothing (podSpecFields, containerFields), or refused when set:
 // the Sandbox is then Ready=False with reason Unsupported naming the field.
@@ -52,6 +54,9 @@ type Blueprint struct {
 	Create api.CreateSandbox
 	// Hash identifies Create (lowercase hex SHA-256 of its JSON).
 	Hash string
+	// Secrets are the Secret keys Create's grants use (AnnotationGrants):
+	// the controller pushes each to the node before a create.
+	Secrets []SecretRef
 }
 
 // CPUs and MemoryBytes are the placement request: the limits.
@@ -63,6 +68,7 @@ func (b *Blueprint) Body(externalID string, metadata map[string]string, ttl stri
 	c := b.Create
 	c.Env = copyMap(b.Create.Env)
 	c.Network.Allow = append([]string(nil), b.Create.Network.Allow...)
+	c.Grants = copyGrants(b.Create.Grants)
 	c.ExternalID, c.Metadata, c.TTL = externalID, metadata, ttl
 	return &c
 }
@@ -163,6 +169,11 @@ func build(pt *sandboxv1.PodTemplate, bad []Field) (*Blueprint, error) {
 			bad = append(bad, Field{"spec.podTemplate.metadata.annotations[" + AnnotationNetworkAllow + "]", "names no host"})
 		}
 		c.Network = api.Network{Mode: "proxy", Allow: allow}
+	}
+	if v, ok := pt.ObjectMeta.Annotations[AnnotationGrants]; ok {
+		grants, refs, why := parseGrants(v)
+		bad = append(bad, why...)
+		c.Grants, b.Secrets = grants, refs
 	}
 	if len(bad) > 0 {
 		return nil, &Unsupported{Fields: bad}

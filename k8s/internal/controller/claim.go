@@ -59,7 +59,10 @@ type ClaimReconciler struct {
 	Scheme  *runtime.Scheme
 	Nodes   NodeView
 	Classes Classes
-	Log     logr.Logger
+	// Grants pushes the Secrets a template's grants name before a cold
+	// create (nil: a claim with grants is refused).
+	Grants *GrantSecrets
+	Log    logr.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Fault is the fault hook's value (FaultEnv); Exit ends the process
@@ -221,6 +224,10 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		if errors.As(err, &ue) {
 			return reconcile.Result{}, r.setClaimStatus(ctx, &claim, "", notReady(&claim, ReasonUnschedulable, ue.Message))
 		}
+		var ge *GrantError
+		if errors.As(err, &ge) {
+			return reconcile.Result{RequeueAfter: grantRetry}, r.setClaimStatus(ctx, &claim, "", notReady(&claim, ReasonGrantSecret, ge.Message))
+		}
 		return reconcile.Result{}, err
 	}
 	if r.Fault == "exit-after-bind" {
@@ -307,6 +314,12 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *extv1.SandboxClaim, p
 		Waiter:       claim,
 	})
 	if err != nil {
+		return nil, err
+	}
+	// A pooled sandbox holds no grants (the warm pool of such a template
+	// makes none): the grants' Secrets go to the node of the cold create.
+	if err := r.Grants.Push(ctx, node, claim.Namespace, bp.Secrets); err != nil {
+		release()
 		return nil, err
 	}
 	b, err := r.createOn(ctx, node, claim.Namespace, create, coldTimeout)

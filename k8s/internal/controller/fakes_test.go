@@ -43,6 +43,7 @@ type poolDaemon struct {
 	creates []api.CreateSandbox // every create call's body
 	made    []*api.Sandbox      // every sandbox made (not answered again)
 	poolOps []string            // "PUT tenant/name size" or "DELETE tenant/name"
+	secrets map[string]string   // by tenant + "/" + name (grants_test.go)
 }
 
 type fakePool struct {
@@ -79,11 +80,19 @@ func (d *poolDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
+	case strings.HasPrefix(r.URL.Path, "/v1/secrets"):
+		d.serveSecret(w, r, tenant)
 	case r.Method == "POST" && r.URL.Path == "/v1/sandboxes":
 		var c api.CreateSandbox
 		if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
 			fakeAPIError(w, 400, api.CodeInvalidArgument, err.Error())
 			return
+		}
+		for _, g := range c.Grants {
+			if _, ok := d.secrets[tenant+"/"+g.Secret]; !ok {
+				fakeAPIError(w, 404, api.CodeNotFound, "secret "+g.Secret+" not found")
+				return
+			}
 		}
 		d.creates = append(d.creates, c)
 		if sb := d.byExt[tenant+"/"+c.ExternalID]; c.ExternalID != "" && sb != nil {

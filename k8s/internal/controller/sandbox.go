@@ -71,7 +71,10 @@ type SandboxReconciler struct {
 	Client  client.Client
 	Nodes   *nodes.Tracker
 	Classes Classes
-	Log     logr.Logger
+	// Grants pushes the Secrets a blueprint's grants name (nil: a
+	// Sandbox with grants is refused).
+	Grants *GrantSecrets
+	Log    logr.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -203,7 +206,11 @@ func (r *SandboxReconciler) reconcile(ctx context.Context, s *sandboxv1.Sandbox)
 		res.RequeueAfter = max(s.Spec.ShutdownTime.Sub(r.now()), time.Second)
 	}
 	if node == "" || id == "" {
-		return res, r.place(ctx, s)
+		err := r.place(ctx, s)
+		if c := meta.FindStatusCondition(s.Status.Conditions, string(sandboxv1.SandboxConditionReady)); c != nil && c.Reason == ReasonGrantSecret {
+			res.RequeueAfter = grantRetry
+		}
+		return res, err
 	}
 	if snap, ok := r.Nodes.Node(node); ok && snap.State == nodes.StatePending {
 		// not reached yet: no news of its sandboxes
@@ -251,6 +258,11 @@ func (r *SandboxReconciler) place(ctx context.Context, s *sandboxv1.Sandbox) err
 			return r.annotate(ctx, s, resv.Node, sb.ID)
 		}
 		resv.Release()
+		var ge *GrantError
+		if errors.As(err, &ge) {
+			setCond(s, sandboxv1.SandboxConditionReady, false, ReasonGrantSecret, ge.Message)
+			return nil
+		}
 		var ae *api.Error
 		if !errors.As(err, &ae) {
 			return err
@@ -269,6 +281,9 @@ func (r *SandboxReconciler) place(ctx context.Context, s *sandboxv1.Sandbox) err
 
 // create makes s's daemon sandbox on node.
 func (r *SandboxReconciler) create(ctx context.Context, s *sandboxv1.Sandbox, bp *blueprint.Blueprint, node, ext string) (*api.Sandbox, error) {
+	if err := r.Grants.Push(ctx, node, s.Namespace, bp.Secrets); err != nil {
+		return nil, err
+	}
 	cl, err := r.Nodes.Tenant(ctx, node, s.Namespace)
 	if err != nil {
 		return nil, err

@@ -104,6 +104,8 @@ type PoolsAndClaims struct {
 	Nodes *nodes.Tracker
 	// Classes are the runtime classes the controller serves.
 	Classes Classes
+	// Grants pushes grants' Secrets before a claim's cold create.
+	Grants *GrantSecrets
 	// PoolWorkers and ClaimWorkers are each reconciler's workers.
 	PoolWorkers, ClaimWorkers int
 	Log                       logr.Logger
@@ -125,7 +127,7 @@ func SetupPoolsAndClaims(ctx context.Context, mgr ctrl.Manager, c PoolsAndClaims
 	}
 	cl := &ClaimReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Nodes: view, Classes: c.Classes,
-		Log: c.Log.WithName("claim"),
+		Grants: c.Grants, Log: c.Log.WithName("claim"),
 	}
 	return cl.SetupWithManager(mgr, c.ClaimWorkers)
 }

@@ -262,6 +262,9 @@ func (r *WarmPoolReconciler) blueprintOf(ctx context.Context, pool *extv1.Sandbo
 	if err != nil {
 		return &tmpl, nil, err
 	}
+	if len(bp.Create.Grants) > 0 {
+		return &tmpl, nil, fmt.Errorf("SandboxTemplate %q has grants (%s): a pooled sandbox cannot hold grants (a daemon pool refuses them), so this pool holds none and its claims are made cold", tmpl.Name, blueprint.AnnotationGrants)
+	}
 	return &tmpl, bp, nil
 }
 

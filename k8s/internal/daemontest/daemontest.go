@@ -32,8 +32,9 @@ type Daemon struct {
 	mu        sync.Mutex
 	bootID    string
 	capacity  api.Resources
-	sandboxes map[string]*api.Sandbox // by id
-	tenants   map[string]string       // name → key sha256
+	sandboxes map[string]*api.Sandbox  // by id
+	tenants   map[string]string        // name → key sha256
+	secrets   map[string]*storedSecret // by tenant + "/" + name
 	rev       uint64
 	subs      map[chan api.NodeEvent]bool
 	nextID    int
@@ -80,6 +81,7 @@ func (d *Daemon) Up() {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/extend", d.extend)
 	mux.HandleFunc("POST /v1/tenants", d.admin(d.createTenant))
 	mux.HandleFunc("PATCH /v1/tenants/{name}", d.admin(d.updateTenant))
+	d.handleSecrets(mux)
 	d.mu.Lock()
 	d.srv = &http.Server{Handler: mux}
 	srv := d.srv
@@ -320,6 +322,10 @@ func (d *Daemon) create(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+	if name := d.missingGrantSecretLocked(c.tenant, req.Grants); name != "" {
+		fail(w, 404, api.CodeNotFound, "secret "+name+" not found")
+		return
 	}
 	n := d.nodeLocked()
 	switch {
