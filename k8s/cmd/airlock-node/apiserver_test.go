@@ -3,19 +3,15 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"github.com/airlock-sandbox/airlock/k8s/internal/apiservertest"
 	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/k8s/config"
 	corev1 "k8s.io/api/core/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // On a real apiserver (scripts/kube.sh's build; AIRLOCK_KUBE_BIN names
@@ -24,36 +20,7 @@ import (
 // AirlockNode) is accepted, and a second pass replaces the key with a
 // blind update.
 func TestRegisterOnAnAPIServer(t *testing.T) {
-	bin := os.Getenv("AIRLOCK_KUBE_BIN")
-	if bin == "" {
-		bin = "/usr/local/lib/airlock/kube"
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("no %s in %s (scripts/kube.sh builds it)", b, bin)
-			}
-			t.Skipf("no %s in %s (scripts/kube.sh builds it; AIRLOCK_KUBE_BIN names another directory)", b, bin)
-		}
-	}
-	objs, err := config.CRDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crds []*apiextv1.CustomResourceDefinition
-	for _, o := range objs {
-		var c apiextv1.CustomResourceDefinition
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &c); err != nil {
-			t.Fatal(err)
-		}
-		crds = append(crds, &c)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: bin, CRDs: crds}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	defer env.Stop()
+	cfg := apiservertest.Start(t).Config
 	ctx := context.Background()
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	dyn := dynamic.NewForConfigOrDie(cfg)

@@ -3,17 +3,13 @@ package controller
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"github.com/airlock-sandbox/airlock/k8s/internal/apiservertest"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,8 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandboxv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -31,42 +25,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/k8s/internal/blueprint"
 )
-
-// startAPIServer runs a real kube-apiserver and etcd (scripts/kube.sh
-// builds them; AIRLOCK_KUBE_BIN names their directory) with agent-sandbox's
-// CRDs from its module. Without the binaries the test skips; under CI=true
-// it fails.
-func startAPIServer(t testing.TB) *envtest.Environment {
-	bin := os.Getenv("AIRLOCK_KUBE_BIN")
-	if bin == "" {
-		bin = "/usr/local/lib/airlock/kube"
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("no %s in %s (scripts/kube.sh builds it)", b, bin)
-			}
-			t.Skipf("no %s in %s (scripts/kube.sh builds it; AIRLOCK_KUBE_BIN names another directory)", b, bin)
-		}
-	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/agent-sandbox").Output()
-	if err != nil {
-		t.Fatalf("finding agent-sandbox's module: %v", err)
-	}
-	ctrllog.SetLogger(logr.Discard())
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{filepath.Join(strings.TrimSpace(string(out)), "k8s", "crds")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	cfg.QPS = -1 // no client-side limit (as airlock-controller runs)
-	t.Cleanup(func() { env.Stop() })
-	return env
-}
 
 // eventually polls cond until it holds or a minute passes.
 func eventually(t testing.TB, what string, cond func() (bool, string)) {
@@ -95,7 +53,7 @@ type apiFixture struct {
 }
 
 func startPoolsAndClaims(t testing.TB) *apiFixture {
-	env := startAPIServer(t)
+	env := apiservertest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	skip := true // more than one manager in the test process
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
@@ -330,7 +288,7 @@ func readyCondOf(cl *extv1.SandboxClaim, ok bool) bool {
 // claim's create and the three writes of its bind done inline (no
 // controller, no informer, no daemon), to the watch's Ready.
 func BenchmarkAPIFloorOnAnAPIServer(b *testing.B) {
-	env := startAPIServer(b)
+	env := apiservertest.Start(b)
 	ctx := context.Background()
 	kc, err := client.NewWithWatch(env.Config, client.Options{Scheme: controllerScheme(b)})
 	if err != nil {

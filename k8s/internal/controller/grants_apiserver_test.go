@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/k8s/internal/apiservertest"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -23,7 +24,7 @@ import (
 // change of its value reaches the node through the watch, and removing
 // its label removes the node's copy.
 func TestGrantSecretsOnAnAPIServer(t *testing.T) {
-	env := startAPIServer(t)
+	env := apiservertest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	skip := true
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{

@@ -3,82 +3,30 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"github.com/airlock-sandbox/airlock/k8s/internal/apiservertest"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/k8s/config"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
-
-// startAPIServer runs a real kube-apiserver and etcd (scripts/kube.sh
-// builds them; AIRLOCK_KUBE_BIN names their directory) with agent-sandbox's
-// CRDs from its module and airlock's. Without the binaries the test skips;
-// under CI=true it fails.
-func startAPIServer(t *testing.T) *envtest.Environment {
-	bin := os.Getenv("AIRLOCK_KUBE_BIN")
-	if bin == "" {
-		bin = "/usr/local/lib/airlock/kube"
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("no %s in %s (scripts/kube.sh builds it)", b, bin)
-			}
-			t.Skipf("no %s in %s (scripts/kube.sh builds it; AIRLOCK_KUBE_BIN names another directory)", b, bin)
-		}
-	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/agent-sandbox").Output()
-	if err != nil {
-		t.Fatalf("finding agent-sandbox's module: %v", err)
-	}
-	objs, err := config.CRDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crds []*apiextv1.CustomResourceDefinition
-	for _, o := range objs {
-		var c apiextv1.CustomResourceDefinition
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &c); err != nil {
-			t.Fatal(err)
-		}
-		crds = append(crds, &c)
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: bin,
-		CRDs:                  crds,
-		CRDDirectoryPaths:     []string{filepath.Join(strings.TrimSpace(string(out)), "k8s", "crds")},
-		ErrorIfCRDPathMissing: true,
-	}
-	if _, err := env.Start(); err != nil {
-		t.Fatalf("starting kube-apiserver and etcd: %v", err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	return env
-}
 
 // The gateway against a real apiserver: real service-account tokens
 // through TokenReview, real RBAC through SubjectAccessReview, the Sandbox
 // and AirlockNode from informers, the master from its Secret; the node is
 // a fake daemon that answers only the namespace's tenant key.
 func TestGatewayOnAnAPIServer(t *testing.T) {
-	env := startAPIServer(t)
+	env := apiservertest.Start(t)
 	ctx := context.Background()
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	dyn := dynamic.NewForConfigOrDie(env.Config)
