@@ -636,6 +636,11 @@ func (s *Store) Sandboxes(ctx context.Context, states ...string) ([]Sandbox, err
 			args = append(args, st)
 		}
 	}
+	return s.sandboxes(ctx, q, args...)
+}
+
+// sandboxes runs q (a SELECT of sandboxCols) with args, oldest first.
+func (s *Store) sandboxes(ctx context.Context, q string, args ...any) ([]Sandbox, error) {
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created`, args...)
 	if err != nil {
 		return nil, err
@@ -678,20 +683,7 @@ func (s *Store) SandboxesByExternalID(ctx context.Context, tenant, ext, state st
 		q += ` AND tenant = ?`
 		args = append(args, tenant)
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Sandbox
-	for rows.Next() {
-		b, err := scanSandbox(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, rows.Err()
+	return s.sandboxes(ctx, q, args...)
 }
 
 // PruneEnded deletes records of sandboxes that ended before t.
