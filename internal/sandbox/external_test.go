@@ -54,6 +54,10 @@ func TestExternalIDNamesOneSandbox(t *testing.T) {
 	if existed || theirs.ID == sb.ID {
 		t.Errorf("another tenant's id of that name: existed %v, %s", existed, theirs.ID)
 	}
+	// Another tenant asking by the same id sees its own alone.
+	if l, err := r.svc.ListSandboxes(ctx, other, api.ListSandboxes{ExternalID: ext}); err != nil || len(l) != 1 || l[0].ID != theirs.ID {
+		t.Errorf("another tenant's list by that id: %+v %v", l, err)
+	}
 	plain := r.create(t, acme, &api.CreateSandbox{})
 	l, err := r.svc.ListSandboxes(ctx, acme, api.ListSandboxes{ExternalID: ext})
 	if err != nil || len(l) != 1 || l[0].ID != sb.ID {
